@@ -1,0 +1,82 @@
+package cmd
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+
+	"github.com/fatih/color"
+	"github.com/mattn/go-isatty"
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/tw"
+
+	"leasewal/state"
+)
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
+}
+
+// writeJSON prints one compact JSON document and a newline.
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // a failed write to stdout has nowhere better to be reported
+}
+
+// palette colors words for the table output only; JSON is never colored.
+type palette struct{ on bool }
+
+func (p palette) paint(s string, attrs ...color.Attribute) string {
+	if !p.on || s == "" {
+		return s
+	}
+	c := color.New(attrs...)
+	c.EnableColor()
+	return c.Sprint(s)
+}
+
+// word colors a state or a result by what it means to the reader.
+func (p palette) word(s string) string {
+	switch s {
+	case string(state.Waiting), string(state.ResultEmpty), string(state.ResultRetry):
+		return p.paint(s, color.FgYellow)
+	case string(state.Leased), string(state.ResultExtended):
+		return p.paint(s, color.FgCyan)
+	case string(state.Completed), string(state.ResultCommitted), string(state.ResultAck), string(state.ResultOK):
+		return p.paint(s, color.FgGreen)
+	case string(state.Failed), string(state.Dead), string(state.ResultCancelled):
+		return p.paint(s, color.FgRed, color.Bold)
+	}
+	return s
+}
+
+// emit prints a result: v as JSON, or the table drawn by human.
+func (g *globals) emit(v any, human func(w io.Writer, p palette)) {
+	if g.output == "json" {
+		writeJSON(g.stdout, v)
+		return
+	}
+	human(g.stdout, palette{on: g.color})
+}
+
+// newTable returns a table in leasewal's style.
+func newTable(w io.Writer, header ...any) *tablewriter.Table {
+	t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAutoWrap(tw.WrapNone))
+	if len(header) > 0 {
+		t.Header(header...)
+	}
+	return t
+}
+
+// fields prints name/value pairs as a two-column table, skipping empty values.
+func fields(w io.Writer, pairs ...string) {
+	t := newTable(w)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] != "" {
+			_ = t.Append(pairs[i], pairs[i+1])
+		}
+	}
+	_ = t.Render()
+}

@@ -1,0 +1,216 @@
+package cmd
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	"leasewal/state"
+	"leasewal/wal"
+)
+
+// session is one invocation's view of the WAL: the open, locked file (nil
+// while the WAL does not exist yet), the replayed state, and the time now.
+type session struct {
+	g       *globals
+	log     *wal.Log
+	st      *state.State
+	records []state.Record
+	now     int64
+}
+
+// openSession locks the WAL (shared for reading, exclusive for writing),
+// replays every record through state.Apply, and resolves --now. A missing WAL
+// is an empty history.
+func (g *globals) openSession(mode wal.Mode) (*session, error) {
+	s := &session{g: g, st: state.New()}
+	log, err := wal.Open(g.walPath, mode, g.lockTimeout)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, g.walOpenError(err)
+	default:
+		s.log = log
+		if err := s.replay(func(r state.Record) error { return s.st.Apply(r) }); err != nil {
+			s.close()
+			return nil, err
+		}
+		if log.Torn != nil && mode == wal.Read {
+			fmt.Fprintf(g.stderr, "leasewal: warning: ignoring %d bytes at offset %d after the last complete record (an append that never finished, so never acknowledged); the next writing command cuts them and keeps them in %s.torn-%d\n",
+				log.Torn.Length, log.Torn.Offset, g.walPath, log.Torn.Offset)
+		}
+	}
+	now, err := g.clock(s.st.LastAt())
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.now = now
+	return s, nil
+}
+
+// replay decodes every frame and hands it to step, stopping at the first
+// record that does not decode or that step refuses.
+func (s *session) replay(step func(state.Record) error) error {
+	s.records = make([]state.Record, 0, len(s.log.Frames))
+	for _, f := range s.log.Frames {
+		r, err := state.DecodeRecord(f.Body)
+		if err != nil {
+			return &damageError{seq: int64(f.Index), err: fmt.Errorf("record %d at byte offset %d: %w", f.Index, f.Offset, err)}
+		}
+		if err := step(r); err != nil {
+			return &damageError{seq: int64(f.Index), err: fmt.Errorf("at byte offset %d: %w", f.Offset, err)}
+		}
+		s.records = append(s.records, r)
+	}
+	return nil
+}
+
+func (g *globals) walOpenError(err error) error {
+	var pathErr *fs.PathError
+	if errors.As(err, &pathErr) && errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("cannot open the WAL %s: permission denied; check the file's permissions or --wal: %w", g.walPath, err)
+	}
+	var dmg *wal.DamageError
+	if errors.As(err, &dmg) {
+		return fmt.Errorf("the WAL %s is damaged: %w; nothing was changed and 'leasewal repair' will refuse too: restore the file from a copy, or inspect it with a text editor", g.walPath, err)
+	}
+	var format *wal.FormatError
+	if errors.As(err, &format) || errors.Is(err, wal.ErrEmptyFile) {
+		return fmt.Errorf("%s: %w", g.walPath, err)
+	}
+	return fmt.Errorf("opening the WAL %s: %w", g.walPath, err)
+}
+
+func (s *session) close() {
+	if s.log != nil {
+		s.log.Close()
+	}
+}
+
+// commit stamps each record with seq, time and actor, applies it (so that a
+// record replay would refuse is never written), and appends it durably.
+func (s *session) commit(recs []state.Record) error {
+	for _, r := range recs {
+		r.Seq, r.At, r.Actor = s.st.LastSeq()+1, s.now, s.g.actor
+		if err := s.st.Apply(r); err != nil {
+			return fmt.Errorf("internal error: a decided record was refused (%v); nothing was written", err)
+		}
+		body, err := state.EncodeRecord(r)
+		if err != nil {
+			return fmt.Errorf("encoding record %d: %w", r.Seq, err)
+		}
+		if err := s.append(body); err != nil {
+			return err
+		}
+		s.records = append(s.records, r)
+	}
+	return nil
+}
+
+func (s *session) append(body []byte) error {
+	if s.log == nil {
+		log, err := wal.Create(s.g.walPath, body)
+		if err != nil {
+			return err
+		}
+		s.log = log
+		return nil
+	}
+	cut, err := s.log.Append(body)
+	if cut != nil {
+		fmt.Fprintf(s.g.stderr, "leasewal: warning: cut %d bytes of an unfinished append at offset %d (never acknowledged); they are kept in %s\n", cut.Length, cut.Offset, cut.SavedAs)
+	}
+	return err
+}
+
+// write runs a writing command: lock, replay, decide, commit. If another
+// process creates the WAL between our look and our create, the whole command
+// runs again on the WAL that now exists, so both records survive.
+func (g *globals) write(run func(s *session) error) error {
+	for {
+		s, err := g.openSession(wal.Write)
+		if err != nil {
+			return err
+		}
+		err = run(s)
+		s.close()
+		if !errors.Is(err, wal.ErrCreateRace) {
+			return err
+		}
+	}
+}
+
+// read runs a read-only command under the shared lock.
+func (g *globals) read(run func(s *session) error) error {
+	s, err := g.openSession(wal.Read)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	return run(s)
+}
+
+// clock resolves --now against the last record's time: time never runs
+// backwards inside a WAL.
+func (g *globals) clock(lastAt int64) (int64, error) {
+	wall := time.Now().UnixMilli()
+	if g.nowFlag == "" {
+		return max(wall, lastAt), nil
+	}
+	now, err := parseTime(g.nowFlag, lastAt, wall)
+	if err != nil {
+		return 0, err
+	}
+	if now < lastAt {
+		return 0, usageErr("--now %s is before the last record's time %s; time never runs backwards in a WAL: give a later time or +DURATION", g.nowFlag, state.FormatTime(lastAt))
+	}
+	return now, nil
+}
+
+// parseTime reads RFC 3339, unix milliseconds, or +DURATION (after the last
+// record, or after the wall clock on an empty WAL).
+func parseTime(text string, lastAt, wall int64) (int64, error) {
+	if rest, ok := strings.CutPrefix(text, "+"); ok {
+		d, err := time.ParseDuration(rest)
+		if err != nil || d < 0 {
+			return 0, usageErr("--now %q: after '+' give a duration such as 30s or 1m30s", text)
+		}
+		base := lastAt
+		if base == 0 {
+			base = wall
+		}
+		return base + d.Milliseconds(), nil
+	}
+	if ms, err := strconv.ParseInt(text, 10, 64); err == nil {
+		if ms < 0 {
+			return 0, usageErr("--now %q: unix milliseconds must not be negative", text)
+		}
+		return ms, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, text)
+	if err != nil {
+		return 0, usageErr("--now %q is not a time: use RFC 3339 (2026-01-01T00:00:30Z), unix milliseconds, or +DURATION", text)
+	}
+	return t.UnixMilli(), nil
+}
+
+// optTime renders a time that may be unset (0).
+func optTime(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return state.FormatTime(ms)
+}
+
+// parseDuration reads a duration flag, with the flag's name in the error.
+func parseDuration(flag, text string) (time.Duration, error) {
+	d, err := time.ParseDuration(text)
+	if err != nil {
+		return 0, usageErr("--%s %q is not a duration: use Go syntax such as 30s, 5m or 1h30m", flag, text)
+	}
+	return d, nil
+}

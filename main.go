@@ -1,0 +1,13 @@
+// Command leasewal is a task-lease coordinator whose only source of truth is
+// one append-only write-ahead log file.
+package main
+
+import (
+	"os"
+
+	"leasewal/cmd"
+)
+
+func main() {
+	os.Exit(cmd.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}

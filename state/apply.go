@@ -1,0 +1,395 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Limits on what a record may carry.
+const (
+	MaxPayloadBytes = 64 << 10
+	MaxIDBytes      = 200
+)
+
+type leaseRequest struct {
+	taskID, leaseID, worker string
+}
+
+// State is everything the records say, as of the last record applied.
+type State struct {
+	tasks         map[string]*Task
+	order         []*Task // creation order: lease picks FIFO from it
+	submits       map[string]*Task
+	leaseRequests map[string]leaseRequest
+	leaseTask     map[string]string // every lease ever granted -> its task
+
+	lastSeq      int64
+	lastAt       int64
+	lastLeaseNum int64
+	lastTaskNum  int64
+}
+
+// New returns the state of an empty WAL.
+func New() *State {
+	return &State{
+		tasks:         map[string]*Task{},
+		submits:       map[string]*Task{},
+		leaseRequests: map[string]leaseRequest{},
+		leaseTask:     map[string]string{},
+	}
+}
+
+// LastSeq is the seq of the last record applied (0 for none).
+func (s *State) LastSeq() int64 { return s.lastSeq }
+
+// LastAt is the time of the last record applied (0 for none).
+func (s *State) LastAt() int64 { return s.lastAt }
+
+// Task returns the task as the records left it.
+func (s *State) Task(id string) (*Task, bool) {
+	t, ok := s.tasks[id]
+	return t, ok
+}
+
+// Tasks returns every task in creation order, as the records left them.
+func (s *State) Tasks() []*Task { return s.order }
+
+// Apply validates r against the state and, if it is allowed, applies it. It is
+// the only place where a record changes the state: live commands and replay
+// both come here, so they cannot drift. On error the state is unchanged.
+func (s *State) Apply(r Record) error {
+	err := s.checkSequence(r)
+	if err == nil {
+		err = s.applyTyped(r)
+	}
+	if err != nil {
+		re := &RecordError{Seq: r.Seq, Type: r.Type, Msg: err.Error()}
+		var v *violation
+		if errors.As(err, &v) {
+			re.Invariant = v.invariant
+		}
+		return re
+	}
+	s.lastSeq, s.lastAt = r.Seq, r.At
+	return nil
+}
+
+func (s *State) checkSequence(r Record) error {
+	if r.Seq != s.lastSeq+1 {
+		return breaks(InvSequence, "seq %d follows seq %d; expected %d", r.Seq, s.lastSeq, s.lastSeq+1)
+	}
+	if r.At < s.lastAt {
+		return breaks(InvSequence, "time %d ms is before the previous record's %d ms", r.At, s.lastAt)
+	}
+	return nil
+}
+
+func (s *State) applyTyped(r Record) error {
+	switch r.Type {
+	case TaskCreated:
+		return s.applyCreated(r)
+	case LeaseGranted:
+		return s.applyGranted(r)
+	case LeaseExtended:
+		return s.applyExtended(r)
+	case LeaseExpired:
+		return s.applyExpired(r)
+	case TaskCompleted:
+		return s.applyCompleted(r)
+	case TaskCancelled:
+		return s.applyCancelled(r)
+	case TaskFailed:
+		return s.applyFailed(r)
+	case TaskDead:
+		return s.applyDead(r)
+	}
+	return invalid("unknown record type %q", r.Type)
+}
+
+// ValidatePolicy checks a task's window and retry policy.
+func ValidatePolicy(window Duration, p RetryPolicy) error {
+	switch {
+	case window.Millis() <= 0:
+		return fmt.Errorf("window must be at least 1ms, got %s", window.String())
+	case p.MaxAttempts < 1:
+		return fmt.Errorf("max_attempts must be at least 1, got %d", p.MaxAttempts)
+	case p.Backoff < 0:
+		return fmt.Errorf("backoff must not be negative, got %s", p.Backoff.String())
+	case p.BackoffMax < p.Backoff:
+		return fmt.Errorf("backoff_max (%s) must not be below backoff (%s)", p.BackoffMax.String(), p.Backoff.String())
+	}
+	return nil
+}
+
+// ValidatePayload checks a task payload.
+func ValidatePayload(p string) error {
+	switch {
+	case p == "":
+		return errors.New("the payload is empty; give --payload or --payload-file with some content")
+	case len(p) > MaxPayloadBytes:
+		return fmt.Errorf("the payload is %d bytes, over the limit of %d bytes (64 KiB); store large data elsewhere and submit a reference to it", len(p), MaxPayloadBytes)
+	case !utf8.ValidString(p):
+		return errors.New("the payload is not UTF-8 text; encode binary data (e.g. base64) before submitting it")
+	}
+	return nil
+}
+
+// ValidateID checks a caller-chosen identifier (worker, request id, actor).
+func ValidateID(what, id string) error {
+	if id == "" {
+		return fmt.Errorf("%s must not be empty", what)
+	}
+	if len(id) > MaxIDBytes {
+		return fmt.Errorf("%s is %d bytes, over the limit of %d", what, len(id), MaxIDBytes)
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%s is not UTF-8 text", what)
+	}
+	for _, c := range id {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%s contains a control character", what)
+		}
+	}
+	return nil
+}
+
+func (s *State) applyCreated(r Record) error {
+	n, ok := idNumber(r.TaskID, 'T')
+	if !ok {
+		return invalid("task id %q is not of the form T<n>", r.TaskID)
+	}
+	if _, dup := s.tasks[r.TaskID]; dup {
+		return invalid("task %s already exists", r.TaskID)
+	}
+	if err := ValidatePayload(r.Payload); err != nil {
+		return invalid("%v", err)
+	}
+	if r.RetryPolicy == nil {
+		return invalid("retry_policy is missing")
+	}
+	if err := ValidatePolicy(r.Window, *r.RetryPolicy); err != nil {
+		return invalid("%v", err)
+	}
+	if err := ValidateID("request_id", r.RequestID); err != nil {
+		return invalid("%v", err)
+	}
+	if _, dup := s.submits[r.RequestID]; dup {
+		return invalid("request id %q was already used by another TaskCreated", r.RequestID)
+	}
+	t := &Task{
+		ID: r.TaskID, Payload: r.Payload, CreatedAt: r.At, Window: r.Window,
+		Policy: *r.RetryPolicy, RequestID: r.RequestID, State: Waiting, NotBefore: r.At,
+		Seqs: []int64{r.Seq},
+	}
+	s.tasks[t.ID] = t
+	s.order = append(s.order, t)
+	s.submits[r.RequestID] = t
+	s.lastTaskNum = max(s.lastTaskNum, n)
+	return nil
+}
+
+// subject finds the record's task.
+func (s *State) subject(r Record) (*Task, error) {
+	t, ok := s.tasks[r.TaskID]
+	if !ok {
+		return nil, invalid("unknown task %q", r.TaskID)
+	}
+	return t, nil
+}
+
+// ownLease checks that r's lease was granted for r's task.
+func (s *State) ownLease(r Record) error {
+	owner, ok := s.leaseTask[r.LeaseID]
+	if !ok {
+		return breaks(InvOneLease, "lease %q was never granted", r.LeaseID)
+	}
+	if owner != r.TaskID {
+		return breaks(InvOneLease, "lease %s belongs to %s, not %s", r.LeaseID, owner, r.TaskID)
+	}
+	return nil
+}
+
+// commit makes the settled view of a task the task itself, then records seq.
+func commit(t, settled *Task, seq int64) {
+	if settled != t {
+		*t = *settled
+	}
+	t.Seqs = append(t.Seqs, seq)
+}
+
+func (s *State) applyGranted(r Record) error {
+	t, err := s.subject(r)
+	if err != nil {
+		return err
+	}
+	n, ok := idNumber(r.LeaseID, 'L')
+	if !ok {
+		return invalid("lease id %q is not of the form L<n>", r.LeaseID)
+	}
+	if n <= s.lastLeaseNum {
+		return breaks(InvSequence, "lease id %s does not increase on the last lease L%d", r.LeaseID, s.lastLeaseNum)
+	}
+	if err := ValidateID("worker_id", r.WorkerID); err != nil {
+		return invalid("%v", err)
+	}
+	if r.RequestID != "" {
+		if _, dup := s.leaseRequests[r.RequestID]; dup {
+			return invalid("lease request id %q was already used", r.RequestID)
+		}
+	}
+	c := t.At(r.At)
+	if c.State == Leased {
+		return breaks(InvOneLease, "%s still holds lease %s until %d", t.ID, c.Lease.ID, c.Lease.Expiry)
+	}
+	if c.State.Terminal() {
+		return breaks(InvTerminal, "%s is %s", t.ID, c.State)
+	}
+	if ok, why := c.leasable(r.At); !ok {
+		return invalid("%s", why)
+	}
+	if r.Attempt != c.Attempt+1 || r.Attempt > c.Policy.MaxAttempts {
+		return breaks(InvAttempts, "attempt %d after %d with max_attempts %d", r.Attempt, c.Attempt, c.Policy.MaxAttempts)
+	}
+	if r.Expiry <= r.At || r.Expiry > c.Deadline() {
+		return invalid("expiry %d must be after the grant (%d) and no later than the deadline (%d)", r.Expiry, r.At, c.Deadline())
+	}
+	commit(t, c, r.Seq)
+	t.State, t.Attempt = Leased, r.Attempt
+	t.Lease = &Lease{ID: r.LeaseID, Worker: r.WorkerID, Expiry: r.Expiry}
+	t.Attempts = append(t.Attempts, Attempt{Number: r.Attempt, LeaseID: r.LeaseID, Worker: r.WorkerID, GrantedAt: r.At, Expiry: r.Expiry})
+	s.leaseTask[r.LeaseID] = t.ID
+	s.lastLeaseNum = n
+	if r.RequestID != "" {
+		s.leaseRequests[r.RequestID] = leaseRequest{taskID: t.ID, leaseID: r.LeaseID, worker: r.WorkerID}
+	}
+	return nil
+}
+
+func (s *State) applyExtended(r Record) error {
+	t, err := s.subject(r)
+	if err != nil {
+		return err
+	}
+	if err := s.ownLease(r); err != nil {
+		return err
+	}
+	if !t.holds(r.LeaseID, r.At) {
+		return invalid("lease %s is not the current valid lease of %s", r.LeaseID, t.ID)
+	}
+	if r.Expiry <= r.At || r.Expiry > t.Deadline() {
+		return invalid("new expiry %d must be after now (%d) and no later than the deadline (%d)", r.Expiry, r.At, t.Deadline())
+	}
+	commit(t, t, r.Seq)
+	t.Lease.Expiry = r.Expiry
+	a := t.current()
+	a.Expiry = r.Expiry
+	a.Extended = append(a.Extended, r.At)
+	return nil
+}
+
+func (s *State) applyExpired(r Record) error {
+	t, err := s.subject(r)
+	if err != nil {
+		return err
+	}
+	if err := s.ownLease(r); err != nil {
+		return err
+	}
+	if t.State != Leased || t.Lease.ID != r.LeaseID {
+		return invalid("lease %s is not the current lease of %s", r.LeaseID, t.ID)
+	}
+	if t.Lease.Expiry > r.At {
+		return invalid("lease %s expires at %d, after this record's time %d", r.LeaseID, t.Lease.Expiry, r.At)
+	}
+	commit(t, t, r.Seq)
+	t.expireLease(r.At)
+	return nil
+}
+
+func (s *State) applyCompleted(r Record) error {
+	t, err := s.subject(r)
+	if err != nil {
+		return err
+	}
+	if err := s.ownLease(r); err != nil {
+		return err
+	}
+	if t.State.Terminal() {
+		return breaks(InvTerminal, "%s is already %s", t.ID, t.State)
+	}
+	if !t.holds(r.LeaseID, r.At) {
+		return invalid("lease %s is not the current valid lease of %s; a completion under it must be TaskCancelled", r.LeaseID, t.ID)
+	}
+	commit(t, t, r.Seq)
+	t.endLease(EndCompleted, r.At)
+	t.State = Completed
+	return nil
+}
+
+func (s *State) applyCancelled(r Record) error {
+	t, err := s.subject(r)
+	if err != nil {
+		return err
+	}
+	if err := s.ownLease(r); err != nil {
+		return err
+	}
+	if t.holds(r.LeaseID, r.At) {
+		return invalid("lease %s is the current valid lease of %s, so nothing was cancelled", r.LeaseID, t.ID)
+	}
+	commit(t, t, r.Seq)
+	return nil
+}
+
+func (s *State) applyFailed(r Record) error {
+	t, err := s.subject(r)
+	if err != nil {
+		return err
+	}
+	if err := s.ownLease(r); err != nil {
+		return err
+	}
+	if t.State.Terminal() {
+		return breaks(InvTerminal, "%s is already %s", t.ID, t.State)
+	}
+	if !t.holds(r.LeaseID, r.At) {
+		return invalid("lease %s is not the current valid lease of %s; a failure under it must be TaskCancelled", r.LeaseID, t.ID)
+	}
+	if r.Reason == "" {
+		return invalid("a failure needs a reason")
+	}
+	commit(t, t, r.Seq)
+	final := t.failureIsFinal(r.Permanent)
+	a := t.endLease(EndFailed, r.At)
+	a.Reason = r.Reason
+	switch {
+	case r.Permanent:
+		t.State, t.EndReason = Failed, "permanent failure: "+r.Reason
+	case final:
+		t.State, t.EndReason = Failed, "attempts exhausted: "+r.Reason
+	default:
+		a.End = EndRetry
+		t.scheduleRetry(a, r.At)
+	}
+	return nil
+}
+
+func (s *State) applyDead(r Record) error {
+	t, err := s.subject(r)
+	if err != nil {
+		return err
+	}
+	if r.At < t.Deadline() {
+		return invalid("%s's window closes at %d, after this record's time %d", t.ID, t.Deadline(), r.At)
+	}
+	// The task as it stood just before its window closed: a lease that ran
+	// out earlier has expired by then, and may have ended the task already.
+	c := t.At(t.Deadline() - 1)
+	if c.State.Terminal() {
+		return breaks(InvTerminal, "%s is already %s", t.ID, c.State)
+	}
+	commit(t, c, r.Seq)
+	t.closeWindow(r.At)
+	return nil
+}

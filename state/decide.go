@@ -1,0 +1,281 @@
+package state
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Outcome is the answer a command gives (the JSON "result").
+type Outcome string
+
+// Outcomes of the task commands (SPEC §2).
+const (
+	ResultAck       Outcome = "ACK"
+	ResultLeased    Outcome = "LEASED"
+	ResultEmpty     Outcome = "EMPTY"
+	ResultExtended  Outcome = "EXTENDED"
+	ResultCancelled Outcome = "CANCELLED"
+	ResultCommitted Outcome = "COMMITTED"
+	ResultRetry     Outcome = "RETRY"
+	ResultFailed    Outcome = "FAILED"
+	ResultOK        Outcome = "OK"
+)
+
+// Decision is what a command means at a given time: the records to append (none
+// for an idempotent repeat or a refusal-free no-op) and the answer to give.
+type Decision struct {
+	Records   []Record // type-specific fields filled; seq, at and actor are the caller's
+	Outcome   Outcome
+	TaskID    string
+	LeaseID   string
+	Reason    string // why CANCELLED or EMPTY
+	Duplicate bool   // the answer repeats an earlier one; nothing was written
+}
+
+func write(r Record, d Decision) Decision {
+	d.Records = []Record{r}
+	return d
+}
+
+// Submit is a request to create a task.
+type Submit struct {
+	Payload   string
+	Window    Duration
+	Policy    RetryPolicy
+	RequestID string // empty: the coordinator assigns R<n>
+}
+
+// DecideSubmit creates a task, or repeats the answer for a known request id.
+func (s *State) DecideSubmit(c Submit) (Decision, error) {
+	if err := ValidatePayload(c.Payload); err != nil {
+		return Decision{}, refuse(InvalidInput, "%v", err)
+	}
+	if err := ValidatePolicy(c.Window, c.Policy); err != nil {
+		return Decision{}, refuse(InvalidInput, "%v", err)
+	}
+	if c.RequestID != "" {
+		if err := ValidateID("--request-id", c.RequestID); err != nil {
+			return Decision{}, refuse(InvalidInput, "%v", err)
+		}
+		if t, ok := s.submits[c.RequestID]; ok {
+			if t.Payload != c.Payload || t.Window != c.Window || t.Policy != c.Policy {
+				return Decision{}, refuse(RequestConflict, "request id %q already created %s with a different payload or policy; use a new --request-id for a new task", c.RequestID, t.ID)
+			}
+			return Decision{Outcome: ResultAck, TaskID: t.ID, Duplicate: true}, nil
+		}
+	}
+	id := "T" + strconv.FormatInt(s.lastTaskNum+1, 10)
+	req := c.RequestID
+	for n := s.lastTaskNum + 1; req == ""; n++ {
+		if _, taken := s.submits["R"+strconv.FormatInt(n, 10)]; !taken {
+			req = "R" + strconv.FormatInt(n, 10)
+		}
+	}
+	policy := c.Policy
+	return write(Record{Type: TaskCreated, TaskID: id, Payload: c.Payload, Window: c.Window, RetryPolicy: &policy, RequestID: req},
+		Decision{Outcome: ResultAck, TaskID: id}), nil
+}
+
+// LeaseRequest asks for a lease on the oldest eligible task, or on one task.
+type LeaseRequest struct {
+	Worker    string
+	Duration  time.Duration
+	TaskID    string // optional
+	RequestID string // optional; a repeat returns the same lease while it is current
+}
+
+// DecideLease grants a lease on the oldest eligible WAITING task (FIFO by
+// creation). The expiry is capped at the task's deadline.
+func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
+	if err := ValidateID("--worker", c.Worker); err != nil {
+		return Decision{}, refuse(InvalidInput, "%v", err)
+	}
+	if c.Duration <= 0 {
+		return Decision{}, refuse(InvalidInput, "--duration must be positive, got %s", c.Duration)
+	}
+	if c.RequestID != "" {
+		if err := ValidateID("--request-id", c.RequestID); err != nil {
+			return Decision{}, refuse(InvalidInput, "%v", err)
+		}
+		if prev, ok := s.leaseRequests[c.RequestID]; ok {
+			return s.repeatLease(c, prev, now)
+		}
+	}
+	var pick *Task
+	why := "no task is WAITING and eligible"
+	if c.TaskID != "" {
+		t, err := s.find(c.TaskID)
+		if err != nil {
+			return Decision{}, err
+		}
+		if ok, reason := t.At(now).leasable(now); ok {
+			pick = t
+		} else {
+			why = reason
+		}
+	} else {
+		for _, t := range s.order {
+			if ok, _ := t.At(now).leasable(now); ok {
+				pick = t
+				break
+			}
+		}
+	}
+	if pick == nil {
+		return Decision{Outcome: ResultEmpty, TaskID: c.TaskID, Reason: why}, nil
+	}
+	settled := pick.At(now)
+	lease := "L" + strconv.FormatInt(s.lastLeaseNum+1, 10)
+	expiry := min(now+c.Duration.Milliseconds(), settled.Deadline())
+	return write(Record{Type: LeaseGranted, TaskID: pick.ID, LeaseID: lease, WorkerID: c.Worker,
+		Attempt: settled.Attempt + 1, Expiry: expiry, RequestID: c.RequestID},
+		Decision{Outcome: ResultLeased, TaskID: pick.ID, LeaseID: lease}), nil
+}
+
+func (s *State) repeatLease(c LeaseRequest, prev leaseRequest, now int64) (Decision, error) {
+	if prev.worker != c.Worker {
+		return Decision{}, refuse(RequestConflict, "lease request id %q was used by worker %q; use a new --request-id", c.RequestID, prev.worker)
+	}
+	t := s.tasks[prev.taskID]
+	if t.At(now).holds(prev.leaseID, now) {
+		return Decision{Outcome: ResultLeased, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true}, nil
+	}
+	return Decision{Outcome: ResultCancelled, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true,
+		Reason: fmt.Sprintf("request %q was answered with lease %s, which is no longer current: %s; lease again with a new --request-id",
+			c.RequestID, prev.leaseID, s.whyNotCurrent(t, prev.leaseID, now))}, nil
+}
+
+// find returns a task or a NotFound refusal.
+func (s *State) find(id string) (*Task, error) {
+	t, ok := s.tasks[id]
+	if !ok {
+		return nil, refuse(NotFound, "unknown task %q; 'leasewal inspect' lists the tasks", id)
+	}
+	return t, nil
+}
+
+// findLease returns the task and checks the lease was granted for it.
+func (s *State) findLease(taskID, leaseID string) (*Task, error) {
+	t, err := s.find(taskID)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := idNumber(leaseID, 'L'); !ok {
+		return nil, refuse(InvalidInput, "--lease %q is not a lease id (L<n>)", leaseID)
+	}
+	if s.leaseTask[leaseID] != taskID {
+		return nil, refuse(NotFound, "lease %s was never granted for %s; check --task and --lease", leaseID, taskID)
+	}
+	return t, nil
+}
+
+// whyNotCurrent explains, for a worker, why leaseID has no authority at now.
+func (s *State) whyNotCurrent(t *Task, leaseID string, now int64) string {
+	c := t.At(now)
+	a := c.AttemptOf(leaseID)
+	why := fmt.Sprintf("it ended (%s) at %s", a.End, FormatTime(a.EndedAt))
+	if a.End == EndExpired {
+		why = "it expired at " + FormatTime(a.EndedAt)
+	}
+	switch {
+	case c.State == Leased:
+		why += fmt.Sprintf(" and %s was re-leased as %s to %s", t.ID, c.Lease.ID, c.Lease.Worker)
+	case c.State.Terminal():
+		why += fmt.Sprintf(" and %s is now %s", t.ID, c.State)
+	}
+	return why
+}
+
+// FormatTime renders unix ms as RFC 3339 UTC with milliseconds, the one time
+// format of leasewal's output.
+func FormatTime(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func cancel(t *Task, leaseID, reason string) Decision {
+	return write(Record{Type: TaskCancelled, TaskID: t.ID, LeaseID: leaseID, Reason: reason},
+		Decision{Outcome: ResultCancelled, TaskID: t.ID, LeaseID: leaseID, Reason: reason})
+}
+
+// DecideExtend moves a current lease's expiry to now+d, capped at the deadline.
+// A lease without authority gets CANCELLED and nothing is written.
+func (s *State) DecideExtend(taskID, leaseID string, d time.Duration, now int64) (Decision, error) {
+	if d <= 0 {
+		return Decision{}, refuse(InvalidInput, "--duration must be positive, got %s", d)
+	}
+	t, err := s.findLease(taskID, leaseID)
+	if err != nil {
+		return Decision{}, err
+	}
+	if !t.At(now).holds(leaseID, now) {
+		return Decision{Outcome: ResultCancelled, TaskID: taskID, LeaseID: leaseID, Reason: "lease " + leaseID + " is not current: " + s.whyNotCurrent(t, leaseID, now)}, nil
+	}
+	expiry := min(now+d.Milliseconds(), t.Deadline())
+	return write(Record{Type: LeaseExtended, TaskID: taskID, LeaseID: leaseID, Expiry: expiry},
+		Decision{Outcome: ResultExtended, TaskID: taskID, LeaseID: leaseID}), nil
+}
+
+// DecideComplete commits a task under its current lease, or records that the
+// caller's lease had no authority (seed 000, step 7).
+func (s *State) DecideComplete(taskID, leaseID string, now int64) (Decision, error) {
+	t, err := s.findLease(taskID, leaseID)
+	if err != nil {
+		return Decision{}, err
+	}
+	if a := t.AttemptOf(leaseID); a.End == EndCompleted {
+		return Decision{Outcome: ResultCommitted, TaskID: taskID, LeaseID: leaseID, Duplicate: true}, nil
+	}
+	if !t.At(now).holds(leaseID, now) {
+		return cancel(t, leaseID, "lease "+leaseID+" is not current: "+s.whyNotCurrent(t, leaseID, now)), nil
+	}
+	return write(Record{Type: TaskCompleted, TaskID: taskID, LeaseID: leaseID},
+		Decision{Outcome: ResultCommitted, TaskID: taskID, LeaseID: leaseID}), nil
+}
+
+// DecideFail records a failed attempt under the current lease; the task is
+// retried after its backoff or, if permanent or out of attempts, FAILED.
+func (s *State) DecideFail(taskID, leaseID, reason string, permanent bool, now int64) (Decision, error) {
+	if reason == "" {
+		return Decision{}, refuse(InvalidInput, "--reason must say why the attempt failed")
+	}
+	if len(reason) > MaxPayloadBytes {
+		return Decision{}, refuse(InvalidInput, "--reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+	}
+	t, err := s.findLease(taskID, leaseID)
+	if err != nil {
+		return Decision{}, err
+	}
+	if a := t.AttemptOf(leaseID); a.End == EndRetry || a.End == EndFailed {
+		outcome := ResultFailed
+		if a.End == EndRetry {
+			outcome = ResultRetry
+		}
+		return Decision{Outcome: outcome, TaskID: taskID, LeaseID: leaseID, Duplicate: true}, nil
+	}
+	if !t.At(now).holds(leaseID, now) {
+		return cancel(t, leaseID, "lease "+leaseID+" is not current: "+s.whyNotCurrent(t, leaseID, now)), nil
+	}
+	outcome := ResultRetry
+	if t.failureIsFinal(permanent) {
+		outcome = ResultFailed
+	}
+	return write(Record{Type: TaskFailed, TaskID: taskID, LeaseID: leaseID, Reason: reason, Permanent: permanent},
+		Decision{Outcome: outcome, TaskID: taskID, LeaseID: leaseID}), nil
+}
+
+// DecideExpire writes down what time has revoked by now: a LeaseExpired for
+// every current lease whose expiry has passed, and a TaskDead for every task
+// whose window has closed (and that no expiry has ended already).
+func (s *State) DecideExpire(now int64) Decision {
+	d := Decision{Outcome: ResultOK}
+	for _, t := range s.order {
+		switch {
+		case t.State == Leased && t.Lease.Expiry <= now:
+			d.Records = append(d.Records, Record{Type: LeaseExpired, TaskID: t.ID, LeaseID: t.Lease.ID})
+		case !t.State.Terminal() && now >= t.Deadline():
+			d.Records = append(d.Records, Record{Type: TaskDead, TaskID: t.ID, Reason: "execution window closed"})
+		}
+	}
+	return d
+}

@@ -1,0 +1,105 @@
+// Package state is leasewal's functional core: records, how each one changes
+// the state (Apply), what a command means at a given time (Decide…), and the
+// invariants. It is pure and deterministic: no files, no clock, no globals;
+// time is always an argument, in unix milliseconds.
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// RecordType names one kind of WAL record; each is one event of the seeds.
+type RecordType string
+
+// The task record types (seed 004 §4, SPEC §2).
+const (
+	TaskCreated   RecordType = "TaskCreated"
+	LeaseGranted  RecordType = "LeaseGranted"
+	LeaseExtended RecordType = "LeaseExtended"
+	LeaseExpired  RecordType = "LeaseExpired"
+	TaskCompleted RecordType = "TaskCompleted"
+	TaskCancelled RecordType = "TaskCancelled"
+	TaskFailed    RecordType = "TaskFailed"
+	TaskDead      RecordType = "TaskDead"
+)
+
+// Duration is a time.Duration written as Go duration text ("30s") in records,
+// so that a WAL reads like the seeds.
+type Duration time.Duration
+
+// String prints the duration as Go does ("1m30s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as text.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(d.String())
+}
+
+// UnmarshalJSON reads duration text.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Millis converts the duration to milliseconds, the unit of all record times.
+func (d Duration) Millis() int64 { return time.Duration(d).Milliseconds() }
+
+// RetryPolicy says how often and how soon a task is retried.
+type RetryPolicy struct {
+	MaxAttempts int      `json:"max_attempts"`
+	Backoff     Duration `json:"backoff"`
+	BackoffMax  Duration `json:"backoff_max"`
+}
+
+// Record is one WAL record. Every record carries seq, at (unix ms), type and
+// actor; the other fields belong to particular types and are omitted otherwise.
+// actor is for audit only: no decision ever reads it.
+type Record struct {
+	Seq   int64      `json:"seq"`
+	At    int64      `json:"at"`
+	Type  RecordType `json:"type"`
+	Actor string     `json:"actor,omitempty"`
+
+	TaskID      string       `json:"task_id,omitempty"`
+	Payload     string       `json:"payload,omitempty"`
+	Window      Duration     `json:"window,omitempty"`
+	RetryPolicy *RetryPolicy `json:"retry_policy,omitempty"`
+	RequestID   string       `json:"request_id,omitempty"`
+	LeaseID     string       `json:"lease_id,omitempty"`
+	WorkerID    string       `json:"worker_id,omitempty"`
+	Attempt     int          `json:"attempt,omitempty"`
+	Expiry      int64        `json:"expiry,omitempty"`
+	Reason      string       `json:"reason,omitempty"`
+	Permanent   bool         `json:"permanent,omitempty"`
+}
+
+// EncodeRecord returns the record's body as written in the WAL.
+func EncodeRecord(r Record) ([]byte, error) {
+	return json.Marshal(r)
+}
+
+// DecodeRecord parses a record body, refusing unknown fields so that a record
+// from a newer format or a hand edit is never half-understood.
+func DecodeRecord(body []byte) (Record, error) {
+	var r Record
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Record{}, fmt.Errorf("record is not valid JSON of a known shape: %w", err)
+	}
+	if dec.More() {
+		return Record{}, fmt.Errorf("record has trailing data after its JSON object")
+	}
+	return r, nil
+}

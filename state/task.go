@@ -1,0 +1,209 @@
+package state
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// TaskState is one of the five states of seed 004.
+type TaskState string
+
+// The task states. COMPLETED, FAILED and DEAD are terminal.
+const (
+	Waiting   TaskState = "WAITING"
+	Leased    TaskState = "LEASED"
+	Completed TaskState = "COMPLETED"
+	Failed    TaskState = "FAILED"
+	Dead      TaskState = "DEAD"
+)
+
+// Terminal reports whether the state can never change again.
+func (s TaskState) Terminal() bool { return s == Completed || s == Failed || s == Dead }
+
+// ParseTaskState accepts a state name in any case.
+func ParseTaskState(s string) (TaskState, bool) {
+	st := TaskState(strings.ToUpper(s))
+	switch st {
+	case Waiting, Leased, Completed, Failed, Dead:
+		return st, true
+	}
+	return "", false
+}
+
+// Lease is the task's current lease.
+type Lease struct {
+	ID     string
+	Worker string
+	Expiry int64
+}
+
+// How an attempt ended; empty while it is current.
+const (
+	EndCompleted = "completed"
+	EndRetry     = "failed, retry"
+	EndFailed    = "failed"
+	EndExpired   = "expired"
+	EndDead      = "dead"
+)
+
+// Attempt is one lease's story on its task, kept so that repeated calls can
+// get their original answer and so that inspect can show history.
+type Attempt struct {
+	Number    int
+	LeaseID   string
+	Worker    string
+	GrantedAt int64
+	Expiry    int64
+	Extended  []int64 // times of LeaseExtended records
+	End       string
+	EndedAt   int64
+	Reason    string // the worker's reason, for a failure
+	NotBefore int64  // after a retryable failure or an expiry
+}
+
+// Task is one task as the records left it.
+type Task struct {
+	ID        string
+	Payload   string
+	CreatedAt int64
+	Window    Duration
+	Policy    RetryPolicy
+	RequestID string
+
+	State     TaskState
+	Attempt   int
+	Lease     *Lease // non-nil exactly when State is LEASED
+	NotBefore int64
+	EndReason string // why the task became FAILED or DEAD
+
+	Attempts []Attempt
+	Seqs     []int64 // every record about this task, in order
+}
+
+// Deadline is the end of the task's execution window.
+func (t *Task) Deadline() int64 { return t.CreatedAt + t.Window.Millis() }
+
+// backoff is the wait after attempt n: min(backoff·2^(n-1), backoff_max).
+func (p RetryPolicy) backoff(n int) int64 {
+	d, limit := p.Backoff.Millis(), p.BackoffMax.Millis()
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// holds reports whether leaseID is the task's current lease and still valid at at.
+func (t *Task) holds(leaseID string, at int64) bool {
+	return t.State == Leased && t.Lease.ID == leaseID && at < t.Lease.Expiry
+}
+
+// AttemptOf finds the attempt a lease was granted for.
+func (t *Task) AttemptOf(leaseID string) *Attempt {
+	for i := range t.Attempts {
+		if t.Attempts[i].LeaseID == leaseID {
+			return &t.Attempts[i]
+		}
+	}
+	return nil
+}
+
+func (t *Task) current() *Attempt { return &t.Attempts[len(t.Attempts)-1] }
+
+// endLease ends the current attempt and clears the lease.
+func (t *Task) endLease(end string, at int64) *Attempt {
+	a := t.current()
+	a.End, a.EndedAt = end, at
+	t.Lease = nil
+	return a
+}
+
+// failureIsFinal is the TaskFailed rule's choice: a permanent failure, or one
+// on the last allowed attempt, ends the task as FAILED.
+func (t *Task) failureIsFinal(permanent bool) bool {
+	return permanent || t.Attempt >= t.Policy.MaxAttempts
+}
+
+// scheduleRetry puts the task back to WAITING after attempt a, backing off.
+func (t *Task) scheduleRetry(a *Attempt, at int64) {
+	t.State = Waiting
+	t.NotBefore = at + t.Policy.backoff(t.Attempt)
+	a.NotBefore = t.NotBefore
+}
+
+// expireLease is the LeaseExpired rule: the current lease lapses at time at.
+func (t *Task) expireLease(at int64) {
+	a := t.endLease(EndExpired, at)
+	switch {
+	case t.Attempt >= t.Policy.MaxAttempts:
+		t.State, t.EndReason = Dead, "attempts exhausted: lease "+a.LeaseID+" expired"
+	case at >= t.Deadline():
+		t.State, t.EndReason = Dead, "execution window closed"
+	default:
+		t.scheduleRetry(a, at)
+	}
+}
+
+// closeWindow is the TaskDead rule.
+func (t *Task) closeWindow(at int64) {
+	if t.Lease != nil {
+		t.endLease(EndDead, at)
+	}
+	t.State, t.EndReason = Dead, "execution window closed"
+}
+
+// lapsesBy reports whether time alone changes the task by at.
+func (t *Task) lapsesBy(at int64) bool {
+	return (t.State == Leased && t.Lease.Expiry <= at) || (!t.State.Terminal() && at >= t.Deadline())
+}
+
+// lapse applies what the passage of time does without any record: a lease
+// expires at its expiry (seed 000), and a window closes at the deadline. These
+// are the LeaseExpired and TaskDead rules, applied at the moment they happened.
+func (t *Task) lapse(at int64) {
+	if t.State == Leased && t.Lease.Expiry <= at {
+		t.expireLease(t.Lease.Expiry)
+	}
+	if !t.State.Terminal() && at >= t.Deadline() {
+		t.closeWindow(t.Deadline())
+	}
+}
+
+// At returns the task as it stands at time at: the task itself if time changed
+// nothing, otherwise a changed copy (the receiver is never modified).
+func (t *Task) At(at int64) *Task {
+	if !t.lapsesBy(at) {
+		return t
+	}
+	c := *t
+	c.Attempts = slices.Clone(t.Attempts)
+	if t.Lease != nil {
+		l := *t.Lease
+		c.Lease = &l
+	}
+	c.lapse(at)
+	return &c
+}
+
+// leasable says whether a lease may be granted on the task (as it stands at at)
+// and, when not, why.
+func (t *Task) leasable(at int64) (bool, string) {
+	switch {
+	case t.State != Waiting:
+		return false, t.ID + " is " + string(t.State)
+	case at < t.NotBefore:
+		return false, t.ID + " is backing off until its not_before time"
+	case at >= t.Deadline():
+		return false, t.ID + "'s execution window has closed"
+	}
+	return true, ""
+}
+
+// idNumber parses ids of the form <prefix><positive integer>.
+func idNumber(id string, prefix byte) (int64, bool) {
+	if len(id) < 2 || id[0] != prefix || id[1] == '0' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(id[1:], 10, 64)
+	return n, err == nil && n > 0
+}

@@ -1,0 +1,92 @@
+package state
+
+import "fmt"
+
+// Verifier replays records like any command does and, after every record,
+// checks SPEC's invariants against counts it keeps itself, so that a bug in
+// Apply cannot hide behind Apply's own bookkeeping.
+type Verifier struct {
+	State    *State
+	Records  int
+	grants   map[string]int    // LeaseGranted records per task, counted here
+	current  map[string]string // current lease id -> task, as observed after each record
+	held     map[string]string // task -> its current lease id, the inverse of current
+	lastSeen map[string]TaskState
+	lastNum  int64
+}
+
+// NewVerifier starts from an empty WAL.
+func NewVerifier() *Verifier {
+	return &Verifier{State: New(), grants: map[string]int{}, current: map[string]string{}, held: map[string]string{}, lastSeen: map[string]TaskState{}}
+}
+
+// Step applies one record and checks every invariant it could have touched.
+func (v *Verifier) Step(r Record) error {
+	if err := v.State.Apply(r); err != nil {
+		return err
+	}
+	v.Records++
+	if r.Type == LeaseGranted {
+		v.grants[r.TaskID]++
+		n, _ := idNumber(r.LeaseID, 'L')
+		if n <= v.lastNum {
+			return v.fail(r, InvSequence, "lease id %s does not increase on L%d", r.LeaseID, v.lastNum)
+		}
+		v.lastNum = n
+	}
+	t, ok := v.State.tasks[r.TaskID]
+	if !ok {
+		return nil
+	}
+	if err := v.checkTask(r, t); err != nil {
+		return err
+	}
+	// The same task as time alone leaves it at this record's time must obey
+	// the invariants too: implicit transitions are rules like any other.
+	if settled := t.At(r.At); settled != t {
+		return v.checkShape(r, settled)
+	}
+	return nil
+}
+
+func (v *Verifier) checkTask(r Record, t *Task) error {
+	if prev, seen := v.lastSeen[t.ID]; seen && prev.Terminal() && t.State != prev {
+		return v.fail(r, InvTerminal, "%s went from %s to %s", t.ID, prev, t.State)
+	}
+	v.lastSeen[t.ID] = t.State
+	if old, had := v.held[t.ID]; had && (t.Lease == nil || t.Lease.ID != old) {
+		delete(v.current, old)
+		delete(v.held, t.ID)
+	}
+	if t.Lease != nil {
+		if owner, held := v.current[t.Lease.ID]; held && owner != t.ID {
+			return v.fail(r, InvOneLease, "lease %s is current for both %s and %s", t.Lease.ID, owner, t.ID)
+		}
+		if v.State.leaseTask[t.Lease.ID] != t.ID {
+			return v.fail(r, InvOneLease, "%s's current lease %s was granted for %q", t.ID, t.Lease.ID, v.State.leaseTask[t.Lease.ID])
+		}
+		v.current[t.Lease.ID] = t.ID
+		v.held[t.ID] = t.Lease.ID
+	}
+	if t.Attempt != v.grants[t.ID] {
+		return v.fail(r, InvAttempts, "%s has attempt %d after %d LeaseGranted records", t.ID, t.Attempt, v.grants[t.ID])
+	}
+	return v.checkShape(r, t)
+}
+
+// checkShape checks the invariants that hold within one task.
+func (v *Verifier) checkShape(r Record, t *Task) error {
+	switch {
+	case t.State == Leased && t.Lease == nil:
+		return v.fail(r, InvLeaseByState, "%s is LEASED without a lease", t.ID)
+	case t.State != Leased && t.Lease != nil:
+		return v.fail(r, InvLeaseByState, "%s is %s but holds lease %s", t.ID, t.State, t.Lease.ID)
+	case t.Attempt > t.Policy.MaxAttempts:
+		return v.fail(r, InvAttempts, "%s has attempt %d over max_attempts %d", t.ID, t.Attempt, t.Policy.MaxAttempts)
+	}
+	return nil
+}
+
+func (v *Verifier) fail(r Record, invariant, format string, args ...any) error {
+	return &RecordError{Seq: r.Seq, Type: r.Type, Invariant: invariant, Msg: fmt.Sprintf(format, args...)}
+}
