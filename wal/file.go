@@ -65,9 +65,9 @@ type storage interface {
 type Log struct {
 	Path string
 	*Scanned
-	file    *os.File
-	store   storage
-	mode    Mode
+	file  *os.File
+	store storage
+	mode  Mode
 }
 
 // Open opens and locks an existing WAL and scans it. A missing file is
