@@ -1,0 +1,76 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// t0 is 2026-01-01T00:00:00Z, the start of every test story.
+const t0 = int64(1767225600000)
+
+func sec(n float64) int64 { return t0 + int64(n*1000) }
+
+func policy(maxAttempts int, backoff, backoffMax time.Duration) *RetryPolicy {
+	return &RetryPolicy{MaxAttempts: maxAttempts, Backoff: Duration(backoff), BackoffMax: Duration(backoffMax)}
+}
+
+func created(id string, at int64, window time.Duration, p *RetryPolicy) Record {
+	return Record{At: at, Type: TaskCreated, TaskID: id, Payload: "P", Window: Duration(window), RetryPolicy: p, RequestID: "R-" + id}
+}
+
+func granted(task, lease, worker string, attempt int, at, expiry int64) Record {
+	return Record{At: at, Type: LeaseGranted, TaskID: task, LeaseID: lease, WorkerID: worker, Attempt: attempt, Expiry: expiry}
+}
+
+func extended(task, lease string, at, expiry int64) Record {
+	return Record{At: at, Type: LeaseExtended, TaskID: task, LeaseID: lease, Expiry: expiry}
+}
+
+func onLease(typ RecordType, task, lease string, at int64) Record {
+	return Record{At: at, Type: typ, TaskID: task, LeaseID: lease}
+}
+
+func failed(task, lease string, at int64, permanent bool) Record {
+	return Record{At: at, Type: TaskFailed, TaskID: task, LeaseID: lease, Reason: "boom", Permanent: permanent}
+}
+
+func dead(task string, at int64) Record {
+	return Record{At: at, Type: TaskDead, TaskID: task, Reason: "execution window closed"}
+}
+
+// applyAll numbers the records and applies them through a Verifier, failing
+// the test on any refusal or broken invariant.
+func applyAll(t *testing.T, recs ...Record) *Verifier {
+	t.Helper()
+	v := NewVerifier()
+	for i, r := range recs {
+		r.Seq = int64(i + 1)
+		if err := v.Step(r); err != nil {
+			t.Fatalf("record %d: %v", i+1, err)
+		}
+	}
+	return v
+}
+
+// next numbers r as the record after the state's last.
+func next(s *State, r Record) Record {
+	r.Seq = s.LastSeq() + 1
+	return r
+}
+
+// snapshot renders everything a State holds, for before/after comparisons.
+func snapshot(s *State) string {
+	b, err := json.Marshal(struct {
+		Tasks                      []*Task
+		Submits                    map[string]*Task
+		LeaseRequests              string
+		LeaseTask                  map[string]string
+		Seq, At, LeaseNum, TaskNum int64
+	}{s.order, s.submits, fmt.Sprint(s.leaseRequests), s.leaseTask, s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
