@@ -124,7 +124,9 @@ func TestLeaseCappedAtDeadline(t *testing.T) {
 func TestCompleteAndFailAnswers(t *testing.T) {
 	s := New()
 	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
-	run(t, s, t0, func() (Decision, error) { return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0) })
+	run(t, s, t0, func() (Decision, error) {
+		return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0)
+	})
 	f := run(t, s, sec(1), func() (Decision, error) { return s.DecideFail("T1", "L1", "boom", false, sec(1)) })
 	if f.Outcome != ResultRetry || len(f.Records) != 1 {
 		t.Fatalf("fail: %+v", f)
@@ -135,7 +137,9 @@ func TestCompleteAndFailAnswers(t *testing.T) {
 	if late := run(t, s, sec(3), func() (Decision, error) { return s.DecideComplete("T1", "L1", sec(3)) }); late.Outcome != ResultCancelled || late.Records[0].Type != TaskCancelled {
 		t.Fatalf("complete under a failed lease: %+v", late)
 	}
-	run(t, s, sec(4), func() (Decision, error) { return s.DecideLease(LeaseRequest{Worker: "W2", Duration: 30 * time.Second}, sec(4)) })
+	run(t, s, sec(4), func() (Decision, error) {
+		return s.DecideLease(LeaseRequest{Worker: "W2", Duration: 30 * time.Second}, sec(4))
+	})
 	c := run(t, s, sec(5), func() (Decision, error) { return s.DecideComplete("T1", "L2", sec(5)) })
 	if c.Outcome != ResultCommitted || c.Duplicate {
 		t.Fatalf("complete: %+v", c)
@@ -157,7 +161,9 @@ func TestCompleteAndFailAnswers(t *testing.T) {
 func TestExtendCancelledWritesNothing(t *testing.T) {
 	s := New()
 	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
-	run(t, s, t0, func() (Decision, error) { return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0) })
+	run(t, s, t0, func() (Decision, error) {
+		return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0)
+	})
 	if d := run(t, s, sec(10), func() (Decision, error) { return s.DecideExtend("T1", "L1", time.Minute, sec(10)) }); d.Outcome != ResultExtended {
 		t.Fatalf("extend: %+v", d)
 	}
@@ -176,7 +182,9 @@ func TestExpireWritesWhatTimeRevoked(t *testing.T) {
 	short.Window = Duration(time.Minute)
 	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
 	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(short) })
-	run(t, s, t0, func() (Decision, error) { return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0) })
+	run(t, s, t0, func() (Decision, error) {
+		return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0)
+	})
 	d := run(t, s, sec(60), func() (Decision, error) { return s.DecideExpire(sec(60)), nil })
 	if len(d.Records) != 2 || d.Records[0].Type != LeaseExpired || d.Records[1].Type != TaskDead {
 		t.Fatalf("expire: %+v", d.Records)
