@@ -45,6 +45,9 @@ type globals struct {
 	nowFlag     string
 	configFile  string
 	noColor     bool
+	// resolved is set once flags and configuration are read: an error before
+	// then (unknown command, missing required flag) is a usage error.
+	resolved bool
 }
 
 // Main runs leasewal with args and returns the process exit code. It never
@@ -67,9 +70,16 @@ func newRoot(g *globals) *cobra.Command {
 		Long: `leasewal hands tasks to workers under leases, one command per invocation.
 Every invocation locks the WAL, replays it, decides one operation at --now,
 appends one checksummed record with fsync, prints the outcome and exits.`,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		PersistentPreRunE: func(*cobra.Command, []string) error { return g.resolve() },
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			// cobra checks required flags only after this hook; check them
+			// first so that a missing one is reported as bad usage (exit 2).
+			if err := c.ValidateRequiredFlags(); err != nil {
+				return usageErr("%v; see 'leasewal %s --help'", err, c.Name())
+			}
+			return g.resolve()
+		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 	pf := root.PersistentFlags()
@@ -121,6 +131,7 @@ func (g *globals) resolve() error {
 		g.nowFlag = g.getenv("LEASEWAL_NOW")
 	}
 	g.color = !g.noColor && g.getenv("NO_COLOR") == "" && isTerminal(g.stdout)
+	g.resolved = true
 	return nil
 }
 
@@ -181,6 +192,13 @@ func (g *globals) finish(err error) int {
 	var oe *outcomeExit
 	if errors.As(err, &oe) {
 		return oe.code
+	}
+	if g.output == "" {
+		g.output = strings.ToLower(g.v.GetString("output"))
+	}
+	var usage *usageError
+	if !g.resolved && !errors.As(err, &usage) {
+		err = &usageError{msg: err.Error() + "; see 'leasewal --help'"}
 	}
 	c := classify(err)
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")

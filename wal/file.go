@@ -78,6 +78,9 @@ func Open(path string, mode Mode, lockTimeout time.Duration) (*Log, error) {
 		flags = os.O_RDWR
 	}
 	f, err := os.OpenFile(path, flags, 0)
+	if errors.Is(err, unix.EISDIR) {
+		return nil, &NotRegularError{Path: path}
+	}
 	if err != nil {
 		return nil, err
 	}
