@@ -1,0 +1,40 @@
+// Package scenarios runs the end-to-end stories in this folder against a
+// freshly built leasewal binary.
+package scenarios
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+func TestScenarios(t *testing.T) {
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "leasewal"), "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building leasewal: %v\n%s", err, out)
+	}
+	scripts, _ := filepath.Glob("*.sh")
+	ran := 0
+	for _, script := range scripts {
+		if script == "lib.sh" {
+			continue
+		}
+		ran++
+		t.Run(script, func(t *testing.T) {
+			cmd := exec.Command("bash", script)
+			cmd.Env = append(os.Environ(),
+				"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+				"TMPDIR="+t.TempDir(), "LEASEWAL_WAL=", "LEASEWAL_ACTOR=scenario", "NO_COLOR=1")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s failed: %v\n%s", script, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no scenario ran")
+	}
+}
