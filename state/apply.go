@@ -198,14 +198,31 @@ func (s *State) subject(r Record) (*Task, error) {
 	return t, nil
 }
 
-// ownLease checks that r's lease was granted for r's task.
-func (s *State) ownLease(r Record) error {
+// leaseSubject finds the record's task and checks that the record's lease
+// was granted for it.
+func (s *State) leaseSubject(r Record) (*Task, error) {
+	t, err := s.subject(r)
+	if err != nil {
+		return nil, err
+	}
 	owner, ok := s.leaseTask[r.LeaseID]
 	if !ok {
-		return breaks(InvOneLease, "lease %q was never granted", r.LeaseID)
+		return nil, breaks(InvOneLease, "lease %q was never granted", r.LeaseID)
 	}
 	if owner != r.TaskID {
-		return breaks(InvOneLease, "lease %s belongs to %s, not %s", r.LeaseID, owner, r.TaskID)
+		return nil, breaks(InvOneLease, "lease %s belongs to %s, not %s", r.LeaseID, owner, r.TaskID)
+	}
+	return t, nil
+}
+
+// requireAuthority is the precondition of a worker's verdict (TaskCompleted,
+// TaskFailed): the record's lease is the task's current, unexpired lease.
+func requireAuthority(t *Task, r Record) error {
+	if t.State.Terminal() {
+		return breaks(InvTerminal, "%s is already %s", t.ID, t.State)
+	}
+	if !t.holds(r.LeaseID, r.At) {
+		return invalid("lease %s is not the current valid lease of %s; a verdict under it must be TaskCancelled", r.LeaseID, t.ID)
 	}
 	return nil
 }
@@ -267,11 +284,8 @@ func (s *State) applyGranted(r Record) error {
 }
 
 func (s *State) applyExtended(r Record) error {
-	t, err := s.subject(r)
+	t, err := s.leaseSubject(r)
 	if err != nil {
-		return err
-	}
-	if err := s.ownLease(r); err != nil {
 		return err
 	}
 	if !t.holds(r.LeaseID, r.At) {
@@ -289,11 +303,8 @@ func (s *State) applyExtended(r Record) error {
 }
 
 func (s *State) applyExpired(r Record) error {
-	t, err := s.subject(r)
+	t, err := s.leaseSubject(r)
 	if err != nil {
-		return err
-	}
-	if err := s.ownLease(r); err != nil {
 		return err
 	}
 	if t.State != Leased || t.Lease.ID != r.LeaseID {
@@ -308,18 +319,12 @@ func (s *State) applyExpired(r Record) error {
 }
 
 func (s *State) applyCompleted(r Record) error {
-	t, err := s.subject(r)
+	t, err := s.leaseSubject(r)
 	if err != nil {
 		return err
 	}
-	if err := s.ownLease(r); err != nil {
+	if err := requireAuthority(t, r); err != nil {
 		return err
-	}
-	if t.State.Terminal() {
-		return breaks(InvTerminal, "%s is already %s", t.ID, t.State)
-	}
-	if !t.holds(r.LeaseID, r.At) {
-		return invalid("lease %s is not the current valid lease of %s; a completion under it must be TaskCancelled", r.LeaseID, t.ID)
 	}
 	commit(t, t, r.Seq)
 	t.endLease(EndCompleted, r.At)
@@ -328,11 +333,8 @@ func (s *State) applyCompleted(r Record) error {
 }
 
 func (s *State) applyCancelled(r Record) error {
-	t, err := s.subject(r)
+	t, err := s.leaseSubject(r)
 	if err != nil {
-		return err
-	}
-	if err := s.ownLease(r); err != nil {
 		return err
 	}
 	if t.holds(r.LeaseID, r.At) {
@@ -343,18 +345,12 @@ func (s *State) applyCancelled(r Record) error {
 }
 
 func (s *State) applyFailed(r Record) error {
-	t, err := s.subject(r)
+	t, err := s.leaseSubject(r)
 	if err != nil {
 		return err
 	}
-	if err := s.ownLease(r); err != nil {
+	if err := requireAuthority(t, r); err != nil {
 		return err
-	}
-	if t.State.Terminal() {
-		return breaks(InvTerminal, "%s is already %s", t.ID, t.State)
-	}
-	if !t.holds(r.LeaseID, r.At) {
-		return invalid("lease %s is not the current valid lease of %s; a failure under it must be TaskCancelled", r.LeaseID, t.ID)
 	}
 	if r.Reason == "" {
 		return invalid("a failure needs a reason")
