@@ -24,10 +24,14 @@ type State struct {
 	leaseRequests map[string]leaseRequest
 	leaseTask     map[string]string // every lease ever granted -> its task
 
+	domains     map[string]*Domain
+	domainOrder []*Domain
+
 	lastSeq      int64
 	lastAt       int64
 	lastLeaseNum int64
 	lastTaskNum  int64
+	lastTokenNum int64
 }
 
 // New returns the state of an empty WAL.
@@ -37,6 +41,7 @@ func New() *State {
 		submits:       map[string]*Task{},
 		leaseRequests: map[string]leaseRequest{},
 		leaseTask:     map[string]string{},
+		domains:       map[string]*Domain{},
 	}
 }
 
@@ -103,6 +108,14 @@ func (s *State) applyTyped(r Record) error {
 		return s.applyFailed(r)
 	case TaskDead:
 		return s.applyDead(r)
+	case WorkAcquired:
+		return s.applyWorkAcquired(r)
+	case WorkEnqueued:
+		return s.applyWorkEnqueued(r)
+	case WorkSucceeded:
+		return s.applyWorkSucceeded(r)
+	case WorkFailed:
+		return s.applyWorkFailed(r)
 	}
 	return invalid("unknown record type %q", r.Type)
 }

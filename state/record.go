@@ -82,6 +82,15 @@ type Record struct {
 	Expiry      int64        `json:"expiry,omitempty"`
 	Reason      string       `json:"reason,omitempty"`
 	Permanent   bool         `json:"permanent,omitempty"`
+
+	Domain     string `json:"domain,omitempty"`
+	Offset     *int64 `json:"offset,omitempty"`
+	Token      string `json:"token,omitempty"`
+	AcquiredAt int64  `json:"acquired_at,omitempty"`
+	RetryCount int    `json:"retry_count,omitempty"`
+	Outcome    string `json:"outcome,omitempty"`
+	Hint       *int64 `json:"hint,omitempty"`
+	MaxRetries *int   `json:"max_retries,omitempty"`
 }
 
 // EncodeRecord returns the record's body as written in the WAL.

@@ -13,11 +13,15 @@ type Verifier struct {
 	held     map[string]string // task -> its current lease id, the inverse of current
 	lastSeen map[string]TaskState
 	lastNum  int64
+
+	tokens    map[string]WorkLease // every work token seen -> the lease it first named
+	terminals map[string]int       // per domain, processed+failed as last seen
 }
 
 // NewVerifier starts from an empty WAL.
 func NewVerifier() *Verifier {
-	return &Verifier{State: New(), grants: map[string]int{}, current: map[string]string{}, held: map[string]string{}, lastSeen: map[string]TaskState{}}
+	return &Verifier{State: New(), grants: map[string]int{}, current: map[string]string{}, held: map[string]string{}, lastSeen: map[string]TaskState{},
+		tokens: map[string]WorkLease{}, terminals: map[string]int{}}
 }
 
 // Step applies one record and checks every invariant it could have touched.
@@ -33,6 +37,9 @@ func (v *Verifier) Step(r Record) error {
 			return v.fail(r, InvSequence, "lease id %s does not increase on L%d", r.LeaseID, v.lastNum)
 		}
 		v.lastNum = n
+	}
+	if d, ok := v.State.domains[r.Domain]; ok {
+		return v.checkDomain(r, d)
 	}
 	t, ok := v.State.tasks[r.TaskID]
 	if !ok {
@@ -89,4 +96,36 @@ func (v *Verifier) checkShape(r Record, t *Task) error {
 
 func (v *Verifier) fail(r Record, invariant, format string, args ...any) error {
 	return &RecordError{Seq: r.Seq, Type: r.Type, Invariant: invariant, Msg: fmt.Sprintf(format, args...)}
+}
+
+// checkDomain checks seed 003's invariants for the domain a record touched.
+func (v *Verifier) checkDomain(r Record, d *Domain) error {
+	seen := map[int64]bool{}
+	for _, off := range d.Backlog {
+		switch {
+		case seen[off]:
+			return v.fail(r, WorkInvDisjoint, "offset %d is twice in domain %q's backlog", off, d.Name)
+		case d.terminal(off):
+			return v.fail(r, WorkInvDisjoint, "offset %d is both queued and terminal in domain %q", off, d.Name)
+		}
+		seen[off] = true
+	}
+	if l := d.Lease; l != nil {
+		if seen[l.Offset] || d.terminal(l.Offset) {
+			return v.fail(r, WorkInvDisjoint, "in-flight offset %d of domain %q is also queued or terminal", l.Offset, d.Name)
+		}
+		first, known := v.tokens[l.Token]
+		if !known {
+			v.tokens[l.Token] = *l
+		} else if first.Offset != l.Offset || first.AcquiredAt != l.AcquiredAt {
+			return v.fail(r, WorkInvMonitor, "token %s first held offset %d acquired at %d, now %d acquired at %d",
+				l.Token, first.Offset, first.AcquiredAt, l.Offset, l.AcquiredAt)
+		}
+	}
+	terminals := len(d.Processed) + len(d.Failed)
+	if terminals < v.terminals[d.Name] {
+		return v.fail(r, WorkInvIdempotence, "domain %q lost terminal offsets", d.Name)
+	}
+	v.terminals[d.Name] = terminals
+	return nil
 }
