@@ -22,12 +22,13 @@ func usageErr(format string, args ...any) error {
 // damageError is a WAL that cannot be trusted: a record that does not decode
 // or breaks a rule. seq names the record.
 type damageError struct {
-	seq int64
-	err error
+	seq    int64
+	offset int64
+	err    error
 }
 
 func (e *damageError) Error() string {
-	return fmt.Sprintf("the WAL is damaged: %v; nothing was changed (run 'leasewal verify' for details; see the README's crash-safety section)", e.err)
+	return fmt.Sprintf("the WAL is damaged at record %d (byte offset %d): %v; nothing was changed: restore the WAL from a copy, since leasewal never drops acknowledged records", e.seq, e.offset, e.err)
 }
 
 func (e *damageError) Unwrap() error { return e.err }
@@ -54,6 +55,7 @@ func classify(err error) class {
 		usage    *usageError
 		notFile  *wal.NotRegularError
 		mismatch *expectMismatch
+		contract *state.ContractError
 	)
 	switch {
 	case errors.As(err, &usage):
@@ -65,6 +67,8 @@ func classify(err error) class {
 		default:
 			return class{code: ExitUsage, kind: string(refusal.Kind)}
 		}
+	case errors.As(err, &contract):
+		return class{code: ExitContract, kind: string(contract.Kind)}
 	case errors.As(err, &walDmg):
 		seq := int64(walDmg.Index)
 		return class{code: ExitDamaged, kind: "DamagedWAL", seq: &seq}

@@ -116,7 +116,7 @@ func (s *session) stateUntil(seq int64) (*state.State, int64, error) {
 	st := state.New()
 	for _, r := range s.records[:seq] {
 		if err := st.Apply(r); err != nil {
-			return nil, 0, &damageError{seq: r.Seq, err: err}
+			return nil, 0, fmt.Errorf("internal error: replaying to record %d: %w", seq, err)
 		}
 	}
 	return st, s.records[seq-1].At, nil

@@ -39,16 +39,13 @@ Writes nothing.`,
 // record, with its times as RFC 3339 instead of unix milliseconds.
 type logEntry struct {
 	state.Record
-	At     string `json:"at"`
-	Expiry string `json:"expiry,omitempty"`
+	At         string `json:"at"`
+	Expiry     string `json:"expiry,omitempty"`
+	AcquiredAt string `json:"acquired_at,omitempty"`
 }
 
 func newLogEntry(r state.Record) logEntry {
-	e := logEntry{Record: r, At: state.FormatTime(r.At)}
-	if r.Expiry != 0 {
-		e.Expiry = state.FormatTime(r.Expiry)
-	}
-	return e
+	return logEntry{Record: r, At: state.FormatTime(r.At), Expiry: optTime(r.Expiry), AcquiredAt: optTime(r.AcquiredAt)}
 }
 
 func runLog(g *globals, o *logOptions) error {
@@ -112,6 +109,16 @@ func details(e logEntry) string {
 	add("reason", e.Reason)
 	if e.Permanent {
 		add("permanent", "true")
+	}
+	if e.Domain != "" {
+		add("domain", fmt.Sprintf("%q", e.Domain))
+		add("offset", optInt(e.Offset))
+		add("token", e.Token)
+		add("outcome", e.Outcome)
+		if e.RetryCount > 0 {
+			add("retry_count", fmt.Sprint(e.RetryCount))
+		}
+		add("hint", optInt(e.Hint))
 	}
 	return strings.Join(parts, " ")
 }

@@ -101,6 +101,7 @@ appends one checksummed record with fsync, prints the outcome and exits.`,
 		newSubmitCmd(g), newLeaseCmd(g), newExtendCmd(g), newHeartbeatCmd(g),
 		newCompleteCmd(g), newFailCmd(g), newExpireCmd(g),
 		newInspectCmd(g), newLogCmd(g), newVerifyCmd(g), newRepairCmd(g),
+		newWorkleaseCmd(g),
 	)
 	return root
 }

@@ -58,11 +58,11 @@ func (s *session) replay(step func(state.Record) error) error {
 	s.records = make([]state.Record, 0, len(s.log.Frames))
 	for _, f := range s.log.Frames {
 		r, err := state.DecodeRecord(f.Body)
-		if err != nil {
-			return &damageError{seq: int64(f.Index), err: fmt.Errorf("record %d at byte offset %d: %w", f.Index, f.Offset, err)}
+		if err == nil {
+			err = step(r)
 		}
-		if err := step(r); err != nil {
-			return &damageError{seq: int64(f.Index), err: fmt.Errorf("at byte offset %d: %w", f.Offset, err)}
+		if err != nil {
+			return &damageError{seq: int64(f.Index), offset: f.Offset, err: err}
 		}
 		s.records = append(s.records, r)
 	}

@@ -1,0 +1,249 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"leasewal/state"
+)
+
+func newWorkleaseCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "worklease",
+		Short: "Per-domain FIFO work leases with fencing tokens (seed 003)",
+		Long: `One in-flight offset per domain under a fencing token, a FIFO backlog without
+duplicates, and terminal sets of processed and failed offsets, kept in the same
+WAL under the same lock as the tasks. The orchestrator that calls these owns
+backoff timing; succeed and fail only hint at the backlog's head and never hand off.`,
+	}
+	c.AddCommand(newWorkAcquireCmd(g), newWorkSucceedCmd(g), newWorkFailCmd(g), newWorkInspectCmd(g))
+	return c
+}
+
+// workView is the JSON answer of acquire, succeed and fail.
+type workView struct {
+	Result     state.Outcome `json:"result"`
+	Domain     string        `json:"domain"`
+	Offset     *int64        `json:"offset,omitempty"`
+	Token      string        `json:"token,omitempty"`
+	RetryCount int           `json:"retry_count,omitempty"`
+	Processed  *int64        `json:"processed,omitempty"`
+	Failed     *int64        `json:"failed,omitempty"`
+}
+
+// newWorkView renders a decision; for succeed and fail, offset is the hint
+// and the finished offset is named processed or failed.
+func newWorkView(d state.WorkDecision) workView {
+	v := workView{Result: d.Outcome, Domain: d.Domain, Offset: &d.Offset, Token: d.Token}
+	switch d.Outcome {
+	case state.ResultNoBacklog, state.ResultNextHint:
+		v.Processed, v.Offset = &d.Offset, d.Hint
+	case state.ResultGiveUpNoBacklog, state.ResultGiveUpNextHint:
+		v.Failed, v.Offset = &d.Offset, d.Hint
+	case state.ResultRetryScheduled:
+		v.RetryCount = d.Retries
+	}
+	return v
+}
+
+// runWork decides a work-lease call, commits its record if it has one, and
+// prints the answer.
+func runWork(g *globals, decide func(s *session) (state.WorkDecision, error)) error {
+	return g.write(func(s *session) error {
+		d, err := decide(s)
+		if err != nil {
+			return err
+		}
+		if d.Record != nil {
+			if err := s.commit([]state.Record{*d.Record}); err != nil {
+				return err
+			}
+		}
+		v := newWorkView(d)
+		g.emit(v, func(w io.Writer, p palette) {
+			retries := ""
+			if v.RetryCount > 0 {
+				retries = fmt.Sprint(v.RetryCount)
+			}
+			fields(w, "result", p.word(string(v.Result)), "domain", v.Domain, "offset", optInt(v.Offset),
+				"token", v.Token, "retry count", retries, "processed", optInt(v.Processed), "failed", optInt(v.Failed))
+		})
+		return nil
+	})
+}
+
+func optInt(p *int64) string {
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprint(*p)
+}
+
+func newWorkAcquireCmd(g *globals) *cobra.Command {
+	var domain string
+	var offset int64
+	c := &cobra.Command{
+		Use:   "acquire --domain D --offset N",
+		Short: "Try to acquire an offset (writes WorkAcquired or WorkEnqueued)",
+		Long: `Seed 003's tryAcquire. A terminal offset: ALREADY_PROCESSED or ALREADY_FAILED.
+While another offset is in flight: ENQUEUED at the backlog's tail (WorkEnqueued;
+nothing is written if it is queued already). The in-flight offset again:
+ALREADY_ACQUIRED with its token. With no lease: ACQUIRED with a new fencing
+token (WorkAcquired), taking the backlog's head if there is a backlog; any other
+offset then is a BacklogOrdering error, exit 7, and nothing is written.`,
+		Example: `  leasewal worklease acquire --domain orders --offset 41`,
+		Args:    cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return runWork(g, func(s *session) (state.WorkDecision, error) { return s.st.DecideAcquire(domain, offset) })
+		},
+	}
+	c.Flags().StringVar(&domain, "domain", "", "the domain (any text; required)")
+	c.Flags().Int64Var(&offset, "offset", -1, "the offset, 0 or more (required)")
+	_ = c.MarkFlagRequired("domain")
+	_ = c.MarkFlagRequired("offset")
+	return c
+}
+
+func newWorkSucceedCmd(g *globals) *cobra.Command {
+	var domain, token string
+	c := &cobra.Command{
+		Use:   "succeed --domain D --token K",
+		Short: "Mark the in-flight offset processed (writes WorkSucceeded)",
+		Long: `Seed 003's succeed: the in-flight offset becomes processed and the lease is
+cleared. The answer is NO_BACKLOG, or NEXT_HINT with the backlog's head, which is
+not handed off: acquire it next. No lease: LeaseNotFound; another token:
+TokenMismatch; both exit 7 and write nothing.`,
+		Example: `  leasewal worklease succeed --domain orders --token K3`,
+		Args:    cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return runWork(g, func(s *session) (state.WorkDecision, error) { return s.st.DecideSucceed(domain, token) })
+		},
+	}
+	c.Flags().StringVar(&domain, "domain", "", "the domain (required)")
+	c.Flags().StringVar(&token, "token", "", "the token acquire returned (required)")
+	_ = c.MarkFlagRequired("domain")
+	_ = c.MarkFlagRequired("token")
+	return c
+}
+
+func newWorkFailCmd(g *globals) *cobra.Command {
+	var domain, token string
+	var maxRetries int
+	c := &cobra.Command{
+		Use:   "fail --domain D --token K [--max-retries 3]",
+		Short: "Report a failed try of the in-flight offset (writes WorkFailed)",
+		Long: `Seed 003's fail. While retry_count is below --max-retries: RETRY_SCHEDULED with
+the new retry_count, and the lease is kept (acquired_at never changes; the
+orchestrator computes its backoff from it). Otherwise the offset becomes failed,
+the lease is cleared, and the answer is GIVE_UP_NO_BACKLOG or GIVE_UP_NEXT_HINT
+with the backlog's head. The decision is written into the record, so replay never
+reads --max-retries (config key worklease.max_retries, env
+LEASEWAL_WORKLEASE_MAX_RETRIES).`,
+		Example: `  leasewal worklease fail --domain orders --token K3 --max-retries 5`,
+		Args:    cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			limit := g.v.GetInt("worklease.max_retries")
+			return runWork(g, func(s *session) (state.WorkDecision, error) {
+				return s.st.DecideWorkFail(domain, token, limit)
+			})
+		},
+	}
+	c.Flags().StringVar(&domain, "domain", "", "the domain (required)")
+	c.Flags().StringVar(&token, "token", "", "the token acquire returned (required)")
+	c.Flags().IntVar(&maxRetries, "max-retries", 3, "fails allowed before giving up")
+	_ = c.MarkFlagRequired("domain")
+	_ = c.MarkFlagRequired("token")
+	_ = g.v.BindPFlag("worklease.max_retries", c.Flags().Lookup("max-retries"))
+	return c
+}
+
+type workLeaseView struct {
+	Offset     int64  `json:"offset"`
+	Token      string `json:"token"`
+	AcquiredAt string `json:"acquired_at"`
+	RetryCount int    `json:"retry_count"`
+}
+
+type domainView struct {
+	Domain    string         `json:"domain"`
+	Lease     *workLeaseView `json:"lease"`
+	Backlog   []int64        `json:"backlog"`
+	Processed []int64        `json:"processed"`
+	Failed    []int64        `json:"failed"`
+}
+
+type workInspectView struct {
+	Result  state.Outcome `json:"result"`
+	Domains []domainView  `json:"domains"`
+}
+
+func newWorkInspectCmd(g *globals) *cobra.Command {
+	var domain string
+	c := &cobra.Command{
+		Use:   "inspect [--domain D]",
+		Short: "Show each domain's lease, backlog (in order), processed and failed offsets",
+		Long: `Show every domain, or one: its lease (offset, token, acquired_at, retry_count),
+its backlog in FIFO order, and its processed and failed offsets. Writes nothing.
+An unknown --domain: exit 4.`,
+		Example: `  leasewal worklease inspect --domain orders -o json`,
+		Args:    cobra.NoArgs,
+		RunE:    func(*cobra.Command, []string) error { return runWorkInspect(g, domain) },
+	}
+	c.Flags().StringVar(&domain, "domain", "", "only this domain")
+	return c
+}
+
+func sortedOffsets(set map[int64]bool) []int64 {
+	out := make([]int64, 0, len(set))
+	for off := range set {
+		out = append(out, off)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func viewDomain(d *state.Domain) domainView {
+	v := domainView{Domain: d.Name, Backlog: append([]int64{}, d.Backlog...), Processed: sortedOffsets(d.Processed), Failed: sortedOffsets(d.Failed)}
+	if l := d.Lease; l != nil {
+		v.Lease = &workLeaseView{Offset: l.Offset, Token: l.Token, AcquiredAt: state.FormatTime(l.AcquiredAt), RetryCount: l.RetryCount}
+	}
+	return v
+}
+
+func runWorkInspect(g *globals, only string) error {
+	return g.read(func(s *session) error {
+		v := workInspectView{Result: state.ResultOK, Domains: []domainView{}}
+		for _, d := range s.st.Domains() {
+			if only == "" || d.Name == only {
+				v.Domains = append(v.Domains, viewDomain(d))
+			}
+		}
+		if only != "" && len(v.Domains) == 0 {
+			return &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown domain %q; 'leasewal worklease inspect' lists the domains", only)}
+		}
+		g.emit(v, func(w io.Writer, p palette) {
+			t := newTable(w, "DOMAIN", "IN FLIGHT", "TOKEN", "ACQUIRED AT", "RETRIES", "BACKLOG (FIFO)", "PROCESSED", "FAILED")
+			for _, d := range v.Domains {
+				inFlight, token, at, retries := "-", "", "", ""
+				if l := d.Lease; l != nil {
+					inFlight, token, at, retries = fmt.Sprint(l.Offset), l.Token, l.AcquiredAt, fmt.Sprint(l.RetryCount)
+				}
+				_ = t.Append(d.Domain, inFlight, token, at, retries, joinOffsets(d.Backlog), joinOffsets(d.Processed), joinOffsets(d.Failed))
+			}
+			_ = t.Render()
+		})
+		return nil
+	})
+}
+
+func joinOffsets(offs []int64) string {
+	parts := make([]string, len(offs))
+	for i, o := range offs {
+		parts[i] = fmt.Sprint(o)
+	}
+	return strings.Join(parts, " ")
+}
