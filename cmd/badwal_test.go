@@ -58,7 +58,7 @@ func TestBadWALs(t *testing.T) {
 	for _, c := range badWALs {
 		t.Run(c.name, func(t *testing.T) {
 			built := filepath.Join(t.TempDir(), c.name+".wal")
-			l, err := wal.Create(built, []byte(c.bodies[0]))
+			l, err := wal.Create(built, []byte(c.bodies[0]), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+
+	"leasewal/wal"
 )
 
 // Exit codes: the scripting contract of SPEC §4.
@@ -45,6 +47,7 @@ type globals struct {
 	nowFlag     string
 	configFile  string
 	noColor     bool
+	fault       *wal.Fault // LEASEWAL_FAILPOINT: set by crash tests only
 	// resolved is set once flags and configuration are read: an error before
 	// then (unknown command, missing required flag) is a usage error.
 	resolved bool
@@ -130,6 +133,11 @@ func (g *globals) resolve() error {
 	}
 	if g.nowFlag == "" {
 		g.nowFlag = g.getenv("LEASEWAL_NOW")
+	}
+	if spec := g.getenv("LEASEWAL_FAILPOINT"); spec != "" {
+		if g.fault, err = wal.ParseFault(spec); err != nil {
+			return usageErr("LEASEWAL_FAILPOINT: %v", err)
+		}
 	}
 	g.color = !g.noColor && g.getenv("NO_COLOR") == "" && isTerminal(g.stdout)
 	g.resolved = true

@@ -60,7 +60,7 @@ func rawAppend(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	path := ts.MkAbs(args[0])
 	if _, err := os.Stat(path); os.IsNotExist(err) {
-		l, err := wal.Create(path, []byte(args[1]))
+		l, err := wal.Create(path, []byte(args[1]), nil)
 		ts.Check(err)
 		ts.Check(l.Close())
 		return

@@ -26,7 +26,14 @@ type session struct {
 // replays every record through state.Apply, and resolves --now. A missing WAL
 // is an empty history.
 func (g *globals) openSession(mode wal.Mode) (*session, error) {
-	s := &session{g: g, st: state.New()}
+	st := state.New()
+	return g.openReplaying(mode, st, st.Apply)
+}
+
+// openReplaying is openSession with the state to build and the step that
+// applies each record to it (verify passes its Verifier's).
+func (g *globals) openReplaying(mode wal.Mode, st *state.State, step func(state.Record) error) (*session, error) {
+	s := &session{g: g, st: st}
 	log, err := wal.Open(g.walPath, mode, g.lockTimeout)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -34,7 +41,8 @@ func (g *globals) openSession(mode wal.Mode) (*session, error) {
 		return nil, g.walOpenError(err)
 	default:
 		s.log = log
-		if err := s.replay(func(r state.Record) error { return s.st.Apply(r) }); err != nil {
+		log.Inject(g.fault)
+		if err := s.replay(step); err != nil {
 			s.close()
 			return nil, err
 		}
@@ -113,7 +121,7 @@ func (s *session) commit(recs []state.Record) error {
 
 func (s *session) append(body []byte) error {
 	if s.log == nil {
-		log, err := wal.Create(s.g.walPath, body)
+		log, err := wal.Create(s.g.walPath, body, s.g.fault)
 		if err != nil {
 			return err
 		}

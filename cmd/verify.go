@@ -58,14 +58,14 @@ func runVerify(g *globals, expectFile string) error {
 		return usageErr("no WAL to verify at %s: %v; check --wal", g.walPath, unwrapPathErr(err))
 	}
 	v := state.NewVerifier()
-	s, err := g.openVerified(v)
+	s, err := g.openReplaying(wal.Read, v.State, v.Step)
 	if err != nil {
 		return err
 	}
 	defer s.close()
 	got, _ := buildInspect(s.st, s.now, nil, "")
 	out := verifyView{Result: state.ResultOK, Records: v.Records, Tasks: len(got.Tasks), Counts: got.Counts}
-	if s.log.Torn != nil {
+	if s.log != nil && s.log.Torn != nil {
 		out.TornBytes = s.log.Torn.Length
 	}
 	if want != nil {
@@ -79,25 +79,6 @@ func runVerify(g *globals, expectFile string) error {
 			"torn tail bytes", fmt.Sprint(out.TornBytes), "expect", out.Expect)
 	})
 	return nil
-}
-
-// openVerified opens the WAL for reading and replays it through v.
-func (g *globals) openVerified(v *state.Verifier) (*session, error) {
-	s := &session{g: g, st: v.State}
-	log, err := wal.Open(g.walPath, wal.Read, g.lockTimeout)
-	if err != nil {
-		return nil, g.walOpenError(err)
-	}
-	s.log = log
-	if err := s.replay(v.Step); err != nil {
-		s.close()
-		return nil, err
-	}
-	if s.now, err = g.clock(s.st.LastAt()); err != nil {
-		s.close()
-		return nil, err
-	}
-	return s, nil
 }
 
 func readExpect(path string) (*inspectView, error) {

@@ -42,7 +42,7 @@ type AppendError struct {
 
 func (e *AppendError) Error() string {
 	if e.RolledBack {
-		return fmt.Sprintf("writing the WAL failed during %s (%v); the WAL was restored to its previous size, so the operation did not happen", e.Op, e.Err)
+		return fmt.Sprintf("writing the WAL failed during %s (%v); the WAL was restored to its previous size, so the operation did not happen: fix the cause (disk space, permissions, the disk itself) and retry", e.Op, e.Err)
 	}
 	return fmt.Sprintf("writing the WAL failed during %s (%v) and restoring its previous size also failed; run 'leasewal verify' before anything else", e.Op, e.Err)
 }
@@ -68,6 +68,7 @@ type Log struct {
 	file  *os.File
 	store storage
 	mode  Mode
+	fault *Fault // nil except in tests
 }
 
 // Open opens and locks an existing WAL and scans it. A missing file is
@@ -166,6 +167,7 @@ func (l *Log) Append(body []byte) (cut *CutResult, err error) {
 	if err := l.writeDurably(frame); err != nil {
 		return cut, err
 	}
+	l.fault.reach("after-sync")
 	l.Frames = append(l.Frames, Frame{Index: len(l.Frames) + 1, Offset: l.End, Body: body})
 	l.End += int64(len(frame))
 	l.LastSum = sum
@@ -173,13 +175,15 @@ func (l *Log) Append(body []byte) (cut *CutResult, err error) {
 }
 
 func (l *Log) writeDurably(frame []byte) error {
-	n, err := l.store.WriteAt(frame, l.End)
+	l.fault.reach("before-write")
+	n, err := writeFrame(l.store, frame, l.End, l.fault)
 	if err == nil && n < len(frame) {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
 		return l.rollback("write", err)
 	}
+	l.fault.reach("after-write")
 	if err := l.store.Sync(); err != nil {
 		return l.rollback("fsync", err)
 	}
@@ -266,8 +270,9 @@ func saveSideFile(walPath, suffix string, contents []byte) (string, error) {
 // temporary name, then hard-linked into place (which fails if the path
 // exists), then the directory is fsynced. No reader ever sees a WAL without
 // its header, and the lock taken before the link covers the new path too.
-// ErrCreateRace is returned if the WAL appeared meanwhile.
-func Create(path string, body []byte) (*Log, error) {
+// ErrCreateRace is returned if the WAL appeared meanwhile. fault is nil
+// except in tests.
+func Create(path string, body []byte, fault *Fault) (*Log, error) {
 	frame, sum, err := EncodeFrame(headerSeed, body)
 	if err != nil {
 		return nil, err
@@ -278,17 +283,16 @@ func Create(path string, body []byte) (*Log, error) {
 		return nil, fmt.Errorf("creating the WAL: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	content := append(append([]byte{}, HeaderLine...), frame...)
-	werr := unix.Flock(int(tmp.Fd()), unix.LOCK_EX)
-	if werr == nil {
-		_, werr = tmp.Write(content)
-	}
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if werr != nil {
+	l := &Log{Path: path, file: tmp, store: tmp, mode: Write}
+	l.Inject(fault)
+	if err := unix.Flock(int(tmp.Fd()), unix.LOCK_EX); err != nil {
 		tmp.Close()
-		return nil, &AppendError{Op: "create", Err: werr, RolledBack: true}
+		return nil, fmt.Errorf("locking the new WAL: %w", err)
+	}
+	l.Scanned = &Scanned{LastSum: headerSeed}
+	if err := l.writeDurably(append(append([]byte{}, HeaderLine...), frame...)); err != nil {
+		tmp.Close()
+		return nil, err
 	}
 	if err := os.Link(tmp.Name(), path); err != nil {
 		tmp.Close()
@@ -301,13 +305,14 @@ func Create(path string, body []byte) (*Log, error) {
 		tmp.Close()
 		return nil, fmt.Errorf("syncing the directory of the new WAL: %w", err)
 	}
+	fault.reach("after-sync")
 	headerLen := int64(len(HeaderLine))
-	scanned := &Scanned{
+	l.Scanned = &Scanned{
 		Frames:  []Frame{{Index: 1, Offset: headerLen, Body: body}},
 		End:     headerLen + int64(len(frame)),
 		LastSum: sum,
 	}
-	return &Log{Path: path, Scanned: scanned, file: tmp, store: tmp, mode: Write}, nil
+	return l, nil
 }
 
 func syncDir(dir string) error {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -21,7 +20,7 @@ func buildWAL(t *testing.T, n int) (string, [][]byte) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "test.wal")
 	bodies := [][]byte{body(1)}
-	l, err := Create(path, bodies[0])
+	l, err := Create(path, bodies[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +58,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestCreateRace(t *testing.T) {
 	path, _ := buildWAL(t, 1)
-	if _, err := Create(path, body(9)); !errors.Is(err, ErrCreateRace) {
+	if _, err := Create(path, body(9), nil); !errors.Is(err, ErrCreateRace) {
 		t.Fatalf("create over an existing WAL: %v", err)
 	}
 	matches, _ := filepath.Glob(path + ".creating-*")
@@ -273,48 +272,20 @@ func TestWriterCutsTornTailAndKeepsIt(t *testing.T) {
 	l.Close()
 }
 
-// faultyStorage fails the way disks do, for the rollback tests.
-type faultyStorage struct {
-	f         *os.File
-	shortBy   int
-	writeErr  error
-	syncErr   error
-	syncCalls int
-}
-
-func (s *faultyStorage) WriteAt(p []byte, off int64) (int, error) {
-	if s.writeErr != nil {
-		n, _ := s.f.WriteAt(p[:len(p)/2], off)
-		return n, s.writeErr
-	}
-	return s.f.WriteAt(p[:len(p)-s.shortBy], off)
-}
-
-func (s *faultyStorage) Truncate(n int64) error { return s.f.Truncate(n) }
-
-func (s *faultyStorage) Sync() error {
-	s.syncCalls++
-	if s.syncErr != nil && s.syncCalls == 1 {
-		return s.syncErr
-	}
-	return s.f.Sync()
-}
-
 func TestFailedAppendsRollBack(t *testing.T) {
-	for name, fault := range map[string]faultyStorage{
-		"short write": {shortBy: 5},
-		"ENOSPC":      {writeErr: syscall.ENOSPC},
-		"fsync error": {syncErr: syscall.EIO},
-	} {
-		t.Run(name, func(t *testing.T) {
+	for _, spec := range []string{"short-write", "enospc", "fsync-eio"} {
+		t.Run(spec, func(t *testing.T) {
 			path, _ := buildWAL(t, 3)
 			before, _ := os.ReadFile(path)
 			l, err := Open(path, Write, time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
-			fault.f = l.file
-			l.store = &fault
+			fault, err := ParseFault(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Inject(fault)
 			_, err = l.Append(body(4))
 			l.Close()
 			var ae *AppendError
@@ -326,6 +297,27 @@ func TestFailedAppendsRollBack(t *testing.T) {
 				t.Fatalf("the WAL changed: %d bytes before, %d after", len(before), len(after))
 			}
 		})
+	}
+	t.Run("create", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "new.wal")
+		if _, err := Create(path, body(1), &Fault{Action: "enospc"}); err == nil {
+			t.Fatal("a failed create succeeded")
+		}
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Fatalf("a failed create left a WAL: %v", err)
+		}
+	})
+}
+
+func TestParseFault(t *testing.T) {
+	for _, bad := range []string{"", "mid", "mid-write:explode", "after-sync:sleep=soon"} {
+		if _, err := ParseFault(bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+	f, err := ParseFault("mid-write:sleep=20ms")
+	if err != nil || f.Point != "mid-write" || f.Delay != 20*time.Millisecond {
+		t.Fatalf("%+v %v", f, err)
 	}
 }
 
