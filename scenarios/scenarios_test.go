@@ -1,5 +1,3 @@
-// Package scenarios runs the end-to-end stories in this folder against a
-// freshly built leasewal binary.
 package scenarios
 
 import (
@@ -10,11 +8,6 @@ import (
 )
 
 func TestScenarios(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "leasewal"), "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building leasewal: %v\n%s", err, out)
-	}
 	scripts, _ := filepath.Glob("*.sh")
 	ran := 0
 	for _, script := range scripts {
@@ -25,7 +18,7 @@ func TestScenarios(t *testing.T) {
 		t.Run(script, func(t *testing.T) {
 			cmd := exec.Command("bash", script)
 			cmd.Env = append(os.Environ(),
-				"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+				"PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
 				"TMPDIR="+t.TempDir(), "LEASEWAL_WAL=", "LEASEWAL_ACTOR=scenario", "NO_COLOR=1")
 			out, err := cmd.CombinedOutput()
 			if err != nil {

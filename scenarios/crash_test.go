@@ -1,0 +1,161 @@
+package scenarios
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// run runs leasewal with extra environment and returns its exit code (-9 when
+// SIGKILLed), stdout and stderr.
+func run(t *testing.T, walPath string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary(), args...)
+	cmd.Env = append(os.Environ(), append([]string{"LEASEWAL_WAL=" + walPath, "LEASEWAL_ACTOR=crash", "NO_COLOR=1", "LEASEWAL_FAILPOINT="}, env...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String(), errOut.String()
+	case errors.As(err, &exit):
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return -int(ws.Signal()), out.String(), errOut.String()
+		}
+		return exit.ExitCode(), out.String(), errOut.String()
+	}
+	t.Fatalf("running leasewal: %v", err)
+	return 0, "", ""
+}
+
+func countRecords(t *testing.T, walPath string) int {
+	t.Helper()
+	data, err := os.ReadFile(walPath)
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(data, []byte("\n")) - 1 // complete lines, less the header; a torn tail has no newline
+}
+
+// crashCase is one writing command: how to set it up, and what a blind retry
+// answers when the crashed attempt's record did or did not reach the WAL.
+type crashCase struct {
+	name         string
+	setup        [][]string
+	cmd          []string
+	durableAt    []string // the points at which the record is in the WAL
+	retryDurable string   // a substring of the retry's answer if the record is in the WAL
+	exitDurable  int
+	retryLost    string // ... and if it is not
+}
+
+var afterWrite = []string{"after-write", "after-sync"}
+
+const t0 = "2026-01-01T00:00:00Z"
+
+var (
+	oneTask   = [][]string{{"submit", "--payload", "P", "--now", t0}}
+	leasedOne = [][]string{{"submit", "--payload", "P", "--now", t0}, {"lease", "--worker", "W1", "--now", t0}}
+	acquired  = [][]string{{"worklease", "acquire", "--domain", "D", "--offset", "1", "--now", t0}}
+)
+
+var crashCases = []crashCase{
+	{"submit creating the WAL", nil, []string{"submit", "--payload", "P", "--request-id", "job", "--now", t0},
+		[]string{"after-sync"}, `"duplicate":true`, 0, `"duplicate":false`},
+	{"submit --request-id", oneTask, []string{"submit", "--payload", "Q", "--request-id", "job", "--now", t0},
+		afterWrite, `"task_id":"T2","request_id":"job","duplicate":true`, 0, `"task_id":"T2","request_id":"job","duplicate":false`},
+	{"submit without a request id", oneTask, []string{"submit", "--payload", "Q", "--now", t0},
+		afterWrite, `"task_id":"T3"`, 0, `"task_id":"T2"`},
+	{"lease --request-id", oneTask, []string{"lease", "--worker", "W1", "--request-id", "poll", "--now", t0},
+		afterWrite, `"lease_id":"L1","worker_id":"W1","attempt":1,"expiry":"2026-01-01T00:00:30.000Z","payload":"P","duplicate":true`, 0, `"lease_id":"L1","worker_id":"W1","attempt":1,"expiry":"2026-01-01T00:00:30.000Z","payload":"P","duplicate":false`},
+	{"lease without a request id", oneTask, []string{"lease", "--worker", "W1", "--now", t0},
+		afterWrite, `"result":"EMPTY"`, 4, `"result":"LEASED"`},
+	{"extend", leasedOne, []string{"extend", "--task", "T1", "--lease", "L1", "--duration", "1m", "--now", t0},
+		afterWrite, `"result":"EXTENDED","task_id":"T1","lease_id":"L1","expiry":"2026-01-01T00:01:00.000Z"`, 0, `"result":"EXTENDED","task_id":"T1","lease_id":"L1","expiry":"2026-01-01T00:01:00.000Z"`},
+	{"complete", leasedOne, []string{"complete", "--task", "T1", "--lease", "L1", "--now", t0},
+		afterWrite, `"result":"COMMITTED","task_id":"T1","lease_id":"L1","duplicate":true`, 0, `"result":"COMMITTED","task_id":"T1","lease_id":"L1","duplicate":false`},
+	{"complete (late: cancelled)", leasedOne, []string{"complete", "--task", "T1", "--lease", "L1", "--now", "2026-01-01T00:00:40Z"},
+		afterWrite, `"result":"CANCELLED"`, 3, `"result":"CANCELLED"`},
+	{"fail", leasedOne, []string{"fail", "--task", "T1", "--lease", "L1", "--reason", "x", "--now", t0},
+		afterWrite, `"result":"RETRY","task_id":"T1","lease_id":"L1","state":"WAITING","attempt":1,"not_before":"2026-01-01T00:00:00.000Z","duplicate":true`, 0, `"duplicate":false`},
+	{"expire", leasedOne, []string{"expire", "--now", "2026-01-01T00:00:30Z"},
+		afterWrite, `{"result":"OK","transitions":[]}`, 0, `"type":"LeaseExpired"`},
+	{"worklease acquire", nil, []string{"worklease", "acquire", "--domain", "D", "--offset", "1", "--now", t0},
+		[]string{"after-sync"}, `"result":"ALREADY_ACQUIRED","domain":"D","offset":1,"token":"K1"`, 0, `"result":"ACQUIRED","domain":"D","offset":1,"token":"K1"`},
+	{"worklease succeed", acquired, []string{"worklease", "succeed", "--domain", "D", "--token", "K1", "--now", t0},
+		afterWrite, `"error":"LeaseNotFound"`, 7, `"result":"NO_BACKLOG"`},
+	{"worklease fail", acquired, []string{"worklease", "fail", "--domain", "D", "--token", "K1", "--now", t0},
+		afterWrite, `"retry_count":2`, 0, `"retry_count":1`},
+}
+
+var crashPoints = []string{"before-write", "mid-write", "after-write", "after-sync"}
+
+// TestCrashWindows kills every writing command at every point of its append
+// (SIGKILL, as a crash leaves the process) and checks that the next
+// invocation sees a consistent WAL and what a blind retry of the same command
+// gets: the durable record's idempotent answer, or a fresh one.
+func TestCrashWindows(t *testing.T) {
+	kills := 0
+	for _, c := range crashCases {
+		for _, point := range crashPoints {
+			t.Run(c.name+"/"+point, func(t *testing.T) {
+				dir := t.TempDir()
+				walPath := filepath.Join(dir, "q.wal")
+				for _, s := range c.setup {
+					if code, out, errOut := run(t, walPath, nil, s...); code != 0 {
+						t.Fatalf("setup %v: exit %d %s %s", s, code, out, errOut)
+					}
+				}
+				before := countRecords(t, walPath)
+				code, out, _ := run(t, walPath, []string{"LEASEWAL_FAILPOINT=" + point}, append(c.cmd, "-o", "json")...)
+				if code != -int(syscall.SIGKILL) || out != "" {
+					t.Fatalf("the command was not killed before answering: exit %d, stdout %q", code, out)
+				}
+				kills++
+				durable := slices.Contains(c.durableAt, point)
+				if got, want := countRecords(t, walPath), before+boolInt(durable); got != want {
+					t.Fatalf("%d records after the crash, want %d", got, want)
+				}
+				code, out, errOut := run(t, walPath, nil, "verify", "-o", "json")
+				if before+boolInt(durable) > 0 && code != 0 {
+					t.Fatalf("verify after the crash: exit %d %s %s", code, out, errOut)
+				}
+				if point == "mid-write" && before > 0 && !strings.Contains(errOut, "warning: ignoring") {
+					t.Fatalf("a reader must warn of the torn tail: %q", errOut)
+				}
+				want, wantExit := c.retryLost, 0
+				if durable {
+					want, wantExit = c.retryDurable, c.exitDurable
+				}
+				if c.name == "complete (late: cancelled)" {
+					wantExit = 3
+				}
+				code, out, errOut = run(t, walPath, nil, append(c.cmd, "-o", "json")...)
+				if code != wantExit || !strings.Contains(out, want) {
+					t.Fatalf("the retry answered exit %d %s %s; want exit %d and %s", code, out, errOut, wantExit, want)
+				}
+				if code, out, _ := run(t, walPath, nil, "verify", "-o", "json"); code != 0 || !strings.Contains(out, `"torn_tail_bytes":0`) {
+					t.Fatalf("verify after the retry: exit %d %s", code, out)
+				}
+			})
+		}
+	}
+	t.Logf("%d commands killed at %d points each: %d crashes, every WAL consistent and every retry as documented", len(crashCases), len(crashPoints), kills)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
