@@ -85,8 +85,10 @@ func parseHex8(b []byte) (uint32, bool) {
 
 // looksLikeFrame reports whether line has the shape of a frame (checksum field,
 // space, a JSON object). Garbage a crash leaves behind (zeros, a stale block, the
-// back half of a split record) almost never has it; a real record always does.
+// back half of a split record) almost never has it; a real record always does,
+// even one whose line end an editor turned into CRLF.
 func looksLikeFrame(line []byte) bool {
+	line = bytes.TrimSuffix(line, []byte("\r"))
 	if len(line) < crcHexLen+3 || line[crcHexLen] != ' ' || line[crcHexLen+1] != '{' || line[len(line)-1] != '}' {
 		return false
 	}
