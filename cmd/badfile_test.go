@@ -42,6 +42,15 @@ func lineStarts(data []byte) []int {
 
 func mutate(data []byte, f func([]byte) []byte) []byte { return f(bytes.Clone(data)) }
 
+// everyCommand is one invocation of each command that opens the WAL.
+var everyCommand = [][]string{
+	{"submit", "--payload", "P"}, {"lease", "--worker", "W"}, {"extend", "--task", "T1", "--lease", "L1"},
+	{"heartbeat", "--worker", "W"}, {"complete", "--task", "T1", "--lease", "L1"},
+	{"fail", "--task", "T1", "--lease", "L1", "--reason", "r"}, {"expire"}, {"inspect"}, {"log"}, {"verify"}, {"repair"},
+	{"worklease", "acquire", "--domain", "D", "--offset", "1"}, {"worklease", "succeed", "--domain", "D", "--token", "K1"},
+	{"worklease", "fail", "--domain", "D", "--token", "K1"}, {"worklease", "inspect"},
+}
+
 // TestBadFiles: each bad file gets a one-line message, the documented exit
 // code, and stays byte-for-byte as it was, for a reader and a writer alike.
 func TestBadFiles(t *testing.T) {
@@ -94,7 +103,7 @@ func TestBadFiles(t *testing.T) {
 			if err := os.WriteFile(path, c.data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			for _, args := range [][]string{{"inspect"}, {"submit", "--payload", "P"}, {"verify"}, {"repair"}} {
+			for _, args := range everyCommand {
 				var out, errOut bytes.Buffer
 				code := Main(append([]string{"--wal", path, "-o", "json", "--now", "2030-01-01T00:00:00Z"}, args...), strings.NewReader(""), &out, &errOut)
 				var e errorView
@@ -109,7 +118,7 @@ func TestBadFiles(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("%d bad files, each refused by inspect, submit, verify and repair with a one-line message and left unchanged", len(cases))
+	t.Logf("%d bad files, each refused by all %d commands with a one-line message and left unchanged", len(cases), len(everyCommand))
 }
 
 func TestUnusableWALPaths(t *testing.T) {
