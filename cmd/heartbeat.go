@@ -52,11 +52,9 @@ func runHeartbeat(g *globals, worker string) error {
 		return usageErr("%v", err)
 	}
 	return g.read(func(s *session) error {
-		v := heartbeatView{Result: state.ResultOK, WorkerID: worker, At: state.FormatTime(s.now), Leases: []heldLease{}}
-		for _, t := range s.st.Tasks() {
-			if c := t.At(s.now); c.State == state.Leased && c.Lease.Worker == worker {
-				v.Leases = append(v.Leases, heldLease{TaskID: t.ID, LeaseID: c.Lease.ID, Expiry: state.FormatTime(c.Lease.Expiry)})
-			}
+		v := heartbeatView{Result: state.ResultOK, WorkerID: worker, At: state.FormatTime(s.now), Leases: currentLeases(s.st, s.now)[worker]}
+		if v.Leases == nil {
+			v.Leases = []heldLease{}
 		}
 		if err := updateRegistry(g.sidePath(registrySuffix), worker, s.now); err != nil {
 			fmt.Fprintf(g.stderr, "leasewal: warning: the worker registry was not updated (%v); it is advisory only\n", err)
@@ -73,6 +71,17 @@ func runHeartbeat(g *globals, worker string) error {
 		})
 		return nil
 	})
+}
+
+// currentLeases lists the leases current at now, by worker.
+func currentLeases(st *state.State, now int64) map[string][]heldLease {
+	out := map[string][]heldLease{}
+	for _, t := range st.Tasks() {
+		if c := t.At(now); c.State == state.Leased {
+			out[c.Lease.Worker] = append(out[c.Lease.Worker], heldLease{TaskID: t.ID, LeaseID: c.Lease.ID, Expiry: state.FormatTime(c.Lease.Expiry)})
+		}
+	}
+	return out
 }
 
 type registryEntry struct {
@@ -101,6 +110,17 @@ func updateRegistry(path, worker string, at int64) error {
 	}
 	_, err = f.WriteAt(b, 0)
 	return err
+}
+
+// readRegistry reads the registry without locking it: it is advisory, and a
+// half-written one reads as empty.
+func readRegistry(path string) map[string]registryEntry {
+	f, err := os.Open(path)
+	if err != nil {
+		return map[string]registryEntry{}
+	}
+	defer f.Close()
+	return readRegistryFrom(f)
 }
 
 func readRegistryFrom(r io.Reader) map[string]registryEntry {

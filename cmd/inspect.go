@@ -3,6 +3,9 @@ package cmd
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -10,8 +13,9 @@ import (
 )
 
 type inspectOptions struct {
-	state string
-	until int64
+	state   string
+	until   int64
+	workers bool
 }
 
 func newInspectCmd(g *globals) *cobra.Command {
@@ -31,6 +35,7 @@ lists its records. Writes nothing. An unknown task: exit 4.`,
 	}
 	c.Flags().StringVar(&o.state, "state", "", "only tasks in this state (WAITING, LEASED, COMPLETED, FAILED, DEAD)")
 	c.Flags().Int64Var(&o.until, "until", 0, "show the state right after record SEQ, at its time")
+	c.Flags().BoolVar(&o.workers, "workers", false, "show the soft worker registry (advisory) and each worker's current leases")
 	return c
 }
 
@@ -52,10 +57,25 @@ type taskView struct {
 }
 
 type inspectView struct {
-	Result state.Outcome  `json:"result"`
-	At     string         `json:"at"`
-	Counts map[string]int `json:"counts"`
-	Tasks  []taskView     `json:"tasks"`
+	Result  state.Outcome   `json:"result"`
+	At      string          `json:"at"`
+	Counts  map[string]int  `json:"counts"`
+	Summary *inspectSummary `json:"summary,omitempty"`
+	Tasks   []taskView      `json:"tasks"`
+}
+
+// inspectSummary is what a reader wants at a glance: how many leases are
+// out, what has waited longest, and what expires next.
+type inspectSummary struct {
+	CurrentLeases int            `json:"current_leases"`
+	OldestWaiting *oldestWaiting `json:"oldest_waiting"`
+	NextExpiry    *heldLease     `json:"next_expiry"`
+}
+
+type oldestWaiting struct {
+	TaskID    string `json:"task_id"`
+	CreatedAt string `json:"created_at"`
+	AgeMs     int64  `json:"age_ms"`
 }
 
 func orNull(s string) *string {
@@ -93,9 +113,15 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 		if err != nil {
 			return err
 		}
+		if o.workers {
+			return g.emitWorkers(st, at)
+		}
 		v, err := buildInspect(st, at, ids, only)
 		if err != nil {
 			return err
+		}
+		if len(ids) == 0 {
+			v.Summary = summarize(st, at)
 		}
 		if len(ids) == 1 {
 			v.Tasks[0].Records = s.taskRecords(st, ids[0])
@@ -146,6 +172,25 @@ func buildInspect(st *state.State, at int64, ids []string, only state.TaskState)
 	return v, nil
 }
 
+func summarize(st *state.State, at int64) *inspectSummary {
+	sum := &inspectSummary{}
+	var next int64
+	for _, t := range st.Tasks() {
+		c := t.At(at)
+		switch {
+		case c.State == state.Leased:
+			sum.CurrentLeases++
+			if sum.NextExpiry == nil || c.Lease.Expiry < next {
+				next = c.Lease.Expiry
+				sum.NextExpiry = &heldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: state.FormatTime(next)}
+			}
+		case c.State == state.Waiting && sum.OldestWaiting == nil: // tasks are in creation order
+			sum.OldestWaiting = &oldestWaiting{TaskID: c.ID, CreatedAt: state.FormatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
+		}
+	}
+	return sum
+}
+
 func (s *session) taskRecords(st *state.State, id string) []logEntry {
 	t, _ := st.Task(id)
 	out := make([]logEntry, 0, len(t.Seqs))
@@ -173,6 +218,16 @@ func renderInspect(w io.Writer, p palette, v inspectView) {
 		fmt.Fprint(w, " no tasks")
 	}
 	fmt.Fprintln(w)
+	if sum := v.Summary; sum != nil {
+		line := fmt.Sprintf("current leases: %d", sum.CurrentLeases)
+		if o := sum.OldestWaiting; o != nil {
+			line += fmt.Sprintf(" · oldest waiting: %s, created %s ago", o.TaskID, strings.TrimPrefix(offset(o.AgeMs), "+"))
+		}
+		if n := sum.NextExpiry; n != nil {
+			line += fmt.Sprintf(" · next to expire: %s on %s at %s", n.LeaseID, n.TaskID, n.Expiry)
+		}
+		fmt.Fprintln(w, line)
+	}
 	if len(v.Tasks) == 0 {
 		return
 	}
@@ -183,6 +238,64 @@ func renderInspect(w io.Writer, p palette, v inspectView) {
 	}
 	_ = t.Render()
 	if len(v.Tasks) == 1 && len(v.Tasks[0].Records) > 0 {
-		renderLog(w, p, v.Tasks[0].Records)
+		renderLog(w, p, v.Tasks[0].Records, v.Tasks[0].Records[0].Record.At)
 	}
+}
+
+type workerView struct {
+	WorkerID      string      `json:"worker_id"`
+	LastHeartbeat *string     `json:"last_heartbeat"`
+	HeartbeatAge  *int64      `json:"heartbeat_age_ms"`
+	Leases        []heldLease `json:"leases"`
+}
+
+type workersView struct {
+	Result  state.Outcome `json:"result"`
+	At      string        `json:"at"`
+	Note    string        `json:"note"`
+	Workers []workerView  `json:"workers"`
+}
+
+const registryNote = "the registry is advisory soft state: heartbeats never grant or keep a lease, only the WAL does"
+
+// emitWorkers shows every worker that heartbeated or holds a lease at at.
+func (g *globals) emitWorkers(st *state.State, at int64) error {
+	reg := readRegistry(g.sidePath(registrySuffix))
+	leases := currentLeases(st, at)
+	names := map[string]bool{}
+	for w := range reg {
+		names[w] = true
+	}
+	for w := range leases {
+		names[w] = true
+	}
+	v := workersView{Result: state.ResultOK, At: state.FormatTime(at), Note: registryNote, Workers: []workerView{}}
+	for _, w := range slices.Sorted(maps.Keys(names)) {
+		wv := workerView{WorkerID: w, Leases: leases[w]}
+		if wv.Leases == nil {
+			wv.Leases = []heldLease{}
+		}
+		if e, ok := reg[w]; ok {
+			age := at - e.LastHeartbeat
+			wv.LastHeartbeat, wv.HeartbeatAge = orNull(state.FormatTime(e.LastHeartbeat)), &age
+		}
+		v.Workers = append(v.Workers, wv)
+	}
+	g.emit(v, func(w io.Writer, p palette) {
+		t := newTable(w, "WORKER", "LAST HEARTBEAT", "AGO", "CURRENT LEASES")
+		for _, wv := range v.Workers {
+			ago := "never"
+			if wv.HeartbeatAge != nil {
+				ago = strings.TrimPrefix(offset(*wv.HeartbeatAge), "+")
+			}
+			var held []string
+			for _, l := range wv.Leases {
+				held = append(held, l.LeaseID+" on "+l.TaskID)
+			}
+			_ = t.Append(wv.WorkerID, deref(wv.LastHeartbeat), ago, strings.Join(held, ", "))
+		}
+		_ = t.Render()
+		fmt.Fprintln(w, "note: "+v.Note)
+	})
+	return nil
 }

@@ -11,9 +11,16 @@ import (
 )
 
 type logOptions struct {
-	taskID string
-	from   int64
-	to     int64
+	taskID   string
+	from     int64
+	to       int64
+	types    []string
+	worker   string
+	lease    string
+	domain   string
+	since    string
+	until    string
+	absolute bool
 }
 
 func newLogCmd(g *globals) *cobra.Command {
@@ -22,17 +29,116 @@ func newLogCmd(g *globals) *cobra.Command {
 		Use:   "log",
 		Short: "Print the WAL's records",
 		Long: `Print the records, one per table row, or one JSON object per line with -o json
-(times as RFC 3339). Filter by --task and by a --from/--to range of seq.
-Writes nothing.`,
+(times as RFC 3339). The table shows each record's time as an offset from the
+first record (+30.000s); --absolute shows timestamps. Filters combine: --task,
+--type, --worker (records of leases granted to that worker), --lease, --domain,
+a --from/--to range of seq, and a --since/--until range of time (RFC 3339, unix
+ms, or +DURATION after the first record). Writes nothing.`,
 		Example: `  leasewal log --task T1
+  leasewal log --type LeaseGranted,TaskCancelled --worker W1
+  leasewal log --since +30s --until +1m --absolute
   leasewal log --from 10 --to 20 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runLog(g, o) },
 	}
-	c.Flags().StringVar(&o.taskID, "task", "", "only records about this task")
-	c.Flags().Int64Var(&o.from, "from", 1, "first seq to print")
-	c.Flags().Int64Var(&o.to, "to", 0, "last seq to print (default: the last record)")
+	f := c.Flags()
+	f.StringVar(&o.taskID, "task", "", "only records about this task")
+	f.Int64Var(&o.from, "from", 1, "first seq to print")
+	f.Int64Var(&o.to, "to", 0, "last seq to print (default: the last record)")
+	f.StringSliceVar(&o.types, "type", nil, "only records of these types (comma-separated)")
+	f.StringVar(&o.worker, "worker", "", "only records of leases granted to this worker")
+	f.StringVar(&o.lease, "lease", "", "only records naming this lease")
+	f.StringVar(&o.domain, "domain", "", "only work-lease records of this domain")
+	f.StringVar(&o.since, "since", "", "only records at or after this time")
+	f.StringVar(&o.until, "until", "", "only records at or before this time")
+	f.BoolVar(&o.absolute, "absolute", false, "show timestamps instead of offsets from the first record")
 	return c
+}
+
+// logFilter decides which records log prints.
+type logFilter struct {
+	o            *logOptions
+	types        map[state.RecordType]bool
+	since, until int64
+	st           *state.State
+}
+
+func newLogFilter(o *logOptions, st *state.State, first int64) (*logFilter, error) {
+	if o.from < 1 || (o.to != 0 && o.to < o.from) {
+		return nil, usageErr("--from must be at least 1 and --to (if given) at least --from")
+	}
+	f := &logFilter{o: o, st: st, until: -1}
+	for _, name := range o.types {
+		typ, ok := state.ParseRecordType(name)
+		if !ok {
+			return nil, usageErr("--type %q is not a record type: use one of %s", name, strings.Join(state.RecordTypeNames(), ", "))
+		}
+		if f.types == nil {
+			f.types = map[state.RecordType]bool{}
+		}
+		f.types[typ] = true
+	}
+	var err error
+	if o.since != "" {
+		if f.since, err = logTime("since", o.since, first); err != nil {
+			return nil, err
+		}
+	}
+	if o.until != "" {
+		if f.until, err = logTime("until", o.until, first); err != nil {
+			return nil, err
+		}
+	}
+	if o.taskID != "" {
+		if _, ok := st.Task(o.taskID); !ok {
+			return nil, &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown task %q; 'leasewal inspect' lists the tasks", o.taskID)}
+		}
+	}
+	return f, nil
+}
+
+// logTime reads a --since/--until time: RFC 3339, unix ms, or +DURATION after first.
+func logTime(flag, text string, first int64) (int64, error) {
+	ms, err := parseTime(text, first, first)
+	if err != nil {
+		return 0, usageErr("--%s %q is not a time: use RFC 3339, unix milliseconds, or +DURATION after the first record", flag, text)
+	}
+	return ms, nil
+}
+
+func (f *logFilter) keep(r state.Record) bool {
+	o := f.o
+	switch {
+	case r.Seq < o.from || (o.to != 0 && r.Seq > o.to):
+		return false
+	case r.At < f.since || (f.until >= 0 && r.At > f.until):
+		return false
+	case f.types != nil && !f.types[r.Type]:
+		return false
+	case o.taskID != "" && r.TaskID != o.taskID:
+		return false
+	case o.lease != "" && r.LeaseID != o.lease:
+		return false
+	case o.domain != "" && r.Domain != o.domain:
+		return false
+	case o.worker != "" && f.workerOf(r) != o.worker:
+		return false
+	}
+	return true
+}
+
+// workerOf is the worker a record concerns: the one it names, or the one its
+// lease was granted to.
+func (f *logFilter) workerOf(r state.Record) string {
+	if r.WorkerID != "" || r.LeaseID == "" {
+		return r.WorkerID
+	}
+	if t, ok := f.st.Task(r.TaskID); ok {
+		if a := t.AttemptOf(r.LeaseID); a != nil {
+			return a.Worker
+		}
+	}
+	return ""
 }
 
 // logEntry is a record as log and inspect print it: every field of the
@@ -49,21 +155,20 @@ func newLogEntry(r state.Record) logEntry {
 }
 
 func runLog(g *globals, o *logOptions) error {
-	if o.from < 1 || (o.to != 0 && o.to < o.from) {
-		return usageErr("--from must be at least 1 and --to (if given) at least --from")
-	}
 	return g.read(func(s *session) error {
-		if o.taskID != "" {
-			if _, ok := s.st.Task(o.taskID); !ok {
-				return &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown task %q; 'leasewal inspect' lists the tasks", o.taskID)}
-			}
+		first := int64(0)
+		if len(s.records) > 0 {
+			first = s.records[0].At
+		}
+		f, err := newLogFilter(o, s.st, first)
+		if err != nil {
+			return err
 		}
 		var entries []logEntry
 		for _, r := range s.records {
-			if r.Seq < o.from || (o.to != 0 && r.Seq > o.to) || (o.taskID != "" && r.TaskID != o.taskID) {
-				continue
+			if f.keep(r) {
+				entries = append(entries, newLogEntry(r))
 			}
-			entries = append(entries, newLogEntry(r))
 		}
 		if g.output == "json" {
 			for _, e := range entries {
@@ -71,17 +176,36 @@ func runLog(g *globals, o *logOptions) error {
 			}
 			return nil
 		}
-		renderLog(g.stdout, palette{on: g.color}, entries)
+		base := first
+		if o.absolute {
+			base = -1
+		}
+		renderLog(g.stdout, palette{on: g.color}, entries, base)
 		return nil
 	})
 }
 
-func renderLog(w io.Writer, p palette, entries []logEntry) {
+// renderLog draws records as a table. Times are offsets from base, or
+// timestamps when base is negative.
+func renderLog(w io.Writer, p palette, entries []logEntry, base int64) {
 	t := newTable(w, "SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAILS", "ACTOR")
 	for _, e := range entries {
-		_ = t.Append(fmt.Sprint(e.Seq), e.At, string(e.Type), e.TaskID, e.LeaseID, e.WorkerID, details(e), e.Actor)
+		at := e.At
+		if base >= 0 {
+			at = offset(e.Record.At - base)
+		}
+		_ = t.Append(fmt.Sprint(e.Seq), at, string(e.Type), e.TaskID, e.LeaseID, e.WorkerID, details(e), e.Actor)
 	}
 	_ = t.Render()
+}
+
+// offset renders a duration in ms as +S.mmms.
+func offset(ms int64) string {
+	sign := "+"
+	if ms < 0 {
+		sign, ms = "-", -ms
+	}
+	return fmt.Sprintf("%s%d.%03ds", sign, ms/1000, ms%1000)
 }
 
 // details is the rest of a record's fields, compactly.

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -25,6 +26,29 @@ const (
 	TaskFailed    RecordType = "TaskFailed"
 	TaskDead      RecordType = "TaskDead"
 )
+
+// recordTypes lists every record type, tasks first, as help texts show them.
+var recordTypes = []RecordType{TaskCreated, LeaseGranted, LeaseExtended, LeaseExpired, TaskCompleted, TaskCancelled,
+	TaskFailed, TaskDead, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed}
+
+// RecordTypeNames returns the names of all record types.
+func RecordTypeNames() []string {
+	names := make([]string, len(recordTypes))
+	for i, t := range recordTypes {
+		names[i] = string(t)
+	}
+	return names
+}
+
+// ParseRecordType accepts a record type's name in any case.
+func ParseRecordType(name string) (RecordType, bool) {
+	for _, t := range recordTypes {
+		if strings.EqualFold(string(t), name) {
+			return t, true
+		}
+	}
+	return "", false
+}
 
 // Duration is a time.Duration written as Go duration text ("30s") in records,
 // so that a WAL reads like the seeds.
