@@ -13,9 +13,10 @@ import (
 )
 
 type inspectOptions struct {
-	state   string
-	until   int64
-	workers bool
+	state    string
+	until    int64
+	workers  bool
+	timeline bool
 }
 
 func newInspectCmd(g *globals) *cobra.Command {
@@ -26,16 +27,21 @@ func newInspectCmd(g *globals) *cobra.Command {
 		Long: `Show each task's state, attempt, current lease, worker, expiry, deadline and
 not_before as they stand at --now (lapses of time applied), or as they stood
 right after record --until SEQ, at that record's time. Naming one task also
-lists its records. Writes nothing. An unknown task: exit 4.`,
+lists its records, and --timeline draws its life on a time axis (with -o json,
+the same data as for one task). --workers shows the soft worker registry.
+Writes nothing. An unknown task: exit 4.`,
 		Example: `  leasewal inspect
   leasewal inspect T1 -o json
   leasewal inspect --state WAITING
-  leasewal inspect --until 3`,
+  leasewal inspect --until 3
+  leasewal inspect T1 --timeline
+  leasewal inspect --workers`,
 		RunE: func(_ *cobra.Command, args []string) error { return runInspect(g, o, args) },
 	}
 	c.Flags().StringVar(&o.state, "state", "", "only tasks in this state (WAITING, LEASED, COMPLETED, FAILED, DEAD)")
 	c.Flags().Int64Var(&o.until, "until", 0, "show the state right after record SEQ, at its time")
 	c.Flags().BoolVar(&o.workers, "workers", false, "show the soft worker registry (advisory) and each worker's current leases")
+	c.Flags().BoolVar(&o.timeline, "timeline", false, "draw one task's life on a time axis: attempts, extensions, expiries, late completions, the deadline")
 	return c
 }
 
@@ -123,10 +129,20 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 		if len(ids) == 0 {
 			v.Summary = summarize(st, at)
 		}
+		if o.timeline && len(ids) != 1 {
+			return usageErr("--timeline draws one task: name it, e.g. 'leasewal inspect T1 --timeline'")
+		}
 		if len(ids) == 1 {
 			v.Tasks[0].Records = s.taskRecords(st, ids[0])
 		}
-		g.emit(v, func(w io.Writer, p palette) { renderInspect(w, p, v) })
+		g.emit(v, func(w io.Writer, p palette) {
+			if o.timeline {
+				t, _ := st.Task(ids[0])
+				renderTimeline(w, p, g.terminalWidth(), t, s.cancellations(t), at)
+				return
+			}
+			renderInspect(w, p, v)
+		})
 		return nil
 	})
 }
@@ -196,6 +212,17 @@ func (s *session) taskRecords(st *state.State, id string) []logEntry {
 	out := make([]logEntry, 0, len(t.Seqs))
 	for _, seq := range t.Seqs {
 		out = append(out, newLogEntry(s.records[seq-1]))
+	}
+	return out
+}
+
+// cancellations are the TaskCancelled records about t.
+func (s *session) cancellations(t *state.Task) []state.Record {
+	var out []state.Record
+	for _, seq := range t.Seqs {
+		if r := s.records[seq-1]; r.Type == state.TaskCancelled {
+			out = append(out, r)
+		}
 	}
 	return out
 }

@@ -1,0 +1,226 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/fatih/color"
+	"golang.org/x/sys/unix"
+
+	"leasewal/state"
+)
+
+// glyphs are the characters a timeline is drawn with: plain ASCII when the
+// output is not a colored terminal, box-drawing characters when it is.
+type glyphs struct {
+	start, fill, ext, rest, current, mark, deadline, rule, tick string
+	end                                                         map[string]string
+}
+
+var asciiGlyphs = glyphs{start: "[", fill: "=", ext: "+", rest: "-", current: ">", mark: "!", deadline: "|", rule: "-", tick: "|",
+	end: map[string]string{state.EndCompleted: "]", state.EndExpired: "x", state.EndFailed: "F", state.EndRetry: "R", state.EndDead: "D"}}
+
+var unicodeGlyphs = glyphs{start: "├", fill: "━", ext: "╋", rest: "┄", current: "▷", mark: "✗", deadline: "┃", rule: "─", tick: "┼",
+	end: map[string]string{state.EndCompleted: "✔", state.EndExpired: "✘", state.EndFailed: "✘", state.EndRetry: "↻", state.EndDead: "✘"}}
+
+// timeline draws one task's life on a time axis.
+type timeline struct {
+	w          io.Writer
+	p          palette
+	g          glyphs
+	start, end int64 // the axis, unix ms
+	bar        int   // width of the drawing area
+}
+
+const (
+	labelWidth = 14
+	noteWidth  = 24
+)
+
+// terminalWidth is COLUMNS, else the terminal's width, else 80.
+func (g *globals) terminalWidth() int {
+	if n, err := strconv.Atoi(g.getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	if f, ok := g.stdout.(*os.File); ok && isTerminal(f) {
+		if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil && ws.Col > 0 {
+			return int(ws.Col)
+		}
+	}
+	return 80
+}
+
+func (tl *timeline) col(at int64) int {
+	c := int((at - tl.start) * int64(tl.bar-1) / (tl.end - tl.start))
+	return max(0, min(tl.bar-1, c))
+}
+
+func (tl *timeline) offset(at int64) string { return offset(at - tl.start) }
+
+// row prints a label, a drawing area and a note.
+func (tl *timeline) row(label string, cells []string, note string) {
+	if len(label) > labelWidth-1 {
+		label = label[:labelWidth-1]
+	}
+	line := fmt.Sprintf("%-*s%s  %s", labelWidth, label, strings.Join(cells, ""), note)
+	fmt.Fprintln(tl.w, strings.TrimRight(line, " "))
+}
+
+func (tl *timeline) blank() []string {
+	cells := make([]string, tl.bar)
+	for i := range cells {
+		cells[i] = " "
+	}
+	return cells
+}
+
+// endColor colors an attempt by how it ended.
+func endColor(end string) []color.Attribute {
+	switch end {
+	case state.EndCompleted:
+		return []color.Attribute{color.FgGreen}
+	case "":
+		return []color.Attribute{color.FgCyan}
+	case state.EndRetry:
+		return []color.Attribute{color.FgYellow}
+	}
+	return []color.Attribute{color.FgRed}
+}
+
+// renderTimeline draws task t as it stands at now; cancelled lists the
+// TaskCancelled records about it.
+func renderTimeline(w io.Writer, p palette, width int, t *state.Task, cancelled []state.Record, now int64) {
+	c := t.At(now)
+	g := asciiGlyphs
+	if p.on {
+		g = unicodeGlyphs
+	}
+	last := c.CreatedAt
+	for _, a := range c.Attempts {
+		if a.End == "" {
+			last = max(last, a.Expiry)
+		} else {
+			last = max(last, a.EndedAt)
+		}
+	}
+	for _, r := range cancelled {
+		last = max(last, r.At)
+	}
+	if !c.State.Terminal() {
+		last = max(last, now)
+	}
+	deadline := c.Deadline()
+	if deadline <= last+(last-c.CreatedAt)/2 {
+		last = max(last, deadline)
+	}
+	tl := &timeline{w: w, p: p, g: g, start: c.CreatedAt, end: max(last, c.CreatedAt+1000), bar: max(20, width-labelWidth-noteWidth-2)}
+
+	dl := "deadline " + tl.offset(deadline)
+	if deadline > tl.end {
+		dl += " (beyond the axis)"
+	}
+	fmt.Fprintf(w, "%s %s · attempt %d/%d · created %s · %s\n", c.ID, p.word(string(c.State)), c.Attempt, c.Policy.MaxAttempts, state.FormatTime(c.CreatedAt), dl)
+	tl.axis()
+	for _, a := range c.Attempts {
+		tl.attempt(a, now)
+	}
+	tl.cancellations(cancelled)
+	if deadline <= tl.end {
+		cells := tl.blank()
+		cells[tl.col(deadline)] = p.paint(g.deadline, color.FgMagenta)
+		tl.row("deadline", cells, tl.offset(deadline))
+	}
+	for i, line := range wrap(tl.legend(), max(40, width-labelWidth)) {
+		label := ""
+		if i == 0 {
+			label = "legend"
+		}
+		fmt.Fprintf(w, "%-*s%s\n", labelWidth, label, line)
+	}
+}
+
+// wrap joins items into lines of at most width characters.
+func wrap(items []string, width int) []string {
+	var lines []string
+	line := ""
+	for _, it := range items {
+		if line != "" && len([]rune(line))+2+len([]rune(it)) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += "  "
+		}
+		line += it
+	}
+	return append(lines, line)
+}
+
+func (tl *timeline) axis() {
+	left, right := tl.offset(tl.start), tl.offset(tl.end)
+	fmt.Fprintf(tl.w, "%-*s%s%*s\n", labelWidth, "", left, tl.bar-len(left), right)
+	cells := make([]string, tl.bar)
+	for i := range cells {
+		cells[i] = tl.g.rule
+	}
+	cells[0], cells[tl.bar-1], cells[tl.bar/2] = tl.g.tick, tl.g.tick, tl.g.tick
+	tl.row("", cells, "")
+}
+
+func (tl *timeline) attempt(a state.Attempt, now int64) {
+	cells := tl.blank()
+	from := tl.col(a.GrantedAt)
+	paint := func(s string) string { return tl.p.paint(s, endColor(a.End)...) }
+	var note string
+	if a.End == "" { // current: held until now, then the rest of the lease
+		upto := tl.col(now)
+		for i := from; i <= tl.col(a.Expiry); i++ {
+			cells[i] = paint(tl.g.rest)
+			if i <= upto {
+				cells[i] = paint(tl.g.fill)
+			}
+		}
+		cells[tl.col(a.Expiry)] = paint(tl.g.current)
+		note = "current, expires " + tl.offset(a.Expiry)
+	} else {
+		to := tl.col(a.EndedAt)
+		for i := from; i <= to; i++ {
+			cells[i] = paint(tl.g.fill)
+		}
+		cells[to] = paint(tl.g.end[a.End])
+		note = a.End + " " + tl.offset(a.EndedAt)
+	}
+	cells[from] = paint(tl.g.start)
+	for _, at := range a.Extended {
+		cells[tl.col(at)] = paint(tl.g.ext)
+	}
+	if len(a.Extended) > 0 {
+		note += fmt.Sprintf(", extended %d×", len(a.Extended))
+	}
+	tl.row(a.LeaseID+" "+a.Worker, cells, note)
+}
+
+func (tl *timeline) cancellations(cancelled []state.Record) {
+	if len(cancelled) == 0 {
+		return
+	}
+	cells := tl.blank()
+	var notes []string
+	for _, r := range cancelled {
+		cells[tl.col(r.At)] = tl.p.paint(tl.g.mark, color.FgRed, color.Bold)
+		notes = append(notes, r.LeaseID+" cancelled "+tl.offset(r.At))
+	}
+	tl.row("late", cells, strings.Join(notes, ", "))
+}
+
+func (tl *timeline) legend() []string {
+	g := tl.g
+	return []string{
+		g.start + " granted", g.fill + " held", g.ext + " extended", g.end[state.EndCompleted] + " completed",
+		g.end[state.EndExpired] + " expired", g.end[state.EndRetry] + " failed, retried", g.end[state.EndFailed] + " failed",
+		g.current + " current until expiry", g.mark + " late completion cancelled", g.deadline + " deadline",
+	}
+}

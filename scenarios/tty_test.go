@@ -1,0 +1,64 @@
+package scenarios
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestColorsOnlyOnATerminal runs leasewal under a pseudo-terminal (util-linux
+// `script`): colors and box-drawing timelines appear there, and nowhere else:
+// not through a pipe, not with NO_COLOR or --no-color, never in JSON.
+func TestColorsOnlyOnATerminal(t *testing.T) {
+	scriptCmd, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no `script` (util-linux) to make a pseudo-terminal")
+	}
+	walPath, _ := filepath.Abs("../testdata/seeds/lease_expiry.wal")
+	base := []string{binary(), "--wal", walPath, "--now", "2026-01-01T00:10:00Z"}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NO_COLOR=") && !strings.HasPrefix(kv, "LEASEWAL_") {
+			env = append(env, kv)
+		}
+	}
+	underTTY := func(extraEnv []string, args ...string) string {
+		cmd := exec.Command(scriptCmd, "-qec", strings.Join(append(base, args...), " "), "/dev/null")
+		cmd.Env = append(append([]string{}, env...), extraEnv...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v under a pseudo-terminal: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	piped := func(args ...string) string {
+		cmd := exec.Command(base[0], append(base[1:], args...)...)
+		cmd.Env = env
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return string(out)
+	}
+	const esc = "\x1b["
+	if out := underTTY(nil, "inspect", "T1", "--timeline"); !strings.Contains(out, esc) || !strings.Contains(out, "━") {
+		t.Fatalf("no colors or box characters on a terminal:\n%s", out)
+	}
+	if out := underTTY(nil, "inspect"); !strings.Contains(out, esc+"32mCOMPLETED") {
+		t.Fatalf("states are not colored on a terminal:\n%q", out)
+	}
+	for name, out := range map[string]string{
+		"NO_COLOR":   underTTY([]string{"NO_COLOR=1"}, "inspect", "T1", "--timeline"),
+		"--no-color": underTTY(nil, "inspect", "T1", "--timeline", "--no-color"),
+		"-o json":    underTTY(nil, "inspect", "T1", "-o", "json"),
+		"a pipe":     piped("inspect", "T1", "--timeline"),
+		"log, piped": piped("log"),
+	} {
+		if strings.Contains(out, esc) || bytes.ContainsRune([]byte(out), '━') {
+			t.Fatalf("colors with %s:\n%q", name, out)
+		}
+	}
+}
