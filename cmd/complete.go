@@ -44,7 +44,7 @@ func runComplete(g *globals, o *leaseRef) error {
 			return err
 		}
 		if dec.Outcome == state.ResultCancelled {
-			return g.emitCancelled(dec)
+			return g.emitCancelled(dec, "this completion was recorded as cancelled: discard its result")
 		}
 		v := committedView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate}
 		g.emit(v, func(w io.Writer, p palette) {

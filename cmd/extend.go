@@ -60,7 +60,7 @@ func runExtend(g *globals, o *extendOptions) error {
 			return err
 		}
 		if dec.Outcome == state.ResultCancelled {
-			return g.emitCancelled(dec)
+			return g.emitCancelled(dec, "nothing was written: stop working on "+dec.TaskID)
 		}
 		if err := s.commit(dec.Records); err != nil {
 			return err

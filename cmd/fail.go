@@ -55,7 +55,7 @@ func runFail(g *globals, o *failOptions) error {
 			return err
 		}
 		if dec.Outcome == state.ResultCancelled {
-			return g.emitCancelled(dec)
+			return g.emitCancelled(dec, "this failure was recorded as cancelled and changes nothing: stop working on "+dec.TaskID)
 		}
 		t, _ := s.st.Task(o.taskID)
 		v := failView{Result: dec.Outcome, TaskID: t.ID, LeaseID: o.leaseID, Attempt: t.Attempt, Duplicate: dec.Duplicate,

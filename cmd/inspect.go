@@ -36,7 +36,8 @@ Writes nothing. An unknown task: exit 4.`,
   leasewal inspect --until 3
   leasewal inspect T1 --timeline
   leasewal inspect --workers`,
-		RunE: func(_ *cobra.Command, args []string) error { return runInspect(g, o, args) },
+		RunE:              func(_ *cobra.Command, args []string) error { return runInspect(g, o, args) },
+		ValidArgsFunction: g.completion(completeTasks),
 	}
 	c.Flags().StringVar(&o.state, "state", "", "only tasks in this state (WAITING, LEASED, COMPLETED, FAILED, DEAD)")
 	c.Flags().Int64Var(&o.until, "until", 0, "show the state right after record SEQ, at its time")

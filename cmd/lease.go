@@ -72,7 +72,7 @@ func runLease(g *globals, o *leaseOptions) error {
 			g.emit(v, func(w io.Writer, p palette) { fields(w, "result", p.word(string(v.Result)), "reason", v.Reason) })
 			return &outcomeExit{code: ExitNotFound}
 		case state.ResultCancelled:
-			return g.emitCancelled(dec)
+			return g.emitCancelled(dec, "nothing was written")
 		}
 		if err := s.commit(dec.Records); err != nil {
 			return err
@@ -97,12 +97,13 @@ type cancelledView struct {
 }
 
 // emitCancelled prints a CANCELLED answer: the caller's lease is not the
-// authority. It is a normal outcome with its own exit code.
-func (g *globals) emitCancelled(d state.Decision) error {
+// authority. It is a normal outcome with its own exit code; consequence tells
+// the caller what became of its call and what to do.
+func (g *globals) emitCancelled(d state.Decision, consequence string) error {
 	v := cancelledView{Result: state.ResultCancelled, TaskID: d.TaskID, LeaseID: d.LeaseID, Reason: d.Reason}
 	g.emit(v, func(w io.Writer, p palette) {
 		fields(w, "result", p.word(string(v.Result)), "task", v.TaskID, "lease", v.LeaseID, "reason", v.Reason)
 	})
-	fmt.Fprintf(g.stderr, "leasewal: CANCELLED: %s; stop working on %s and discard this attempt's result\n", d.Reason, d.TaskID)
+	fmt.Fprintf(g.stderr, "leasewal: CANCELLED: %s; %s\n", d.Reason, consequence)
 	return &outcomeExit{code: ExitCancelled}
 }

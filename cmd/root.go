@@ -100,12 +100,15 @@ appends one checksummed record with fsync, prints the outcome and exits.`,
 	g.v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
 	g.v.AutomaticEnv()
 
+	// Help lists commands in the order of a task's life, not alphabetically.
+	cobra.EnableCommandSorting = false
 	root.AddCommand(
 		newSubmitCmd(g), newLeaseCmd(g), newExtendCmd(g), newHeartbeatCmd(g),
 		newCompleteCmd(g), newFailCmd(g), newExpireCmd(g),
 		newInspectCmd(g), newLogCmd(g), newVerifyCmd(g), newRepairCmd(g),
 		newWorkleaseCmd(g),
 	)
+	g.registerCompletions(root)
 	return root
 }
 

@@ -142,8 +142,8 @@ func (s *State) repeatLease(c LeaseRequest, prev leaseRequest, now int64) (Decis
 		return Decision{Outcome: ResultLeased, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true}, nil
 	}
 	return Decision{Outcome: ResultCancelled, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true,
-		Reason: fmt.Sprintf("request %q was answered with lease %s, which is no longer current: %s; lease again with a new --request-id",
-			c.RequestID, prev.leaseID, s.whyNotCurrent(t, prev.leaseID, now))}, nil
+		Reason: fmt.Sprintf("request %q was answered with %s; lease again with a new --request-id",
+			c.RequestID, s.whyNotCurrent(t, prev.leaseID, now))}, nil
 }
 
 // find returns a task or a NotFound refusal.
@@ -170,13 +170,14 @@ func (s *State) findLease(taskID, leaseID string) (*Task, error) {
 	return t, nil
 }
 
-// whyNotCurrent explains, for a worker, why leaseID has no authority at now.
+// whyNotCurrent explains, for a worker, why leaseID has no authority at now:
+// "lease L1 is no longer current for T1: it expired at … and T1 was re-leased as L2 to W2".
 func (s *State) whyNotCurrent(t *Task, leaseID string, now int64) string {
 	c := t.At(now)
 	a := c.AttemptOf(leaseID)
-	why := fmt.Sprintf("it ended (%s) at %s", a.End, FormatTime(a.EndedAt))
+	why := fmt.Sprintf("lease %s is no longer current for %s: it ended (%s) at %s", leaseID, t.ID, a.End, FormatTime(a.EndedAt))
 	if a.End == EndExpired {
-		why = "it expired at " + FormatTime(a.EndedAt)
+		why = fmt.Sprintf("lease %s is no longer current for %s: it expired at %s", leaseID, t.ID, FormatTime(a.EndedAt))
 	}
 	switch {
 	case c.State == Leased:
@@ -209,7 +210,7 @@ func (s *State) DecideExtend(taskID, leaseID string, d time.Duration, now int64)
 		return Decision{}, err
 	}
 	if !t.At(now).holds(leaseID, now) {
-		return Decision{Outcome: ResultCancelled, TaskID: taskID, LeaseID: leaseID, Reason: "lease " + leaseID + " is not current: " + s.whyNotCurrent(t, leaseID, now)}, nil
+		return Decision{Outcome: ResultCancelled, TaskID: taskID, LeaseID: leaseID, Reason: s.whyNotCurrent(t, leaseID, now)}, nil
 	}
 	expiry := min(now+d.Milliseconds(), t.Deadline())
 	return write(Record{Type: LeaseExtended, TaskID: taskID, LeaseID: leaseID, Expiry: expiry},
@@ -227,7 +228,7 @@ func (s *State) DecideComplete(taskID, leaseID string, now int64) (Decision, err
 		return Decision{Outcome: ResultCommitted, TaskID: taskID, LeaseID: leaseID, Duplicate: true}, nil
 	}
 	if !t.At(now).holds(leaseID, now) {
-		return cancel(t, leaseID, "lease "+leaseID+" is not current: "+s.whyNotCurrent(t, leaseID, now)), nil
+		return cancel(t, leaseID, s.whyNotCurrent(t, leaseID, now)), nil
 	}
 	return write(Record{Type: TaskCompleted, TaskID: taskID, LeaseID: leaseID},
 		Decision{Outcome: ResultCommitted, TaskID: taskID, LeaseID: leaseID}), nil
@@ -254,7 +255,7 @@ func (s *State) DecideFail(taskID, leaseID, reason string, permanent bool, now i
 		return Decision{Outcome: outcome, TaskID: taskID, LeaseID: leaseID, Duplicate: true}, nil
 	}
 	if !t.At(now).holds(leaseID, now) {
-		return cancel(t, leaseID, "lease "+leaseID+" is not current: "+s.whyNotCurrent(t, leaseID, now)), nil
+		return cancel(t, leaseID, s.whyNotCurrent(t, leaseID, now)), nil
 	}
 	outcome := ResultRetry
 	if t.failureIsFinal(permanent) {
