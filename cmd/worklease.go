@@ -18,7 +18,12 @@ func newWorkleaseCmd(g *globals) *cobra.Command {
 		Long: `One in-flight offset per domain under a fencing token, a FIFO backlog without
 duplicates, and terminal sets of processed and failed offsets, kept in the same
 WAL under the same lock as the tasks. The orchestrator that calls these owns
-backoff timing; succeed and fail only hint at the backlog's head and never hand off.`,
+backoff timing; succeed and fail only hint at the backlog's head and never hand off.
+acquire writes WorkAcquired or WorkEnqueued, succeed WorkSucceeded, fail WorkFailed;
+inspect writes nothing.`,
+		Example: `  leasewal worklease acquire --domain orders --offset 41
+  leasewal worklease succeed --domain orders --token K1
+  leasewal worklease inspect --domain orders`,
 	}
 	c.AddCommand(newWorkAcquireCmd(g), newWorkSucceedCmd(g), newWorkFailCmd(g), newWorkInspectCmd(g))
 	return c
