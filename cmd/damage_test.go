@@ -3,89 +3,23 @@ package cmd
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"leasewal/state"
+	"leasewal/internal/histgen"
 	"leasewal/wal"
 )
 
-// realisticWAL writes a WAL of about n records through the state machine:
-// tasks through their whole life with payloads of varied size, expiries,
-// cancellations, and work-lease records. It returns the file's bytes.
+// realisticWAL returns a WAL of at least n records of every kind (see histgen).
 func realisticWAL(t *testing.T, n int) []byte {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "real.wal")
-	st := state.New()
-	var log *wal.Log
-	now := t0ms
-	commit := func(recs ...state.Record) {
-		for _, r := range recs {
-			r.Seq, r.At, r.Actor = st.LastSeq()+1, now, "gen"
-			if err := st.Apply(r); err != nil {
-				t.Fatal(err)
-			}
-			body, _ := state.EncodeRecord(r)
-			var err error
-			if log == nil {
-				log, err = wal.Create(path, body, nil)
-			} else {
-				_, err = log.Append(body)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	must := func(d state.Decision, err error) state.Decision {
-		if err != nil {
-			t.Fatal(err)
-		}
-		commit(d.Records...)
-		return d
-	}
-	mustWork := func(d state.WorkDecision, err error) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Record != nil {
-			commit(*d.Record)
-		}
-	}
-	for i := 0; st.LastSeq() < int64(n); i++ {
-		payload := strings.Repeat("p", 1+(i*97)%3000)
-		must(st.DecideSubmit(state.Submit{Payload: payload, Window: state.Duration(10 * time.Minute), Policy: state.RetryPolicy{MaxAttempts: 3}}))
-		d := must(st.DecideLease(state.LeaseRequest{Worker: fmt.Sprintf("W%d", i%4), Duration: 30 * time.Second}, now))
-		switch i % 4 {
-		case 0:
-			must(st.DecideComplete(d.TaskID, d.LeaseID, now))
-		case 1:
-			must(st.DecideFail(d.TaskID, d.LeaseID, "flaky", false, now))
-		case 2:
-			now += 31_000
-			must(st.DecideExpire(now), nil)
-			must(st.DecideComplete(d.TaskID, d.LeaseID, now)) // late: cancelled
-		default:
-			must(st.DecideExtend(d.TaskID, d.LeaseID, time.Minute, now))
-		}
-		domain := fmt.Sprintf("dom %d", i%3)
-		mustWork(st.DecideAcquire(domain, int64(i)))
-		if dom, _ := st.Domain(domain); dom.Lease.Offset != int64(i) { // queued behind another offset
-			mustWork(st.DecideSucceed(domain, dom.Lease.Token))
-			mustWork(st.DecideAcquire(domain, dom.Backlog[0])) // the hint, as an orchestrator would
-		}
-		now += 1000
-	}
-	log.Close()
-	data, err := os.ReadFile(path)
-	if err != nil {
+	var buf bytes.Buffer
+	if _, err := histgen.Write(&buf, histgen.Options{Records: n}); err != nil {
 		t.Fatal(err)
 	}
-	return data
+	return buf.Bytes()
 }
 
 // verifyFile runs `verify -o json` on data and returns the exit code, the

@@ -39,6 +39,9 @@ var HeaderLine = []byte(fmt.Sprintf("%s v%d\n", Magic, Version))
 // headerSeed seeds the checksum chain, tying the first frame to the header.
 var headerSeed = crc32.Checksum(HeaderLine, castagnoli)
 
+// HeaderSeed is the checksum chain's seed: the first frame continues from it.
+func HeaderSeed() uint32 { return headerSeed }
+
 // chain returns the checksum of body continuing from prev.
 func chain(prev uint32, body []byte) uint32 {
 	return crc32.Update(prev, castagnoli, body)

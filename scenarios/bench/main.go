@@ -1,0 +1,183 @@
+// Command bench measures leasewal against the sqlite3 CLI on this machine and
+// prints one table: per-command latency (submit, lease, complete) with the
+// ratio to sqlite3 doing the equivalent transaction on an equivalent table,
+// replay throughput of verify, and peak RSS. It prints figures and never fails
+// on a timing. scenarios/bench.sh builds leasewal and runs it.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"leasewal/internal/histgen"
+)
+
+func main() {
+	leasewal := flag.String("leasewal", "leasewal", "the leasewal binary")
+	sizes := flag.String("sizes", "10000,100000,1000000", "history sizes in records")
+	reps := flag.Int("reps", 15, "runs of each command per size (5 for a million records or more)")
+	flag.Parse()
+	sqlite, _ := exec.LookPath("sqlite3")
+	dir, err := os.MkdirTemp("", "leasewal-bench-")
+	check(err)
+	defer os.RemoveAll(dir)
+
+	fmt.Printf("leasewal benchmark, %s, %s, Go %s; sqlite3: %s\n", time.Now().UTC().Format("2006-01-02"), machine(), goVersion(), sqliteVersion(sqlite))
+	fmt.Println("latencies are medians in ms; ratio = leasewal / sqlite3 (one process per command, fsync per transaction)")
+	fmt.Printf("%9s %8s | %8s %10s %7s %7s | %-21s %-21s %-21s | %8s\n", "records", "WAL MB", "verify s", "records/s", "MB/s", "RSS MB",
+		"submit lw/sq (ratio)", "lease lw/sq (ratio)", "complete lw/sq (ratio)", "max RSS")
+	for _, field := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(field)
+		check(err)
+		r := *reps
+		if n >= 1_000_000 {
+			r = min(r, 5)
+		}
+		benchSize(dir, *leasewal, sqlite, n, r)
+	}
+}
+
+type run struct {
+	elapsed time.Duration
+	rssKB   int64
+	out     []byte
+}
+
+func execute(name string, args ...string) run {
+	cmd := exec.Command(name, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start := time.Now()
+	err := cmd.Run()
+	elapsed := time.Since(start)
+	if err != nil && cmd.ProcessState.ExitCode() != 4 {
+		fmt.Fprintf(os.Stderr, "%s %v: %v\n%s%s", name, args, err, out.Bytes(), errOut.Bytes())
+		os.Exit(1)
+	}
+	return run{elapsed: elapsed, rssKB: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss, out: out.Bytes()}
+}
+
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+var leaseRE = regexp.MustCompile(`"task_id":"(T\d+)","lease_id":"(L\d+)"`)
+
+func benchSize(dir, leasewal, sqlite string, n, reps int) {
+	walPath := filepath.Join(dir, fmt.Sprintf("h%d.wal", n))
+	f, err := os.Create(walPath)
+	check(err)
+	st, err := histgen.Write(f, histgen.Options{Records: n, Waiting: 2 * reps})
+	check(err)
+	check(f.Close())
+	info, _ := os.Stat(walPath)
+	records, tasks := st.LastSeq(), len(st.Tasks())
+
+	var verify []time.Duration
+	var maxRSS int64
+	for range 3 {
+		r := execute(leasewal, "--wal", walPath, "verify", "-o", "json")
+		verify = append(verify, r.elapsed)
+		maxRSS = max(maxRSS, r.rssKB)
+	}
+	v := slices.Min(verify)
+	lw := map[string][]time.Duration{}
+	cmdRSS := int64(0)
+	for i := range reps {
+		r := execute(leasewal, "--wal", walPath, "submit", "--payload", "bench "+strconv.Itoa(i), "-o", "json")
+		lw["submit"] = append(lw["submit"], r.elapsed)
+		r = execute(leasewal, "--wal", walPath, "lease", "--worker", "B", "-o", "json")
+		lw["lease"] = append(lw["lease"], r.elapsed)
+		m := leaseRE.FindSubmatch(r.out)
+		if m == nil {
+			fmt.Fprintf(os.Stderr, "lease answered %s\n", r.out)
+			os.Exit(1)
+		}
+		r2 := execute(leasewal, "--wal", walPath, "complete", "--task", string(m[1]), "--lease", string(m[2]), "-o", "json")
+		lw["complete"] = append(lw["complete"], r2.elapsed)
+		cmdRSS = max(cmdRSS, r.rssKB, r2.rssKB)
+	}
+	sq := sqliteLatencies(dir, sqlite, tasks, reps)
+	cell := func(op string) string {
+		l := median(lw[op])
+		if sq[op] == 0 {
+			return fmt.Sprintf("%6.2f/  n/a         ", ms(l))
+		}
+		return fmt.Sprintf("%6.2f/%5.2f (%5.2fx)", ms(l), ms(sq[op]), float64(l)/float64(sq[op]))
+	}
+	fmt.Printf("%9d %8.1f | %8.3f %10.0f %7.1f %7.1f | %-21s %-21s %-21s | %8.1f\n", records, float64(info.Size())/1e6,
+		v.Seconds(), float64(records)/v.Seconds(), float64(info.Size())/1e6/v.Seconds(), float64(maxRSS)/1024,
+		cell("submit"), cell("lease"), cell("complete"), float64(max(cmdRSS, maxRSS))/1024)
+}
+
+// sqliteLatencies times the sqlite3 CLI doing the equivalent of submit, lease
+// and complete, one transaction per process, on a table with one row per task
+// and an index on state (journal_mode=WAL, synchronous=FULL).
+func sqliteLatencies(dir, sqlite string, tasks, reps int) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	if sqlite == "" {
+		return out
+	}
+	db := filepath.Join(dir, fmt.Sprintf("t%d.sqlite", tasks))
+	setup := fmt.Sprintf(`PRAGMA journal_mode=WAL;
+CREATE TABLE tasks(id INTEGER PRIMARY KEY, state TEXT NOT NULL, attempt INT NOT NULL, lease TEXT, worker TEXT, expiry INT, created INT NOT NULL, payload TEXT NOT NULL);
+CREATE INDEX tasks_state ON tasks(state, id);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < %d)
+INSERT INTO tasks SELECT x, CASE WHEN x > %d THEN 'WAITING' ELSE 'COMPLETED' END, 1, NULL, NULL, NULL, x, printf('%%.*c', 1 + x %% 300, 'p') FROM c;`, tasks, tasks-2*reps)
+	execute(sqlite, db, setup)
+	const tx = "PRAGMA synchronous=FULL; BEGIN IMMEDIATE; %s; COMMIT;"
+	times := map[string][]time.Duration{}
+	for i := range reps {
+		times["submit"] = append(times["submit"], execute(sqlite, db, fmt.Sprintf(tx,
+			fmt.Sprintf("INSERT INTO tasks(state, attempt, created, payload) VALUES('WAITING', 0, %d, 'bench %d')", i, i))).elapsed)
+		times["lease"] = append(times["lease"], execute(sqlite, db, fmt.Sprintf(tx,
+			fmt.Sprintf("UPDATE tasks SET state='LEASED', attempt=attempt+1, lease='L%d', worker='B', expiry=%d WHERE id=(SELECT id FROM tasks WHERE state='WAITING' ORDER BY id LIMIT 1)", i, i))).elapsed)
+		times["complete"] = append(times["complete"], execute(sqlite, db, fmt.Sprintf(tx,
+			fmt.Sprintf("UPDATE tasks SET state='COMPLETED', lease=NULL WHERE lease='L%d' AND state='LEASED'", i))).elapsed)
+	}
+	for op, d := range times {
+		out[op] = median(d)
+	}
+	return out
+}
+
+func machine() string {
+	cpus := "?"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		cpus = strconv.Itoa(bytes.Count(b, []byte("processor\t:")))
+	}
+	return cpus + " cores"
+}
+
+func goVersion() string {
+	out, _ := exec.Command("go", "env", "GOVERSION").Output()
+	return strings.TrimSpace(string(out))
+}
+
+func sqliteVersion(sqlite string) string {
+	if sqlite == "" {
+		return "not installed"
+	}
+	out, _ := exec.Command(sqlite, "--version").Output()
+	return strings.Fields(string(out) + " ?")[0]
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
