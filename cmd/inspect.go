@@ -115,6 +115,7 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 		}
 		only = st
 	}
+	g.keepRecords = true
 	return g.read(func(s *session) error {
 		st, at, err := s.stateUntil(o.until)
 		if err != nil {

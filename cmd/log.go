@@ -155,6 +155,7 @@ func newLogEntry(r state.Record) logEntry {
 }
 
 func runLog(g *globals, o *logOptions) error {
+	g.keepRecords = true
 	return g.read(func(s *session) error {
 		first := int64(0)
 		if len(s.records) > 0 {

@@ -46,7 +46,7 @@ func runRepair(g *globals) error {
 	if err != nil {
 		return err
 	}
-	v := repairView{Result: state.ResultOK, Records: len(s.records)}
+	v := repairView{Result: state.ResultOK, Records: s.log.Count}
 	if cut != nil {
 		v.CutBytes, v.Offset, v.SavedAs = cut.Length, cut.Offset, cut.SavedAs
 	}

@@ -48,6 +48,7 @@ type globals struct {
 	configFile  string
 	noColor     bool
 	fault       *wal.Fault // LEASEWAL_FAILPOINT: set by crash tests only
+	keepRecords bool       // the command reads the records themselves (log, inspect), not just the state
 	// resolved is set once flags and configuration are read: an error before
 	// then (unknown command, missing required flag) is a usage error.
 	resolved bool

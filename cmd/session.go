@@ -34,7 +34,19 @@ func (g *globals) openSession(mode wal.Mode) (*session, error) {
 // applies each record to it (verify passes its Verifier's).
 func (g *globals) openReplaying(mode wal.Mode, st *state.State, step func(state.Record) error) (*session, error) {
 	s := &session{g: g, st: st}
-	log, err := wal.Open(g.walPath, mode, g.lockTimeout)
+	log, err := wal.Open(g.walPath, mode, g.lockTimeout, func(f wal.Frame) error {
+		r, err := state.DecodeRecord(f.Body)
+		if err == nil {
+			err = step(r)
+		}
+		if err != nil {
+			return &damageError{seq: int64(f.Index), offset: f.Offset, err: err}
+		}
+		if g.keepRecords {
+			s.records = append(s.records, r)
+		}
+		return nil
+	})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -42,10 +54,6 @@ func (g *globals) openReplaying(mode wal.Mode, st *state.State, step func(state.
 	default:
 		s.log = log
 		log.Inject(g.fault)
-		if err := s.replay(step); err != nil {
-			s.close()
-			return nil, err
-		}
 		if log.Torn != nil && mode == wal.Read {
 			fmt.Fprintf(g.stderr, "leasewal: warning: ignoring %d bytes at offset %d after the last complete record (an append that never finished, so never acknowledged); the next writing command cuts them and keeps them in %s.torn-%d\n",
 				log.Torn.Length, log.Torn.Offset, g.walPath, log.Torn.Offset)
@@ -60,27 +68,14 @@ func (g *globals) openReplaying(mode wal.Mode, st *state.State, step func(state.
 	return s, nil
 }
 
-// replay decodes every frame and hands it to step, stopping at the first
-// record that does not decode or that step refuses.
-func (s *session) replay(step func(state.Record) error) error {
-	s.records = make([]state.Record, 0, len(s.log.Frames))
-	for _, f := range s.log.Frames {
-		r, err := state.DecodeRecord(f.Body)
-		if err == nil {
-			err = step(r)
-		}
-		if err != nil {
-			return &damageError{seq: int64(f.Index), offset: f.Offset, err: err}
-		}
-		s.records = append(s.records, r)
-	}
-	return nil
-}
-
 func (g *globals) walOpenError(err error) error {
 	var pathErr *fs.PathError
 	if errors.As(err, &pathErr) && errors.Is(err, fs.ErrPermission) {
 		return fmt.Errorf("cannot open the WAL %s: permission denied; check the file's permissions or --wal: %w", g.walPath, err)
+	}
+	var replayDmg *damageError
+	if errors.As(err, &replayDmg) {
+		return err
 	}
 	var dmg *wal.DamageError
 	if errors.As(err, &dmg) {
@@ -114,7 +109,9 @@ func (s *session) commit(recs []state.Record) error {
 		if err := s.append(body); err != nil {
 			return err
 		}
-		s.records = append(s.records, r)
+		if s.g.keepRecords {
+			s.records = append(s.records, r)
+		}
 	}
 	return nil
 }

@@ -19,7 +19,9 @@ type leaseRequest struct {
 // State is everything the records say, as of the last record applied.
 type State struct {
 	tasks         map[string]*Task
-	order         []*Task // creation order: lease picks FIFO from it
+	order         []*Task // creation order
+	live          []*Task // the tasks not yet terminal when last compacted, in creation order: lease's FIFO
+	ended         int     // tasks in live that have become terminal since
 	submits       map[string]*Task
 	leaseRequests map[string]leaseRequest
 	leaseTask     map[string]string // every lease ever granted -> its task
@@ -77,8 +79,34 @@ func (s *State) Apply(r Record) error {
 		return re
 	}
 	s.lastSeq, s.lastAt = r.Seq, r.At
+	s.noteEnded(r)
 	return nil
 }
+
+// noteEnded keeps live short: once half of it has ended, it is compacted, so
+// that lease and expire cost what the unfinished tasks cost, not the history.
+func (s *State) noteEnded(r Record) {
+	t, ok := s.tasks[r.TaskID]
+	if !ok || !t.State.Terminal() || t.counted {
+		return
+	}
+	t.counted = true
+	if s.ended++; s.ended*2 < len(s.live) {
+		return
+	}
+	kept := s.live[:0]
+	for _, t := range s.live {
+		if !t.State.Terminal() {
+			kept = append(kept, t)
+		}
+	}
+	clear(s.live[len(kept):])
+	s.live, s.ended = kept, 0
+}
+
+// Live returns the tasks that were not terminal when the records left them
+// (and possibly some that since ended), in creation order.
+func (s *State) Live() []*Task { return s.live }
 
 func (s *State) checkSequence(r Record) error {
 	if r.Seq != s.lastSeq+1 {
@@ -197,6 +225,7 @@ func (s *State) applyCreated(r Record) error {
 	}
 	s.tasks[t.ID] = t
 	s.order = append(s.order, t)
+	s.live = append(s.live, t)
 	s.submits[r.RequestID] = t
 	s.lastTaskNum = max(s.lastTaskNum, n)
 	return nil
@@ -275,8 +304,8 @@ func (s *State) applyGranted(r Record) error {
 	if c.State.Terminal() {
 		return breaks(InvTerminal, "%s is %s", t.ID, c.State)
 	}
-	if ok, why := c.leasable(r.At); !ok {
-		return invalid("%s", why)
+	if !c.leasable(r.At) {
+		return invalid("%s", c.whyNotLeasable(r.At))
 	}
 	if r.Attempt != c.Attempt+1 || r.Attempt > c.Policy.MaxAttempts {
 		return breaks(InvAttempts, "attempt %d after %d with max_attempts %d", r.Attempt, c.Attempt, c.Policy.MaxAttempts)

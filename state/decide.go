@@ -109,14 +109,14 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 		if err != nil {
 			return Decision{}, err
 		}
-		if ok, reason := t.At(now).leasable(now); ok {
+		if c := t.At(now); c.leasable(now) {
 			pick = t
 		} else {
-			why = reason
+			why = c.whyNotLeasable(now)
 		}
 	} else {
-		for _, t := range s.order {
-			if ok, _ := t.At(now).leasable(now); ok {
+		for _, t := range s.live {
+			if !t.State.Terminal() && t.At(now).leasable(now) {
 				pick = t
 				break
 			}
@@ -270,7 +270,7 @@ func (s *State) DecideFail(taskID, leaseID, reason string, permanent bool, now i
 // whose window has closed (and that no expiry has ended already).
 func (s *State) DecideExpire(now int64) Decision {
 	d := Decision{Outcome: ResultOK}
-	for _, t := range s.order {
+	for _, t := range s.live {
 		switch {
 		case t.State == Leased && t.Lease.Expiry <= now:
 			d.Records = append(d.Records, Record{Type: LeaseExpired, TaskID: t.ID, LeaseID: t.Lease.ID})

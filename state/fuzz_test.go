@@ -1,21 +1,45 @@
 package state
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
 	"time"
 )
 
-// FuzzDecode: the record decoder never panics, and whatever it accepts
-// encodes and decodes back to the same record.
+// decodeWithEncodingJSON is the reference DecodeRecord is held to.
+func decodeWithEncodingJSON(body []byte) (Record, error) {
+	var r Record
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Record{}, err
+	}
+	if dec.More() {
+		return Record{}, errors.New("trailing data")
+	}
+	return r, nil
+}
+
+// FuzzDecode: the record decoder never panics; whatever it accepts,
+// encoding/json (strict) accepts with the same result (so it refuses all that
+// encoding/json refuses, and more: inexact keys, a twice-given retry_policy);
+// and what it accepts encodes and decodes back unchanged.
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"seq":1,"at":1767225600000,"type":"TaskCreated","actor":"a","task_id":"T1","payload":"P","window":"5m0s","retry_policy":{"max_attempts":3,"backoff":"0s","backoff_max":"0s"},"request_id":"R1"}`))
 	f.Add([]byte(`{"seq":4,"at":1767225600000,"type":"WorkFailed","domain":"d ä","offset":0,"token":"K1","acquired_at":5,"outcome":"give_up","hint":3,"max_retries":2}`))
 	f.Add([]byte(`{"seq":1,"window":"-1h","retry_policy":null}`))
 	f.Add([]byte(`{"seq":1e400}`))
+	f.Add([]byte(`{"seq":1,"payload":"a\u00e9\n\"","offset":null,"hint":-0,"permanent":false}`))
+	f.Add([]byte(` { "seq" : 2 , "retry_policy" : { "max_attempts" : 1 } } `))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := DecodeRecord(body)
+		ref, refErr := decodeWithEncodingJSON(body)
+		if err == nil && (refErr != nil || !reflect.DeepEqual(r, ref)) {
+			t.Fatalf("accepted %q as %+v; encoding/json says %+v, %v", body, r, ref, refErr)
+		}
 		if err != nil {
 			return
 		}

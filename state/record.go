@@ -5,7 +5,6 @@
 package state
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -120,19 +119,4 @@ type Record struct {
 // EncodeRecord returns the record's body as written in the WAL.
 func EncodeRecord(r Record) ([]byte, error) {
 	return json.Marshal(r)
-}
-
-// DecodeRecord parses a record body, refusing unknown fields so that a record
-// from a newer format or a hand edit is never half-understood.
-func DecodeRecord(body []byte) (Record, error) {
-	var r Record
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return Record{}, fmt.Errorf("record is not valid JSON of a known shape: %w", err)
-	}
-	if dec.More() {
-		return Record{}, fmt.Errorf("record has trailing data after its JSON object")
-	}
-	return r, nil
 }

@@ -79,6 +79,8 @@ type Task struct {
 
 	Attempts []Attempt
 	Seqs     []int64 // every record about this task, in order
+
+	counted bool // its end has been counted toward compacting State.live
 }
 
 // Deadline is the end of the task's execution window.
@@ -185,18 +187,20 @@ func (t *Task) At(at int64) *Task {
 	return &c
 }
 
-// leasable says whether a lease may be granted on the task (as it stands at at)
-// and, when not, why.
-func (t *Task) leasable(at int64) (bool, string) {
+// leasable says whether a lease may be granted on the task as it stands at at.
+func (t *Task) leasable(at int64) bool {
+	return t.State == Waiting && at >= t.NotBefore && at < t.Deadline()
+}
+
+// whyNotLeasable explains a false leasable, for messages only.
+func (t *Task) whyNotLeasable(at int64) string {
 	switch {
 	case t.State != Waiting:
-		return false, t.ID + " is " + string(t.State)
+		return t.ID + " is " + string(t.State)
 	case at < t.NotBefore:
-		return false, t.ID + " is backing off until its not_before time"
-	case at >= t.Deadline():
-		return false, t.ID + "'s execution window has closed"
+		return t.ID + " is backing off until its not_before time"
 	}
-	return true, ""
+	return t.ID + "'s execution window has closed"
 }
 
 // idNumber parses ids of the form <prefix><positive integer>.

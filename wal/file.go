@@ -64,16 +64,18 @@ type storage interface {
 // Log is an open, locked WAL. Close releases the lock.
 type Log struct {
 	Path string
-	*Scanned
+	Position
+	Torn  *TornTail
 	file  *os.File
 	store storage
 	mode  Mode
 	fault *Fault // nil except in tests
 }
 
-// Open opens and locks an existing WAL and scans it. A missing file is
-// reported as an error wrapping fs.ErrNotExist; the caller decides what that means.
-func Open(path string, mode Mode, lockTimeout time.Duration) (*Log, error) {
+// Open opens and locks an existing WAL and reads it, handing each valid frame
+// to each (which may be nil) in order. A missing file is reported as an error
+// wrapping fs.ErrNotExist; the caller decides what that means.
+func Open(path string, mode Mode, lockTimeout time.Duration, each func(Frame) error) (*Log, error) {
 	flags := os.O_RDONLY
 	if mode == Write {
 		flags = os.O_RDWR
@@ -97,17 +99,24 @@ func Open(path string, mode Mode, lockTimeout time.Duration) (*Log, error) {
 		f.Close()
 		return nil, err
 	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+	if each == nil {
+		each = func(Frame) error { return nil }
 	}
-	scanned, err := Scan(data)
+	if err := readHeader(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	st, err := f.Stat()
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	return &Log{Path: path, Scanned: scanned, file: f, store: f, mode: mode}, nil
+	pos, torn, err := scanFrames(f, st.Size(), start, each)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Log{Path: path, Position: pos, Torn: torn, file: f, store: f, mode: mode}, nil
 }
 
 // NotRegularError means the WAL path names something other than a regular file.
@@ -168,9 +177,7 @@ func (l *Log) Append(body []byte) (cut *CutResult, err error) {
 		return cut, err
 	}
 	l.fault.reach("after-sync")
-	l.Frames = append(l.Frames, Frame{Index: len(l.Frames) + 1, Offset: l.End, Body: body})
-	l.End += int64(len(frame))
-	l.LastSum = sum
+	l.Position = Position{Count: l.Count + 1, End: l.End + int64(len(frame)), LastSum: sum}
 	return cut, nil
 }
 
@@ -289,7 +296,6 @@ func Create(path string, body []byte, fault *Fault) (*Log, error) {
 		tmp.Close()
 		return nil, fmt.Errorf("locking the new WAL: %w", err)
 	}
-	l.Scanned = &Scanned{LastSum: headerSeed}
 	if err := l.writeDurably(append(append([]byte{}, HeaderLine...), frame...)); err != nil {
 		tmp.Close()
 		return nil, err
@@ -306,12 +312,7 @@ func Create(path string, body []byte, fault *Fault) (*Log, error) {
 		return nil, fmt.Errorf("syncing the directory of the new WAL: %w", err)
 	}
 	fault.reach("after-sync")
-	headerLen := int64(len(HeaderLine))
-	l.Scanned = &Scanned{
-		Frames:  []Frame{{Index: 1, Offset: headerLen, Body: body}},
-		End:     headerLen + int64(len(frame)),
-		LastSum: sum,
-	}
+	l.Position = Position{Count: 1, End: start.End + int64(len(frame)), LastSum: sum}
 	return l, nil
 }
 

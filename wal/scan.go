@@ -1,9 +1,11 @@
 package wal
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 )
 
@@ -11,8 +13,19 @@ import (
 type Frame struct {
 	Index  int    // 1-based position in the file
 	Offset int64  // byte offset of the frame's first byte
-	Body   []byte // the record body, aliasing the scanned buffer
+	Body   []byte // the record body; valid only until the next frame is read
 }
+
+// Position is where a valid prefix of frames ends: how many frames it holds,
+// its length in bytes, and the checksum of its last frame (the seed of the next).
+type Position struct {
+	Count   int
+	End     int64
+	LastSum uint32
+}
+
+// start is the position of a WAL holding only its header.
+var start = Position{End: int64(len(HeaderLine)), LastSum: headerSeed}
 
 // TornTail is an unacknowledged remnant after the last valid frame: what a crash
 // in the middle of an append leaves. It is never part of the history.
@@ -23,10 +36,9 @@ type TornTail struct {
 
 // Scanned is a WAL read into memory: its valid frames and any torn tail.
 type Scanned struct {
-	Frames  []Frame
-	End     int64  // end of the last valid frame
-	LastSum uint32 // checksum of the last valid frame: the seed of the next
-	Torn    *TornTail
+	Position
+	Frames []Frame
+	Torn   *TornTail
 }
 
 // FormatError means the file is not a leasewal WAL this version can read.
@@ -50,29 +62,31 @@ func (e *DamageError) Error() string {
 // behind (creation is atomic), so it is not a WAL.
 var ErrEmptyFile = errors.New("the file is empty, so it is not a leasewal WAL (leasewal creates its WAL atomically, header first)")
 
-// Scan validates data as a whole WAL. It never panics on any input.
+// Scan validates data as a whole WAL and returns its frames. It never panics
+// on any input.
 func Scan(data []byte) (*Scanned, error) {
-	if err := checkHeader(data); err != nil {
+	out := &Scanned{}
+	r := bytes.NewReader(data)
+	if err := readHeader(r); err != nil {
 		return nil, err
 	}
-	out := &Scanned{End: int64(len(HeaderLine)), LastSum: headerSeed}
-	pos := len(HeaderLine)
-	for pos < len(data) {
-		nl := bytes.IndexByte(data[pos:], '\n')
-		if nl < 0 {
-			return out, classifyBad(out, data, pos, len(data), "incomplete frame")
-		}
-		line := data[pos : pos+nl]
-		body, sum, reason := checkFrame(out.LastSum, line)
-		if reason != "" {
-			return out, classifyBad(out, data, pos, pos+nl+1, reason)
-		}
-		out.Frames = append(out.Frames, Frame{Index: len(out.Frames) + 1, Offset: int64(pos), Body: body})
-		out.LastSum = sum
-		pos += nl + 1
-		out.End = int64(pos)
+	pos, torn, err := scanFrames(r, int64(len(data)), start, func(f Frame) error {
+		f.Body = bytes.Clone(f.Body)
+		out.Frames = append(out.Frames, f)
+		return nil
+	})
+	out.Position, out.Torn = pos, torn
+	return out, err
+}
+
+// readHeader checks the header line at the start of r.
+func readHeader(r io.Reader) error {
+	head := make([]byte, len(HeaderLine))
+	n, err := io.ReadFull(r, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return err
 	}
-	return out, nil
+	return checkHeader(head[:n])
 }
 
 func checkHeader(data []byte) error {
@@ -94,10 +108,55 @@ func checkHeader(data []byte) error {
 	return &FormatError{Reason: fmt.Sprintf("not a leasewal WAL: the first line must be %q", bytes.TrimSuffix(HeaderLine, []byte("\n")))}
 }
 
+// maxLine is the longest line a valid frame can have, newline included.
+const maxLine = crcHexLen + 1 + MaxBodySize + 1
+
+// scanFrames reads frames from r, which is positioned at from.End, handing
+// each valid one to each. It stops at the end of the file, at an error from
+// each, or at a bad frame: a torn tail if nothing acknowledged follows it,
+// else a DamageError. size is the file's size, to size the read buffer. It
+// never panics on any input.
+func scanFrames(r io.Reader, size int64, from Position, each func(Frame) error) (Position, *TornTail, error) {
+	pos := from
+	br := bufio.NewReaderSize(r, int(min(max(size, 16), 1<<20)))
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) == 0 && errors.Is(err, io.EOF) {
+			return pos, nil, nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+			return pos, nil, err
+		}
+		complete := err == nil
+		var reason string
+		var body []byte
+		var sum uint32
+		if complete {
+			body, sum, reason = checkFrame(pos.LastSum, line[:len(line)-1])
+		} else if errors.Is(err, bufio.ErrBufferFull) {
+			reason = fmt.Sprintf("frame longer than the limit of %d bytes", maxLine)
+		} else {
+			reason = "incomplete frame"
+		}
+		if reason != "" {
+			rest, rerr := io.ReadAll(br)
+			if rerr != nil {
+				return pos, nil, rerr
+			}
+			torn, err := classifyBad(pos, append(bytes.Clone(line), rest...), reason)
+			return pos, torn, err
+		}
+		if err := each(Frame{Index: pos.Count + 1, Offset: pos.End, Body: body}); err != nil {
+			return pos, nil, err
+		}
+		pos = Position{Count: pos.Count + 1, End: pos.End + int64(len(line)), LastSum: sum}
+	}
+}
+
 // checkFrame validates one line (without its newline) against the chain.
 func checkFrame(prev uint32, line []byte) (body []byte, sum uint32, reason string) {
-	if len(line) > crcHexLen+1+MaxBodySize {
-		return nil, 0, fmt.Sprintf("frame of %d bytes exceeds the limit of %d bytes", len(line), crcHexLen+1+MaxBodySize)
+	if len(line) > maxLine-1 {
+		return nil, 0, fmt.Sprintf("frame of %d bytes exceeds the limit of %d bytes", len(line), maxLine-1)
 	}
 	if len(line) < crcHexLen+2 || line[crcHexLen] != ' ' {
 		return nil, 0, "malformed frame"
@@ -113,24 +172,27 @@ func checkFrame(prev uint32, line []byte) (body []byte, sum uint32, reason strin
 	return body, stated, ""
 }
 
-// classifyBad decides whether the bad bytes starting at pos are a torn tail
-// (nothing acknowledged follows them) or damage to acknowledged records.
-// lineEnd is the end of the bad line, newline included.
-func classifyBad(out *Scanned, data []byte, pos, lineEnd int, reason string) error {
-	damage := &DamageError{Index: len(out.Frames) + 1, Offset: int64(pos), Reason: reason}
-	line := bytes.TrimSuffix(data[pos:lineEnd], []byte("\n"))
-	if len(line) > crcHexLen+1+MaxBodySize && looksLikeFrame(line) {
-		return damage // a writer never produces such a frame, so this is not a torn append
+// classifyBad decides whether tail, the bytes from a bad frame at pos to the
+// end of the file, is a torn tail (nothing acknowledged follows the bad frame)
+// or damage to acknowledged records.
+func classifyBad(pos Position, tail []byte, reason string) (*TornTail, error) {
+	damage := &DamageError{Index: pos.Count + 1, Offset: pos.End, Reason: reason}
+	lineEnd := len(tail)
+	if nl := bytes.IndexByte(tail, '\n'); nl >= 0 {
+		lineEnd = nl + 1
 	}
-	if hasValidFramePrefix(out.LastSum, line) {
+	line := bytes.TrimSuffix(tail[:lineEnd], []byte("\n"))
+	if len(line) > maxLine-1 && looksLikeFrame(line) {
+		return nil, damage // a writer never produces such a frame, so this is not a torn append
+	}
+	if hasValidFramePrefix(pos.LastSum, line) {
 		damage.Reason = "a valid record runs into the next one: its line end is damaged"
-		return damage
+		return nil, damage
 	}
-	if followedByFrames(data[lineEnd:]) {
-		return damage
+	if followedByFrames(tail[lineEnd:]) {
+		return nil, damage
 	}
-	out.Torn = &TornTail{Offset: int64(pos), Length: int64(len(data) - pos)}
-	return nil
+	return &TornTail{Offset: pos.End, Length: int64(len(tail))}, nil
 }
 
 // hasValidFramePrefix reports whether line begins with a complete valid frame

@@ -37,15 +37,20 @@ func buildWAL(t *testing.T, n int) (string, [][]byte) {
 
 func TestRoundTrip(t *testing.T) {
 	path, bodies := buildWAL(t, 20)
-	l, err := Open(path, Read, time.Second)
+	var frames []Frame
+	l, err := Open(path, Read, time.Second, func(f Frame) error {
+		f.Body = bytes.Clone(f.Body)
+		frames = append(frames, f)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if len(l.Frames) != len(bodies) || l.Torn != nil {
-		t.Fatalf("%d frames, torn %v", len(l.Frames), l.Torn)
+	if len(frames) != len(bodies) || l.Count != len(bodies) || l.Torn != nil {
+		t.Fatalf("%d frames, torn %v", len(frames), l.Torn)
 	}
-	for i, f := range l.Frames {
+	for i, f := range frames {
 		if !bytes.Equal(f.Body, bodies[i]) || f.Index != i+1 {
 			t.Fatalf("frame %d = %s", i, f.Body)
 		}
@@ -252,7 +257,7 @@ func TestWriterCutsTornTailAndKeepsIt(t *testing.T) {
 	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	f.Write(tail)
 	f.Close()
-	l, err := Open(path, Write, time.Second)
+	l, err := Open(path, Write, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,9 +270,9 @@ func TestWriterCutsTornTailAndKeepsIt(t *testing.T) {
 	if !bytes.Equal(saved, tail) || filepath.Base(cut.SavedAs) != fmt.Sprintf("test.wal.torn-%d", cut.Offset) {
 		t.Fatalf("saved %q as %s", saved, cut.SavedAs)
 	}
-	l, err = Open(path, Read, time.Second)
-	if err != nil || len(l.Frames) != 4 || l.Torn != nil {
-		t.Fatalf("after the cut: %v, %d frames", err, len(l.Frames))
+	l, err = Open(path, Read, time.Second, nil)
+	if err != nil || l.Count != 4 || l.Torn != nil {
+		t.Fatalf("after the cut: %v, %d frames", err, l.Count)
 	}
 	l.Close()
 }
@@ -277,7 +282,7 @@ func TestFailedAppendsRollBack(t *testing.T) {
 		t.Run(spec, func(t *testing.T) {
 			path, _ := buildWAL(t, 3)
 			before, _ := os.ReadFile(path)
-			l, err := Open(path, Write, time.Second)
+			l, err := Open(path, Write, time.Second, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -323,18 +328,18 @@ func TestParseFault(t *testing.T) {
 
 func TestLockTimeout(t *testing.T) {
 	path, _ := buildWAL(t, 1)
-	writer, err := Open(path, Write, time.Second)
+	writer, err := Open(path, Write, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer writer.Close()
 	start := time.Now()
-	_, err = Open(path, Read, 50*time.Millisecond)
+	_, err = Open(path, Read, 50*time.Millisecond, nil)
 	var lt *LockTimeoutError
 	if !errors.As(err, &lt) || time.Since(start) < 50*time.Millisecond {
 		t.Fatalf("a reader beside a writer: %v after %s", err, time.Since(start))
 	}
-	reader, err := Open(path, Read, 100*time.Millisecond)
+	reader, err := Open(path, Read, 100*time.Millisecond, nil)
 	if err == nil {
 		reader.Close()
 		t.Fatal("a reader got in beside a writer")
@@ -343,7 +348,7 @@ func TestLockTimeout(t *testing.T) {
 
 func TestNotRegularFile(t *testing.T) {
 	var nr *NotRegularError
-	if _, err := Open(t.TempDir(), Read, time.Second); !errors.As(err, &nr) {
+	if _, err := Open(t.TempDir(), Read, time.Second, nil); !errors.As(err, &nr) {
 		t.Fatalf("a directory: %v", err)
 	}
 }

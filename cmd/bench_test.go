@@ -1,0 +1,52 @@
+package cmd
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"leasewal/internal/histgen"
+)
+
+// benchWAL writes a history of n records once per benchmark.
+func benchWAL(b *testing.B, n int) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "bench.wal")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := histgen.Write(f, histgen.Options{Records: n, Waiting: b.N + 1}); err != nil {
+		b.Fatal(err)
+	}
+	f.Close()
+	return path
+}
+
+func benchMain(b *testing.B, args ...string) {
+	var out, errOut bytes.Buffer
+	if code := Main(args, strings.NewReader(""), &out, &errOut); code != 0 {
+		b.Fatalf("exit %d: %s", code, errOut.String())
+	}
+}
+
+// BenchmarkVerify100k is the full replay with every check: records/s is
+// 100k / (ns/op).
+func BenchmarkVerify100k(b *testing.B) {
+	path := benchWAL(b, 100_000)
+	b.ResetTimer()
+	for range b.N {
+		benchMain(b, "--wal", path, "verify", "-o", "json")
+	}
+}
+
+// BenchmarkSubmit100k is one submit against a 100k-record history.
+func BenchmarkSubmit100k(b *testing.B) {
+	path := benchWAL(b, 100_000)
+	b.ResetTimer()
+	for range b.N {
+		benchMain(b, "--wal", path, "submit", "--payload", "x", "-o", "json")
+	}
+}
