@@ -115,7 +115,7 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 		}
 		only = st
 	}
-	g.keepRecords = true
+	g.keepRecords = len(ids) == 1 || o.until != 0 // one task's records, or the state at a record
 	return g.read(func(s *session) error {
 		st, at, err := s.stateUntil(o.until)
 		if err != nil {

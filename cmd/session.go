@@ -20,21 +20,40 @@ type session struct {
 	st      *state.State
 	records []state.Record
 	now     int64
+	// checkpointed is the number of records the checkpoint this session
+	// started from holds (0 for a full replay).
+	checkpointed int
 }
 
 // openSession locks the WAL (shared for reading, exclusive for writing),
 // replays every record through state.Apply, and resolves --now. A missing WAL
 // is an empty history.
+//
+// Unless the command needs the records themselves, it starts from the
+// checkpoint beside the WAL when that still matches the WAL, and replays only
+// the records after it.
 func (g *globals) openSession(mode wal.Mode) (*session, error) {
+	if !g.keepRecords {
+		if st, pos, ok := g.loadCheckpoint(); ok {
+			s, err := g.openReplaying(mode, st, st.Apply, pos)
+			if !errors.Is(err, wal.ErrStalePosition) {
+				if s != nil {
+					s.checkpointed = pos.Count
+				}
+				return s, err
+			}
+		}
+	}
 	st := state.New()
-	return g.openReplaying(mode, st, st.Apply)
+	return g.openReplaying(mode, st, st.Apply, wal.Position{})
 }
 
-// openReplaying is openSession with the state to build and the step that
-// applies each record to it (verify passes its Verifier's).
-func (g *globals) openReplaying(mode wal.Mode, st *state.State, step func(state.Record) error) (*session, error) {
+// openReplaying is openSession with the state to build, the step that applies
+// each record to it (verify passes its Verifier's), and the position in the
+// WAL that state already holds (zero for none).
+func (g *globals) openReplaying(mode wal.Mode, st *state.State, step func(state.Record) error, from wal.Position) (*session, error) {
 	s := &session{g: g, st: st}
-	log, err := wal.Open(g.walPath, mode, g.lockTimeout, func(f wal.Frame) error {
+	log, err := wal.OpenAt(g.walPath, mode, g.lockTimeout, from, func(f wal.Frame) error {
 		r, err := state.DecodeRecord(f.Body)
 		if err == nil {
 			err = step(r)
@@ -142,10 +161,22 @@ func (g *globals) write(run func(s *session) error) error {
 			return err
 		}
 		err = run(s)
+		if err == nil || errors.As(err, new(*outcomeExit)) {
+			s.refreshCheckpoint()
+		}
 		s.close()
 		if !errors.Is(err, wal.ErrCreateRace) {
 			return err
 		}
+	}
+}
+
+// refreshCheckpoint applies the checkpoint rule after a writing command: once
+// checkpointEvery records follow the checkpoint, it is rewritten, still under
+// the exclusive lock.
+func (s *session) refreshCheckpoint() {
+	if s.log != nil && s.log.Count-s.checkpointed >= checkpointEvery {
+		s.g.saveCheckpoint(s.st, s.log.Position)
 	}
 }
 

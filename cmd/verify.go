@@ -58,7 +58,7 @@ func runVerify(g *globals, expectFile string) error {
 		return usageErr("no WAL to verify at %s: %v; check --wal", g.walPath, unwrapPathErr(err))
 	}
 	v := state.NewVerifier()
-	s, err := g.openReplaying(wal.Read, v.State, v.Step)
+	s, err := g.openReplaying(wal.Read, v.State, v.Step, wal.Position{})
 	if err != nil {
 		return err
 	}

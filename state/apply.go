@@ -316,7 +316,7 @@ func (s *State) applyGranted(r Record) error {
 	commit(t, c, r.Seq)
 	t.State, t.Attempt = Leased, r.Attempt
 	t.Lease = &Lease{ID: r.LeaseID, Worker: r.WorkerID, Expiry: r.Expiry}
-	t.Attempts = append(t.Attempts, Attempt{Number: r.Attempt, LeaseID: r.LeaseID, Worker: r.WorkerID, GrantedAt: r.At, Expiry: r.Expiry})
+	t.Attempts = append(t.Attempts, Attempt{Number: r.Attempt, LeaseID: r.LeaseID, Worker: r.WorkerID, RequestID: r.RequestID, GrantedAt: r.At, Expiry: r.Expiry})
 	s.leaseTask[r.LeaseID] = t.ID
 	s.lastLeaseNum = n
 	if r.RequestID != "" {

@@ -53,6 +53,7 @@ type Attempt struct {
 	Number    int
 	LeaseID   string
 	Worker    string
+	RequestID string // the lease request id, if the worker gave one
 	GrantedAt int64
 	Expiry    int64
 	Extended  []int64 // times of LeaseExtended records

@@ -76,6 +76,20 @@ type Log struct {
 // to each (which may be nil) in order. A missing file is reported as an error
 // wrapping fs.ErrNotExist; the caller decides what that means.
 func Open(path string, mode Mode, lockTimeout time.Duration, each func(Frame) error) (*Log, error) {
+	return OpenAt(path, mode, lockTimeout, Position{}, each)
+}
+
+// ErrStalePosition means a position recorded earlier (by a checkpoint) does
+// not describe this WAL's prefix any more: the file is shorter, or the frame
+// ending there is not the one that was recorded.
+var ErrStalePosition = errors.New("the recorded position does not match the WAL")
+
+// OpenAt is Open for a caller that already holds the state up to from: only
+// the frames after it are read. from is checked first: the file must be at
+// least that long and the frame ending there must carry the recorded chained
+// checksum, which (the chain being what it is) vouches for the whole prefix.
+// A zero from reads the whole WAL.
+func OpenAt(path string, mode Mode, lockTimeout time.Duration, from Position, each func(Frame) error) (*Log, error) {
 	flags := os.O_RDONLY
 	if mode == Write {
 		flags = os.O_RDWR
@@ -111,12 +125,37 @@ func Open(path string, mode Mode, lockTimeout time.Duration, each func(Frame) er
 		f.Close()
 		return nil, err
 	}
-	pos, torn, err := scanFrames(f, st.Size(), start, each)
+	if from.Count == 0 {
+		from = start
+	} else if err := checkPosition(f, st.Size(), from); err != nil {
+		f.Close()
+		return nil, err
+	}
+	pos, torn, err := scanFrames(f, st.Size()-from.End, from, each)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	return &Log{Path: path, Position: pos, Torn: torn, file: f, store: f, mode: mode}, nil
+}
+
+// checkPosition checks from against the file and leaves f positioned at from.End.
+func checkPosition(f *os.File, size int64, from Position) error {
+	n := from.End - from.LastOffset
+	if from.End > size || from.LastOffset < start.End || n <= crcHexLen+2 || n > maxLine {
+		return ErrStalePosition
+	}
+	line := make([]byte, n)
+	if _, err := f.ReadAt(line, from.LastOffset); err != nil {
+		return ErrStalePosition
+	}
+	if sum, ok := parseHex8(line[:crcHexLen]); !ok || sum != from.LastSum || line[n-1] != '\n' {
+		return ErrStalePosition
+	}
+	if _, err := f.Seek(from.End, io.SeekStart); err != nil {
+		return err
+	}
+	return nil
 }
 
 // NotRegularError means the WAL path names something other than a regular file.
@@ -177,7 +216,7 @@ func (l *Log) Append(body []byte) (cut *CutResult, err error) {
 		return cut, err
 	}
 	l.fault.reach("after-sync")
-	l.Position = Position{Count: l.Count + 1, End: l.End + int64(len(frame)), LastSum: sum}
+	l.Position = Position{Count: l.Count + 1, End: l.End + int64(len(frame)), LastSum: sum, LastOffset: l.End}
 	return cut, nil
 }
 
@@ -262,7 +301,7 @@ func saveSideFile(walPath, suffix string, contents []byte) (string, error) {
 			werr = cerr
 		}
 		if werr == nil {
-			werr = syncDir(filepath.Dir(name))
+			werr = SyncDir(filepath.Dir(name))
 		}
 		if werr != nil {
 			os.Remove(name)
@@ -307,16 +346,17 @@ func Create(path string, body []byte, fault *Fault) (*Log, error) {
 		}
 		return nil, fmt.Errorf("creating the WAL: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := SyncDir(dir); err != nil {
 		tmp.Close()
 		return nil, fmt.Errorf("syncing the directory of the new WAL: %w", err)
 	}
 	fault.reach("after-sync")
-	l.Position = Position{Count: 1, End: start.End + int64(len(frame)), LastSum: sum}
+	l.Position = Position{Count: 1, End: start.End + int64(len(frame)), LastSum: sum, LastOffset: start.End}
 	return l, nil
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory, so that a file created or renamed in it survives a crash.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

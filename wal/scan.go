@@ -17,11 +17,13 @@ type Frame struct {
 }
 
 // Position is where a valid prefix of frames ends: how many frames it holds,
-// its length in bytes, and the checksum of its last frame (the seed of the next).
+// its length in bytes, the checksum of its last frame (the seed of the next),
+// and where that last frame starts.
 type Position struct {
-	Count   int
-	End     int64
-	LastSum uint32
+	Count      int
+	End        int64
+	LastSum    uint32
+	LastOffset int64
 }
 
 // start is the position of a WAL holding only its header.
@@ -149,7 +151,7 @@ func scanFrames(r io.Reader, size int64, from Position, each func(Frame) error) 
 		if err := each(Frame{Index: pos.Count + 1, Offset: pos.End, Body: body}); err != nil {
 			return pos, nil, err
 		}
-		pos = Position{Count: pos.Count + 1, End: pos.End + int64(len(line)), LastSum: sum}
+		pos = Position{Count: pos.Count + 1, End: pos.End + int64(len(line)), LastSum: sum, LastOffset: pos.End}
 	}
 }
 

@@ -1,0 +1,155 @@
+package cmd
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"leasewal/internal/histgen"
+	"leasewal/wal"
+)
+
+const cpNow = "2026-11-01T00:00:00Z"
+
+// cli runs leasewal in-process and returns exit code, stdout and stderr.
+func cli(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := Main(args, strings.NewReader(""), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// historyWAL writes a realistic history of about n records to dir/q.wal.
+func historyWAL(t *testing.T, dir string, n int) string {
+	t.Helper()
+	path := filepath.Join(dir, "q.wal")
+	var buf bytes.Buffer
+	if _, err := histgen.Write(&buf, histgen.Options{Records: n, Waiting: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// stateOf is the whole state as inspect and worklease inspect print it.
+func stateOf(t *testing.T, walPath string) string {
+	t.Helper()
+	_, tasks, e1 := cli("--wal", walPath, "--now", cpNow, "inspect", "-o", "json")
+	_, domains, e2 := cli("--wal", walPath, "--now", cpNow, "worklease", "inspect", "-o", "json")
+	if e1+e2 != "" && !strings.Contains(e1+e2, "warning") {
+		t.Fatalf("inspect: %s %s", e1, e2)
+	}
+	return tasks + domains
+}
+
+func TestCheckpointIsWrittenAndUsed(t *testing.T) {
+	dir := t.TempDir()
+	walPath := historyWAL(t, dir, 1200)
+	cpPath := walPath + checkpointSuffix
+	want := stateOf(t, walPath) // a full replay: no checkpoint yet
+	if _, err := os.Stat(cpPath); !os.IsNotExist(err) {
+		t.Fatal("a reader wrote a checkpoint")
+	}
+	if code, out, _ := cli("--wal", walPath, "--now", cpNow, "expire", "-o", "json"); code != 0 {
+		t.Fatalf("expire: %s", out)
+	}
+	data, err := os.ReadFile(cpPath)
+	if err != nil {
+		t.Fatalf("a writer past %d records wrote no checkpoint: %v", checkpointEvery, err)
+	}
+	st, pos, ok := decodeCheckpoint(data)
+	if !ok || pos.Count != int(st.LastSeq()) || pos.Count < 1200 {
+		t.Fatalf("checkpoint at %+v, ok %v", pos, ok)
+	}
+	want = stateOf(t, walPath) // expire may have changed records
+	// Damage the WAL before the checkpoint's position: a command that starts
+	// from the checkpoint never reads it (verify does, and says so).
+	damaged := bytes.Clone(mustRead(t, walPath))
+	damaged[100] ^= 1
+	os.WriteFile(walPath, damaged, 0o644)
+	if got := stateOf(t, walPath); got != want {
+		t.Fatal("the state from the checkpoint differs from the full replay")
+	}
+	if code, _, _ := cli("--wal", walPath, "verify"); code != ExitDamaged {
+		t.Fatal("verify must replay from scratch")
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestBadCheckpointsAreIgnored: a checkpoint that is stale, truncated,
+// bit-flipped, of another WAL, or ahead of the WAL is ignored, and every
+// command sees exactly the state a full replay gives.
+func TestBadCheckpointsAreIgnored(t *testing.T) {
+	dir := t.TempDir()
+	walPath := historyWAL(t, dir, 700)
+	cpPath := walPath + checkpointSuffix
+	want := stateOf(t, walPath)
+	good := mustReadCheckpoint(t, walPath, 400) // a checkpoint after record 400
+
+	other := historyWAL(t, t.TempDir(), 900) // another history, longer
+	foreign := mustReadCheckpoint(t, other, 600)
+
+	cases := map[string][]byte{
+		"older than the WAL (used, then the tail)": good,
+		"truncated":        good[:len(good)/2],
+		"empty":            {},
+		"not a checkpoint": []byte("hello"),
+		"of another WAL":   foreign,
+		"ahead of the WAL": mustReadCheckpoint(t, other, 800),
+	}
+	for name, data := range cases {
+		os.WriteFile(cpPath, data, 0o644)
+		if got := stateOf(t, walPath); got != want {
+			t.Fatalf("%s: the state differs from a full replay", name)
+		}
+	}
+	flips := 0
+	for i := 0; i < len(good); i += 97 {
+		flipped := bytes.Clone(good)
+		flipped[i] ^= 0x10
+		if _, _, ok := decodeCheckpoint(flipped); ok {
+			t.Fatalf("a checkpoint with byte %d flipped was accepted", i)
+		}
+		flips++
+	}
+	os.WriteFile(cpPath, good, 0o644)
+	// The WAL cut below the checkpoint's position (as repair does) makes it stale.
+	data := mustRead(t, walPath)
+	os.WriteFile(walPath, data[:len(data)/3], 0o644)
+	code, out, _ := cli("--wal", walPath, "--now", cpNow, "inspect", "-o", "json")
+	if code != 0 || strings.Count(out, `"task_id"`) >= strings.Count(want, `"task_id"`) {
+		t.Fatalf("a stale checkpoint was used for a shorter WAL: exit %d", code)
+	}
+	t.Logf("%d checkpoint cases and %d flipped bytes: each ignored or used exactly as a full replay", len(cases), flips)
+}
+
+// mustReadCheckpoint builds the checkpoint of walPath's first n records.
+func mustReadCheckpoint(t *testing.T, walPath string, n int) []byte {
+	t.Helper()
+	data := mustRead(t, walPath)
+	scanned, err := wal.Scan(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := filepath.Join(t.TempDir(), "prefix.wal")
+	end := scanned.Frames[n].Offset
+	os.WriteFile(prefix, data[:end], 0o644)
+	g := &globals{walPath: prefix, lockTimeout: 1e9, getenv: os.Getenv, stderr: os.Stderr}
+	s, err := g.openSession(wal.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	return encodeCheckpoint(s.st, s.log.Position)
+}
