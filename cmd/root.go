@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -57,6 +58,7 @@ type globals struct {
 // Main runs leasewal with args and returns the process exit code. It never
 // calls os.Exit, so deferred syncs and closes run.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	tuneGC()
 	g := &globals{v: viper.New(), stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
 	root := newRoot(g)
 	root.SetArgs(args)
@@ -65,6 +67,19 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	err := root.Execute()
 	return g.finish(err)
+}
+
+// tuneGC lets the collector run less often than Go's default: a command is a
+// short-lived process whose heap is mostly the replayed state, all of it live.
+// A soft memory limit keeps the peak bounded on a very large WAL. GOGC and
+// GOMEMLIMIT, when set, win.
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(192 << 20)
+	}
 }
 
 func newRoot(g *globals) *cobra.Command {

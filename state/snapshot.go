@@ -129,9 +129,13 @@ func (e *encoder) domain(d *Domain) {
 	}
 }
 
-// decoder reads what encoder wrote; the first error sticks.
+// snapDecoder reads what encoder wrote; the first error sticks. Strings are
+// sliced out of one copy of the whole snapshot (all), so that loading costs
+// one allocation for them rather than one per string.
 type snapDecoder struct {
 	b   []byte
+	all string
+	off int // where b starts within all
 	err error
 }
 
@@ -141,13 +145,18 @@ func (d *snapDecoder) fail() {
 	}
 }
 
+func (d *snapDecoder) skip(n int) {
+	d.b = d.b[n:]
+	d.off += n
+}
+
 func (d *snapDecoder) int() int64 {
 	v, n := binary.Varint(d.b)
 	if n <= 0 {
 		d.fail()
 		return 0
 	}
-	d.b = d.b[n:]
+	d.skip(n)
 	return v
 }
 
@@ -157,7 +166,7 @@ func (d *snapDecoder) uint() uint64 {
 		d.fail()
 		return 0
 	}
-	d.b = d.b[n:]
+	d.skip(n)
 	return v
 }
 
@@ -167,8 +176,8 @@ func (d *snapDecoder) str() string {
 		d.fail()
 		return ""
 	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
+	s := d.all[d.off : d.off+int(n)]
+	d.skip(int(n))
 	return s
 }
 
@@ -178,7 +187,7 @@ func (d *snapDecoder) bool() bool {
 		return false
 	}
 	v := d.b[0] == 1
-	d.b = d.b[1:]
+	d.skip(1)
 	return v
 }
 
@@ -210,7 +219,7 @@ func (d *snapDecoder) ints() []int64 {
 
 // LoadSnapshot decodes a snapshot and rebuilds the indexes Apply keeps.
 func LoadSnapshot(b []byte) (*State, error) {
-	d := &snapDecoder{b: b}
+	d := &snapDecoder{b: b, all: string(b)}
 	if d.uint() != snapshotVersion {
 		return nil, fmt.Errorf("%w: unknown version", ErrSnapshot)
 	}
@@ -218,6 +227,8 @@ func LoadSnapshot(b []byte) (*State, error) {
 	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
 	if n, isNil := d.length(); !isNil {
 		s.order = make([]*Task, 0, n)
+		s.tasks, s.submits = make(map[string]*Task, n), make(map[string]*Task, n)
+		s.leaseTask = make(map[string]string, int(s.lastLeaseNum))
 		for range n {
 			t := d.task()
 			if d.err != nil {
