@@ -17,7 +17,7 @@ import (
 // truth: safe to delete, checked against the WAL before use (the WAL must
 // still hold, at the recorded offset, a frame with the recorded chained
 // checksum), ignored when missing, stale or damaged, and rewritten
-// atomically. verify, log and inspect with records always replay from scratch.
+// atomically by writers (checkpointDue says when). verify, log and inspect with records always replay from scratch.
 //
 // Layout: the line "leasewal-checkpoint v1\n", the CRC32C of the rest (4
 // bytes, little endian), the WAL position as uvarints (count, end, checksum,
@@ -26,10 +26,18 @@ import (
 const (
 	checkpointSuffix = ".checkpoint"
 	checkpointMagic  = "leasewal-checkpoint v1\n"
-	// checkpointEvery is the refresh rule: a writing command rewrites the
-	// checkpoint, after its own append, once this many records follow it.
-	checkpointEvery = 500
+	// minCheckpointTail is the least number of records a checkpoint may lag
+	// behind before a writer rewrites it (see checkpointDue).
+	minCheckpointTail = 100
 )
+
+// checkpointDue is the refresh rule: a writing command rewrites the checkpoint,
+// after its own append, once max(100, tasks/50) records follow it. Writing it
+// costs O(tasks), so rewriting every tasks/50 records keeps that cost constant
+// per command, and the tail a command replays stays short.
+func checkpointDue(tail, tasks int) bool {
+	return tail >= max(minCheckpointTail, tasks/50)
+}
 
 var checkpointCRC = crc32.MakeTable(crc32.Castagnoli)
 

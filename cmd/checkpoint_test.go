@@ -58,7 +58,7 @@ func TestCheckpointIsWrittenAndUsed(t *testing.T) {
 	}
 	data, err := os.ReadFile(cpPath)
 	if err != nil {
-		t.Fatalf("a writer past %d records wrote no checkpoint: %v", checkpointEvery, err)
+		t.Fatalf("a writer past %d records wrote no checkpoint: %v", minCheckpointTail, err)
 	}
 	st, pos, ok := decodeCheckpoint(data)
 	if !ok || pos.Count != int(st.LastSeq()) || pos.Count < 1200 {

@@ -171,11 +171,10 @@ func (g *globals) write(run func(s *session) error) error {
 	}
 }
 
-// refreshCheckpoint applies the checkpoint rule after a writing command: once
-// checkpointEvery records follow the checkpoint, it is rewritten, still under
-// the exclusive lock.
+// refreshCheckpoint applies the checkpoint rule after a writing command,
+// still under the exclusive lock.
 func (s *session) refreshCheckpoint() {
-	if s.log != nil && s.log.Count-s.checkpointed >= checkpointEvery {
+	if s.log != nil && checkpointDue(s.log.Count-s.checkpointed, len(s.st.Tasks())) {
 		s.g.saveCheckpoint(s.st, s.log.Position)
 	}
 }
