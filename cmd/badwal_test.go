@@ -76,7 +76,7 @@ func TestBadWALs(t *testing.T) {
 			if want, _ := os.ReadFile(golden); !bytes.Equal(data, want) {
 				t.Fatalf("%s is out of date; rerun with LEASEWAL_UPDATE_GOLDEN=1", golden)
 			}
-			code, out := leasewal(t, "--wal", golden, "verify", "-o", "json")
+			code, out, _ := cli("--wal", golden, "verify", "-o", "json")
 			var e errorView
 			if err := json.Unmarshal([]byte(out), &e); err != nil || code != ExitDamaged {
 				t.Fatalf("exit %d: %s", code, out)

@@ -13,13 +13,6 @@ import (
 
 const cpNow = "2026-11-01T00:00:00Z"
 
-// cli runs leasewal in-process and returns exit code, stdout and stderr.
-func cli(args ...string) (int, string, string) {
-	var out, errOut bytes.Buffer
-	code := Main(args, strings.NewReader(""), &out, &errOut)
-	return code, out.String(), errOut.String()
-}
-
 // historyWAL writes a realistic history of about n records to dir/q.wal.
 func historyWAL(t *testing.T, dir string, n int) string {
 	t.Helper()

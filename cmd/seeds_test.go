@@ -94,14 +94,6 @@ var seedTraces = []seedTrace{
 	},
 }
 
-// leasewal runs the CLI in-process and returns its exit code and stdout.
-func leasewal(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	code := Main(args, strings.NewReader(""), &out, &errOut)
-	return code, out.String()
-}
-
 func TestSeedTraces(t *testing.T) {
 	update := os.Getenv("LEASEWAL_UPDATE_GOLDEN") == "1"
 	for _, tr := range seedTraces {
@@ -109,7 +101,7 @@ func TestSeedTraces(t *testing.T) {
 			walPath := filepath.Join(t.TempDir(), tr.name+".wal")
 			for i, c := range tr.commands {
 				args := append([]string{"--wal", walPath, "--actor", "seed", "-o", "json"}, c...)
-				if code, out := leasewal(t, args...); code != tr.exitCode[i] {
+				if code, out, _ := cli(args...); code != tr.exitCode[i] {
 					t.Fatalf("%v: exit %d, want %d: %s", c, code, tr.exitCode[i], out)
 				}
 			}
@@ -118,13 +110,13 @@ func TestSeedTraces(t *testing.T) {
 			built, _ := os.ReadFile(walPath)
 			if update {
 				writeGolden(t, golden, built)
-				_, final := leasewal(t, "--wal", walPath, "inspect", "-o", "json", "--now", tr.finalNow)
+				_, final, _ := cli("--wal", walPath, "inspect", "-o", "json", "--now", tr.finalNow)
 				writeGolden(t, expect, []byte(final))
 			}
 			if want, _ := os.ReadFile(golden); !bytes.Equal(built, want) {
 				t.Fatalf("the commands no longer reproduce %s record for record:\n got  %s\n want %s", golden, built, want)
 			}
-			if code, out := leasewal(t, "--wal", golden, "verify", "--expect", expect, "--now", tr.finalNow, "-o", "json"); code != 0 {
+			if code, out, _ := cli("--wal", golden, "verify", "--expect", expect, "--now", tr.finalNow, "-o", "json"); code != 0 {
 				t.Fatalf("verify --expect: exit %d: %s", code, out)
 			}
 			for _, step := range tr.steps {
@@ -149,7 +141,7 @@ func checkSeedStep(t *testing.T, golden string, step seedStep) {
 	} else {
 		args = []string{"--wal", cutWAL(t, golden, step.cut), "inspect", "T1", "-o", "json", "--now", step.now}
 	}
-	code, out := leasewal(t, args...)
+	code, out, _ := cli(args...)
 	if code != 0 {
 		t.Fatalf("%v: exit %d", args, code)
 	}
