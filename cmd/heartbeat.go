@@ -76,7 +76,7 @@ func runHeartbeat(g *globals, worker string) error {
 // currentLeases lists the leases current at now, by worker.
 func currentLeases(st *state.State, now int64) map[string][]heldLease {
 	out := map[string][]heldLease{}
-	for _, t := range st.Tasks() {
+	for _, t := range st.Live() { // only unfinished tasks hold leases
 		if c := t.At(now); c.State == state.Leased {
 			out[c.Lease.Worker] = append(out[c.Lease.Worker], heldLease{TaskID: t.ID, LeaseID: c.Lease.ID, Expiry: state.FormatTime(c.Lease.Expiry)})
 		}

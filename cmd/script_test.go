@@ -65,7 +65,7 @@ func rawAppend(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(l.Close())
 		return
 	}
-	l, err := wal.Open(path, wal.Write, time.Second, nil)
+	l, err := wal.OpenAt(path, wal.Write, time.Second, wal.Position{}, nil)
 	ts.Check(err)
 	_, err = l.Append([]byte(args[1]))
 	ts.Check(err)

@@ -72,23 +72,19 @@ type Log struct {
 	fault *Fault // nil except in tests
 }
 
-// Open opens and locks an existing WAL and reads it, handing each valid frame
-// to each (which may be nil) in order. A missing file is reported as an error
-// wrapping fs.ErrNotExist; the caller decides what that means.
-func Open(path string, mode Mode, lockTimeout time.Duration, each func(Frame) error) (*Log, error) {
-	return OpenAt(path, mode, lockTimeout, Position{}, each)
-}
-
 // ErrStalePosition means a position recorded earlier (by a checkpoint) does
 // not describe this WAL's prefix any more: the file is shorter, or the frame
 // ending there is not the one that was recorded.
 var ErrStalePosition = errors.New("the recorded position does not match the WAL")
 
-// OpenAt is Open for a caller that already holds the state up to from: only
-// the frames after it are read. from is checked first: the file must be at
-// least that long and the frame ending there must carry the recorded chained
-// checksum, which (the chain being what it is) vouches for the whole prefix.
-// A zero from reads the whole WAL.
+// OpenAt opens and locks an existing WAL and reads the frames after from,
+// handing each valid one to each (which may be nil) in order; a zero from
+// reads the whole WAL. A caller passes a non-zero from when it already holds
+// the state up to there (a checkpoint): from is checked first, the file must
+// be at least that long and the frame ending there must carry the recorded
+// chained checksum, which (the chain being what it is) vouches for the whole
+// prefix. A missing file is reported as an error wrapping fs.ErrNotExist; the
+// caller decides what that means.
 func OpenAt(path string, mode Mode, lockTimeout time.Duration, from Position, each func(Frame) error) (*Log, error) {
 	flags := os.O_RDONLY
 	if mode == Write {

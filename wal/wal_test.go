@@ -38,7 +38,7 @@ func buildWAL(t *testing.T, n int) (string, [][]byte) {
 func TestRoundTrip(t *testing.T) {
 	path, bodies := buildWAL(t, 20)
 	var frames []Frame
-	l, err := Open(path, Read, time.Second, func(f Frame) error {
+	l, err := OpenAt(path, Read, time.Second, Position{}, func(f Frame) error {
 		f.Body = bytes.Clone(f.Body)
 		frames = append(frames, f)
 		return nil
@@ -257,7 +257,7 @@ func TestWriterCutsTornTailAndKeepsIt(t *testing.T) {
 	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	f.Write(tail)
 	f.Close()
-	l, err := Open(path, Write, time.Second, nil)
+	l, err := OpenAt(path, Write, time.Second, Position{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestWriterCutsTornTailAndKeepsIt(t *testing.T) {
 	if !bytes.Equal(saved, tail) || filepath.Base(cut.SavedAs) != fmt.Sprintf("test.wal.torn-%d", cut.Offset) {
 		t.Fatalf("saved %q as %s", saved, cut.SavedAs)
 	}
-	l, err = Open(path, Read, time.Second, nil)
+	l, err = OpenAt(path, Read, time.Second, Position{}, nil)
 	if err != nil || l.Count != 4 || l.Torn != nil {
 		t.Fatalf("after the cut: %v, %d frames", err, l.Count)
 	}
@@ -282,7 +282,7 @@ func TestFailedAppendsRollBack(t *testing.T) {
 		t.Run(spec, func(t *testing.T) {
 			path, _ := buildWAL(t, 3)
 			before, _ := os.ReadFile(path)
-			l, err := Open(path, Write, time.Second, nil)
+			l, err := OpenAt(path, Write, time.Second, Position{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -328,18 +328,18 @@ func TestParseFault(t *testing.T) {
 
 func TestLockTimeout(t *testing.T) {
 	path, _ := buildWAL(t, 1)
-	writer, err := Open(path, Write, time.Second, nil)
+	writer, err := OpenAt(path, Write, time.Second, Position{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer writer.Close()
 	start := time.Now()
-	_, err = Open(path, Read, 50*time.Millisecond, nil)
+	_, err = OpenAt(path, Read, 50*time.Millisecond, Position{}, nil)
 	var lt *LockTimeoutError
 	if !errors.As(err, &lt) || time.Since(start) < 50*time.Millisecond {
 		t.Fatalf("a reader beside a writer: %v after %s", err, time.Since(start))
 	}
-	reader, err := Open(path, Read, 100*time.Millisecond, nil)
+	reader, err := OpenAt(path, Read, 100*time.Millisecond, Position{}, nil)
 	if err == nil {
 		reader.Close()
 		t.Fatal("a reader got in beside a writer")
@@ -348,7 +348,7 @@ func TestLockTimeout(t *testing.T) {
 
 func TestNotRegularFile(t *testing.T) {
 	var nr *NotRegularError
-	if _, err := Open(t.TempDir(), Read, time.Second, nil); !errors.As(err, &nr) {
+	if _, err := OpenAt(t.TempDir(), Read, time.Second, Position{}, nil); !errors.As(err, &nr) {
 		t.Fatalf("a directory: %v", err)
 	}
 }
