@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -184,7 +184,23 @@ func (d *decoder) integer() (int64, error) {
 	case d.i < len(d.b) && (d.b[d.i] == '.' || d.b[d.i] == 'e' || d.b[d.i] == 'E'):
 		return 0, fmt.Errorf("number at byte %d is not an integer", start)
 	}
-	return strconv.ParseInt(string(d.b[start:d.i]), 10, 64)
+	// Accumulate negatively so that the smallest int64 fits; no allocation,
+	// unlike strconv on a converted string.
+	var n int64
+	for _, c := range d.b[digits:d.i] {
+		digit := int64(c - '0')
+		if n < (math.MinInt64+digit)/10 {
+			return 0, fmt.Errorf("number at byte %d is out of range", start)
+		}
+		n = n*10 - digit
+	}
+	if digits == start { // no minus sign
+		if n == math.MinInt64 {
+			return 0, fmt.Errorf("number at byte %d is out of range", start)
+		}
+		n = -n
+	}
+	return n, nil
 }
 
 func (d *decoder) optInteger() (*int64, error) {

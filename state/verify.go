@@ -6,22 +6,29 @@ import "fmt"
 // checks SPEC's invariants against counts it keeps itself, so that a bug in
 // Apply cannot hide behind Apply's own bookkeeping.
 type Verifier struct {
-	State    *State
-	Records  int
-	grants   map[string]int    // LeaseGranted records per task, counted here
-	current  map[string]string // current lease id -> task, as observed after each record
-	held     map[string]string // task -> its current lease id, the inverse of current
-	lastSeen map[string]TaskState
-	lastNum  int64
+	State   *State
+	Records int
+	shadows map[*Task]*shadow // what the Verifier itself saw of each task
+	current map[string]string // current lease id -> task, as observed after each record
+	lastNum int64
 
 	tokens    map[string]WorkLease // every work token seen -> the lease it first named
+	offsets   map[int64]bool       // scratch space for checkDomain, reused
 	terminals map[string]int       // per domain, processed+failed as last seen
+}
+
+// shadow is the Verifier's own account of a task, kept apart from Apply's.
+type shadow struct {
+	grants int       // LeaseGranted records seen
+	state  TaskState // the state after the last record about it
+	held   string    // its current lease, as last observed
+	seen   bool
 }
 
 // NewVerifier starts from an empty WAL.
 func NewVerifier() *Verifier {
-	return &Verifier{State: New(), grants: map[string]int{}, current: map[string]string{}, held: map[string]string{}, lastSeen: map[string]TaskState{},
-		tokens: map[string]WorkLease{}, terminals: map[string]int{}}
+	return &Verifier{State: New(), shadows: map[*Task]*shadow{}, current: map[string]string{},
+		tokens: map[string]WorkLease{}, terminals: map[string]int{}, offsets: map[int64]bool{}}
 }
 
 // Step applies one record and checks every invariant it could have touched.
@@ -31,7 +38,6 @@ func (v *Verifier) Step(r Record) error {
 	}
 	v.Records++
 	if r.Type == LeaseGranted {
-		v.grants[r.TaskID]++
 		n, _ := idNumber(r.LeaseID, 'L')
 		if n <= v.lastNum {
 			return v.fail(r, InvSequence, "lease id %s does not increase on L%d", r.LeaseID, v.lastNum)
@@ -45,7 +51,15 @@ func (v *Verifier) Step(r Record) error {
 	if !ok {
 		return nil
 	}
-	if err := v.checkTask(r, t); err != nil {
+	sh := v.shadows[t]
+	if sh == nil {
+		sh = &shadow{}
+		v.shadows[t] = sh
+	}
+	if r.Type == LeaseGranted {
+		sh.grants++
+	}
+	if err := v.checkTask(r, t, sh); err != nil {
 		return err
 	}
 	// The same task as time alone leaves it at this record's time must obey
@@ -56,14 +70,14 @@ func (v *Verifier) Step(r Record) error {
 	return nil
 }
 
-func (v *Verifier) checkTask(r Record, t *Task) error {
-	if prev, seen := v.lastSeen[t.ID]; seen && prev.Terminal() && t.State != prev {
-		return v.fail(r, InvTerminal, "%s went from %s to %s", t.ID, prev, t.State)
+func (v *Verifier) checkTask(r Record, t *Task, sh *shadow) error {
+	if sh.seen && sh.state.Terminal() && t.State != sh.state {
+		return v.fail(r, InvTerminal, "%s went from %s to %s", t.ID, sh.state, t.State)
 	}
-	v.lastSeen[t.ID] = t.State
-	if old, had := v.held[t.ID]; had && (t.Lease == nil || t.Lease.ID != old) {
-		delete(v.current, old)
-		delete(v.held, t.ID)
+	sh.seen, sh.state = true, t.State
+	if sh.held != "" && (t.Lease == nil || t.Lease.ID != sh.held) {
+		delete(v.current, sh.held)
+		sh.held = ""
 	}
 	if t.Lease != nil {
 		if owner, held := v.current[t.Lease.ID]; held && owner != t.ID {
@@ -73,10 +87,10 @@ func (v *Verifier) checkTask(r Record, t *Task) error {
 			return v.fail(r, InvOneLease, "%s's current lease %s was granted for %q", t.ID, t.Lease.ID, v.State.leaseTask[t.Lease.ID])
 		}
 		v.current[t.Lease.ID] = t.ID
-		v.held[t.ID] = t.Lease.ID
+		sh.held = t.Lease.ID
 	}
-	if t.Attempt != v.grants[t.ID] {
-		return v.fail(r, InvAttempts, "%s has attempt %d after %d LeaseGranted records", t.ID, t.Attempt, v.grants[t.ID])
+	if t.Attempt != sh.grants {
+		return v.fail(r, InvAttempts, "%s has attempt %d after %d LeaseGranted records", t.ID, t.Attempt, sh.grants)
 	}
 	return v.checkShape(r, t)
 }
@@ -100,7 +114,8 @@ func (v *Verifier) fail(r Record, invariant, format string, args ...any) error {
 
 // checkDomain checks seed 003's invariants for the domain a record touched.
 func (v *Verifier) checkDomain(r Record, d *Domain) error {
-	seen := map[int64]bool{}
+	seen := v.offsets
+	clear(seen)
 	for _, off := range d.Backlog {
 		switch {
 		case seen[off]:

@@ -1,0 +1,25 @@
+package state
+
+import (
+	"strconv"
+	"testing"
+)
+
+// TestIntegerParser holds the decoder's integer parser to strconv, except
+// where JSON is stricter (leading zeros, fractions, exponents).
+func TestIntegerParser(t *testing.T) {
+	for _, s := range []string{"0", "-0", "1", "-1", "42", "9223372036854775807", "-9223372036854775808",
+		"9223372036854775808", "-9223372036854775809", "99999999999999999999", "-", "", "01", "-01", "1.5", "1e3", "x"} {
+		d := decoder{b: []byte(s)}
+		got, err := d.integer()
+		ok := err == nil && d.i == len(s)
+		want, werr := strconv.ParseInt(s, 10, 64)
+		jsonStricter := len(s) > 1 && (s[0] == '0' || (s[0] == '-' && s[1] == '0' && len(s) > 2))
+		if jsonStricter {
+			werr = strconv.ErrSyntax
+		}
+		if ok != (werr == nil) || (ok && got != want) {
+			t.Errorf("%q: got %d (%v), strconv says %d (%v)", s, got, err, want, werr)
+		}
+	}
+}
