@@ -146,3 +146,26 @@ func mustReadCheckpoint(t *testing.T, walPath string, n int) []byte {
 	defer s.close()
 	return encodeCheckpoint(s.st, s.log.Position)
 }
+
+// TestCheckpointOfADeletedWAL: a checkpoint left behind by a deleted WAL is
+// ignored; the next write starts a new WAL at seq 1.
+func TestCheckpointOfADeletedWAL(t *testing.T) {
+	dir := t.TempDir()
+	walPath := historyWAL(t, dir, 300)
+	if code, out, _ := cli("--wal", walPath, "--now", cpNow, "expire"); code != 0 {
+		t.Fatal(out)
+	}
+	if _, err := os.Stat(walPath + checkpointSuffix); err != nil {
+		t.Fatalf("no checkpoint to leave behind: %v", err)
+	}
+	os.Remove(walPath)
+	if code, out, _ := cli("--wal", walPath, "--now", cpNow, "inspect", "-o", "json"); code != 0 || !strings.Contains(out, `"tasks":[]`) {
+		t.Fatalf("a missing WAL must read as empty: %s", out)
+	}
+	if code, out, _ := cli("--wal", walPath, "--now", cpNow, "submit", "--payload", "P", "-o", "json"); code != 0 || !strings.Contains(out, `"task_id":"T1"`) {
+		t.Fatalf("submit on a fresh WAL: %s", out)
+	}
+	if code, out, _ := cli("--wal", walPath, "verify", "-o", "json"); code != 0 || !strings.Contains(out, `"records":1`) {
+		t.Fatalf("verify: %s", out)
+	}
+}

@@ -18,7 +18,7 @@ type session struct {
 	g       *globals
 	log     *wal.Log
 	st      *state.State
-	records []state.Record
+	records []state.Record // kept only for commands that read records (globals.keepRecords)
 	now     int64
 	// checkpointed is the number of records the checkpoint this session
 	// started from holds (0 for a full replay).
@@ -67,6 +67,8 @@ func (g *globals) openReplaying(mode wal.Mode, st *state.State, step func(state.
 		return nil
 	})
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && from.Count > 0:
+		return nil, wal.ErrStalePosition // a checkpoint of a WAL that is gone describes nothing
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return nil, g.walOpenError(err)
@@ -127,9 +129,6 @@ func (s *session) commit(recs []state.Record) error {
 		}
 		if err := s.append(body); err != nil {
 			return err
-		}
-		if s.g.keepRecords {
-			s.records = append(s.records, r)
 		}
 	}
 	return nil
