@@ -115,6 +115,9 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 		}
 		only = st
 	}
+	if o.timeline && len(ids) != 1 {
+		return usageErr("--timeline draws one task: name it, e.g. 'leasewal inspect T1 --timeline'")
+	}
 	g.keepRecords = len(ids) == 1 || o.until != 0 // one task's records, or the state at a record
 	return g.read(func(s *session) error {
 		st, at, err := s.stateUntil(o.until)
@@ -130,9 +133,6 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 		}
 		if len(ids) == 0 {
 			v.Summary = summarize(st, at)
-		}
-		if o.timeline && len(ids) != 1 {
-			return usageErr("--timeline draws one task: name it, e.g. 'leasewal inspect T1 --timeline'")
 		}
 		if len(ids) == 1 {
 			v.Tasks[0].Records = s.taskRecords(st, ids[0])
