@@ -177,6 +177,10 @@ func runLog(g *globals, o *logOptions) error {
 			}
 			return nil
 		}
+		if len(entries) == 0 {
+			fmt.Fprintln(g.stdout, "no records match")
+			return nil
+		}
 		base := first
 		if o.absolute {
 			base = -1
