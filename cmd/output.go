@@ -6,16 +6,21 @@ import (
 	"os"
 
 	"github.com/fatih/color"
-	"github.com/mattn/go-isatty"
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/tw"
+	"golang.org/x/sys/unix"
 
 	"leasewal/state"
 )
 
+// isTerminal reports whether w is a terminal: only then is output colored.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	return ok && isatty.IsTerminal(f.Fd())
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // writeJSON prints one compact JSON document and a newline.
