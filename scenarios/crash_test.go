@@ -2,38 +2,13 @@ package scenarios
 
 import (
 	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 )
-
-// run runs leasewal with extra environment and returns its exit code (-9 when
-// SIGKILLed), stdout and stderr.
-func run(t *testing.T, walPath string, env []string, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.Command(binary(), args...)
-	cmd.Env = append(os.Environ(), append([]string{"LEASEWAL_WAL=" + walPath, "LEASEWAL_ACTOR=crash", "NO_COLOR=1", "LEASEWAL_FAILPOINT="}, env...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, out.String(), errOut.String()
-	case errors.As(err, &exit):
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return -int(ws.Signal()), out.String(), errOut.String()
-		}
-		return exit.ExitCode(), out.String(), errOut.String()
-	}
-	t.Fatalf("running leasewal: %v", err)
-	return 0, "", ""
-}
 
 func countRecords(t *testing.T, walPath string) int {
 	t.Helper()
