@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -52,6 +53,23 @@ func applyAll(t *testing.T, recs ...Record) *Verifier {
 		}
 	}
 	return v
+}
+
+// refused applies story, then bad, which must be refused with a RecordError
+// and leave the state exactly as it was; it returns the error.
+func refused(t *testing.T, story []Record, bad Record) *RecordError {
+	t.Helper()
+	v := applyAll(t, story...)
+	before := snapshot(v.State)
+	err := v.State.Apply(next(v.State, bad))
+	var re *RecordError
+	if !errors.As(err, &re) {
+		t.Fatalf("want a RecordError, got %v", err)
+	}
+	if after := snapshot(v.State); after != before {
+		t.Fatalf("a refused record changed the state:\n before %s\n after  %s", before, after)
+	}
+	return re
 }
 
 // next numbers r as the record after the state's last.

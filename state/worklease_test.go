@@ -173,15 +173,8 @@ func TestWorkInvariantRefusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := applyAll(t, c.story...)
-			before := snapshot(v.State)
-			err := v.State.Apply(next(v.State, c.bad))
-			var re *RecordError
-			if !errors.As(err, &re) || re.Invariant != c.invariant {
-				t.Fatalf("got %v, want %s", err, c.invariant)
-			}
-			if snapshot(v.State) != before {
-				t.Fatal("a refused record changed the state")
+			if re := refused(t, c.story, c.bad); re.Invariant != c.invariant {
+				t.Fatalf("got %v, want %s", re, c.invariant)
 			}
 		})
 	}
