@@ -3,7 +3,6 @@ package cmd
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -202,17 +201,8 @@ An unknown --domain: exit 4.`,
 	return c
 }
 
-func sortedOffsets(set map[int64]bool) []int64 {
-	out := make([]int64, 0, len(set))
-	for off := range set {
-		out = append(out, off)
-	}
-	slices.Sort(out)
-	return out
-}
-
 func viewDomain(d *state.Domain) domainView {
-	v := domainView{Domain: d.Name, Backlog: append([]int64{}, d.Backlog...), Processed: sortedOffsets(d.Processed), Failed: sortedOffsets(d.Failed)}
+	v := domainView{Domain: d.Name, Backlog: append([]int64{}, d.Backlog...), Processed: d.Processed.Sorted(), Failed: d.Failed.Sorted()}
 	if l := d.Lease; l != nil {
 		v.Lease = &workLeaseView{Offset: l.Offset, Token: l.Token, AcquiredAt: state.FormatTime(l.AcquiredAt), RetryCount: l.RetryCount}
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // Snapshots let a command start from a checkpoint instead of the first record.
@@ -119,13 +118,12 @@ func (e *encoder) domain(d *Domain) {
 		e.int(int64(l.RetryCount))
 	}
 	e.ints(d.Backlog)
-	for _, set := range []map[int64]bool{d.Processed, d.Failed} {
-		offsets := make([]int64, 0, len(set))
-		for off := range set {
-			offsets = append(offsets, off)
+	for _, set := range []*Offsets{&d.Processed, &d.Failed} {
+		e.uint(uint64(len(set.runs)))
+		for _, r := range set.runs {
+			e.int(r.lo)
+			e.int(r.hi)
 		}
-		slices.Sort(offsets)
-		e.ints(offsets)
 	}
 }
 
@@ -305,15 +303,35 @@ func (d *snapDecoder) task() *Task {
 }
 
 func (d *snapDecoder) domain() *Domain {
-	dom := &Domain{Name: d.str(), Processed: map[int64]bool{}, Failed: map[int64]bool{}}
+	dom := &Domain{Name: d.str()}
 	if d.bool() {
 		dom.Lease = &WorkLease{Offset: d.int(), Token: d.str(), AcquiredAt: d.int(), RetryCount: int(d.int())}
 	}
 	dom.Backlog = d.ints()
-	for _, set := range []map[int64]bool{dom.Processed, dom.Failed} {
-		for _, off := range d.ints() {
-			set[off] = true
-		}
+	for _, set := range []*Offsets{&dom.Processed, &dom.Failed} {
+		d.offsets(set)
 	}
 	return dom
+}
+
+// offsets reads the runs of a set, refusing runs that are empty, out of
+// order or touching, which no set Add built could hold.
+func (d *snapDecoder) offsets(set *Offsets) {
+	n := d.uint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return
+	}
+	if n > 0 {
+		set.runs = make([]offsetRun, 0, n)
+	}
+	for range n {
+		r := offsetRun{lo: d.int(), hi: d.int()}
+		if d.err != nil || r.hi < r.lo || r.lo < 0 || (len(set.runs) > 0 && r.lo <= set.runs[len(set.runs)-1].hi+1) {
+			d.fail()
+			return
+		}
+		set.runs = append(set.runs, r)
+		set.n += int(r.hi-r.lo) + 1
+	}
 }

@@ -137,7 +137,7 @@ func (v *Verifier) checkDomain(r Record, d *Domain) error {
 				l.Token, first.Offset, first.AcquiredAt, l.Offset, l.AcquiredAt)
 		}
 	}
-	terminals := len(d.Processed) + len(d.Failed)
+	terminals := d.Processed.Len() + d.Failed.Len()
 	if terminals < v.terminals[d.Name] {
 		return v.fail(r, WorkInvIdempotence, "domain %q lost terminal offsets", d.Name)
 	}

@@ -78,11 +78,11 @@ type Domain struct {
 	Name      string
 	Lease     *WorkLease
 	Backlog   []int64
-	Processed map[int64]bool
-	Failed    map[int64]bool
+	Processed Offsets
+	Failed    Offsets
 }
 
-func (d *Domain) terminal(offset int64) bool { return d.Processed[offset] || d.Failed[offset] }
+func (d *Domain) terminal(offset int64) bool { return d.Processed.Has(offset) || d.Failed.Has(offset) }
 
 // head is the backlog's first offset, the hint succeed and fail return.
 func (d *Domain) head() (int64, bool) {
@@ -107,7 +107,7 @@ func (s *State) domain(name string) *Domain {
 	if d, ok := s.domains[name]; ok {
 		return d
 	}
-	return &Domain{Name: name, Processed: map[int64]bool{}, Failed: map[int64]bool{}}
+	return &Domain{Name: name}
 }
 
 func (s *State) keepDomain(d *Domain) {
@@ -145,9 +145,9 @@ func (s *State) DecideAcquire(domain string, offset int64) (WorkDecision, error)
 	d := s.domain(domain)
 	answer := WorkDecision{Domain: domain, Offset: offset}
 	switch {
-	case d.Processed[offset]:
+	case d.Processed.Has(offset):
 		answer.Outcome = ResultAlreadyProcessed
-	case d.Failed[offset]:
+	case d.Failed.Has(offset):
 		answer.Outcome = ResultAlreadyFailed
 	case d.Lease != nil && d.Lease.Offset == offset:
 		answer.Outcome, answer.Token = ResultAlreadyAcquired, d.Lease.Token
@@ -311,7 +311,7 @@ func (s *State) applyWorkSucceeded(r Record) error {
 	if err := checkHint(d, r.Hint); err != nil {
 		return err
 	}
-	d.Processed[d.Lease.Offset] = true
+	d.Processed.Add(d.Lease.Offset)
 	d.Lease = nil
 	return nil
 }
@@ -331,7 +331,7 @@ func (s *State) applyWorkFailed(r Record) error {
 		if err := checkHint(d, r.Hint); err != nil {
 			return err
 		}
-		d.Failed[d.Lease.Offset] = true
+		d.Failed.Add(d.Lease.Offset)
 		d.Lease = nil
 	default:
 		return invalid("outcome %q is neither %s nor %s", r.Outcome, FailRetry, FailGiveUp)
