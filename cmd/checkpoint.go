@@ -3,41 +3,65 @@ package cmd
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 
 	"leasewal/state"
 	"leasewal/wal"
 )
 
-// The checkpoint is derived state cached beside the WAL (<wal>.checkpoint) so
-// that a command replays only the records after it. It is a cache, never the
-// truth: safe to delete, checked against the WAL before use (the WAL must
-// still hold, at the recorded offset, a frame with the recorded chained
-// checksum), ignored when missing, stale or damaged, and rewritten
-// atomically by writers (checkpointDue says when). verify, log and inspect with records always replay from scratch.
+// The checkpoint is derived state cached beside the WAL so that a command
+// replays only the records after it. It is a cache, never the truth: safe to
+// delete, checked against the WAL before use (the WAL must still hold, at the
+// recorded offset, a frame with the recorded chained checksum), ignored when
+// missing, stale or damaged, and rewritten atomically by writers
+// (checkpointDue and archiveDue say when). verify, log and inspect with
+// records always replay from scratch.
 //
-// Layout: the line "leasewal-checkpoint v1\n", the CRC32C of the rest (4
-// bytes, little endian), the WAL position as uvarints (count, end, checksum,
-// offset of the last frame), then the state snapshot.
+// It is two files. <wal>.checkpoint holds the WAL position and the snapshot
+// of the tasks in memory (the unfinished ones, and those finished since the
+// archive was last written); it is small and read whole. <wal>.archive holds
+// the finished tasks (state.Archive); it is mapped, and a command reads only
+// the few pages its lookups touch, so a command's start-up cost follows the
+// unfinished tasks, not the history.
+//
+// Layout of <wal>.checkpoint: the line "leasewal-checkpoint v2\n", the CRC32C
+// of the rest (4 bytes, little endian), the WAL position as uvarints (count,
+// end, checksum, offset of the last frame), then the state snapshot.
 
 const (
 	checkpointSuffix = ".checkpoint"
-	checkpointMagic  = "leasewal-checkpoint v1\n"
+	archiveSuffix    = ".archive"
+	checkpointMagic  = "leasewal-checkpoint v2\n"
 	// minCheckpointTail is the least number of records a checkpoint may lag
 	// behind before a writer rewrites it (see checkpointDue).
 	minCheckpointTail = 100
+	// archiveBatch is how many finished tasks may wait in the checkpoint
+	// before a writer moves them to a new archive (see archiveDue).
+	archiveBatch = 256
 )
 
 // checkpointDue is the refresh rule: a writing command rewrites the checkpoint,
-// after its own append, once max(100, tasks/50) records follow it. Writing it
-// costs O(tasks), so rewriting every tasks/50 records keeps that cost constant
-// per command, and the tail a command replays stays short.
-func checkpointDue(tail, tasks int) bool {
-	return tail >= max(minCheckpointTail, tasks/50)
+// after its own append, once max(100, tasks in memory/50) records follow it.
+// Writing it costs O(tasks in memory), so rewriting every tasks/50 records
+// keeps that cost constant per command, and the tail a command replays stays
+// short.
+func checkpointDue(tail, tasksInMemory int) bool {
+	return tail >= max(minCheckpointTail, tasksInMemory/50)
 }
+
+// archiveDue is the archive rule: when a checkpoint is rewritten and 256 or
+// more finished tasks are in memory, they move to a new archive first. A new
+// archive copies the old one, O(history), so this happens once per 256
+// finished tasks, and what a command loads eagerly stays under 256 finished
+// tasks plus the unfinished ones.
+func archiveDue(finishedInMemory int) bool { return finishedInMemory >= archiveBatch }
 
 var checkpointCRC = crc32.MakeTable(crc32.Castagnoli)
 
@@ -52,8 +76,8 @@ func encodeCheckpoint(st *state.State, pos wal.Position) []byte {
 }
 
 // decodeCheckpoint returns the state and the WAL position it holds, or false
-// for anything that is not an intact checkpoint.
-func decodeCheckpoint(data []byte) (*state.State, wal.Position, bool) {
+// for anything that is not an intact checkpoint paired with archive.
+func decodeCheckpoint(data []byte, archive *state.Archive) (*state.State, wal.Position, bool) {
 	rest, ok := bytes.CutPrefix(data, []byte(checkpointMagic))
 	if !ok || len(rest) < 4 {
 		return nil, wal.Position{}, false
@@ -70,7 +94,7 @@ func decodeCheckpoint(data []byte) (*state.State, wal.Position, bool) {
 		}
 		fields[i], body = v, body[n:]
 	}
-	st, err := state.LoadSnapshot(body)
+	st, err := state.LoadSnapshot(body, archive)
 	if err != nil || fields[0] == 0 || int64(fields[0]) != st.LastSeq() {
 		return nil, wal.Position{}, false
 	}
@@ -78,42 +102,100 @@ func decodeCheckpoint(data []byte) (*state.State, wal.Position, bool) {
 }
 
 // loadCheckpoint reads the checkpoint beside the WAL, if there is a good one.
-func (g *globals) loadCheckpoint() (*state.State, wal.Position, bool) {
+// The archive stays mapped until release is called; the state must not be
+// used after that.
+func (g *globals) loadCheckpoint() (st *state.State, pos wal.Position, release func(), ok bool) {
 	data, err := os.ReadFile(g.sidePath(checkpointSuffix))
 	if err != nil {
-		return nil, wal.Position{}, false
+		return nil, wal.Position{}, nil, false
 	}
-	return decodeCheckpoint(data)
+	archive, release := g.mapArchive()
+	if st, pos, ok = decodeCheckpoint(data, archive); !ok {
+		release()
+		return nil, wal.Position{}, nil, false
+	}
+	return st, pos, release, true
 }
 
-// saveCheckpoint writes the checkpoint atomically: a temporary file, fsync,
-// rename over the old one, fsync of the directory. A failure costs speed, not
-// correctness, so it is only a warning.
-func (g *globals) saveCheckpoint(st *state.State, pos wal.Position) {
-	path := g.sidePath(checkpointSuffix)
-	dir := filepath.Dir(path)
-	err := func() error {
-		tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-		if err != nil {
-			return err
-		}
-		defer os.Remove(tmp.Name())
-		_, err = tmp.Write(encodeCheckpoint(st, pos))
-		if err == nil {
-			err = tmp.Sync()
-		}
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), path)
-		}
-		if err == nil {
-			err = wal.SyncDir(dir)
-		}
-		return err
-	}()
+// mapArchive maps <wal>.archive read-only; a missing or unreadable archive is
+// none (a checkpoint that names one is then not used).
+func (g *globals) mapArchive() (*state.Archive, func()) {
+	f, err := os.Open(g.sidePath(archiveSuffix))
 	if err != nil {
-		fmt.Fprintf(g.stderr, "leasewal: warning: could not write the checkpoint %s (%v); commands stay correct but replay more of the WAL\n", path, err)
+		return nil, func() {}
 	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil || info.Size() == 0 || !info.Mode().IsRegular() || int64(int(info.Size())) != info.Size() {
+		return nil, func() {}
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(info.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, func() {}
+	}
+	release := func() { _ = unix.Munmap(data) }
+	archive, err := state.OpenArchive(data)
+	if err != nil {
+		release()
+		return nil, func() {}
+	}
+	return archive, release
+}
+
+// saveCheckpoint applies the archive rule, then writes the checkpoint. A
+// failure costs speed, not correctness, so it is only a warning; a new
+// archive that could not be written leaves the checkpoint as it was, since a
+// checkpoint must never name an archive that is not on disk.
+func (g *globals) saveCheckpoint(st *state.State, pos wal.Position) {
+	if _, finished := st.InMemory(); archiveDue(finished) {
+		archive, err := st.ArchiveFinished()
+		if err == nil {
+			err = writeAtomic(g.sidePath(archiveSuffix), archive)
+		}
+		if err != nil {
+			g.warnCache(fmt.Errorf("could not write the archive %s: %w", g.sidePath(archiveSuffix), err))
+			return
+		}
+	}
+	if err := writeAtomic(g.sidePath(checkpointSuffix), encodeCheckpoint(st, pos)); err != nil {
+		g.warnCache(fmt.Errorf("could not write the checkpoint %s: %w", g.sidePath(checkpointSuffix), err))
+	}
+}
+
+func (g *globals) warnCache(err error) {
+	fmt.Fprintf(g.stderr, "leasewal: warning: %v; commands stay correct but replay more of the WAL\n", err)
+}
+
+// dropCheckpoint removes a checkpoint found damaged, so that the commands
+// after this one replay the WAL until a writer writes a new one.
+func (g *globals) dropCheckpoint() {
+	if err := os.Remove(g.sidePath(checkpointSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		g.warnCache(fmt.Errorf("could not remove the damaged checkpoint: %w", err))
+	}
+}
+
+// writeAtomic replaces path with data: a temporary file, fsync, rename over
+// the old one, fsync of the directory. A reader sees the old file or the new
+// one, never a mix, and a crash leaves at most a temporary file behind.
+func writeAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err == nil {
+		err = wal.SyncDir(dir)
+	}
+	return err
 }

@@ -50,6 +50,7 @@ type globals struct {
 	noColor     bool
 	fault       *wal.Fault // LEASEWAL_FAILPOINT: set by crash tests only
 	keepRecords bool       // the command reads the records themselves (log, inspect), not just the state
+	fullReplay  bool       // the checkpoint was found damaged: replay the WAL from the start
 	// resolved is set once flags and configuration are read: an error before
 	// then (unknown command, missing required flag) is a usage error.
 	resolved bool

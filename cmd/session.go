@@ -1,7 +1,9 @@
 package cmd
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"fmt"
 	"io/fs"
 	"strconv"
@@ -23,6 +25,8 @@ type session struct {
 	// checkpointed is the number of records the checkpoint this session
 	// started from holds (0 for a full replay).
 	checkpointed int
+	release      func() // unmaps the checkpoint's archive, if the state reads one
+	appended     bool   // a record of this session reached the WAL
 }
 
 // openSession locks the WAL (shared for reading, exclusive for writing),
@@ -33,13 +37,15 @@ type session struct {
 // checkpoint beside the WAL when that still matches the WAL, and replays only
 // the records after it.
 func (g *globals) openSession(mode wal.Mode) (*session, error) {
-	if !g.keepRecords {
-		if st, pos, ok := g.loadCheckpoint(); ok {
+	if !g.keepRecords && !g.fullReplay {
+		if st, pos, release, ok := g.loadCheckpoint(); ok {
 			s, err := g.openReplaying(mode, st, st.Apply, pos)
+			if s != nil {
+				s.checkpointed, s.release = pos.Count, release
+			} else {
+				release()
+			}
 			if !errors.Is(err, wal.ErrStalePosition) {
-				if s != nil {
-					s.checkpointed = pos.Count
-				}
 				return s, err
 			}
 		}
@@ -113,11 +119,17 @@ func (s *session) close() {
 	if s.log != nil {
 		s.log.Close()
 	}
+	if s.release != nil {
+		s.release()
+	}
 }
 
 // commit stamps each record with seq, time and actor, applies it (so that a
 // record replay would refuse is never written), and appends it durably.
 func (s *session) commit(recs []state.Record) error {
+	if s.st.Damage() != nil {
+		return errArchiveDamaged // decided on answers a damaged archive gave: run again from the WAL
+	}
 	for _, r := range recs {
 		r.Seq, r.At, r.Actor = s.st.LastSeq()+1, s.now, s.g.actor
 		if err := s.st.Apply(r); err != nil {
@@ -130,6 +142,7 @@ func (s *session) commit(recs []state.Record) error {
 		if err := s.append(body); err != nil {
 			return err
 		}
+		s.appended = true
 	}
 	return nil
 }
@@ -150,17 +163,55 @@ func (s *session) append(body []byte) error {
 	return err
 }
 
+// errArchiveDamaged stops a command whose state read a damaged archive
+// before it wrote anything; runSession runs it again from a full replay.
+var errArchiveDamaged = errors.New("the checkpoint's archive is damaged")
+
 // write runs a writing command: lock, replay, decide, commit. If another
 // process creates the WAL between our look and our create, the whole command
 // runs again on the WAL that now exists, so both records survive.
 func (g *globals) write(run func(s *session) error) error {
+	return g.runSession(wal.Write, run)
+}
+
+// read runs a read-only command under the shared lock.
+func (g *globals) read(run func(s *session) error) error {
+	return g.runSession(wal.Read, run)
+}
+
+// runSession opens a session, runs the command in it and, after a writing
+// command, applies the checkpoint rule still under the exclusive lock.
+//
+// A state loaded from a checkpoint reads finished tasks from the archive
+// only when it looks them up, so damage there can surface in the middle of a
+// command. Until the command has appended, such a command is void: its output
+// is held back and it runs again from a full replay of the WAL.
+func (g *globals) runSession(mode wal.Mode, run func(s *session) error) error {
 	for {
-		s, err := g.openSession(wal.Write)
+		s, err := g.openSession(mode)
 		if err != nil {
 			return err
 		}
+		stdout, stderr := g.stdout, g.stderr
+		var held heldOutput
+		if s.release != nil {
+			g.stdout, g.stderr = &held.stdout, &held.stderr
+		}
 		err = run(s)
-		if err == nil || errors.As(err, new(*outcomeExit)) {
+		g.stdout, g.stderr = stdout, stderr
+		if damage := s.st.Damage(); damage != nil {
+			s.close()
+			g.dropCheckpoint()
+			if !s.appended {
+				fmt.Fprintf(g.stderr, "leasewal: warning: %v; replaying the whole WAL instead\n", damage)
+				g.fullReplay = true
+				continue
+			}
+			held.flush(stdout, stderr)
+			return err
+		}
+		held.flush(stdout, stderr)
+		if mode == wal.Write && (err == nil || errors.As(err, new(*outcomeExit))) {
 			s.refreshCheckpoint()
 		}
 		s.close()
@@ -170,22 +221,22 @@ func (g *globals) write(run func(s *session) error) error {
 	}
 }
 
-// refreshCheckpoint applies the checkpoint rule after a writing command,
-// still under the exclusive lock.
-func (s *session) refreshCheckpoint() {
-	if s.log != nil && checkpointDue(s.log.Count-s.checkpointed, len(s.st.Tasks())) {
-		s.g.saveCheckpoint(s.st, s.log.Position)
-	}
+// heldOutput is a command's output kept back until it is known to stand.
+type heldOutput struct{ stdout, stderr bytes.Buffer }
+
+func (h *heldOutput) flush(stdout, stderr io.Writer) {
+	_, _ = h.stdout.WriteTo(stdout)
+	_, _ = h.stderr.WriteTo(stderr)
 }
 
-// read runs a read-only command under the shared lock.
-func (g *globals) read(run func(s *session) error) error {
-	s, err := g.openSession(wal.Read)
-	if err != nil {
-		return err
+// refreshCheckpoint applies the checkpoint rule after a writing command.
+func (s *session) refreshCheckpoint() {
+	if s.log == nil {
+		return
 	}
-	defer s.close()
-	return run(s)
+	if inMemory, _ := s.st.InMemory(); checkpointDue(s.log.Count-s.checkpointed, inMemory) {
+		s.g.saveCheckpoint(s.st, s.log.Position)
+	}
 }
 
 // clock resolves --now against the last record's time: time never runs

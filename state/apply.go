@@ -1,7 +1,9 @@
 package state
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 	"fmt"
 	"unicode/utf8"
 )
@@ -25,6 +27,9 @@ type State struct {
 	submits       map[string]*Task
 	leaseRequests map[string]leaseRequest
 	leaseTask     map[string]string // every lease ever granted -> its task
+	// archive holds the finished tasks that are not in the maps above
+	// (ArchiveFinished); nil when every task is in memory.
+	archive *Archive
 
 	domains     map[string]*Domain
 	domainOrder []*Domain
@@ -55,12 +60,68 @@ func (s *State) LastAt() int64 { return s.lastAt }
 
 // Task returns the task as the records left it.
 func (s *State) Task(id string) (*Task, bool) {
-	t, ok := s.tasks[id]
-	return t, ok
+	if t, ok := s.tasks[id]; ok {
+		return t, true
+	}
+	t := s.archive.find(keyTask, id, func(t *Task) bool { return t.ID == id })
+	return t, t != nil
+}
+
+// submitted returns the task a TaskCreated with request id req created.
+func (s *State) submitted(req string) (*Task, bool) {
+	if t, ok := s.submits[req]; ok {
+		return t, true
+	}
+	t := s.archive.find(keySubmit, req, func(t *Task) bool { return t.RequestID == req })
+	return t, t != nil
+}
+
+// leaseOwner returns the task a lease was granted for.
+func (s *State) leaseOwner(leaseID string) (string, bool) {
+	if id, ok := s.leaseTask[leaseID]; ok {
+		return id, true
+	}
+	t := s.archive.find(keyLease, leaseID, func(t *Task) bool { return t.AttemptOf(leaseID) != nil })
+	if t == nil {
+		return "", false
+	}
+	return t.ID, true
+}
+
+// leaseRequested returns the lease a lease request id was answered with.
+func (s *State) leaseRequested(req string) (leaseRequest, bool) {
+	if l, ok := s.leaseRequests[req]; ok {
+		return l, true
+	}
+	var found leaseRequest
+	s.archive.find(keyLeaseRequest, req, func(t *Task) bool {
+		for _, a := range t.Attempts {
+			if a.RequestID == req {
+				found = leaseRequest{taskID: t.ID, leaseID: a.LeaseID, worker: a.Worker}
+				return true
+			}
+		}
+		return false
+	})
+	return found, found.taskID != ""
 }
 
 // Tasks returns every task in creation order, as the records left them.
-func (s *State) Tasks() []*Task { return s.order }
+func (s *State) Tasks() []*Task {
+	if s.archive == nil {
+		return s.order
+	}
+	all := append(s.archive.all(), s.order...)
+	slices.SortFunc(all, func(a, b *Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
+	return all
+}
+
+// TaskCount is the number of tasks, archived or not.
+func (s *State) TaskCount() int { return len(s.order) + s.archive.Len() }
+
+// Damage reports damage the archive revealed while this state read it: the
+// answers given since may be wrong, and the state must be rebuilt from the WAL.
+func (s *State) Damage() error { return s.archive.Err() }
 
 // Apply validates r against the state and, if it is allowed, applies it. It is
 // the only place where a record changes the state: live commands and replay
@@ -86,7 +147,7 @@ func (s *State) Apply(r Record) error {
 // noteEnded keeps live short: once half of it has ended, it is compacted, so
 // that lease and expire cost what the unfinished tasks cost, not the history.
 func (s *State) noteEnded(r Record) {
-	t, ok := s.tasks[r.TaskID]
+	t, ok := s.tasks[r.TaskID] // an archived task ended long ago
 	if !ok || !t.State.Terminal() || t.counted {
 		return
 	}
@@ -200,7 +261,7 @@ func (s *State) applyCreated(r Record) error {
 	if !ok {
 		return invalid("task id %q is not of the form T<n>", r.TaskID)
 	}
-	if _, dup := s.tasks[r.TaskID]; dup {
+	if _, dup := s.Task(r.TaskID); dup {
 		return invalid("task %s already exists", r.TaskID)
 	}
 	if err := ValidatePayload(r.Payload); err != nil {
@@ -215,7 +276,7 @@ func (s *State) applyCreated(r Record) error {
 	if err := ValidateID("request_id", r.RequestID); err != nil {
 		return invalid("%v", err)
 	}
-	if _, dup := s.submits[r.RequestID]; dup {
+	if _, dup := s.submitted(r.RequestID); dup {
 		return invalid("request id %q was already used by another TaskCreated", r.RequestID)
 	}
 	t := &Task{
@@ -233,7 +294,7 @@ func (s *State) applyCreated(r Record) error {
 
 // subject finds the record's task.
 func (s *State) subject(r Record) (*Task, error) {
-	t, ok := s.tasks[r.TaskID]
+	t, ok := s.Task(r.TaskID)
 	if !ok {
 		return nil, invalid("unknown task %q", r.TaskID)
 	}
@@ -247,7 +308,7 @@ func (s *State) leaseSubject(r Record) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	owner, ok := s.leaseTask[r.LeaseID]
+	owner, ok := s.leaseOwner(r.LeaseID)
 	if !ok {
 		return nil, breaks(InvOneLease, "lease %q was never granted", r.LeaseID)
 	}
@@ -293,7 +354,7 @@ func (s *State) applyGranted(r Record) error {
 		return invalid("%v", err)
 	}
 	if r.RequestID != "" {
-		if _, dup := s.leaseRequests[r.RequestID]; dup {
+		if _, dup := s.leaseRequested(r.RequestID); dup {
 			return invalid("lease request id %q was already used", r.RequestID)
 		}
 	}

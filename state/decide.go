@@ -58,7 +58,7 @@ func (s *State) DecideSubmit(c Submit) (Decision, error) {
 		if err := ValidateID("--request-id", c.RequestID); err != nil {
 			return Decision{}, refuse(InvalidInput, "%v", err)
 		}
-		if t, ok := s.submits[c.RequestID]; ok {
+		if t, ok := s.submitted(c.RequestID); ok {
 			if t.Payload != c.Payload || t.Window != c.Window || t.Policy != c.Policy {
 				return Decision{}, refuse(RequestConflict, "request id %q already created %s with a different payload or policy; use a new --request-id for a new task", c.RequestID, t.ID)
 			}
@@ -68,7 +68,7 @@ func (s *State) DecideSubmit(c Submit) (Decision, error) {
 	id := "T" + strconv.FormatInt(s.lastTaskNum+1, 10)
 	req := c.RequestID
 	for n := s.lastTaskNum + 1; req == ""; n++ {
-		if _, taken := s.submits["R"+strconv.FormatInt(n, 10)]; !taken {
+		if _, taken := s.submitted("R" + strconv.FormatInt(n, 10)); !taken {
 			req = "R" + strconv.FormatInt(n, 10)
 		}
 	}
@@ -98,7 +98,7 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 		if err := ValidateID("--request-id", c.RequestID); err != nil {
 			return Decision{}, refuse(InvalidInput, "%v", err)
 		}
-		if prev, ok := s.leaseRequests[c.RequestID]; ok {
+		if prev, ok := s.leaseRequested(c.RequestID); ok {
 			return s.repeatLease(c, prev, now)
 		}
 	}
@@ -137,7 +137,10 @@ func (s *State) repeatLease(c LeaseRequest, prev leaseRequest, now int64) (Decis
 	if prev.worker != c.Worker {
 		return Decision{}, refuse(RequestConflict, "lease request id %q was used by worker %q; use a new --request-id", c.RequestID, prev.worker)
 	}
-	t := s.tasks[prev.taskID]
+	t, ok := s.Task(prev.taskID)
+	if !ok {
+		return Decision{}, refuse(NotFound, "lease request id %q names task %s, which is gone; use a new --request-id", c.RequestID, prev.taskID)
+	}
 	if t.At(now).holds(prev.leaseID, now) {
 		return Decision{Outcome: ResultLeased, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true}, nil
 	}
@@ -148,7 +151,7 @@ func (s *State) repeatLease(c LeaseRequest, prev leaseRequest, now int64) (Decis
 
 // find returns a task or a NotFound refusal.
 func (s *State) find(id string) (*Task, error) {
-	t, ok := s.tasks[id]
+	t, ok := s.Task(id)
 	if !ok {
 		return nil, refuse(NotFound, "unknown task %q; 'leasewal inspect' lists the tasks", id)
 	}
@@ -164,7 +167,7 @@ func (s *State) findLease(taskID, leaseID string) (*Task, error) {
 	if _, ok := idNumber(leaseID, 'L'); !ok {
 		return nil, refuse(InvalidInput, "--lease %q is not a lease id (L<n>)", leaseID)
 	}
-	if s.leaseTask[leaseID] != taskID {
+	if owner, _ := s.leaseOwner(leaseID); owner != taskID {
 		return nil, refuse(NotFound, "lease %s was never granted for %s; check --task and --lease", leaseID, taskID)
 	}
 	return t, nil

@@ -9,10 +9,11 @@ import (
 // Snapshots let a command start from a checkpoint instead of the first record.
 // The encoding is a compact binary one (varints and length-prefixed strings)
 // because loading it sits on every command's path. It holds exactly what
-// Apply built, so a loaded state is indistinguishable from a replayed one;
-// the indexes (tasks by id, request ids, leases) are rebuilt on load.
+// Apply built for the tasks in memory, and names the archive that holds the
+// others (ArchiveFinished), so a loaded state answers as the replayed one
+// does; the indexes (tasks by id, request ids, leases) are rebuilt on load.
 
-const snapshotVersion = 1
+const snapshotVersion = 2
 
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
 var ErrSnapshot = errors.New("not a valid state snapshot")
@@ -52,6 +53,11 @@ func (s *State) Snapshot() []byte {
 	e.uint(snapshotVersion)
 	for _, v := range []int64{s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum} {
 		e.int(v)
+	}
+	e.bool(s.archive != nil)
+	if s.archive != nil {
+		e.uint(uint64(s.archive.id))
+		e.uint(uint64(s.archive.tasks))
 	}
 	index := make(map[*Task]int, len(s.order))
 	e.length(len(s.order), s.order == nil)
@@ -215,18 +221,31 @@ func (d *snapDecoder) ints() []int64 {
 	return out
 }
 
-// LoadSnapshot decodes a snapshot and rebuilds the indexes Apply keeps.
-func LoadSnapshot(b []byte) (*State, error) {
+// ErrArchiveMismatch means a snapshot names an archive other than the one
+// given (or none was given).
+var ErrArchiveMismatch = errors.New("the snapshot was taken with another archive")
+
+// LoadSnapshot decodes a snapshot and rebuilds the indexes Apply keeps. The
+// archive is the one the snapshot names, when it names one; it is ignored
+// when the snapshot names none.
+func LoadSnapshot(b []byte, archive *Archive) (*State, error) {
 	d := &snapDecoder{b: b, all: string(b)}
 	if d.uint() != snapshotVersion {
 		return nil, fmt.Errorf("%w: unknown version", ErrSnapshot)
 	}
 	s := New()
 	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
+	if d.bool() {
+		id, tasks := d.uint(), d.uint()
+		if archive == nil || uint64(archive.id) != id || uint64(archive.tasks) != tasks {
+			return nil, ErrArchiveMismatch
+		}
+		s.archive = archive
+	}
 	if n, isNil := d.length(); !isNil {
 		s.order = make([]*Task, 0, n)
 		s.tasks, s.submits = make(map[string]*Task, n), make(map[string]*Task, n)
-		s.leaseTask = make(map[string]string, int(s.lastLeaseNum))
+		s.leaseTask = make(map[string]string, n)
 		for range n {
 			t := d.task()
 			if d.err != nil {

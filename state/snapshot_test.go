@@ -28,7 +28,7 @@ func TestSnapshotPlusTailEqualsReplay(t *testing.T) {
 		for _, r := range recs[:cut] {
 			prefix.Apply(r)
 		}
-		loaded, err := LoadSnapshot(prefix.Snapshot())
+		loaded, err := LoadSnapshot(prefix.Snapshot(), nil)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -87,11 +87,11 @@ func TestLoadSnapshotRefusesGarbage(t *testing.T) {
 	}
 	good := s.Snapshot()
 	for cut := 0; cut < len(good); cut++ {
-		if _, err := LoadSnapshot(good[:cut]); !errors.Is(err, ErrSnapshot) {
+		if _, err := LoadSnapshot(good[:cut], nil); !errors.Is(err, ErrSnapshot) {
 			t.Fatalf("a snapshot cut at %d of %d loaded: %v", cut, len(good), err)
 		}
 	}
-	if _, err := LoadSnapshot(append(good, 0)); !errors.Is(err, ErrSnapshot) {
+	if _, err := LoadSnapshot(append(good, 0), nil); !errors.Is(err, ErrSnapshot) {
 		t.Fatal("trailing bytes accepted")
 	}
 }

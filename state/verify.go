@@ -83,8 +83,8 @@ func (v *Verifier) checkTask(r Record, t *Task, sh *shadow) error {
 		if owner, held := v.current[t.Lease.ID]; held && owner != t.ID {
 			return v.fail(r, InvOneLease, "lease %s is current for both %s and %s", t.Lease.ID, owner, t.ID)
 		}
-		if v.State.leaseTask[t.Lease.ID] != t.ID {
-			return v.fail(r, InvOneLease, "%s's current lease %s was granted for %q", t.ID, t.Lease.ID, v.State.leaseTask[t.Lease.ID])
+		if owner, _ := v.State.leaseOwner(t.Lease.ID); owner != t.ID {
+			return v.fail(r, InvOneLease, "%s's current lease %s was granted for %q", t.ID, t.Lease.ID, owner)
 		}
 		v.current[t.Lease.ID] = t.ID
 		sh.held = t.Lease.ID

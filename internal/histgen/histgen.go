@@ -118,9 +118,10 @@ func (g *generator) lifecycle(i int) {
 		g.decide(g.st.DecideExtend(d.TaskID, d.LeaseID, time.Minute, g.now))
 		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, g.now))
 	}
-	domain := fmt.Sprintf("domain %d", i%16)
-	g.decideWork(g.st.DecideAcquire(domain, int64(i)))
-	if dom, ok := g.st.Domain(domain); ok && dom.Lease != nil && dom.Lease.Offset != int64(i) {
+	// Each domain is a partition with its own consecutive offsets.
+	domain, offset := fmt.Sprintf("domain %d", i%16), int64(i/16)
+	g.decideWork(g.st.DecideAcquire(domain, offset))
+	if dom, ok := g.st.Domain(domain); ok && dom.Lease != nil && dom.Lease.Offset != offset {
 		g.decideWork(g.st.DecideSucceed(domain, dom.Lease.Token))
 		g.decideWork(g.st.DecideAcquire(domain, dom.Backlog[0]))
 	}

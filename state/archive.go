@@ -1,0 +1,384 @@
+package state
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"sort"
+)
+
+// An Archive holds finished tasks outside memory. A finished task never
+// changes again, so a command needs one only when it names it (a task id, a
+// request id, a lease id); the archive answers those lookups by reading a few
+// kilobytes where it looks, so that loading a state costs what its unfinished
+// tasks cost, not the whole history. It is pure: it reads bytes the caller
+// provides (the checkpoint code maps its file).
+//
+// Layout, integers little endian:
+//
+//	"leasewal-archive v1\n"
+//	header: records length, entries, tasks (uint64 each), CRC32C of the records (uint32)
+//	CRC32C of the header and the fence (uint32)
+//	fence: the first key hash of each index block (uint64 each)
+//	index: blocks of up to 128 entries {key hash, record offset} (uint64 each), each block followed by its CRC32C
+//	records: one per task, in the order they were archived: uvarint length, CRC32C (uint32), the task as a snapshot encodes it
+//
+// Each part is checked where it is read: the header and fence when the
+// archive is opened, an index block or a record when a lookup reads it. A
+// damaged part makes the archive answer nothing more and report the damage
+// (Err), so that the caller can start again from the WAL.
+type Archive struct {
+	records []byte
+	index   []byte
+	fence   []byte
+	entries int
+	tasks   int
+	id      uint32 // the CRC32C of header and fence, which names this archive
+	sum     uint32 // the CRC32C of the records, checked before they are copied
+	err     error
+}
+
+const (
+	archiveMagic       = "leasewal-archive v1\n"
+	archiveHeaderSize  = 3*8 + 4
+	archiveBlockLen    = 128
+	archiveEntrySize   = 16
+	archiveBlockSize   = archiveBlockLen*archiveEntrySize + 4
+	archiveRecordLimit = 1 << 30
+)
+
+// ErrArchive means archive bytes are damaged or not an archive.
+var ErrArchive = errors.New("the archive of finished tasks is damaged")
+
+var archiveCRC = crc32.MakeTable(crc32.Castagnoli)
+
+// The kinds of key an archive finds tasks by.
+const (
+	keyTask         byte = 't'
+	keySubmit       byte = 's'
+	keyLease        byte = 'l'
+	keyLeaseRequest byte = 'r'
+)
+
+// keyHash is FNV-1a over the kind and the key: stable across processes and
+// versions, which the hash/maphash seeds are not.
+func keyHash(kind byte, key string) uint64 {
+	const prime = 1099511628211
+	h := (14695981039346656037 ^ uint64(kind)) * prime
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * prime
+	}
+	return h
+}
+
+type archiveEntry struct{ hash, offset uint64 }
+
+// keysOf lists every key a task is found by.
+func keysOf(t *Task, each func(kind byte, key string)) {
+	each(keyTask, t.ID)
+	each(keySubmit, t.RequestID)
+	for _, a := range t.Attempts {
+		each(keyLease, a.LeaseID)
+		if a.RequestID != "" {
+			each(keyLeaseRequest, a.RequestID)
+		}
+	}
+}
+
+// OpenArchive checks an archive's header and fence and returns it; the index
+// blocks and records are checked as lookups read them.
+func OpenArchive(b []byte) (*Archive, error) {
+	rest, ok := cutPrefix(b, archiveMagic)
+	if !ok || len(rest) < archiveHeaderSize+4 {
+		return nil, fmt.Errorf("%w: no archive header", ErrArchive)
+	}
+	header := rest[:archiveHeaderSize]
+	recordsLen, entries, tasks := binary.LittleEndian.Uint64(header), binary.LittleEndian.Uint64(header[8:]), binary.LittleEndian.Uint64(header[16:])
+	rest = rest[archiveHeaderSize:]
+	id := binary.LittleEndian.Uint32(rest)
+	rest = rest[4:]
+	blocks := (entries + archiveBlockLen - 1) / archiveBlockLen
+	if entries > uint64(len(rest))/archiveEntrySize || tasks > entries || recordsLen > uint64(len(rest)) ||
+		blocks*8+(blocks-min(blocks, 1))*archiveBlockSize+recordsLen > uint64(len(rest)) {
+		return nil, fmt.Errorf("%w: its sizes do not fit the file", ErrArchive)
+	}
+	fence := rest[:blocks*8]
+	if crc32.Update(crc32.Checksum(header, archiveCRC), archiveCRC, fence) != id {
+		return nil, fmt.Errorf("%w: header checksum mismatch", ErrArchive)
+	}
+	rest = rest[len(fence):]
+	indexLen := entries*archiveEntrySize + blocks*4
+	if indexLen+recordsLen != uint64(len(rest)) {
+		return nil, fmt.Errorf("%w: its sizes do not fit the file", ErrArchive)
+	}
+	return &Archive{index: rest[:indexLen], records: rest[indexLen:], fence: fence, entries: int(entries), tasks: int(tasks), id: id,
+		sum: binary.LittleEndian.Uint32(header[24:])}, nil
+}
+
+func cutPrefix(b []byte, prefix string) ([]byte, bool) {
+	if len(b) < len(prefix) || string(b[:len(prefix)]) != prefix {
+		return nil, false
+	}
+	return b[len(prefix):], true
+}
+
+// Err reports damage found by a lookup so far (nil for none, and for no archive).
+func (a *Archive) Err() error {
+	if a == nil {
+		return nil
+	}
+	return a.err
+}
+
+// Len is the number of tasks in the archive.
+func (a *Archive) Len() int {
+	if a == nil {
+		return 0
+	}
+	return a.tasks
+}
+
+func (a *Archive) damaged(format string, args ...any) {
+	if a.err == nil {
+		a.err = fmt.Errorf("%w: %s", ErrArchive, fmt.Sprintf(format, args...))
+	}
+}
+
+func (a *Archive) blocks() int { return len(a.fence) / 8 }
+
+// block returns the entries of index block i, after checking its checksum.
+func (a *Archive) block(i int) ([]byte, bool) {
+	start := i * archiveBlockSize
+	n := min(archiveBlockLen, a.entries-i*archiveBlockLen) * archiveEntrySize
+	entries := a.index[start : start+n]
+	if crc32.Checksum(entries, archiveCRC) != binary.LittleEndian.Uint32(a.index[start+n:]) {
+		a.damaged("index block %d checksum mismatch", i)
+		return nil, false
+	}
+	return entries, true
+}
+
+// find returns the archived task that has key of kind, as match confirms:
+// entries hold only hashes, so every candidate is read and checked.
+func (a *Archive) find(kind byte, key string, match func(*Task) bool) *Task {
+	if a == nil || a.err != nil || a.entries == 0 {
+		return nil
+	}
+	h := keyHash(kind, key)
+	// Entries with hash h start in the last block whose first hash is below
+	// h, or in the first block if there is none.
+	i := max(sort.Search(a.blocks(), func(i int) bool { return binary.LittleEndian.Uint64(a.fence[i*8:]) >= h })-1, 0)
+	for ; i < a.blocks(); i++ {
+		entries, ok := a.block(i)
+		if !ok {
+			return nil
+		}
+		n := len(entries) / archiveEntrySize
+		j := sort.Search(n, func(j int) bool { return binary.LittleEndian.Uint64(entries[j*archiveEntrySize:]) >= h })
+		for ; j < n; j++ {
+			e := entries[j*archiveEntrySize:]
+			if binary.LittleEndian.Uint64(e) != h {
+				return nil
+			}
+			t, _ := a.taskAt(binary.LittleEndian.Uint64(e[8:]))
+			if t == nil {
+				return nil
+			}
+			if match(t) {
+				return t
+			}
+		}
+	}
+	return nil
+}
+
+// taskAt reads the record at offset and returns its task and the offset of
+// the next record.
+func (a *Archive) taskAt(offset uint64) (*Task, uint64) {
+	if offset >= uint64(len(a.records)) {
+		a.damaged("record offset %d is past the records", offset)
+		return nil, 0
+	}
+	b := a.records[offset:]
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > archiveRecordLimit || uint64(len(b)-w) < 4+n {
+		a.damaged("the record at %d is cut short", offset)
+		return nil, 0
+	}
+	sum, body := binary.LittleEndian.Uint32(b[w:]), b[w+4:w+4+int(n)]
+	if crc32.Checksum(body, archiveCRC) != sum {
+		a.damaged("record at %d: checksum mismatch", offset)
+		return nil, 0
+	}
+	d := &snapDecoder{b: body, all: string(body)}
+	t := d.task()
+	if d.err != nil || len(d.b) != 0 || len(t.Seqs) == 0 {
+		a.damaged("record at %d is not a task", offset)
+		return nil, 0
+	}
+	return t, offset + uint64(w) + 4 + n
+}
+
+// all reads every archived task, in the order they were archived.
+func (a *Archive) all() []*Task {
+	if a == nil || a.err != nil {
+		return nil
+	}
+	out := make([]*Task, 0, a.tasks)
+	for off := uint64(0); off < uint64(len(a.records)); {
+		var t *Task
+		if t, off = a.taskAt(off); t == nil {
+			return nil
+		}
+		out = append(out, t)
+	}
+	if len(out) != a.tasks {
+		a.damaged("it holds %d tasks, its header says %d", len(out), a.tasks)
+		return nil
+	}
+	return out
+}
+
+// entriesAll reads every index entry, checking each block.
+func (a *Archive) entriesAll() ([]archiveEntry, bool) {
+	if a == nil {
+		return nil, true
+	}
+	out := make([]archiveEntry, 0, a.entries)
+	for i := range a.blocks() {
+		entries, ok := a.block(i)
+		if !ok {
+			return nil, false
+		}
+		for j := 0; j < len(entries); j += archiveEntrySize {
+			out = append(out, archiveEntry{binary.LittleEndian.Uint64(entries[j:]), binary.LittleEndian.Uint64(entries[j+8:])})
+		}
+	}
+	return out, true
+}
+
+// buildArchive returns a new archive holding old's tasks (their records
+// copied as they are, after checking them against old's header) and add.
+func buildArchive(old *Archive, add []*Task) ([]byte, error) {
+	if err := old.Err(); err != nil {
+		return nil, err
+	}
+	oldEntries, ok := old.entriesAll()
+	var oldRecords []byte
+	if old != nil {
+		oldRecords = old.records
+		if !ok || crc32.Checksum(oldRecords, archiveCRC) != old.sum {
+			old.damaged("its records do not match its checksum")
+			return nil, old.err
+		}
+	}
+	records := slices.Clip(oldRecords)
+	var added []archiveEntry
+	for _, t := range add {
+		offset := uint64(len(records))
+		e := &encoder{}
+		e.task(t)
+		body := e.b
+		records = binary.AppendUvarint(records, uint64(len(body)))
+		records = binary.LittleEndian.AppendUint32(records, crc32.Checksum(body, archiveCRC))
+		records = append(records, body...)
+		keysOf(t, func(kind byte, key string) { added = append(added, archiveEntry{keyHash(kind, key), offset}) })
+	}
+	slices.SortFunc(added, compareEntries)
+	entries := mergeEntries(oldEntries, added)
+
+	var header []byte
+	header = binary.LittleEndian.AppendUint64(header, uint64(len(records)))
+	header = binary.LittleEndian.AppendUint64(header, uint64(len(entries)))
+	header = binary.LittleEndian.AppendUint64(header, uint64(old.Len()+len(add)))
+	header = binary.LittleEndian.AppendUint32(header, crc32.Checksum(records, archiveCRC))
+	var fence, index []byte
+	for start := 0; start < len(entries); start += archiveBlockLen {
+		fence = binary.LittleEndian.AppendUint64(fence, entries[start].hash)
+		blockStart := len(index)
+		for _, e := range entries[start:min(start+archiveBlockLen, len(entries))] {
+			index = binary.LittleEndian.AppendUint64(index, e.hash)
+			index = binary.LittleEndian.AppendUint64(index, e.offset)
+		}
+		index = binary.LittleEndian.AppendUint32(index, crc32.Checksum(index[blockStart:], archiveCRC))
+	}
+	out := make([]byte, 0, len(archiveMagic)+len(header)+4+len(fence)+len(index)+len(records))
+	out = append(append(out, archiveMagic...), header...)
+	out = binary.LittleEndian.AppendUint32(out, crc32.Update(crc32.Checksum(header, archiveCRC), archiveCRC, fence))
+	out = append(append(append(out, fence...), index...), records...)
+	return out, nil
+}
+
+func compareEntries(x, y archiveEntry) int {
+	if x.hash != y.hash {
+		if x.hash < y.hash {
+			return -1
+		}
+		return 1
+	}
+	if x.offset < y.offset {
+		return -1
+	}
+	if x.offset > y.offset {
+		return 1
+	}
+	return 0
+}
+
+func mergeEntries(x, y []archiveEntry) []archiveEntry {
+	out := make([]archiveEntry, 0, len(x)+len(y))
+	for len(x) > 0 && len(y) > 0 {
+		if compareEntries(x[0], y[0]) <= 0 {
+			out, x = append(out, x[0]), x[1:]
+		} else {
+			out, y = append(out, y[0]), y[1:]
+		}
+	}
+	return append(append(out, x...), y...)
+}
+
+// InMemory counts the tasks held in memory, and how many of them are finished
+// (ArchiveFinished would move those).
+func (s *State) InMemory() (tasks, finished int) {
+	for _, t := range s.order {
+		if t.State.Terminal() {
+			finished++
+		}
+	}
+	return len(s.order), finished
+}
+
+// ArchiveFinished moves the finished tasks held in memory into a new archive
+// (the old one's tasks and these) and returns its bytes for the caller to
+// store beside the snapshot that will name it. The state reads those tasks
+// from the archive from then on.
+func (s *State) ArchiveFinished() ([]byte, error) {
+	var finished, kept []*Task
+	for _, t := range s.order {
+		if t.State.Terminal() {
+			finished = append(finished, t)
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	b, err := buildArchive(s.archive, finished)
+	if err != nil {
+		return nil, err
+	}
+	a, err := OpenArchive(b)
+	if err != nil {
+		return nil, fmt.Errorf("internal error: a new archive does not open: %w", err)
+	}
+	for _, t := range finished {
+		delete(s.tasks, t.ID)
+		delete(s.submits, t.RequestID)
+		for _, at := range t.Attempts {
+			delete(s.leaseTask, at.LeaseID)
+			delete(s.leaseRequests, at.RequestID)
+		}
+	}
+	s.order, s.live, s.ended, s.archive = kept, slices.Clone(kept), 0, a
+	return b, nil
+}
