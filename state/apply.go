@@ -3,8 +3,8 @@ package state
 import (
 	"cmp"
 	"errors"
-	"slices"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
