@@ -30,6 +30,7 @@ type State struct {
 	// archive holds the finished tasks that are not in the maps above
 	// (ArchiveFinished); nil when every task is in memory.
 	archive *Archive
+	adopted int // tasks in memory that the archive also holds, in an older copy (adopt)
 
 	domains     map[string]*Domain
 	domainOrder []*Domain
@@ -111,13 +112,14 @@ func (s *State) Tasks() []*Task {
 	if s.archive == nil {
 		return s.order
 	}
-	all := append(s.archive.all(), s.order...)
+	all := slices.DeleteFunc(s.archive.all(), func(t *Task) bool { _, adopted := s.tasks[t.ID]; return adopted })
+	all = append(all, s.order...)
 	slices.SortFunc(all, func(a, b *Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
 	return all
 }
 
 // TaskCount is the number of tasks, archived or not.
-func (s *State) TaskCount() int { return len(s.order) + s.archive.Len() }
+func (s *State) TaskCount() int { return len(s.order) + s.archive.Len() - s.adopted }
 
 // Damage reports damage the archive revealed while this state read it: the
 // answers given since may be wrong, and the state must be rebuilt from the WAL.
@@ -443,6 +445,7 @@ func (s *State) applyCancelled(r Record) error {
 	if t.holds(r.LeaseID, r.At) {
 		return invalid("lease %s is the current valid lease of %s, so nothing was cancelled", r.LeaseID, t.ID)
 	}
+	s.adopt(t)
 	commit(t, t, r.Seq)
 	return nil
 }

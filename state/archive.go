@@ -161,11 +161,14 @@ func (a *Archive) block(i int) ([]byte, bool) {
 }
 
 // find returns the archived task that has key of kind, as match confirms:
-// entries hold only hashes, so every candidate is read and checked.
+// entries hold only hashes, so every candidate is read and checked. A task
+// archived again (a late TaskCancelled added a seq after it was archived)
+// has two records; the later one, with the higher offset, is the task.
 func (a *Archive) find(kind byte, key string, match func(*Task) bool) *Task {
 	if a == nil || a.err != nil || a.entries == 0 {
 		return nil
 	}
+	var found *Task
 	h := keyHash(kind, key)
 	// Entries with hash h start in the last block whose first hash is below
 	// h, or in the first block if there is none.
@@ -180,18 +183,18 @@ func (a *Archive) find(kind byte, key string, match func(*Task) bool) *Task {
 		for ; j < n; j++ {
 			e := entries[j*archiveEntrySize:]
 			if binary.LittleEndian.Uint64(e) != h {
-				return nil
+				return found
 			}
 			t, _ := a.taskAt(binary.LittleEndian.Uint64(e[8:]))
 			if t == nil {
 				return nil
 			}
 			if match(t) {
-				return t
+				found = t
 			}
 		}
 	}
-	return nil
+	return found
 }
 
 // taskAt reads the record at offset and returns its task and the offset of
@@ -221,17 +224,24 @@ func (a *Archive) taskAt(offset uint64) (*Task, uint64) {
 	return t, offset + uint64(w) + 4 + n
 }
 
-// all reads every archived task, in the order they were archived.
+// all reads every archived task, in the order they were first archived,
+// each as its last record has it.
 func (a *Archive) all() []*Task {
 	if a == nil || a.err != nil {
 		return nil
 	}
 	out := make([]*Task, 0, a.tasks)
+	at := make(map[string]int, a.tasks)
 	for off := uint64(0); off < uint64(len(a.records)); {
 		var t *Task
 		if t, off = a.taskAt(off); t == nil {
 			return nil
 		}
+		if i, again := at[t.ID]; again {
+			out[i] = t
+			continue
+		}
+		at[t.ID] = len(out)
 		out = append(out, t)
 	}
 	if len(out) != a.tasks {
@@ -276,7 +286,11 @@ func buildArchive(old *Archive, add []*Task) ([]byte, error) {
 	}
 	records := slices.Clip(oldRecords)
 	var added []archiveEntry
+	tasks := old.Len()
 	for _, t := range add {
+		if old.find(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil {
+			tasks++
+		}
 		offset := uint64(len(records))
 		e := &encoder{}
 		e.task(t)
@@ -292,7 +306,7 @@ func buildArchive(old *Archive, add []*Task) ([]byte, error) {
 	var header []byte
 	header = binary.LittleEndian.AppendUint64(header, uint64(len(records)))
 	header = binary.LittleEndian.AppendUint64(header, uint64(len(entries)))
-	header = binary.LittleEndian.AppendUint64(header, uint64(old.Len()+len(add)))
+	header = binary.LittleEndian.AppendUint64(header, uint64(tasks))
 	header = binary.LittleEndian.AppendUint32(header, crc32.Checksum(records, archiveCRC))
 	var fence, index []byte
 	for start := 0; start < len(entries); start += archiveBlockLen {
@@ -379,6 +393,17 @@ func (s *State) ArchiveFinished() ([]byte, error) {
 			delete(s.leaseRequests, at.RequestID)
 		}
 	}
-	s.order, s.live, s.ended, s.archive = kept, slices.Clone(kept), 0, a
+	s.order, s.live, s.ended, s.archive, s.adopted = kept, slices.Clone(kept), 0, a, 0
 	return b, nil
+}
+
+// adopt brings an archived task back into memory before a record changes it
+// (only a late TaskCancelled can: it adds a seq to a finished task). The
+// archive keeps the old copy, which the one in memory shadows, and which the
+// next archive's copy supersedes.
+func (s *State) adopt(t *Task) {
+	if _, inMemory := s.tasks[t.ID]; !inMemory {
+		s.index(t)
+		s.adopted++
+	}
 }

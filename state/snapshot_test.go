@@ -46,8 +46,11 @@ func TestSnapshotPlusTailEqualsReplay(t *testing.T) {
 	}
 }
 
-// randomRecords is a random history of task and work-lease commands.
-func randomRecords(t *testing.T, seed uint64) []Record {
+// randomRecords is a random history of 80 task and work-lease commands.
+func randomRecords(t *testing.T, seed uint64) []Record { return randomHistory(t, seed, 80) }
+
+// randomHistory is a random history of steps task and work-lease commands.
+func randomHistory(t *testing.T, seed uint64, steps int) []Record {
 	rng := rand.New(rand.NewPCG(seed, 0x5a))
 	s := New()
 	var recs []Record
@@ -61,7 +64,7 @@ func randomRecords(t *testing.T, seed uint64) []Record {
 			recs = append(recs, r)
 		}
 	}
-	for range 80 {
+	for range steps {
 		now += rng.Int64N(15_000)
 		switch dom, _ := s.Domain("A"); {
 		case dom != nil && dom.Lease != nil && rng.IntN(3) == 0:
