@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -147,6 +148,7 @@ func (g *globals) mapArchive() (*state.Archive, func()) {
 // archive that could not be written leaves the checkpoint as it was, since a
 // checkpoint must never name an archive that is not on disk.
 func (g *globals) saveCheckpoint(st *state.State, pos wal.Position) {
+	g.removeLeftovers()
 	if _, finished := st.InMemory(); archiveDue(finished) {
 		archive, err := st.ArchiveFinished()
 		if err == nil {
@@ -172,6 +174,30 @@ func (g *globals) dropCheckpoint() {
 	if err := os.Remove(g.sidePath(checkpointSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		g.warnCache(fmt.Errorf("could not remove the damaged checkpoint: %w", err))
 	}
+}
+
+// removeLeftovers removes the temporary files of checkpoints and archives
+// that a crash interrupted. Only a writer, under the exclusive lock, writes
+// those files, so every one found then is a leftover.
+func (g *globals) removeLeftovers() {
+	for _, suffix := range []string{checkpointSuffix, archiveSuffix} {
+		leftovers, _ := filepath.Glob(globEscape(g.sidePath(suffix)) + ".tmp-*")
+		for _, path := range leftovers {
+			_ = os.Remove(path)
+		}
+	}
+}
+
+// globEscape quotes the characters filepath.Match treats specially.
+func globEscape(path string) string {
+	var b strings.Builder
+	for _, r := range path {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // writeAtomic replaces path with data: a temporary file, fsync, rename over

@@ -172,3 +172,127 @@ func TestCheckpointOfADeletedWAL(t *testing.T) {
 		t.Fatalf("verify: %s", out)
 	}
 }
+
+// archivedPair writes the same history twice: the first WAL gets a
+// checkpoint and an archive from a writing command, the second none.
+func archivedPair(t *testing.T) (withArchive, plain string) {
+	t.Helper()
+	withArchive = historyWAL(t, t.TempDir(), 3000)
+	plain = filepath.Join(t.TempDir(), "q.wal")
+	os.WriteFile(plain, mustRead(t, withArchive), 0o644)
+	for _, walPath := range []string{withArchive, plain} {
+		if code, out, errOut := cli("--wal", walPath, "--now", cpNow, "expire", "-o", "json"); code != 0 {
+			t.Fatalf("expire: %s %s", out, errOut)
+		}
+	}
+	info, err := os.Stat(withArchive + archiveSuffix)
+	if err != nil {
+		t.Fatalf("3000 records of history wrote no archive: %v", err)
+	}
+	t.Logf("archive of %d bytes, checkpoint of %d", info.Size(), len(mustRead(t, withArchive+checkpointSuffix)))
+	return withArchive, plain
+}
+
+// archiveProbes are commands whose answers depend on finished tasks: T1 and
+// job-1 (98 p's) are long finished and archived.
+var archiveProbes = [][]string{
+	{"inspect", "T1", "-o", "json"},
+	{"inspect", "T2", "--timeline"},
+	{"submit", "--request-id", "job-1", "--payload", strings.Repeat("p", 98), "--window", "10m", "--max-attempts", "3", "-o", "json"},
+	{"submit", "--request-id", "job-1", "--payload", "other", "-o", "json"},
+	{"complete", "--task", "T1", "--lease", "L1", "-o", "json"},
+	{"extend", "--task", "T5", "--lease", "L2", "-o", "json"},
+	{"lease", "--worker", "X", "-o", "json"},
+	{"submit", "--payload", "new", "-o", "json"},
+	{"inspect", "-o", "json"},
+	{"worklease", "inspect", "-o", "json"},
+}
+
+// TestArchiveAnswersAsAFullReplay runs the same commands against a WAL whose
+// checkpoint keeps finished tasks in an archive and against the same WAL
+// replayed in full each time: the exit codes, the output and the records
+// written are the same.
+func TestArchiveAnswersAsAFullReplay(t *testing.T) {
+	withArchive, plain := archivedPair(t)
+	for _, args := range archiveProbes {
+		os.Remove(plain + checkpointSuffix)
+		os.Remove(plain + archiveSuffix)
+		code, out, errOut := cli(append([]string{"--wal", withArchive, "--now", cpNow}, args...)...)
+		os.Remove(plain + checkpointSuffix)
+		os.Remove(plain + archiveSuffix)
+		wantCode, wantOut, wantErr := cli(append([]string{"--wal", plain, "--now", cpNow}, args...)...)
+		if code != wantCode || out != wantOut || errOut != wantErr {
+			t.Fatalf("%v: exit %d %s %s, a full replay says exit %d %s %s", args, code, out, errOut, wantCode, wantOut, wantErr)
+		}
+	}
+	if !bytes.Equal(mustRead(t, withArchive), mustRead(t, plain)) {
+		t.Fatal("the WALs differ")
+	}
+}
+
+// TestDamagedArchiveIsReplayedAround: with the archive's index and records zeroed, or
+// the archive of another WAL in its place, every command answers as a full
+// replay does and writes what it writes; a damaged archive found by a lookup
+// is reported as a warning, and its checkpoint is dropped (or replaced, with a
+// new archive, by a writer).
+func TestDamagedArchiveIsReplayedAround(t *testing.T) {
+	withArchive, plain := archivedPair(t)
+	archive := mustRead(t, withArchive+archiveSuffix)
+	other, _ := archivedPair(t)
+	zeroed := bytes.Clone(archive)
+	clear(zeroed[200:]) // after the header and fence: every index block and record
+	for name, bad := range map[string][]byte{"zeroed index and records": zeroed, "another WAL's": mustRead(t, other+archiveSuffix)} {
+		for _, args := range archiveProbes[2:] { // inspect of one task replays from scratch: it shows the records
+			checkpoint := mustRead(t, withArchive+checkpointSuffix)
+			os.WriteFile(withArchive+archiveSuffix, bad, 0o644)
+			code, out, errOut := cli(append([]string{"--wal", withArchive, "--now", cpNow}, args...)...)
+			wantCode, wantOut, _ := cli(append([]string{"--wal", plain, "--now", cpNow}, args...)...)
+			os.Remove(plain + checkpointSuffix)
+			if code != wantCode || out != wantOut {
+				t.Fatalf("%s archive, %v: exit %d %s %s, a full replay says exit %d %s", name, args, code, out, errOut, wantCode, wantOut)
+			}
+			looksUp := args[0] != "lease" // a lease without --task or --request-id reads only unfinished tasks
+			if name != "another WAL's" && looksUp && !strings.Contains(errOut, "archive of finished tasks is damaged") {
+				t.Fatalf("%v: the damage was not reported: %q", args, errOut)
+			}
+			_, err := os.Stat(withArchive + checkpointSuffix)
+			if err == nil && bytes.Equal(mustRead(t, withArchive+archiveSuffix), bad) && name != "another WAL's" && looksUp {
+				t.Fatalf("%v: the checkpoint of a damaged archive was kept", args) // dropped, or rewritten by a writer with a new archive
+			}
+			os.WriteFile(withArchive+checkpointSuffix, checkpoint, 0o644)
+		}
+	}
+	if !bytes.Equal(mustRead(t, withArchive), mustRead(t, plain)) {
+		t.Fatal("the WALs differ")
+	}
+}
+
+// TestLeftoverTemporaryFilesAreRemoved: the temporary files a crash leaves
+// while writing a checkpoint or an archive are removed by the next writer
+// that writes one, also when the WAL's name holds glob characters.
+func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "odd [dir]*")
+	os.Mkdir(dir, 0o755)
+	walPath := filepath.Join(dir, "q?.wal")
+	os.WriteFile(walPath, mustRead(t, historyWAL(t, t.TempDir(), 2500)), 0o644)
+	leftovers := []string{walPath + archiveSuffix + ".tmp-123", walPath + checkpointSuffix + ".tmp-9"}
+	for _, path := range leftovers {
+		os.WriteFile(path, []byte("half"), 0o644)
+	}
+	unrelated := filepath.Join(dir, "qx.wal"+archiveSuffix+".tmp-1") // another WAL's, which ? would match
+	os.WriteFile(unrelated, []byte("theirs"), 0o644)
+	if code, out, errOut := cli("--wal", walPath, "--now", cpNow, "expire"); code != 0 {
+		t.Fatal(out, errOut)
+	}
+	for _, path := range leftovers {
+		if _, err := os.Stat(path); err == nil {
+			t.Fatalf("%s is still there", path)
+		}
+	}
+	if _, err := os.Stat(unrelated); err != nil {
+		t.Fatalf("another WAL's file was removed: %v", err)
+	}
+	if _, err := os.Stat(walPath + archiveSuffix); err != nil {
+		t.Fatalf("no archive written: %v", err)
+	}
+}
