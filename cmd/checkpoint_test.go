@@ -296,3 +296,23 @@ func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
 		t.Fatalf("no archive written: %v", err)
 	}
 }
+
+// TestLogHoldsItsLinesUntilTheEnd: log -o json of a long history prints every
+// record (its lines pass through a temporary file past the first MiB), and a
+// damaged record near the end prints only the error, as every command does.
+func TestLogHoldsItsLinesUntilTheEnd(t *testing.T) {
+	walPath := historyWAL(t, t.TempDir(), 12000)
+	code, out, errOut := cli("--wal", walPath, "log", "-o", "json")
+	records := strings.Count(string(mustRead(t, walPath)), "\n") - 1
+	if code != 0 || strings.Count(out, "\n") != records || len(out) < 2*spoolInMemory {
+		t.Fatalf("log: exit %d, %d lines of %d records, %d bytes: %s", code, strings.Count(out, "\n"), records, len(out), errOut)
+	}
+	data := mustRead(t, walPath)
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	lines[len(lines)-3][20] ^= 1 // the record before the last: damage, not a torn tail
+	os.WriteFile(walPath, bytes.Join(lines, nil), 0o644)
+	code, out, _ = cli("--wal", walPath, "log", "-o", "json")
+	if code != ExitDamaged || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"result":"ERROR"`) {
+		t.Fatalf("log of a damaged WAL: exit %d, %d lines, starting %.200s", code, strings.Count(out, "\n"), out)
+	}
+}

@@ -118,11 +118,28 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 	if o.timeline && len(ids) != 1 {
 		return usageErr("--timeline draws one task: name it, e.g. 'leasewal inspect T1 --timeline'")
 	}
-	g.keepRecords = len(ids) == 1 || o.until != 0 // one task's records, or the state at a record
+	if o.until < 0 {
+		return usageErr("--until %d: give the seq of a record (1 or more)", o.until)
+	}
+	var taskRecords []state.Record // the records about the one task named
+	if len(ids) == 1 || o.until != 0 {
+		g.onRecord = func(r state.Record, _ *state.State) error {
+			if len(ids) == 1 && r.TaskID == ids[0] {
+				taskRecords = append(taskRecords, r)
+			}
+			if r.Seq == o.until {
+				return errStopReplay // the state right after record --until
+			}
+			return nil
+		}
+	}
 	return g.read(func(s *session) error {
-		st, at, err := s.stateUntil(o.until)
-		if err != nil {
-			return err
+		st, at := s.st, s.now
+		if o.until != 0 {
+			if st.LastSeq() < o.until {
+				return &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: the WAL has records 1 to %d", o.until, st.LastSeq())}
+			}
+			at = st.LastAt()
 		}
 		if o.workers {
 			return g.emitWorkers(st, at)
@@ -135,12 +152,15 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 			v.Summary = summarize(st, at)
 		}
 		if len(ids) == 1 {
-			v.Tasks[0].Records = s.taskRecords(st, ids[0])
+			v.Tasks[0].Records = make([]logEntry, 0, len(taskRecords))
+			for _, r := range taskRecords {
+				v.Tasks[0].Records = append(v.Tasks[0].Records, newLogEntry(r))
+			}
 		}
 		g.emit(v, func(w io.Writer, p palette) {
 			if o.timeline {
 				t, _ := st.Task(ids[0])
-				renderTimeline(w, p, g.terminalWidth(), t, s.cancellations(t), at)
+				renderTimeline(w, p, g.terminalWidth(), t, cancellations(taskRecords), at)
 				return
 			}
 			renderInspect(w, p, v)
@@ -149,28 +169,15 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 	})
 }
 
-// stateUntil is the state after record seq (all records for 0) and its time.
-func (s *session) stateUntil(seq int64) (*state.State, int64, error) {
-	if seq == 0 {
-		return s.st, s.now, nil
-	}
-	if seq < 0 || seq > int64(len(s.records)) {
-		return nil, 0, &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: the WAL has records 1 to %d", seq, len(s.records))}
-	}
-	st := state.New()
-	for _, r := range s.records[:seq] {
-		if err := st.Apply(r); err != nil {
-			return nil, 0, fmt.Errorf("internal error: replaying to record %d: %w", seq, err)
-		}
-	}
-	return st, s.records[seq-1].At, nil
-}
-
 func buildInspect(st *state.State, at int64, ids []string, only state.TaskState) (inspectView, error) {
 	v := inspectView{Result: state.ResultOK, At: state.FormatTime(at), Counts: map[string]int{}, Tasks: []taskView{}}
-	tasks := st.Tasks()
-	if len(ids) > 0 {
-		tasks = nil
+	var tasks []*state.Task
+	switch {
+	case len(ids) == 0 && (only == state.Waiting || only == state.Leased):
+		tasks = st.Live() // a finished task never waits or holds a lease again: the archive is not read
+	case len(ids) == 0:
+		tasks = st.Tasks()
+	default:
 		for _, id := range ids {
 			t, ok := st.Task(id)
 			if !ok {
@@ -193,7 +200,7 @@ func buildInspect(st *state.State, at int64, ids []string, only state.TaskState)
 func summarize(st *state.State, at int64) *inspectSummary {
 	sum := &inspectSummary{}
 	var next int64
-	for _, t := range st.Tasks() {
+	for _, t := range st.Live() { // only unfinished tasks wait or hold leases
 		c := t.At(at)
 		switch {
 		case c.State == state.Leased:
@@ -209,20 +216,11 @@ func summarize(st *state.State, at int64) *inspectSummary {
 	return sum
 }
 
-func (s *session) taskRecords(st *state.State, id string) []logEntry {
-	t, _ := st.Task(id)
-	out := make([]logEntry, 0, len(t.Seqs))
-	for _, seq := range t.Seqs {
-		out = append(out, newLogEntry(s.records[seq-1]))
-	}
-	return out
-}
-
-// cancellations are the TaskCancelled records about t.
-func (s *session) cancellations(t *state.Task) []state.Record {
+// cancellations are the TaskCancelled records among a task's records.
+func cancellations(records []state.Record) []state.Record {
 	var out []state.Record
-	for _, seq := range t.Seqs {
-		if r := s.records[seq-1]; r.Type == state.TaskCancelled {
+	for _, r := range records {
+		if r.Type == state.TaskCancelled {
 			out = append(out, r)
 		}
 	}

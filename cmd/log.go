@@ -60,14 +60,16 @@ type logFilter struct {
 	o            *logOptions
 	types        map[state.RecordType]bool
 	since, until int64
-	st           *state.State
+	st           *state.State // as of the record being filtered
 }
 
-func newLogFilter(o *logOptions, st *state.State, first int64) (*logFilter, error) {
+// newLogFilter reads the filter flags; --since and --until count from the
+// time of the first record (first).
+func newLogFilter(o *logOptions, first int64) (*logFilter, error) {
 	if o.from < 1 || (o.to != 0 && o.to < o.from) {
 		return nil, usageErr("--from must be at least 1 and --to (if given) at least --from")
 	}
-	f := &logFilter{o: o, st: st, until: -1}
+	f := &logFilter{o: o, until: -1}
 	for _, name := range o.types {
 		typ, ok := state.ParseRecordType(name)
 		if !ok {
@@ -87,11 +89,6 @@ func newLogFilter(o *logOptions, st *state.State, first int64) (*logFilter, erro
 	if o.until != "" {
 		if f.until, err = logTime("until", o.until, first); err != nil {
 			return nil, err
-		}
-	}
-	if o.taskID != "" {
-		if _, ok := st.Task(o.taskID); !ok {
-			return nil, &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown task %q; 'leasewal inspect' lists the tasks", o.taskID)}
 		}
 	}
 	return f, nil
@@ -154,28 +151,46 @@ func newLogEntry(r state.Record) logEntry {
 	return logEntry{Record: r, At: state.FormatTime(r.At), Expiry: optTime(r.Expiry), AcquiredAt: optTime(r.AcquiredAt)}
 }
 
+// runLog filters the records as the replay reads them, so that it holds the
+// state and the rows to draw, never every record; JSON lines wait in a spool,
+// so that a damaged record prints only the error, as for any command.
 func runLog(g *globals, o *logOptions) error {
-	g.keepRecords = true
+	f, err := newLogFilter(o, 0) // the flags' syntax, before reading anything
+	if err != nil {
+		return err
+	}
+	first := int64(0)
+	var entries []logEntry
+	var lines spool
+	defer lines.discard()
+	g.onRecord = func(r state.Record, st *state.State) error {
+		if r.Seq == 1 {
+			first = r.At
+			if f, err = newLogFilter(o, first); err != nil {
+				return err
+			}
+		}
+		if f.st = st; !f.keep(r) {
+			return nil
+		}
+		if g.output == "json" {
+			writeJSON(&lines, newLogEntry(r))
+		} else {
+			entries = append(entries, newLogEntry(r))
+		}
+		if o.to != 0 && r.Seq >= o.to {
+			return errStopReplay // nothing after --to is printed
+		}
+		return nil
+	}
 	return g.read(func(s *session) error {
-		first := int64(0)
-		if len(s.records) > 0 {
-			first = s.records[0].At
-		}
-		f, err := newLogFilter(o, s.st, first)
-		if err != nil {
-			return err
-		}
-		var entries []logEntry
-		for _, r := range s.records {
-			if f.keep(r) {
-				entries = append(entries, newLogEntry(r))
+		if o.taskID != "" {
+			if _, ok := s.st.Task(o.taskID); !ok {
+				return &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown task %q; 'leasewal inspect' lists the tasks", o.taskID)}
 			}
 		}
 		if g.output == "json" {
-			for _, e := range entries {
-				writeJSON(g.stdout, e)
-			}
-			return nil
+			return lines.copyTo(g.stdout)
 		}
 		if len(entries) == 0 {
 			fmt.Fprintln(g.stdout, "no records match")

@@ -1,7 +1,9 @@
 package cmd
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 
@@ -84,4 +86,55 @@ func fields(w io.Writer, pairs ...string) {
 		}
 	}
 	_ = t.Render()
+}
+
+// spool holds output that must not be printed until the command is known to
+// succeed (log -o json, which may meet a damaged record after a million good
+// ones): the first MiB in memory, the rest in an unlinked temporary file, so
+// that holding it costs no more than a MiB of memory.
+type spool struct {
+	mem  bytes.Buffer
+	file *os.File
+	err  error
+}
+
+const spoolInMemory = 1 << 20
+
+func (s *spool) Write(p []byte) (int, error) {
+	if s.file == nil && s.mem.Len()+len(p) > spoolInMemory && s.err == nil {
+		if s.file, s.err = os.CreateTemp("", "leasewal-out-*"); s.err == nil {
+			_ = os.Remove(s.file.Name()) // unlinked: gone when closed, or when the process dies
+			_, s.err = s.mem.WriteTo(s.file)
+		}
+	}
+	if s.file != nil && s.err == nil {
+		_, s.err = s.file.Write(p)
+		return len(p), s.err
+	}
+	return s.mem.Write(p)
+}
+
+// copyTo writes everything held to w and releases it.
+func (s *spool) copyTo(w io.Writer) error {
+	if s.file == nil {
+		_, err := s.mem.WriteTo(w)
+		return err
+	}
+	defer s.file.Close()
+	if s.err != nil {
+		return fmt.Errorf("holding the output in a temporary file: %w", s.err)
+	}
+	if _, err := s.file.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	_, err := io.Copy(w, s.file)
+	return err
+}
+
+// discard drops everything held.
+func (s *spool) discard() {
+	if s.file != nil {
+		s.file.Close()
+	}
+	s.mem.Reset()
 }

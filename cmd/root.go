@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"leasewal/state"
 	"leasewal/wal"
 )
 
@@ -49,7 +50,12 @@ type globals struct {
 	configFile  string
 	noColor     bool
 	fault       *wal.Fault // LEASEWAL_FAILPOINT: set by crash tests only
-	keepRecords bool       // the command reads the records themselves (log, inspect), not just the state
+	// onRecord, for the commands that read the records themselves (log,
+	// inspect of one task, inspect --until), sees each record right after it
+	// is applied in a full replay, with the state as of that record; it keeps
+	// what it needs, so that no command holds every record in memory.
+	// errStopReplay ends the replay there.
+	onRecord func(state.Record, *state.State) error
 	fullReplay  bool       // the checkpoint was found damaged: replay the WAL from the start
 	// resolved is set once flags and configuration are read: an error before
 	// then (unknown command, missing required flag) is a usage error.

@@ -20,7 +20,6 @@ type session struct {
 	g       *globals
 	log     *wal.Log
 	st      *state.State
-	records []state.Record // kept only for commands that read records (globals.keepRecords)
 	now     int64
 	// checkpointed is the number of records the checkpoint this session
 	// started from holds (0 for a full replay).
@@ -37,7 +36,7 @@ type session struct {
 // checkpoint beside the WAL when that still matches the WAL, and replays only
 // the records after it.
 func (g *globals) openSession(mode wal.Mode) (*session, error) {
-	if !g.keepRecords && !g.fullReplay {
+	if g.onRecord == nil && !g.fullReplay {
 		if st, pos, release, ok := g.loadCheckpoint(); ok {
 			s, err := g.openReplaying(mode, st, st.Apply, pos)
 			if s != nil {
@@ -67,12 +66,13 @@ func (g *globals) openReplaying(mode wal.Mode, st *state.State, step func(state.
 		if err != nil {
 			return &damageError{seq: int64(f.Index), offset: f.Offset, err: err}
 		}
-		if g.keepRecords {
-			s.records = append(s.records, r)
+		if g.onRecord != nil {
+			return g.onRecord(r, st)
 		}
 		return nil
 	})
 	switch {
+	case errors.Is(err, errStopReplay): // the command has read what it needs; the file is closed
 	case errors.Is(err, fs.ErrNotExist) && from.Count > 0:
 		return nil, wal.ErrStalePosition // a checkpoint of a WAL that is gone describes nothing
 	case errors.Is(err, fs.ErrNotExist):
@@ -162,6 +162,9 @@ func (s *session) append(body []byte) error {
 	}
 	return err
 }
+
+// errStopReplay, from globals.onRecord, ends a replay early.
+var errStopReplay = errors.New("replay stopped")
 
 // errArchiveDamaged stops a command whose state read a damaged archive
 // before it wrote anything; runSession runs it again from a full replay.

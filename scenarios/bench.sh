@@ -14,5 +14,5 @@ if ! command -v sqlite3 >/dev/null 2>&1; then
 fi
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/leasewal" .
+CGO_ENABLED=0 go build -o "$bin/leasewal" . # static: no dynamic loader at start-up
 go run ./scenarios/bench -leasewal "$bin/leasewal" "$@"

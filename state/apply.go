@@ -31,6 +31,9 @@ type State struct {
 	// (ArchiveFinished); nil when every task is in memory.
 	archive *Archive
 	adopted int // tasks in memory that the archive also holds, in an older copy (adopt)
+	// touched is the task the record being applied is about, set while
+	// apply runs (subject, applyCreated) and cleared before it returns.
+	touched *Task
 
 	domains     map[string]*Domain
 	domainOrder []*Domain
@@ -129,28 +132,36 @@ func (s *State) Damage() error { return s.archive.Err() }
 // the only place where a record changes the state: live commands and replay
 // both come here, so they cannot drift. On error the state is unchanged.
 func (s *State) Apply(r Record) error {
+	_, err := s.apply(r)
+	return err
+}
+
+// apply is Apply, returning also the task the record applied to (nil for a
+// work-lease record), so that the Verifier need not look it up again.
+func (s *State) apply(r Record) (*Task, error) {
 	err := s.checkSequence(r)
 	if err == nil {
 		err = s.applyTyped(r)
 	}
+	t := s.touched
+	s.touched = nil
 	if err != nil {
 		re := &RecordError{Seq: r.Seq, Type: r.Type, Msg: err.Error()}
 		var v *violation
 		if errors.As(err, &v) {
 			re.Invariant = v.invariant
 		}
-		return re
+		return nil, re
 	}
 	s.lastSeq, s.lastAt = r.Seq, r.At
-	s.noteEnded(r)
-	return nil
+	s.noteEnded(t)
+	return t, nil
 }
 
 // noteEnded keeps live short: once half of it has ended, it is compacted, so
 // that lease and expire cost what the unfinished tasks cost, not the history.
-func (s *State) noteEnded(r Record) {
-	t, ok := s.tasks[r.TaskID] // an archived task ended long ago
-	if !ok || !t.State.Terminal() || t.counted {
+func (s *State) noteEnded(t *Task) {
+	if t == nil || !t.State.Terminal() || t.counted {
 		return
 	}
 	t.counted = true
@@ -289,6 +300,7 @@ func (s *State) applyCreated(r Record) error {
 	s.tasks[t.ID] = t
 	s.order = append(s.order, t)
 	s.live = append(s.live, t)
+	s.touched = t
 	s.submits[r.RequestID] = t
 	s.lastTaskNum = max(s.lastTaskNum, n)
 	return nil
@@ -300,6 +312,7 @@ func (s *State) subject(r Record) (*Task, error) {
 	if !ok {
 		return nil, invalid("unknown task %q", r.TaskID)
 	}
+	s.touched = t
 	return t, nil
 }
 

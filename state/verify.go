@@ -33,7 +33,8 @@ func NewVerifier() *Verifier {
 
 // Step applies one record and checks every invariant it could have touched.
 func (v *Verifier) Step(r Record) error {
-	if err := v.State.Apply(r); err != nil {
+	t, err := v.State.apply(r)
+	if err != nil {
 		return err
 	}
 	v.Records++
@@ -44,11 +45,10 @@ func (v *Verifier) Step(r Record) error {
 		}
 		v.lastNum = n
 	}
-	if d, ok := v.State.domains[r.Domain]; ok {
-		return v.checkDomain(r, d)
+	if r.Domain != "" {
+		return v.checkDomain(r, v.State.domains[r.Domain])
 	}
-	t, ok := v.State.tasks[r.TaskID]
-	if !ok {
+	if t == nil {
 		return nil
 	}
 	sh := v.shadows[t]
