@@ -55,8 +55,8 @@ type globals struct {
 	// is applied in a full replay, with the state as of that record; it keeps
 	// what it needs, so that no command holds every record in memory.
 	// errStopReplay ends the replay there.
-	onRecord func(state.Record, *state.State) error
-	fullReplay  bool       // the checkpoint was found damaged: replay the WAL from the start
+	onRecord   func(state.Record, *state.State) error
+	fullReplay bool // the checkpoint was found damaged: replay the WAL from the start
 	// resolved is set once flags and configuration are read: an error before
 	// then (unknown command, missing required flag) is a usage error.
 	resolved bool

@@ -17,10 +17,10 @@ import (
 // session is one invocation's view of the WAL: the open, locked file (nil
 // while the WAL does not exist yet), the replayed state, and the time now.
 type session struct {
-	g       *globals
-	log     *wal.Log
-	st      *state.State
-	now     int64
+	g   *globals
+	log *wal.Log
+	st  *state.State
+	now int64
 	// checkpointed is the number of records the checkpoint this session
 	// started from holds (0 for a full replay).
 	checkpointed int
