@@ -14,5 +14,7 @@ if ! command -v sqlite3 >/dev/null 2>&1; then
 fi
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
-CGO_ENABLED=0 go build -o "$bin/leasewal" . # static: no dynamic loader at start-up
-go run ./scenarios/bench -leasewal "$bin/leasewal" "$@"
+# Static binaries: no dynamic loader at start-up (see the README's Speed section).
+CGO_ENABLED=0 go build -o "$bin/leasewal" .
+CGO_ENABLED=0 go build -o "$bin/floor" ./scenarios/bench/floor
+go run ./scenarios/bench -leasewal "$bin/leasewal" -floor "$bin/floor" "$@"

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,9 +25,17 @@ import (
 
 func main() {
 	leasewal := flag.String("leasewal", "leasewal", "the leasewal binary")
+	floor := flag.String("floor", "", "a binary that links leasewal's packages and does nothing (scenarios/bench/floor)")
 	sizes := flag.String("sizes", "10000,100000,1000000", "history sizes in records")
 	reps := flag.Int("reps", 15, "runs of each command per size (5 for a million records or more)")
+	generate := flag.String("generate", "", "write a history of -records records to this file and print its record and task counts (used by bench itself)")
+	records := flag.Int("records", 0, "with -generate: history size")
+	waiting := flag.Int("waiting", 0, "with -generate: tasks left WAITING at the end")
 	flag.Parse()
+	if *generate != "" {
+		generateHistory(*generate, *records, *waiting)
+		return
+	}
 	sqlite, _ := exec.LookPath("sqlite3")
 	dir, err := os.MkdirTemp("", "leasewal-bench-")
 	check(err)
@@ -34,8 +43,11 @@ func main() {
 
 	fmt.Printf("leasewal benchmark, %s, %s, Go %s; sqlite3: %s\n", time.Now().UTC().Format("2006-01-02"), machine(), goVersion(), sqliteVersion(sqlite))
 	fmt.Println("latencies are medians in ms; ratio = leasewal / sqlite3 (one process per command, fsync per transaction)")
-	fmt.Printf("%9s %8s | %8s %10s %7s %7s | %-21s %-21s %-21s | %8s\n", "records", "WAL MB", "verify s", "records/s", "MB/s", "RSS MB",
-		"submit lw/sq (ratio)", "lease lw/sq (ratio)", "complete lw/sq (ratio)", "max RSS")
+	startupFloor(dir, *floor, sqlite)
+	fmt.Println("first = the first submit, with no checkpoint yet: a full replay that writes the checkpoint and the archive")
+	fmt.Println("max RSS = the largest of verify, submit, lease, complete, inspect, inspect T1, log -o json")
+	fmt.Printf("%9s %8s | %8s %10s %7s %7s | %8s | %-21s %-21s %-21s | %8s\n", "records", "WAL MB", "verify s", "records/s", "MB/s", "RSS MB",
+		"first ms", "submit lw/sq (ratio)", "lease lw/sq (ratio)", "complete lw/sq (ratio)", "max RSS")
 	for _, field := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(field)
 		check(err)
@@ -47,6 +59,41 @@ func main() {
 	}
 }
 
+// startupFloor prints how long a process that only links leasewal's
+// packages takes, beside sqlite3 doing one INSERT on an empty table.
+func startupFloor(dir, floor, sqlite string) {
+	if floor == "" {
+		return
+	}
+	const reps = 30
+	var fl, sq []time.Duration
+	db := filepath.Join(dir, "floor.sqlite")
+	if sqlite != "" {
+		execute(sqlite, db, "PRAGMA journal_mode=WAL; CREATE TABLE t(x);")
+	}
+	for range reps {
+		fl = append(fl, execute(floor).elapsed)
+		if sqlite != "" {
+			sq = append(sq, execute(sqlite, db, "PRAGMA synchronous=FULL; BEGIN IMMEDIATE; INSERT INTO t VALUES(1); COMMIT;").elapsed)
+		}
+	}
+	if sqlite == "" {
+		fmt.Printf("start-up floor (a binary linking cobra, viper, tablewriter and color, doing nothing): %.2f ms\n", ms(median(fl)))
+		return
+	}
+	fmt.Printf("start-up floor (a binary linking cobra, viper, tablewriter and color, doing nothing): %.2f ms = %.2fx sqlite3's whole one-row transaction (%.2f ms)\n",
+		ms(median(fl)), float64(median(fl))/float64(median(sq)), ms(median(sq)))
+}
+
+func generateHistory(path string, records, waiting int) {
+	f, err := os.Create(path)
+	check(err)
+	st, err := histgen.Write(f, histgen.Options{Records: records, Waiting: waiting})
+	check(err)
+	check(f.Close())
+	fmt.Println(st.LastSeq(), len(st.Tasks()))
+}
+
 type run struct {
 	elapsed time.Duration
 	rssKB   int64
@@ -54,9 +101,18 @@ type run struct {
 }
 
 func execute(name string, args ...string) run {
+	return executeTo(true, name, args...)
+}
+
+// executeTo runs a command; keep says whether to keep its output (a large
+// output held here would count in the next children's RSS, see benchSize).
+func executeTo(keep bool, name string, args ...string) run {
 	cmd := exec.Command(name, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if !keep {
+		cmd.Stdout = io.Discard
+	}
 	start := time.Now()
 	err := cmd.Run()
 	elapsed := time.Since(start)
@@ -78,22 +134,30 @@ var leaseRE = regexp.MustCompile(`"task_id":"(T\d+)","lease_id":"(L\d+)"`)
 
 func benchSize(dir, leasewal, sqlite string, n, reps int) {
 	walPath := filepath.Join(dir, fmt.Sprintf("h%d.wal", n))
-	f, err := os.Create(walPath)
+	// A child process writes the history: the kernel counts the peak memory
+	// of this process in every child's maximum RSS (Go starts children with
+	// vfork, and exec keeps the larger of the two), so this one must stay small.
+	self, err := os.Executable()
 	check(err)
-	st, err := histgen.Write(f, histgen.Options{Records: n, Waiting: 2 * reps})
+	var records, tasks int
+	_, err = fmt.Sscan(string(execute(self, "-generate", walPath, "-records", strconv.Itoa(n), "-waiting", strconv.Itoa(2*reps)).out), &records, &tasks)
 	check(err)
-	check(f.Close())
 	info, _ := os.Stat(walPath)
-	records, tasks := st.LastSeq(), len(st.Tasks())
 
 	var verify []time.Duration
 	var maxRSS int64
 	for range 3 {
-		r := execute(leasewal, "--wal", walPath, "verify", "-o", "json")
+		r := executeTo(false, leasewal, "--wal", walPath, "verify", "-o", "json")
 		verify = append(verify, r.elapsed)
 		maxRSS = max(maxRSS, r.rssKB)
 	}
+	verifyRSS := maxRSS
 	v := slices.Min(verify)
+	for _, args := range [][]string{{"inspect", "-o", "json"}, {"inspect", "T1", "-o", "json"}, {"log", "-o", "json"}} {
+		maxRSS = max(maxRSS, executeTo(false, leasewal, append([]string{"--wal", walPath}, args...)...).rssKB)
+	}
+	first := execute(leasewal, "--wal", walPath, "submit", "--payload", "first", "-o", "json")
+	maxRSS = max(maxRSS, first.rssKB)
 	lw := map[string][]time.Duration{}
 	cmdRSS := int64(0)
 	for i := range reps {
@@ -118,8 +182,8 @@ func benchSize(dir, leasewal, sqlite string, n, reps int) {
 		}
 		return fmt.Sprintf("%6.2f/%5.2f (%5.2fx)", ms(l), ms(sq[op]), float64(l)/float64(sq[op]))
 	}
-	fmt.Printf("%9d %8.1f | %8.3f %10.0f %7.1f %7.1f | %-21s %-21s %-21s | %8.1f\n", records, float64(info.Size())/1e6,
-		v.Seconds(), float64(records)/v.Seconds(), float64(info.Size())/1e6/v.Seconds(), float64(maxRSS)/1024,
+	fmt.Printf("%9d %8.1f | %8.3f %10.0f %7.1f %7.1f | %8.1f | %-21s %-21s %-21s | %8.1f\n", records, float64(info.Size())/1e6,
+		v.Seconds(), float64(records)/v.Seconds(), float64(info.Size())/1e6/v.Seconds(), float64(verifyRSS)/1024, ms(first.elapsed),
 		cell("submit"), cell("lease"), cell("complete"), float64(max(cmdRSS, maxRSS))/1024)
 }
 
