@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"leasewal/internal/histgen"
+	"leasewal/state"
 	"leasewal/wal"
 )
 
@@ -314,5 +315,35 @@ func TestLogHoldsItsLinesUntilTheEnd(t *testing.T) {
 	code, out, _ = cli("--wal", walPath, "log", "-o", "json")
 	if code != ExitDamaged || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"result":"ERROR"`) {
 		t.Fatalf("log of a damaged WAL: exit %d, %d lines, starting %.200s", code, strings.Count(out, "\n"), out)
+	}
+}
+
+// TestListingJSONIsTheViewStreamed: the streamed listing of inspect -o json
+// is byte for byte the JSON of the whole view, for every --state.
+func TestListingJSONIsTheViewStreamed(t *testing.T) {
+	walPath := historyWAL(t, t.TempDir(), 2000)
+	if code, out, errOut := cli("--wal", walPath, "--now", cpNow, "submit", "--payload", "<a & b>", "-o", "json"); code != 0 {
+		t.Fatal(out, errOut)
+	}
+	g := &globals{walPath: walPath, lockTimeout: 1e9, getenv: os.Getenv, stderr: os.Stderr}
+	s, err := g.openSession(wal.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	for _, only := range []state.TaskState{"", state.Waiting, state.Leased, state.Completed, state.Failed, state.Dead} {
+		v, err := buildInspect(s.st, s.now, nil, only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Summary = summarize(s.st, s.now)
+		var want, got bytes.Buffer
+		writeJSON(&want, v)
+		if err := writeListingJSON(&got, s.st, s.now, only); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Fatalf("--state %q: streamed %d bytes differ from the view's %d", only, got.Len(), want.Len())
+		}
 	}
 }

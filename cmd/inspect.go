@@ -1,6 +1,9 @@
 package cmd
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -144,6 +147,9 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 		if o.workers {
 			return g.emitWorkers(st, at)
 		}
+		if len(ids) == 0 && g.output == "json" {
+			return writeListingJSON(g.stdout, st, at, only)
+		}
 		v, err := buildInspect(st, at, ids, only)
 		if err != nil {
 			return err
@@ -169,32 +175,98 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 	})
 }
 
-func buildInspect(st *state.State, at int64, ids []string, only state.TaskState) (inspectView, error) {
-	v := inspectView{Result: state.ResultOK, At: state.FormatTime(at), Counts: map[string]int{}, Tasks: []taskView{}}
-	var tasks []*state.Task
+// inspectTasks selects the tasks inspect shows: the named ones, or all of
+// them (only the unfinished ones for --state WAITING or LEASED: a finished
+// task never waits or holds a lease again, so the archive is not read).
+func inspectTasks(st *state.State, ids []string, only state.TaskState) ([]*state.Task, error) {
 	switch {
 	case len(ids) == 0 && (only == state.Waiting || only == state.Leased):
-		tasks = st.Live() // a finished task never waits or holds a lease again: the archive is not read
+		return st.Live(), nil
 	case len(ids) == 0:
-		tasks = st.Tasks()
-	default:
-		for _, id := range ids {
-			t, ok := st.Task(id)
-			if !ok {
-				return v, &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown task %q; 'leasewal inspect' lists the tasks", id)}
-			}
-			tasks = append(tasks, t)
+		return st.Tasks(), nil
+	}
+	tasks := make([]*state.Task, 0, len(ids))
+	for _, id := range ids {
+		t, ok := st.Task(id)
+		if !ok {
+			return nil, &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown task %q; 'leasewal inspect' lists the tasks", id)}
 		}
+		tasks = append(tasks, t)
+	}
+	return tasks, nil
+}
+
+// shows reports whether a task in state s is listed under --state only.
+func shows(s state.TaskState, only state.TaskState) bool { return only == "" || s == only }
+
+// countStates counts the tasks listed, by their state at at.
+func countStates(tasks []*state.Task, at int64, only state.TaskState) map[string]int {
+	counts := map[string]int{}
+	for _, t := range tasks {
+		if s := t.At(at).State; shows(s, only) {
+			counts[string(s)]++
+		}
+	}
+	return counts
+}
+
+func buildInspect(st *state.State, at int64, ids []string, only state.TaskState) (inspectView, error) {
+	v := inspectView{Result: state.ResultOK, At: state.FormatTime(at), Counts: map[string]int{}, Tasks: []taskView{}}
+	tasks, err := inspectTasks(st, ids, only)
+	if err != nil {
+		return v, err
 	}
 	for _, t := range tasks {
 		tv := viewTask(t, at)
-		if only != "" && tv.State != string(only) {
+		if !shows(state.TaskState(tv.State), only) {
 			continue
 		}
 		v.Counts[tv.State]++
 		v.Tasks = append(v.Tasks, tv)
 	}
 	return v, nil
+}
+
+// writeListingJSON writes the listing of every task exactly as writeJSON
+// would write its view, but encodes the tasks one at a time, so that a
+// listing of a long history never holds every task's view, nor all of its
+// output, in memory.
+func writeListingJSON(w io.Writer, st *state.State, at int64, only state.TaskState) error {
+	tasks, err := inspectTasks(st, nil, only)
+	if err != nil {
+		return err
+	}
+	v := inspectView{Result: state.ResultOK, At: state.FormatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at), Tasks: []taskView{}}
+	var head bytes.Buffer
+	writeJSON(&head, v)
+	prefix, ok := bytes.CutSuffix(head.Bytes(), []byte("[]}\n"))
+	if !ok {
+		return fmt.Errorf("internal error: the listing does not end with its tasks")
+	}
+	out := bufio.NewWriter(w)
+	out.Write(prefix)
+	out.WriteByte('[')
+	var one bytes.Buffer
+	enc := json.NewEncoder(&one)
+	enc.SetEscapeHTML(false) // as writeJSON
+	first := true
+	for _, t := range tasks {
+		tv := viewTask(t, at)
+		if !shows(state.TaskState(tv.State), only) {
+			continue
+		}
+		if !first {
+			out.WriteByte(',')
+		}
+		first = false
+		one.Reset()
+		if err := enc.Encode(tv); err != nil {
+			return err
+		}
+		out.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
+	}
+	out.WriteString("]}\n")
+	return out.Flush()
 }
 
 func summarize(st *state.State, at int64) *inspectSummary {

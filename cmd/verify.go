@@ -63,12 +63,13 @@ func runVerify(g *globals, expectFile string) error {
 		return err
 	}
 	defer s.close()
-	got, _ := buildInspect(s.st, s.now, nil, "")
-	out := verifyView{Result: state.ResultOK, Records: v.Records, Tasks: len(got.Tasks), Counts: got.Counts}
+	tasks := s.st.Tasks()
+	out := verifyView{Result: state.ResultOK, Records: v.Records, Tasks: len(tasks), Counts: countStates(tasks, s.now, "")}
 	if s.log != nil && s.log.Torn != nil {
 		out.TornBytes = s.log.Torn.Length
 	}
 	if want != nil {
+		got, _ := buildInspect(s.st, s.now, nil, "")
 		if err := compareTasks(want.Tasks, got.Tasks); err != nil {
 			return err
 		}
