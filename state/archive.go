@@ -21,9 +21,9 @@ import (
 //	"leasewal-archive v1\n"
 //	header: records length, entries, tasks (uint64 each), CRC32C of the records (uint32)
 //	CRC32C of the header and the fence (uint32)
-//	fence: the first key hash of each index block (uint64 each)
-//	index: blocks of up to 128 entries {key hash, record offset} (uint64 each), each block followed by its CRC32C
 //	records: one per task, in the order they were archived: uvarint length, CRC32C (uint32), the task as a snapshot encodes it
+//	index: blocks of up to 128 entries {key hash, record offset} (uint64 each), each block followed by its CRC32C
+//	fence: the first key hash of each index block (uint64 each)
 //
 // Each part is checked where it is read: the header and fence when the
 // archive is opened, an index block or a record when a lookup reads it. A
@@ -96,25 +96,23 @@ func OpenArchive(b []byte) (*Archive, error) {
 	}
 	header := rest[:archiveHeaderSize]
 	recordsLen, entries, tasks := binary.LittleEndian.Uint64(header), binary.LittleEndian.Uint64(header[8:]), binary.LittleEndian.Uint64(header[16:])
-	rest = rest[archiveHeaderSize:]
-	id := binary.LittleEndian.Uint32(rest)
-	rest = rest[4:]
-	blocks := (entries + archiveBlockLen - 1) / archiveBlockLen
-	if entries > uint64(len(rest))/archiveEntrySize || tasks > entries || recordsLen > uint64(len(rest)) ||
-		blocks*8+(blocks-min(blocks, 1))*archiveBlockSize+recordsLen > uint64(len(rest)) {
+	id := binary.LittleEndian.Uint32(rest[archiveHeaderSize:])
+	rest = rest[archiveHeaderSize+4:]
+	size := uint64(len(rest))
+	if entries > size/archiveEntrySize || tasks > entries || recordsLen > size {
 		return nil, fmt.Errorf("%w: its sizes do not fit the file", ErrArchive)
 	}
-	fence := rest[:blocks*8]
+	blocks := (entries + archiveBlockLen - 1) / archiveBlockLen
+	indexLen := entries*archiveEntrySize + blocks*4
+	if recordsLen+indexLen+blocks*8 != size {
+		return nil, fmt.Errorf("%w: its sizes do not fit the file", ErrArchive)
+	}
+	fence := rest[recordsLen+indexLen:]
 	if crc32.Update(crc32.Checksum(header, archiveCRC), archiveCRC, fence) != id {
 		return nil, fmt.Errorf("%w: header checksum mismatch", ErrArchive)
 	}
-	rest = rest[len(fence):]
-	indexLen := entries*archiveEntrySize + blocks*4
-	if indexLen+recordsLen != uint64(len(rest)) {
-		return nil, fmt.Errorf("%w: its sizes do not fit the file", ErrArchive)
-	}
-	return &Archive{index: rest[:indexLen], records: rest[indexLen:], fence: fence, entries: int(entries), tasks: int(tasks), id: id,
-		sum: binary.LittleEndian.Uint32(header[24:])}, nil
+	return &Archive{records: rest[:recordsLen], index: rest[recordsLen : recordsLen+indexLen], fence: fence,
+		entries: int(entries), tasks: int(tasks), id: id, sum: binary.LittleEndian.Uint32(header[24:])}, nil
 }
 
 func cutPrefix(b []byte, prefix string) ([]byte, bool) {
@@ -270,7 +268,9 @@ func (a *Archive) entriesAll() ([]archiveEntry, bool) {
 }
 
 // buildArchive returns a new archive holding old's tasks (their records
-// copied as they are, after checking them against old's header) and add.
+// copied as they are, after checking them against old's header) and add. It
+// builds the archive in one buffer, records first, so that at most one copy
+// of the history is in memory beside the state.
 func buildArchive(old *Archive, add []*Task) ([]byte, error) {
 	if err := old.Err(); err != nil {
 		return nil, err
@@ -284,44 +284,48 @@ func buildArchive(old *Archive, add []*Task) ([]byte, error) {
 			return nil, old.err
 		}
 	}
-	records := slices.Clip(oldRecords)
+	const recordGuess = 512 // bytes per task, record and index, to size the buffer
+	out := make([]byte, 0, len(archiveMagic)+archiveHeaderSize+4+len(oldRecords)+archiveEntrySize*len(oldEntries)+recordGuess*len(add))
+	out = append(out, archiveMagic...)
+	headerAt := len(out)
+	out = append(out, make([]byte, archiveHeaderSize+4)...)
+	recordsAt := len(out)
+	out = append(out, oldRecords...)
 	var added []archiveEntry
 	tasks := old.Len()
+	e := &encoder{}
 	for _, t := range add {
 		if old.find(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil {
 			tasks++
 		}
-		offset := uint64(len(records))
-		e := &encoder{}
+		offset := uint64(len(out) - recordsAt)
+		e.b = e.b[:0]
 		e.task(t)
-		body := e.b
-		records = binary.AppendUvarint(records, uint64(len(body)))
-		records = binary.LittleEndian.AppendUint32(records, crc32.Checksum(body, archiveCRC))
-		records = append(records, body...)
+		out = binary.AppendUvarint(out, uint64(len(e.b)))
+		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(e.b, archiveCRC))
+		out = append(out, e.b...)
 		keysOf(t, func(kind byte, key string) { added = append(added, archiveEntry{keyHash(kind, key), offset}) })
 	}
+	records := out[recordsAt:]
+	header := binary.LittleEndian.AppendUint64(nil, uint64(len(records)))
 	slices.SortFunc(added, compareEntries)
 	entries := mergeEntries(oldEntries, added)
-
-	var header []byte
-	header = binary.LittleEndian.AppendUint64(header, uint64(len(records)))
 	header = binary.LittleEndian.AppendUint64(header, uint64(len(entries)))
 	header = binary.LittleEndian.AppendUint64(header, uint64(tasks))
 	header = binary.LittleEndian.AppendUint32(header, crc32.Checksum(records, archiveCRC))
-	var fence, index []byte
+	var fence []byte
 	for start := 0; start < len(entries); start += archiveBlockLen {
 		fence = binary.LittleEndian.AppendUint64(fence, entries[start].hash)
-		blockStart := len(index)
+		blockStart := len(out)
 		for _, e := range entries[start:min(start+archiveBlockLen, len(entries))] {
-			index = binary.LittleEndian.AppendUint64(index, e.hash)
-			index = binary.LittleEndian.AppendUint64(index, e.offset)
+			out = binary.LittleEndian.AppendUint64(out, e.hash)
+			out = binary.LittleEndian.AppendUint64(out, e.offset)
 		}
-		index = binary.LittleEndian.AppendUint32(index, crc32.Checksum(index[blockStart:], archiveCRC))
+		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(out[blockStart:], archiveCRC))
 	}
-	out := make([]byte, 0, len(archiveMagic)+len(header)+4+len(fence)+len(index)+len(records))
-	out = append(append(out, archiveMagic...), header...)
-	out = binary.LittleEndian.AppendUint32(out, crc32.Update(crc32.Checksum(header, archiveCRC), archiveCRC, fence))
-	out = append(append(append(out, fence...), index...), records...)
+	out = append(out, fence...)
+	copy(out[headerAt:], header)
+	binary.LittleEndian.PutUint32(out[headerAt+archiveHeaderSize:], crc32.Update(crc32.Checksum(header, archiveCRC), archiveCRC, fence))
 	return out, nil
 }
 
