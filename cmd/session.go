@@ -58,19 +58,28 @@ func (g *globals) openSession(mode wal.Mode) (*session, error) {
 // WAL that state already holds (zero for none).
 func (g *globals) openReplaying(mode wal.Mode, st *state.State, step func(state.Record) error, from wal.Position) (*session, error) {
 	s := &session{g: g, st: st}
-	log, err := wal.OpenAt(g.walPath, mode, g.lockTimeout, from, func(f wal.Frame) error {
-		r, err := state.DecodeRecord(f.Body)
-		if err == nil {
-			err = step(r)
-		}
-		if err != nil {
-			return &damageError{seq: int64(f.Index), offset: f.Offset, err: err}
+	p := startPipeline(func(d decoded) error {
+		if err := step(d.r); err != nil {
+			return &damageError{seq: int64(d.index), offset: d.offset, err: err}
 		}
 		if g.onRecord != nil {
-			return g.onRecord(r, st)
+			return g.onRecord(d.r, st)
 		}
 		return nil
 	})
+	log, err := wal.OpenAt(g.walPath, mode, g.lockTimeout, from, func(f wal.Frame) error {
+		r, err := state.DecodeRecord(f.Body)
+		if err != nil {
+			return &damageError{seq: int64(f.Index), offset: f.Offset, err: err}
+		}
+		return p.add(decoded{r: r, index: f.Index, offset: f.Offset})
+	})
+	if applyErr := p.finish(); applyErr != nil { // it is about an earlier record than any error of the scan
+		if log != nil {
+			log.Close()
+		}
+		log, err = nil, applyErr
+	}
 	switch {
 	case errors.Is(err, errStopReplay): // the command has read what it needs; the file is closed
 	case errors.Is(err, fs.ErrNotExist) && from.Count > 0:
