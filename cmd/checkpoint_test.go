@@ -318,9 +318,10 @@ func TestLogHoldsItsLinesUntilTheEnd(t *testing.T) {
 	}
 }
 
-// TestListingJSONIsTheViewStreamed: the streamed listing of inspect -o json
-// is byte for byte the JSON of the whole view, for every --state.
-func TestListingJSONIsTheViewStreamed(t *testing.T) {
+// TestListingsAreTheViewStreamed: the listings of inspect, streamed task by
+// task, are byte for byte the JSON and the table of the whole view, for
+// every --state.
+func TestListingsAreTheViewStreamed(t *testing.T) {
 	walPath := historyWAL(t, t.TempDir(), 2000)
 	if code, out, errOut := cli("--wal", walPath, "--now", cpNow, "submit", "--payload", "<a & b>", "-o", "json"); code != 0 {
 		t.Fatal(out, errOut)
@@ -344,6 +345,15 @@ func TestListingJSONIsTheViewStreamed(t *testing.T) {
 		}
 		if got.String() != want.String() {
 			t.Fatalf("--state %q: streamed %d bytes differ from the view's %d", only, got.Len(), want.Len())
+		}
+		want.Reset()
+		got.Reset()
+		renderInspect(&want, palette{}, v)
+		if err := renderListing(&got, palette{}, s.st, s.now, only); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() || !strings.Contains(got.String(), "DEADLINE") && len(v.Tasks) > 0 {
+			t.Fatalf("--state %q: the table drawn row by row differs from the view's:\n%s\n%s", only, got.String(), want.String())
 		}
 	}
 }

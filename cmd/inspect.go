@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/olekukonko/tablewriter"
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
@@ -149,6 +150,9 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 		}
 		if len(ids) == 0 && g.output == "json" {
 			return writeListingJSON(g.stdout, st, at, only)
+		}
+		if len(ids) == 0 {
+			return renderListing(g.stdout, palette{on: g.color}, st, at, only)
 		}
 		v, err := buildInspect(st, at, ids, only)
 		if err != nil {
@@ -307,13 +311,54 @@ func deref(s *string) string {
 }
 
 func renderInspect(w io.Writer, p palette, v inspectView) {
+	renderInspectHead(w, p, v, len(v.Tasks))
+	if len(v.Tasks) == 0 {
+		return
+	}
+	t := newInspectTable(w)
+	for _, tv := range v.Tasks {
+		appendTaskRow(t, p, tv)
+	}
+	_ = t.Render()
+	if len(v.Tasks) == 1 && len(v.Tasks[0].Records) > 0 {
+		renderLog(w, p, v.Tasks[0].Records, v.Tasks[0].Records[0].Record.At)
+	}
+}
+
+// renderListing draws the listing of every task as renderInspect draws its
+// view, building each task's view only for its row.
+func renderListing(w io.Writer, p palette, st *state.State, at int64, only state.TaskState) error {
+	tasks, err := inspectTasks(st, nil, only)
+	if err != nil {
+		return err
+	}
+	v := inspectView{At: state.FormatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at)}
+	listed := 0
+	for _, n := range v.Counts {
+		listed += n
+	}
+	renderInspectHead(w, p, v, listed)
+	if listed == 0 {
+		return nil
+	}
+	t := newInspectTable(w)
+	for _, task := range tasks {
+		if tv := viewTask(task, at); shows(state.TaskState(tv.State), only) {
+			appendTaskRow(t, p, tv)
+		}
+	}
+	return t.Render()
+}
+
+// renderInspectHead prints the line of counts and the summary.
+func renderInspectHead(w io.Writer, p palette, v inspectView, listed int) {
 	fmt.Fprintf(w, "at %s:", v.At)
 	for _, st := range []state.TaskState{state.Waiting, state.Leased, state.Completed, state.Failed, state.Dead} {
 		if n := v.Counts[string(st)]; n > 0 {
 			fmt.Fprintf(w, " %d %s", n, p.word(string(st)))
 		}
 	}
-	if len(v.Tasks) == 0 {
+	if listed == 0 {
 		fmt.Fprint(w, " no tasks")
 	}
 	fmt.Fprintln(w)
@@ -327,18 +372,15 @@ func renderInspect(w io.Writer, p palette, v inspectView) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	if len(v.Tasks) == 0 {
-		return
-	}
-	t := newTable(w, "TASK", "STATE", "ATTEMPT", "LEASE", "WORKER", "EXPIRY", "NOT BEFORE", "DEADLINE")
-	for _, tv := range v.Tasks {
-		_ = t.Append(tv.TaskID, p.word(tv.State), fmt.Sprintf("%d/%d", tv.Attempt, tv.MaxAttempts),
-			deref(tv.LeaseID), deref(tv.WorkerID), deref(tv.Expiry), deref(tv.NotBefore), tv.Deadline)
-	}
-	_ = t.Render()
-	if len(v.Tasks) == 1 && len(v.Tasks[0].Records) > 0 {
-		renderLog(w, p, v.Tasks[0].Records, v.Tasks[0].Records[0].Record.At)
-	}
+}
+
+func newInspectTable(w io.Writer) *tablewriter.Table {
+	return newTable(w, "TASK", "STATE", "ATTEMPT", "LEASE", "WORKER", "EXPIRY", "NOT BEFORE", "DEADLINE")
+}
+
+func appendTaskRow(t *tablewriter.Table, p palette, tv taskView) {
+	_ = t.Append(tv.TaskID, p.word(tv.State), fmt.Sprintf("%d/%d", tv.Attempt, tv.MaxAttempts),
+		deref(tv.LeaseID), deref(tv.WorkerID), deref(tv.Expiry), deref(tv.NotBefore), tv.Deadline)
 }
 
 type workerView struct {

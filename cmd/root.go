@@ -85,7 +85,7 @@ func tuneGC() {
 		debug.SetGCPercent(400)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(192 << 20)
+		debug.SetMemoryLimit(240 << 20)
 	}
 }
 
