@@ -9,12 +9,13 @@ import (
 	"sort"
 )
 
-// An Archive holds finished tasks outside memory. A finished task never
-// changes again, so a command needs one only when it names it (a task id, a
-// request id, a lease id); the archive answers those lookups by reading a few
-// kilobytes where it looks, so that loading a state costs what its unfinished
-// tasks cost, not the whole history. It is pure: it reads bytes the caller
-// provides (the checkpoint code maps its file).
+// An Archive holds finished tasks outside memory. A finished task changes no
+// more (but for a late TaskCancelled, see adopt), so a command needs one only
+// when it names it (a task id, a request id, a lease id); the archive answers
+// those lookups by reading a few kilobytes where it looks, so that loading a
+// state costs what its unfinished tasks cost, not the whole history. It is
+// pure: it reads bytes the caller provides (the checkpoint code maps its
+// file).
 //
 // Layout, integers little endian:
 //
