@@ -151,6 +151,9 @@ func (g *globals) saveCheckpoint(st *state.State, pos wal.Position) {
 	g.removeLeftovers()
 	if _, finished := st.InMemory(); archiveDue(finished) {
 		archive, err := st.ArchiveFinished()
+		if errors.Is(err, state.ErrArchive) {
+			g.dropCheckpoint() // the old archive is damaged: the next command replays the WAL and writes a new one
+		}
 		if err == nil {
 			err = writeAtomic(g.sidePath(archiveSuffix), archive)
 		}

@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -248,5 +249,25 @@ func TestOpenArchiveRefusesCutsAndGarbage(t *testing.T) {
 	}
 	if _, err := LoadSnapshot(other.Snapshot(), nil); err != ErrArchiveMismatch {
 		t.Fatalf("a snapshot naming an archive loaded without it: %v", err)
+	}
+}
+
+// TestArchivingOverADamagedArchiveFails: a new archive copies the old one's
+// records only after checking them against its header, so damage no lookup
+// has read yet is found there instead of being copied on.
+func TestArchivingOverADamagedArchiveFails(t *testing.T) {
+	s, good := archivedState(t, 4)
+	bad := bytes.Clone(good)
+	archive, err := OpenArchive(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad[len(archiveMagic)+archiveHeaderSize+4+10] ^= 1 // inside the first record
+	loaded, err := LoadSnapshot(s.Snapshot(), archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loaded.ArchiveFinished(); !errors.Is(err, ErrArchive) || loaded.Damage() == nil {
+		t.Fatalf("archiving over a damaged archive: %v, damage %v", err, loaded.Damage())
 	}
 }
