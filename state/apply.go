@@ -30,7 +30,6 @@ type State struct {
 	// archive holds the finished tasks that are not in the maps above
 	// (ArchiveFinished); nil when every task is in memory.
 	archive *Archive
-	adopted int // tasks in memory that the archive also holds, in an older copy (adopt)
 	// touched is the task the record being applied is about, set while
 	// apply runs (subject, applyCreated) and cleared before it returns.
 	touched *Task
@@ -120,9 +119,6 @@ func (s *State) Tasks() []*Task {
 	slices.SortFunc(all, func(a, b *Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
 	return all
 }
-
-// TaskCount is the number of tasks, archived or not.
-func (s *State) TaskCount() int { return len(s.order) + s.archive.Len() - s.adopted }
 
 // Damage reports damage the archive revealed while this state read it: the
 // answers given since may be wrong, and the state must be rebuilt from the WAL.

@@ -398,7 +398,7 @@ func (s *State) ArchiveFinished() ([]byte, error) {
 			delete(s.leaseRequests, at.RequestID)
 		}
 	}
-	s.order, s.live, s.ended, s.archive, s.adopted = kept, slices.Clone(kept), 0, a, 0
+	s.order, s.live, s.ended, s.archive = kept, slices.Clone(kept), 0, a
 	return b, nil
 }
 
@@ -409,6 +409,5 @@ func (s *State) ArchiveFinished() ([]byte, error) {
 func (s *State) adopt(t *Task) {
 	if _, inMemory := s.tasks[t.ID]; !inMemory {
 		s.index(t)
-		s.adopted++
 	}
 }

@@ -58,7 +58,6 @@ func (s *State) Snapshot() []byte {
 	if s.archive != nil {
 		e.uint(uint64(s.archive.id))
 		e.uint(uint64(s.archive.tasks))
-		e.uint(uint64(s.adopted))
 	}
 	index := make(map[*Task]int, len(s.order))
 	e.length(len(s.order), s.order == nil)
@@ -237,11 +236,11 @@ func LoadSnapshot(b []byte, archive *Archive) (*State, error) {
 	s := New()
 	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
 	if d.bool() {
-		id, tasks, adopted := d.uint(), d.uint(), d.uint()
+		id, tasks := d.uint(), d.uint()
 		if archive == nil || uint64(archive.id) != id || uint64(archive.tasks) != tasks {
 			return nil, ErrArchiveMismatch
 		}
-		s.archive, s.adopted = archive, int(min(adopted, tasks))
+		s.archive = archive
 	}
 	if n, isNil := d.length(); !isNil {
 		s.order = make([]*Task, 0, n)
