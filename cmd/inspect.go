@@ -220,15 +220,36 @@ func buildInspect(st *state.State, at int64, ids []string, only state.TaskState)
 	if err != nil {
 		return v, err
 	}
-	for _, t := range tasks {
-		tv := viewTask(t, at)
-		if !shows(state.TaskState(tv.State), only) {
-			continue
-		}
+	eachShown(tasks, at, only, func(tv taskView) error {
 		v.Counts[tv.State]++
 		v.Tasks = append(v.Tasks, tv)
-	}
+		return nil
+	})
 	return v, nil
+}
+
+// eachShown calls fn with the view of each task listed under --state only,
+// in order, until fn fails.
+func eachShown(tasks []*state.Task, at int64, only state.TaskState, fn func(taskView) error) error {
+	for _, t := range tasks {
+		if tv := viewTask(t, at); shows(state.TaskState(tv.State), only) {
+			if err := fn(tv); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listingHead is the view of inspect without task ids, but for its tasks
+// (counts and summary), and the tasks to draw it from one at a time.
+func listingHead(st *state.State, at int64, only state.TaskState) (inspectView, []*state.Task, error) {
+	tasks, err := inspectTasks(st, nil, only)
+	if err != nil {
+		return inspectView{}, nil, err
+	}
+	v := inspectView{Result: state.ResultOK, At: state.FormatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at), Tasks: []taskView{}}
+	return v, tasks, nil
 }
 
 // writeListingJSON writes the listing of every task exactly as writeJSON
@@ -236,11 +257,10 @@ func buildInspect(st *state.State, at int64, ids []string, only state.TaskState)
 // listing of a long history never holds every task's view, nor all of its
 // output, in memory.
 func writeListingJSON(w io.Writer, st *state.State, at int64, only state.TaskState) error {
-	tasks, err := inspectTasks(st, nil, only)
+	v, tasks, err := listingHead(st, at, only)
 	if err != nil {
 		return err
 	}
-	v := inspectView{Result: state.ResultOK, At: state.FormatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at), Tasks: []taskView{}}
 	var head bytes.Buffer
 	writeJSON(&head, v)
 	prefix, ok := bytes.CutSuffix(head.Bytes(), []byte("[]}\n"))
@@ -254,11 +274,7 @@ func writeListingJSON(w io.Writer, st *state.State, at int64, only state.TaskSta
 	enc := json.NewEncoder(&one)
 	enc.SetEscapeHTML(false) // as writeJSON
 	first := true
-	for _, t := range tasks {
-		tv := viewTask(t, at)
-		if !shows(state.TaskState(tv.State), only) {
-			continue
-		}
+	err = eachShown(tasks, at, only, func(tv taskView) error {
 		if !first {
 			out.WriteByte(',')
 		}
@@ -268,6 +284,10 @@ func writeListingJSON(w io.Writer, st *state.State, at int64, only state.TaskSta
 			return err
 		}
 		out.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	out.WriteString("]}\n")
 	return out.Flush()
@@ -328,11 +348,10 @@ func renderInspect(w io.Writer, p palette, v inspectView) {
 // renderListing draws the listing of every task as renderInspect draws its
 // view, building each task's view only for its row.
 func renderListing(w io.Writer, p palette, st *state.State, at int64, only state.TaskState) error {
-	tasks, err := inspectTasks(st, nil, only)
+	v, tasks, err := listingHead(st, at, only)
 	if err != nil {
 		return err
 	}
-	v := inspectView{At: state.FormatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at)}
 	listed := 0
 	for _, n := range v.Counts {
 		listed += n
@@ -342,11 +361,10 @@ func renderListing(w io.Writer, p palette, st *state.State, at int64, only state
 		return nil
 	}
 	t := newInspectTable(w)
-	for _, task := range tasks {
-		if tv := viewTask(task, at); shows(state.TaskState(tv.State), only) {
-			appendTaskRow(t, p, tv)
-		}
-	}
+	eachShown(tasks, at, only, func(tv taskView) error {
+		appendTaskRow(t, p, tv)
+		return nil
+	})
 	return t.Render()
 }
 

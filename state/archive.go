@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -91,7 +92,7 @@ func keysOf(t *Task, each func(kind byte, key string)) {
 // OpenArchive checks an archive's header and fence and returns it; the index
 // blocks and records are checked as lookups read them.
 func OpenArchive(b []byte) (*Archive, error) {
-	rest, ok := cutPrefix(b, archiveMagic)
+	rest, ok := bytes.CutPrefix(b, []byte(archiveMagic))
 	if !ok || len(rest) < archiveHeaderSize+4 {
 		return nil, fmt.Errorf("%w: no archive header", ErrArchive)
 	}
@@ -114,13 +115,6 @@ func OpenArchive(b []byte) (*Archive, error) {
 	}
 	return &Archive{records: rest[:recordsLen], index: rest[recordsLen : recordsLen+indexLen], fence: fence,
 		entries: int(entries), tasks: int(tasks), id: id, sum: binary.LittleEndian.Uint32(header[24:])}, nil
-}
-
-func cutPrefix(b []byte, prefix string) ([]byte, bool) {
-	if len(b) < len(prefix) || string(b[:len(prefix)]) != prefix {
-		return nil, false
-	}
-	return b[len(prefix):], true
 }
 
 // Err reports damage found by a lookup so far (nil for none, and for no archive).
