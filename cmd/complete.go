@@ -7,9 +7,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
+	"leasewal/store"
 )
 
-func newCompleteCmd(g *globals) *cobra.Command {
+func (a *app) newCompleteCmd() *cobra.Command {
 	o := &leaseRef{}
 	c := &cobra.Command{
 		Use:   "complete --task T --lease L",
@@ -21,7 +22,7 @@ closed window: writes TaskCancelled and answers CANCELLED, exit 3 — the caller
 lost authority and its result must be discarded.`,
 		Example: `  leasewal complete --task T1 --lease L2`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runComplete(g, o) },
+		RunE:    func(*cobra.Command, []string) error { return runComplete(a.env, *o) },
 	}
 	o.flags(c)
 	return c
@@ -34,22 +35,21 @@ type committedView struct {
 	Duplicate bool          `json:"duplicate"`
 }
 
-func runComplete(g *globals, o *leaseRef) error {
-	return g.write(func(s *session) error {
-		dec, err := s.st.DecideComplete(o.taskID, o.leaseID, s.now)
+func runComplete(e env, o leaseRef) error {
+	return e.write(func(tx *store.Tx) (answer, error) {
+		dec, err := tx.State.DecideComplete(o.taskID, o.leaseID, tx.Now)
 		if err != nil {
-			return err
+			return answer{}, err
 		}
-		if err := s.commit(dec.Records); err != nil {
-			return err
+		if err := tx.Commit(dec.Records); err != nil {
+			return answer{}, err
 		}
 		if dec.Outcome == state.ResultCancelled {
-			return g.emitCancelled(dec, "this completion was recorded as cancelled: discard its result")
+			return cancelled(dec, "this completion was recorded as cancelled: discard its result"), nil
 		}
 		v := committedView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate}
-		g.emit(v, func(w io.Writer, p palette) {
-			fields(w, "result", p.word(string(v.Result)), "task", v.TaskID, "lease", v.LeaseID, "duplicate", fmt.Sprint(v.Duplicate))
-		})
-		return nil
+		return answer{doc: v, outcome: v.Result, recovery: "repeat the same complete: it answers COMMITTED again and writes nothing", table: func(w io.Writer, p palette) error {
+			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "duplicate", fmt.Sprint(v.Duplicate))
+		}}, nil
 	})
 }

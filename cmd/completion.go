@@ -8,16 +8,23 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
-	"leasewal/wal"
+	"leasewal/store"
 )
 
 // completer lists candidates for one flag or argument from the WAL.
-type completer func(s *session, c *cobra.Command) []string
+type completer func(c completion, cmd *cobra.Command) []string
+
+// completion is what a completer reads: the state at now, and the registry.
+type completion struct {
+	st      *state.State
+	now     int64
+	workers map[string]int64
+}
 
 // registerCompletions gives every --task, --lease, --domain, --worker,
 // --state and --type flag in the tree, and inspect's arguments, dynamic shell
 // completion (cobra's `completion bash|zsh|fish` prints the scripts).
-func (g *globals) registerCompletions(root *cobra.Command) {
+func (a *app) registerCompletions(root *cobra.Command) {
 	byFlag := map[string]completer{
 		"task": completeTasks, "lease": completeLeases, "domain": completeDomains, "worker": completeWorkers,
 	}
@@ -25,7 +32,7 @@ func (g *globals) registerCompletions(root *cobra.Command) {
 	walk = func(c *cobra.Command) {
 		for name, fn := range byFlag {
 			if c.Flags().Lookup(name) != nil {
-				_ = c.RegisterFlagCompletionFunc(name, g.completion(fn))
+				_ = c.RegisterFlagCompletionFunc(name, a.completion(fn))
 			}
 		}
 		if c.Flags().Lookup("state") != nil {
@@ -44,19 +51,26 @@ func (g *globals) registerCompletions(root *cobra.Command) {
 
 // completion reads the WAL under a shared lock, waiting at most a moment: a
 // shell must not hang on a busy WAL.
-func (g *globals) completion(fn completer) cobra.CompletionFunc {
+func (a *app) completion(fn completer) cobra.CompletionFunc {
 	return func(c *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if err := g.resolve(); err != nil {
+		if err := a.resolve(); err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		g.lockTimeout = min(g.lockTimeout, 500*time.Millisecond)
-		s, err := g.openSession(wal.Read)
+		opts := a.env.storeOptions()
+		opts.LockTimeout = min(opts.LockTimeout, 500*time.Millisecond)
+		opts.Warn = nil
+		h := store.Open(opts)
+		defer h.Close()
+		var cands []string
+		err := h.Read(func(tx *store.Tx) error {
+			cands = fn(completion{st: tx.State, now: tx.Now, workers: h.Workers()}, c)
+			return nil
+		})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		defer s.close()
 		var out []cobra.Completion
-		for _, cand := range fn(s, c) {
+		for _, cand := range cands {
 			if strings.HasPrefix(cand, prefix) {
 				out = append(out, cand)
 			}
@@ -66,9 +80,10 @@ func (g *globals) completion(fn completer) cobra.CompletionFunc {
 }
 
 // completeTasks lists task ids, the ones still in play first, with their state.
-func completeTasks(s *session, _ *cobra.Command) []string {
+func completeTasks(s completion, _ *cobra.Command) []string {
 	var live, done []string
-	for _, t := range s.st.Tasks() {
+	tasks, _ := s.st.Tasks()
+	for _, t := range tasks {
 		c := t.At(s.now)
 		entry := cobra.CompletionWithDesc(t.ID, string(c.State))
 		if c.State.Terminal() {
@@ -81,10 +96,10 @@ func completeTasks(s *session, _ *cobra.Command) []string {
 }
 
 // completeLeases lists the leases of --task if it is given, else the current leases.
-func completeLeases(s *session, c *cobra.Command) []string {
+func completeLeases(s completion, c *cobra.Command) []string {
 	var out []string
 	if id, _ := c.Flags().GetString("task"); id != "" {
-		if t, ok := s.st.Task(id); ok {
+		if t, err := s.st.Task(id); err == nil {
 			for _, a := range t.At(s.now).Attempts {
 				out = append(out, cobra.CompletionWithDesc(a.LeaseID, a.Worker))
 			}
@@ -100,7 +115,7 @@ func completeLeases(s *session, c *cobra.Command) []string {
 	return out
 }
 
-func completeDomains(s *session, _ *cobra.Command) []string {
+func completeDomains(s completion, _ *cobra.Command) []string {
 	var out []string
 	for _, d := range s.st.Domains() {
 		out = append(out, d.Name)
@@ -109,12 +124,13 @@ func completeDomains(s *session, _ *cobra.Command) []string {
 }
 
 // completeWorkers lists every worker that has held a lease or heartbeated.
-func completeWorkers(s *session, _ *cobra.Command) []string {
+func completeWorkers(s completion, _ *cobra.Command) []string {
 	seen := map[string]bool{}
-	for w := range readRegistry(s.g.sidePath(registrySuffix)) {
+	for w := range s.workers {
 		seen[w] = true
 	}
-	for _, t := range s.st.Tasks() {
+	tasks, _ := s.st.Tasks()
+	for _, t := range tasks {
 		for _, a := range t.Attempts {
 			seen[a.Worker] = true
 		}

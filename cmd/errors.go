@@ -4,10 +4,38 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"leasewal/state"
-	"leasewal/wal"
+	"leasewal/store"
 )
+
+// Exit codes: the scripting contract of SPEC §4.
+const (
+	ExitOK          = 0
+	ExitInternal    = 1
+	ExitUsage       = 2
+	ExitCancelled   = 3
+	ExitNotFound    = 4
+	ExitDamaged     = 5
+	ExitLocked      = 6
+	ExitContract    = 7
+	ExitAnswerLost  = 8
+	ExitWaitedOut   = 9
+	ExitUnknownSent = 10
+)
+
+// outcomeExit is the exit code of each normal answer. With classify below it
+// is the one table that maps what happened to an exit code.
+func outcomeExit(o state.Outcome) int {
+	switch o {
+	case state.ResultCancelled:
+		return ExitCancelled
+	case state.ResultEmpty:
+		return ExitNotFound
+	}
+	return ExitOK
+}
 
 // usageError is bad input found by the command line itself: a flag, a time, a
 // duration, a file argument.
@@ -19,19 +47,61 @@ func usageErr(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// damageError is a WAL that cannot be trusted: a record that does not decode
-// or breaks a rule. seq names the record.
-type damageError struct {
-	seq    int64
-	offset int64
-	err    error
+// answerLostError is an operation that was recorded but whose answer could
+// not be written to stdout.
+type answerLostError struct {
+	first, last int64
+	hint        string
+	err         error
 }
 
-func (e *damageError) Error() string {
-	return fmt.Sprintf("the WAL is damaged at record %d (byte offset %d): %v; nothing was changed: restore the WAL from a copy, since leasewal never drops acknowledged records", e.seq, e.offset, e.err)
+func (e *answerLostError) Error() string {
+	recs := fmt.Sprintf("record %d", e.first)
+	if e.last != e.first {
+		recs = fmt.Sprintf("records %d to %d", e.first, e.last)
+	}
+	return fmt.Sprintf("the operation WAS recorded (%s) but its answer could not be written (%v); %s", recs, e.err, e.hint)
 }
 
-func (e *damageError) Unwrap() error { return e.err }
+func (e *answerLostError) Unwrap() error { return e.err }
+
+// advice is what a person should do about a refusal: state names the fact,
+// the command line says which flag or command helps.
+func advice(e *state.Error) string {
+	switch {
+	case e.Kind == state.NotFound && e.Subject == "task":
+		return "'leasewal inspect' lists the tasks"
+	case e.Kind == state.NotFound && e.Subject == "lease":
+		return "check --task and --lease ('leasewal inspect T' lists a task's leases)"
+	case e.Kind == state.RequestConflict:
+		return "use a new --request-id for a new request"
+	case e.Subject == "payload" && strings.Contains(e.Msg, "empty"):
+		return "give --payload or --payload-file with some content"
+	case e.Subject == "payload" && strings.Contains(e.Msg, "over the limit"):
+		return "store large data elsewhere and submit a reference to it"
+	case e.Subject == "payload":
+		return "encode binary data (e.g. base64) before submitting it"
+	case e.Subject == "policy":
+		return "fix --window, --max-attempts, --backoff or --backoff-max"
+	case e.Subject == "lease" || e.Subject == "token":
+		return "pass the id the lease or acquire answer printed"
+	case e.Subject != "" && e.Kind == state.InvalidInput:
+		return "fix --" + strings.ReplaceAll(e.Subject, "_", "-")
+	}
+	return ""
+}
+
+// withAdvice is err's message with the advice for a refusal appended.
+func withAdvice(err error) string {
+	msg := err.Error()
+	var refusal *state.Error
+	if errors.As(err, &refusal) {
+		if a := advice(refusal); a != "" && !strings.Contains(msg, a) {
+			msg += "; " + a
+		}
+	}
+	return strings.ReplaceAll(msg, "\n", " ")
+}
 
 // class is how an error is reported: its exit code, its JSON "error" kind, and
 // the record it concerns, if any.
@@ -45,42 +115,44 @@ type class struct {
 // It is the only place exit codes for errors are chosen.
 func classify(err error) class {
 	var (
-		refusal  *state.Refusal
+		refusal  *state.Error
 		recErr   *state.RecordError
-		dmg      *damageError
-		walDmg   *wal.DamageError
-		format   *wal.FormatError
-		locked   *wal.LockTimeoutError
-		appendE  *wal.AppendError
+		dmg      *store.DamageError
+		walDmg   *store.FrameDamageError
+		format   *store.FormatError
+		locked   *store.LockTimeoutError
+		appendE  *store.AppendError
 		usage    *usageError
-		notFile  *wal.NotRegularError
+		notFile  *store.NotRegularError
 		mismatch *expectMismatch
-		contract *state.ContractError
+		lost     *answerLostError
 	)
 	switch {
 	case errors.As(err, &usage):
 		return class{code: ExitUsage, kind: "Usage"}
+	case errors.As(err, &lost):
+		return class{code: ExitAnswerLost, kind: "AnswerLost", seq: &lost.first}
 	case errors.As(err, &refusal):
 		switch refusal.Kind {
 		case state.NotFound:
 			return class{code: ExitNotFound, kind: string(refusal.Kind)}
+		case state.BacklogOrdering, state.TokenMismatch, state.LeaseNotFound:
+			return class{code: ExitContract, kind: string(refusal.Kind)}
 		default:
 			return class{code: ExitUsage, kind: string(refusal.Kind)}
 		}
-	case errors.As(err, &contract):
-		return class{code: ExitContract, kind: string(contract.Kind)}
 	case errors.As(err, &walDmg):
 		seq := int64(walDmg.Index)
 		return class{code: ExitDamaged, kind: "DamagedWAL", seq: &seq}
 	case errors.As(err, &dmg):
-		c := class{code: ExitDamaged, kind: "DamagedWAL", seq: &dmg.seq}
+		c := class{code: ExitDamaged, kind: "DamagedWAL", seq: &dmg.Seq}
 		if errors.As(err, &recErr) && recErr.Invariant != "" {
 			c.kind = "InvariantViolation"
 		}
 		return c
 	case errors.As(err, &mismatch):
 		return class{code: ExitDamaged, kind: "ExpectMismatch"}
-	case errors.As(err, &format), errors.Is(err, wal.ErrEmptyFile):
+	case errors.As(err, &format), errors.Is(err, store.ErrEmptyFile):
 		return class{code: ExitDamaged, kind: "NotAWAL"}
 	case errors.As(err, &locked):
 		return class{code: ExitLocked, kind: "LockTimeout"}

@@ -7,19 +7,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
+	"leasewal/store"
 )
 
-func newExpireCmd(g *globals) *cobra.Command {
+func (a *app) newExpireCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "expire",
 		Short: "Record what time has revoked (writes LeaseExpired, TaskDead)",
 		Long: `Write a LeaseExpired record for every current lease whose expiry has passed,
 and a TaskDead record for every task whose execution window has closed. The
 state is the same without these records (replay applies lapses of time by
-itself); expire makes them visible in the log.`,
+itself); expire makes them visible in the log. All of them are appended in one
+write with one fsync: all or none.`,
 		Example: `  leasewal expire --now +1m`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runExpire(g) },
+		RunE:    func(*cobra.Command, []string) error { return runExpire(a.env) },
 	}
 	return c
 }
@@ -37,29 +39,26 @@ type expireView struct {
 	Transitions []transitionView `json:"transitions"`
 }
 
-func runExpire(g *globals) error {
-	return g.write(func(s *session) error {
-		dec := s.st.DecideExpire(s.now)
-		first := s.st.LastSeq() + 1
-		if err := s.commit(dec.Records); err != nil {
-			return err
+func runExpire(e env) error {
+	return e.write(func(tx *store.Tx) (answer, error) {
+		dec := tx.State.DecideExpire(tx.Now)
+		if err := tx.Commit(dec.Records); err != nil {
+			return answer{}, err
 		}
 		v := expireView{Result: dec.Outcome, Transitions: []transitionView{}}
-		for i, r := range dec.Records {
-			t, _ := s.st.Task(r.TaskID)
-			v.Transitions = append(v.Transitions, transitionView{Seq: first + int64(i), Type: string(r.Type), TaskID: r.TaskID, LeaseID: r.LeaseID, State: string(t.State)})
+		for i, r := range tx.Committed {
+			v.Transitions = append(v.Transitions, transitionView{Seq: r.Seq, Type: string(r.Type), TaskID: r.TaskID, LeaseID: r.LeaseID, State: string(dec.States[i])})
 		}
-		g.emit(v, func(w io.Writer, p palette) {
+		return answer{doc: v, outcome: v.Result, recovery: "'leasewal log --type LeaseExpired,TaskDead' lists what expire wrote", table: func(w io.Writer, p palette) error {
 			if len(v.Transitions) == 0 {
-				fmt.Fprintln(w, "nothing has expired")
-				return
+				_, err := fmt.Fprintln(w, "nothing has expired")
+				return err
 			}
 			t := newTable(w, "SEQ", "RECORD", "TASK", "LEASE", "STATE")
 			for _, tr := range v.Transitions {
 				_ = t.Append(fmt.Sprint(tr.Seq), tr.Type, tr.TaskID, tr.LeaseID, p.word(tr.State))
 			}
-			_ = t.Render()
-		})
-		return nil
+			return t.Render()
+		}}, nil
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
+	"leasewal/store"
 )
 
 type leaseRef struct {
@@ -25,7 +26,7 @@ type extendOptions struct {
 	duration string
 }
 
-func newExtendCmd(g *globals) *cobra.Command {
+func (a *app) newExtendCmd() *cobra.Command {
 	o := &extendOptions{}
 	c := &cobra.Command{
 		Use:   "extend --task T --lease L",
@@ -35,7 +36,7 @@ task's deadline. Writes one LeaseExtended record. A lease that is not current or
 has expired gets CANCELLED, exit 3, and nothing is written.`,
 		Example: `  leasewal extend --task T1 --lease L1 --duration 30s`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runExtend(g, o) },
+		RunE:    func(*cobra.Command, []string) error { return runExtend(a.env, *o) },
 	}
 	o.flags(c)
 	c.Flags().StringVar(&o.duration, "duration", "30s", "new lease length, counted from now")
@@ -49,27 +50,25 @@ type extendedView struct {
 	Expiry  string        `json:"expiry"`
 }
 
-func runExtend(g *globals, o *extendOptions) error {
+func runExtend(e env, o extendOptions) error {
 	d, err := parseDuration("duration", o.duration)
 	if err != nil {
 		return err
 	}
-	return g.write(func(s *session) error {
-		dec, err := s.st.DecideExtend(o.taskID, o.leaseID, d, s.now)
+	return e.write(func(tx *store.Tx) (answer, error) {
+		dec, err := tx.State.DecideExtend(o.taskID, o.leaseID, d, tx.Now)
 		if err != nil {
-			return err
+			return answer{}, err
 		}
 		if dec.Outcome == state.ResultCancelled {
-			return g.emitCancelled(dec, "nothing was written: stop working on "+dec.TaskID)
+			return cancelled(dec, "nothing was written: stop working on "+dec.TaskID), nil
 		}
-		if err := s.commit(dec.Records); err != nil {
-			return err
+		if err := tx.Commit(dec.Records); err != nil {
+			return answer{}, err
 		}
-		t, _ := s.st.Task(o.taskID)
-		v := extendedView{Result: dec.Outcome, TaskID: t.ID, LeaseID: t.Lease.ID, Expiry: state.FormatTime(t.Lease.Expiry)}
-		g.emit(v, func(w io.Writer, p palette) {
-			fields(w, "result", p.word(string(v.Result)), "task", v.TaskID, "lease", v.LeaseID, "expiry", v.Expiry)
-		})
-		return nil
+		v := extendedView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Expiry: formatTime(dec.Expiry)}
+		return answer{doc: v, outcome: v.Result, recovery: "extend again with the same lease: a current lease just moves its expiry", table: func(w io.Writer, p palette) error {
+			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "expiry", v.Expiry)
+		}}, nil
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
+	"leasewal/store"
 )
 
 type failOptions struct {
@@ -15,7 +16,7 @@ type failOptions struct {
 	permanent bool
 }
 
-func newFailCmd(g *globals) *cobra.Command {
+func (a *app) newFailCmd() *cobra.Command {
 	o := &failOptions{}
 	c := &cobra.Command{
 		Use:   "fail --task T --lease L --reason TEXT",
@@ -26,7 +27,7 @@ task goes back to WAITING after its backoff (RETRY), or becomes FAILED if
 writes nothing and repeats the answer. A stale lease: TaskCancelled, exit 3.`,
 		Example: `  leasewal fail --task T1 --lease L1 --reason 'upstream timeout'`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runFail(g, o) },
+		RunE:    func(*cobra.Command, []string) error { return runFail(a.env, *o) },
 	}
 	o.flags(c)
 	c.Flags().StringVar(&o.reason, "reason", "", "why the attempt failed (required)")
@@ -45,28 +46,28 @@ type failView struct {
 	Duplicate bool          `json:"duplicate"`
 }
 
-func runFail(g *globals, o *failOptions) error {
-	return g.write(func(s *session) error {
-		dec, err := s.st.DecideFail(o.taskID, o.leaseID, o.reason, o.permanent, s.now)
+func runFail(e env, o failOptions) error {
+	return e.write(func(tx *store.Tx) (answer, error) {
+		dec, err := tx.State.DecideFail(o.taskID, o.leaseID, o.reason, o.permanent, tx.Now)
 		if err != nil {
-			return err
+			return answer{}, err
 		}
-		if err := s.commit(dec.Records); err != nil {
-			return err
+		if err := tx.Commit(dec.Records); err != nil {
+			return answer{}, err
 		}
 		if dec.Outcome == state.ResultCancelled {
-			return g.emitCancelled(dec, "this failure was recorded as cancelled and changes nothing: stop working on "+dec.TaskID)
+			return cancelled(dec, "this failure was recorded as cancelled and changes nothing: stop working on "+dec.TaskID), nil
 		}
-		t, _ := s.st.Task(o.taskID)
-		v := failView{Result: dec.Outcome, TaskID: t.ID, LeaseID: o.leaseID, Attempt: t.Attempt, Duplicate: dec.Duplicate,
-			State: string(state.Waiting), NotBefore: state.FormatTime(t.AttemptOf(o.leaseID).NotBefore)}
-		if dec.Outcome == state.ResultFailed {
-			v.State, v.NotBefore = string(state.Failed), ""
+		if !dec.Duplicate {
+			if dec, err = tx.State.FailAnswer(o.taskID, o.leaseID); err != nil {
+				return answer{}, err
+			}
 		}
-		g.emit(v, func(w io.Writer, p palette) {
-			fields(w, "result", p.word(string(v.Result)), "task", v.TaskID, "lease", v.LeaseID, "state", p.word(v.State),
+		v := failView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
+			NotBefore: optTime(dec.NotBefore), Duplicate: dec.Duplicate}
+		return answer{doc: v, outcome: v.Result, recovery: "repeat the same fail: it answers as it did and writes nothing", table: func(w io.Writer, p palette) error {
+			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "state", v.State,
 				"attempt", fmt.Sprint(v.Attempt), "not before", v.NotBefore, "duplicate", fmt.Sprint(v.Duplicate))
-		})
-		return nil
+		}}, nil
 	})
 }

@@ -14,16 +14,18 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
+	"leasewal/store"
 )
 
 type inspectOptions struct {
-	state    string
-	until    int64
+	state      string
+	until      int64
+	untilGiven bool
 	workers  bool
 	timeline bool
 }
 
-func newInspectCmd(g *globals) *cobra.Command {
+func (a *app) newInspectCmd() *cobra.Command {
 	o := &inspectOptions{}
 	c := &cobra.Command{
 		Use:   "inspect [TASK...]",
@@ -40,8 +42,11 @@ Writes nothing. An unknown task: exit 4.`,
   leasewal inspect --until 3
   leasewal inspect T1 --timeline
   leasewal inspect --workers`,
-		RunE:              func(_ *cobra.Command, args []string) error { return runInspect(g, o, args) },
-		ValidArgsFunction: g.completion(completeTasks),
+		RunE: func(c *cobra.Command, args []string) error {
+			o.untilGiven = c.Flags().Changed("until")
+			return runInspect(a.env, *o, args)
+		},
+		ValidArgsFunction: a.completion(completeTasks),
 	}
 	c.Flags().StringVar(&o.state, "state", "", "only tasks in this state (WAITING, LEASED, COMPLETED, FAILED, DEAD)")
 	c.Flags().Int64Var(&o.until, "until", 0, "show the state right after record SEQ, at its time")
@@ -100,17 +105,17 @@ func orNull(s string) *string {
 func viewTask(t *state.Task, at int64) taskView {
 	c := t.At(at)
 	v := taskView{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
-		Deadline: state.FormatTime(c.Deadline()), CreatedAt: state.FormatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason}
+		Deadline: formatTime(c.Deadline()), CreatedAt: formatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason}
 	if c.Lease != nil {
-		v.LeaseID, v.WorkerID, v.Expiry = orNull(c.Lease.ID), orNull(c.Lease.Worker), orNull(state.FormatTime(c.Lease.Expiry))
+		v.LeaseID, v.WorkerID, v.Expiry = orNull(c.Lease.ID), orNull(c.Lease.Worker), orNull(formatTime(c.Lease.Expiry))
 	}
 	if c.State == state.Waiting {
-		v.NotBefore = orNull(state.FormatTime(c.NotBefore))
+		v.NotBefore = orNull(formatTime(c.NotBefore))
 	}
 	return v
 }
 
-func runInspect(g *globals, o *inspectOptions, ids []string) error {
+func runInspect(e env, o inspectOptions, ids []string) error {
 	var only state.TaskState
 	if o.state != "" {
 		st, ok := state.ParseTaskState(o.state)
@@ -119,63 +124,71 @@ func runInspect(g *globals, o *inspectOptions, ids []string) error {
 		}
 		only = st
 	}
+	ids = slices.Compact(slices.Clone(ids)) // a task named twice in a row is shown once
+	if seen := map[string]bool{}; len(ids) > 1 {
+		ids = slices.DeleteFunc(ids, func(id string) bool { dup := seen[id]; seen[id] = true; return dup })
+	}
 	if o.timeline && len(ids) != 1 {
 		return usageErr("--timeline draws one task: name it, e.g. 'leasewal inspect T1 --timeline'")
 	}
-	if o.until < 0 {
+	if o.untilGiven && o.until < 1 {
 		return usageErr("--until %d: give the seq of a record (1 or more)", o.until)
 	}
+	opts := e.storeOptions()
 	var taskRecords []state.Record // the records about the one task named
-	if len(ids) == 1 || o.until != 0 {
-		g.onRecord = func(r state.Record, _ *state.State) error {
+	if len(ids) == 1 || o.untilGiven {
+		opts.OnRecord = func(r state.Record, _ *state.State) error {
 			if len(ids) == 1 && r.TaskID == ids[0] {
 				taskRecords = append(taskRecords, r)
 			}
-			if r.Seq == o.until {
-				return errStopReplay // the state right after record --until
+			if o.untilGiven && r.Seq == o.until {
+				return store.ErrStop // the state right after record --until
 			}
 			return nil
 		}
 	}
-	return g.read(func(s *session) error {
-		st, at := s.st, s.now
-		if o.until != 0 {
+	h := store.Open(opts)
+	defer h.Close()
+	return e.operateOn(h, false, func(tx *store.Tx) (answer, error) {
+		st, at := tx.State, tx.Now
+		if o.untilGiven {
 			if st.LastSeq() < o.until {
-				return &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: the WAL has records 1 to %d", o.until, st.LastSeq())}
+				return answer{}, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: the WAL has records 1 to %d", o.until, st.LastSeq())}
 			}
 			at = st.LastAt()
 		}
-		if o.workers {
-			return g.emitWorkers(st, at)
+		if tx.Missing {
+			fmt.Fprintf(e.stderr, "leasewal: note: the WAL %s does not exist yet: nothing was ever submitted there (check --wal)\n", e.WAL)
 		}
-		if len(ids) == 0 && g.output == "json" {
-			return writeListingJSON(g.stdout, st, at, only)
+		if o.workers {
+			return workersAnswer(st, at, h.Workers()), nil
 		}
 		if len(ids) == 0 {
-			return renderListing(g.stdout, palette{on: g.color}, st, at, only)
+			return listingAnswer(st, at, only)
 		}
 		v, err := buildInspect(st, at, ids, only)
 		if err != nil {
-			return err
+			return answer{}, err
 		}
-		if len(ids) == 0 {
-			v.Summary = summarize(st, at)
-		}
-		if len(ids) == 1 {
+		if len(ids) == 1 && len(v.Tasks) == 1 {
 			v.Tasks[0].Records = make([]logEntry, 0, len(taskRecords))
 			for _, r := range taskRecords {
 				v.Tasks[0].Records = append(v.Tasks[0].Records, newLogEntry(r))
 			}
 		}
-		g.emit(v, func(w io.Writer, p palette) {
-			if o.timeline {
-				t, _ := st.Task(ids[0])
-				renderTimeline(w, p, g.terminalWidth(), t, cancellations(taskRecords), at)
-				return
+		var timelineTask *state.Task
+		if o.timeline {
+			if timelineTask, err = st.Task(ids[0]); err != nil {
+				return answer{}, err
 			}
-			renderInspect(w, p, v)
-		})
-		return nil
+		}
+		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+			if timelineTask != nil {
+				renderTimeline(w, p, e.terminalWidth(), timelineTask, cancellations(taskRecords), at)
+				return nil
+			}
+			return renderInspect(w, p, v)
+		}}, nil
 	})
 }
 
@@ -187,13 +200,13 @@ func inspectTasks(st *state.State, ids []string, only state.TaskState) ([]*state
 	case len(ids) == 0 && (only == state.Waiting || only == state.Leased):
 		return st.Live(), nil
 	case len(ids) == 0:
-		return st.Tasks(), nil
+		return st.Tasks()
 	}
 	tasks := make([]*state.Task, 0, len(ids))
 	for _, id := range ids {
-		t, ok := st.Task(id)
-		if !ok {
-			return nil, &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown task %q; 'leasewal inspect' lists the tasks", id)}
+		t, err := st.Task(id)
+		if err != nil {
+			return nil, err
 		}
 		tasks = append(tasks, t)
 	}
@@ -215,7 +228,7 @@ func countStates(tasks []*state.Task, at int64, only state.TaskState) map[string
 }
 
 func buildInspect(st *state.State, at int64, ids []string, only state.TaskState) (inspectView, error) {
-	v := inspectView{Result: state.ResultOK, At: state.FormatTime(at), Counts: map[string]int{}, Tasks: []taskView{}}
+	v := inspectView{Result: state.ResultOK, At: formatTime(at), Counts: map[string]int{}, Tasks: []taskView{}}
 	tasks, err := inspectTasks(st, ids, only)
 	if err != nil {
 		return v, err
@@ -248,21 +261,36 @@ func listingHead(st *state.State, at int64, only state.TaskState) (inspectView, 
 	if err != nil {
 		return inspectView{}, nil, err
 	}
-	v := inspectView{Result: state.ResultOK, At: state.FormatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at), Tasks: []taskView{}}
+	v := inspectView{Result: state.ResultOK, At: formatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at), Tasks: []taskView{}}
 	return v, tasks, nil
 }
 
-// writeListingJSON writes the listing of every task exactly as writeJSON
-// would write its view, but encodes the tasks one at a time, so that a
-// listing of a long history never holds every task's view, nor all of its
-// output, in memory.
-func writeListingJSON(w io.Writer, st *state.State, at int64, only state.TaskState) error {
+// listingAnswer is inspect without task ids: every task, drawn or encoded
+// one at a time from the tasks selected under the lock, so that a listing of
+// a long history never holds every task's view, nor all of its output, in
+// memory.
+func listingAnswer(st *state.State, at int64, only state.TaskState) (answer, error) {
 	v, tasks, err := listingHead(st, at, only)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
+	l := listing{head: v, tasks: tasks, at: at, only: only}
+	return answer{doc: l, outcome: v.Result, table: l.render}, nil
+}
+
+// listing is the listing of every task, as inspectView would hold it.
+type listing struct {
+	head  inspectView
+	tasks []*state.Task
+	at    int64
+	only  state.TaskState
+}
+
+// streamJSON writes exactly what writeJSON writes for the view with every
+// task in it, one task at a time.
+func (l listing) streamJSON(w io.Writer) error {
 	var head bytes.Buffer
-	writeJSON(&head, v)
+	writeJSON(&head, l.head)
 	prefix, ok := bytes.CutSuffix(head.Bytes(), []byte("[]}\n"))
 	if !ok {
 		return fmt.Errorf("internal error: the listing does not end with its tasks")
@@ -274,7 +302,7 @@ func writeListingJSON(w io.Writer, st *state.State, at int64, only state.TaskSta
 	enc := json.NewEncoder(&one)
 	enc.SetEscapeHTML(false) // as writeJSON
 	first := true
-	err = eachShown(tasks, at, only, func(tv taskView) error {
+	err := eachShown(l.tasks, l.at, l.only, func(tv taskView) error {
 		if !first {
 			out.WriteByte(',')
 		}
@@ -283,8 +311,8 @@ func writeListingJSON(w io.Writer, st *state.State, at int64, only state.TaskSta
 		if err := enc.Encode(tv); err != nil {
 			return err
 		}
-		out.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
-		return nil
+		_, err := out.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
+		return err
 	})
 	if err != nil {
 		return err
@@ -303,10 +331,10 @@ func summarize(st *state.State, at int64) *inspectSummary {
 			sum.CurrentLeases++
 			if sum.NextExpiry == nil || c.Lease.Expiry < next {
 				next = c.Lease.Expiry
-				sum.NextExpiry = &heldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: state.FormatTime(next)}
+				sum.NextExpiry = &heldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: formatTime(next)}
 			}
 		case c.State == state.Waiting && sum.OldestWaiting == nil: // tasks are in creation order
-			sum.OldestWaiting = &oldestWaiting{TaskID: c.ID, CreatedAt: state.FormatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
+			sum.OldestWaiting = &oldestWaiting{TaskID: c.ID, CreatedAt: formatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
 		}
 	}
 	return sum
@@ -330,38 +358,37 @@ func deref(s *string) string {
 	return *s
 }
 
-func renderInspect(w io.Writer, p palette, v inspectView) {
+func renderInspect(w io.Writer, p palette, v inspectView) error {
 	renderInspectHead(w, p, v, len(v.Tasks))
 	if len(v.Tasks) == 0 {
-		return
+		return nil
 	}
 	t := newInspectTable(w)
 	for _, tv := range v.Tasks {
 		appendTaskRow(t, p, tv)
 	}
-	_ = t.Render()
-	if len(v.Tasks) == 1 && len(v.Tasks[0].Records) > 0 {
-		renderLog(w, p, v.Tasks[0].Records, v.Tasks[0].Records[0].Record.At)
-	}
-}
-
-// renderListing draws the listing of every task as renderInspect draws its
-// view, building each task's view only for its row.
-func renderListing(w io.Writer, p palette, st *state.State, at int64, only state.TaskState) error {
-	v, tasks, err := listingHead(st, at, only)
-	if err != nil {
+	if err := t.Render(); err != nil {
 		return err
 	}
+	if len(v.Tasks) == 1 && len(v.Tasks[0].Records) > 0 {
+		return renderLog(w, p, v.Tasks[0].Records, v.Tasks[0].Records[0].Record.At)
+	}
+	return nil
+}
+
+// render draws the listing of every task as renderInspect draws its view,
+// building each task's view only for its row.
+func (l listing) render(w io.Writer, p palette) error {
 	listed := 0
-	for _, n := range v.Counts {
+	for _, n := range l.head.Counts {
 		listed += n
 	}
-	renderInspectHead(w, p, v, listed)
+	renderInspectHead(w, p, l.head, listed)
 	if listed == 0 {
 		return nil
 	}
 	t := newInspectTable(w)
-	eachShown(tasks, at, only, func(tv taskView) error {
+	eachShown(l.tasks, l.at, l.only, func(tv taskView) error {
 		appendTaskRow(t, p, tv)
 		return nil
 	})
@@ -383,7 +410,7 @@ func renderInspectHead(w io.Writer, p palette, v inspectView, listed int) {
 	if sum := v.Summary; sum != nil {
 		line := fmt.Sprintf("current leases: %d", sum.CurrentLeases)
 		if o := sum.OldestWaiting; o != nil {
-			line += fmt.Sprintf(" · oldest waiting: %s, created %s ago", o.TaskID, strings.TrimPrefix(offset(o.AgeMs), "+"))
+			line += fmt.Sprintf(" · oldest waiting: %s, created %s ago", o.TaskID, age(o.AgeMs))
 		}
 		if n := sum.NextExpiry; n != nil {
 			line += fmt.Sprintf(" · next to expire: %s on %s at %s", n.LeaseID, n.TaskID, n.Expiry)
@@ -397,8 +424,8 @@ func newInspectTable(w io.Writer) *tablewriter.Table {
 }
 
 func appendTaskRow(t *tablewriter.Table, p palette, tv taskView) {
-	_ = t.Append(tv.TaskID, p.word(tv.State), fmt.Sprintf("%d/%d", tv.Attempt, tv.MaxAttempts),
-		deref(tv.LeaseID), deref(tv.WorkerID), deref(tv.Expiry), deref(tv.NotBefore), tv.Deadline)
+	_ = t.Append(escape(tv.TaskID), p.word(tv.State), fmt.Sprintf("%d/%d", tv.Attempt, tv.MaxAttempts),
+		escape(deref(tv.LeaseID)), escape(deref(tv.WorkerID)), deref(tv.Expiry), deref(tv.NotBefore), tv.Deadline)
 }
 
 type workerView struct {
@@ -417,9 +444,8 @@ type workersView struct {
 
 const registryNote = "the registry is advisory soft state: heartbeats never grant or keep a lease, only the WAL does"
 
-// emitWorkers shows every worker that heartbeated or holds a lease at at.
-func (g *globals) emitWorkers(st *state.State, at int64) error {
-	reg := readRegistry(g.sidePath(registrySuffix))
+// workersAnswer shows every worker that heartbeated or holds a lease at at.
+func workersAnswer(st *state.State, at int64, reg map[string]int64) answer {
 	leases := currentLeases(st, at)
 	names := map[string]bool{}
 	for w := range reg {
@@ -428,33 +454,35 @@ func (g *globals) emitWorkers(st *state.State, at int64) error {
 	for w := range leases {
 		names[w] = true
 	}
-	v := workersView{Result: state.ResultOK, At: state.FormatTime(at), Note: registryNote, Workers: []workerView{}}
+	v := workersView{Result: state.ResultOK, At: formatTime(at), Note: registryNote, Workers: []workerView{}}
 	for _, w := range slices.Sorted(maps.Keys(names)) {
 		wv := workerView{WorkerID: w, Leases: leases[w]}
 		if wv.Leases == nil {
 			wv.Leases = []heldLease{}
 		}
-		if e, ok := reg[w]; ok {
-			age := at - e.LastHeartbeat
-			wv.LastHeartbeat, wv.HeartbeatAge = orNull(state.FormatTime(e.LastHeartbeat)), &age
+		if last, ok := reg[w]; ok {
+			ago := at - last
+			wv.LastHeartbeat, wv.HeartbeatAge = orNull(formatTime(last)), &ago
 		}
 		v.Workers = append(v.Workers, wv)
 	}
-	g.emit(v, func(w io.Writer, p palette) {
+	return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
 		t := newTable(w, "WORKER", "LAST HEARTBEAT", "AGO", "CURRENT LEASES")
 		for _, wv := range v.Workers {
 			ago := "never"
 			if wv.HeartbeatAge != nil {
-				ago = strings.TrimPrefix(offset(*wv.HeartbeatAge), "+")
+				ago = age(*wv.HeartbeatAge)
 			}
 			var held []string
 			for _, l := range wv.Leases {
 				held = append(held, l.LeaseID+" on "+l.TaskID)
 			}
-			_ = t.Append(wv.WorkerID, deref(wv.LastHeartbeat), ago, strings.Join(held, ", "))
+			_ = t.Append(escape(wv.WorkerID), deref(wv.LastHeartbeat), ago, escape(strings.Join(held, ", ")))
 		}
-		_ = t.Render()
-		fmt.Fprintln(w, "note: "+v.Note)
-	})
-	return nil
+		if err := t.Render(); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintln(w, "note: "+v.Note)
+		return err
+	}}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
+	"leasewal/store"
 )
 
 type leaseOptions struct {
@@ -16,7 +17,7 @@ type leaseOptions struct {
 	requestID string
 }
 
-func newLeaseCmd(g *globals) *cobra.Command {
+func (a *app) newLeaseCmd() *cobra.Command {
 	o := &leaseOptions{}
 	c := &cobra.Command{
 		Use:   "lease --worker W",
@@ -27,7 +28,7 @@ new lease id, which is also the fencing token. The expiry is capped at the
 task's deadline. Nothing eligible: EMPTY, exit 4, nothing written.`,
 		Example: `  leasewal lease --worker W1 --duration 30s --request-id W1-poll-7`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runLease(g, o) },
+		RunE:    func(*cobra.Command, []string) error { return runLease(a.env, *o) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.worker, "worker", "", "the worker taking the lease (required)")
@@ -55,37 +56,42 @@ type emptyView struct {
 	Reason string        `json:"reason"`
 }
 
-func runLease(g *globals, o *leaseOptions) error {
+func runLease(e env, o leaseOptions) error {
 	d, err := parseDuration("duration", o.duration)
 	if err != nil {
 		return err
 	}
 	req := state.LeaseRequest{Worker: o.worker, Duration: d, TaskID: o.taskID, RequestID: o.requestID}
-	return g.write(func(s *session) error {
-		dec, err := s.st.DecideLease(req, s.now)
+	return e.write(func(tx *store.Tx) (answer, error) {
+		dec, err := tx.State.DecideLease(req, tx.Now)
 		if err != nil {
-			return err
+			return answer{}, err
 		}
 		switch dec.Outcome {
 		case state.ResultEmpty:
+			if tx.Missing {
+				fmt.Fprintf(e.stderr, "leasewal: note: the WAL %s does not exist yet: nothing was ever submitted there (check --wal)\n", e.WAL)
+			}
 			v := emptyView{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason}
-			g.emit(v, func(w io.Writer, p palette) { fields(w, "result", p.word(string(v.Result)), "reason", v.Reason) })
-			return &outcomeExit{code: ExitNotFound}
+			return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+				return fields(w, p, "result", string(v.Result), "reason", v.Reason)
+			}}, nil
 		case state.ResultCancelled:
-			return g.emitCancelled(dec, "nothing was written")
+			return cancelled(dec, "nothing was written"), nil
 		}
-		if err := s.commit(dec.Records); err != nil {
-			return err
+		if err := tx.Commit(dec.Records); err != nil {
+			return answer{}, err
 		}
-		t, _ := s.st.Task(dec.TaskID)
-		a := t.Attempts[len(t.Attempts)-1]
-		v := leaseView{Result: dec.Outcome, TaskID: t.ID, LeaseID: dec.LeaseID, WorkerID: a.Worker, Attempt: a.Number,
-			Expiry: state.FormatTime(a.Expiry), Payload: t.Payload, Duplicate: dec.Duplicate}
-		g.emit(v, func(w io.Writer, p palette) {
-			fields(w, "result", p.word(string(v.Result)), "task", v.TaskID, "lease", v.LeaseID, "worker", v.WorkerID,
+		v := leaseView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, WorkerID: dec.Worker, Attempt: dec.Attempt,
+			Expiry: formatTime(dec.Expiry), Payload: dec.Payload, Duplicate: dec.Duplicate}
+		recovery := "'leasewal inspect " + v.TaskID + "' shows the lease; lease with a --request-id to be able to repeat a lease safely"
+		if o.requestID != "" {
+			recovery = "repeat the same lease with --request-id " + o.requestID + " to get the answer again"
+		}
+		return answer{doc: v, outcome: v.Result, recovery: recovery, table: func(w io.Writer, p palette) error {
+			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "worker", v.WorkerID,
 				"attempt", fmt.Sprint(v.Attempt), "expiry", v.Expiry, "duplicate", fmt.Sprint(v.Duplicate), "payload", v.Payload)
-		})
-		return nil
+		}}, nil
 	})
 }
 
@@ -96,14 +102,14 @@ type cancelledView struct {
 	Reason  string        `json:"reason"`
 }
 
-// emitCancelled prints a CANCELLED answer: the caller's lease is not the
-// authority. It is a normal outcome with its own exit code; consequence tells
-// the caller what became of its call and what to do.
-func (g *globals) emitCancelled(d state.Decision, consequence string) error {
+// cancelled is a CANCELLED answer: the caller's lease is not the authority.
+// It is a normal outcome with its own exit code; consequence tells the caller
+// what became of its call and what to do.
+func cancelled(d state.Decision, consequence string) answer {
 	v := cancelledView{Result: state.ResultCancelled, TaskID: d.TaskID, LeaseID: d.LeaseID, Reason: d.Reason}
-	g.emit(v, func(w io.Writer, p palette) {
-		fields(w, "result", p.word(string(v.Result)), "task", v.TaskID, "lease", v.LeaseID, "reason", v.Reason)
-	})
-	fmt.Fprintf(g.stderr, "leasewal: CANCELLED: %s; %s\n", d.Reason, consequence)
-	return &outcomeExit{code: ExitCancelled}
+	return answer{doc: v, outcome: v.Result, advice: "CANCELLED: " + escape(d.Reason) + "; " + consequence,
+		recovery: "'leasewal inspect " + d.TaskID + "' shows who holds the task now; stop working on it",
+		table: func(w io.Writer, p palette) error {
+			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "reason", v.Reason)
+		}}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
+	"leasewal/store"
 )
 
 type logOptions struct {
@@ -23,7 +24,7 @@ type logOptions struct {
 	absolute bool
 }
 
-func newLogCmd(g *globals) *cobra.Command {
+func (a *app) newLogCmd() *cobra.Command {
 	o := &logOptions{}
 	c := &cobra.Command{
 		Use:   "log",
@@ -39,7 +40,7 @@ ms, or +DURATION after the first record). Writes nothing.`,
   leasewal log --since +30s --until +1m --absolute
   leasewal log --from 10 --to 20 -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error { return runLog(g, o) },
+		RunE: func(*cobra.Command, []string) error { return runLog(a.env, *o) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.taskID, "task", "", "only records about this task")
@@ -96,7 +97,7 @@ func newLogFilter(o *logOptions, first int64) (*logFilter, error) {
 
 // logTime reads a --since/--until time: RFC 3339, unix ms, or +DURATION after first.
 func logTime(flag, text string, first int64) (int64, error) {
-	ms, err := parseTime(text, first, first)
+	ms, err := parseTime("--"+flag, text, first, first)
 	if err != nil {
 		return 0, usageErr("--%s %q is not a time: use RFC 3339, unix milliseconds, or +DURATION after the first record", flag, text)
 	}
@@ -130,7 +131,7 @@ func (f *logFilter) workerOf(r state.Record) string {
 	if r.WorkerID != "" || r.LeaseID == "" {
 		return r.WorkerID
 	}
-	if t, ok := f.st.Task(r.TaskID); ok {
+	if t, err := f.st.Task(r.TaskID); err == nil {
 		if a := t.AttemptOf(r.LeaseID); a != nil {
 			return a.Worker
 		}
@@ -148,84 +149,74 @@ type logEntry struct {
 }
 
 func newLogEntry(r state.Record) logEntry {
-	return logEntry{Record: r, At: state.FormatTime(r.At), Expiry: optTime(r.Expiry), AcquiredAt: optTime(r.AcquiredAt)}
+	return logEntry{Record: r, At: formatTime(r.At), Expiry: optTime(r.Expiry), AcquiredAt: optTime(r.AcquiredAt)}
 }
 
 // runLog filters the records as the replay reads them, so that it holds the
 // state and the rows to draw, never every record; JSON lines wait in a spool,
 // so that a damaged record prints only the error, as for any command.
-func runLog(g *globals, o *logOptions) error {
-	f, err := newLogFilter(o, 0) // the flags' syntax, before reading anything
+func runLog(e env, o logOptions) error {
+	f, err := newLogFilter(&o, 0) // the flags' syntax, before reading anything
 	if err != nil {
 		return err
 	}
 	first := int64(0)
 	var entries []logEntry
-	var lines spool
+	lines := &spool{}
 	defer lines.discard()
-	g.onRecord = func(r state.Record, st *state.State) error {
+	opts := e.storeOptions()
+	opts.OnRecord = func(r state.Record, st *state.State) error {
 		if r.Seq == 1 {
 			first = r.At
-			if f, err = newLogFilter(o, first); err != nil {
+			if f, err = newLogFilter(&o, first); err != nil {
 				return err
 			}
 		}
 		if f.st = st; !f.keep(r) {
 			return nil
 		}
-		if g.output == "json" {
-			writeJSON(&lines, newLogEntry(r))
+		if e.Output == "json" {
+			writeJSON(lines, newLogEntry(r))
 		} else {
 			entries = append(entries, newLogEntry(r))
 		}
 		if o.to != 0 && r.Seq >= o.to {
-			return errStopReplay // nothing after --to is printed
+			return store.ErrStop // nothing after --to is printed
 		}
 		return nil
 	}
-	return g.read(func(s *session) error {
+	return e.operate(opts, false, func(tx *store.Tx) (answer, error) {
 		if o.taskID != "" {
-			if _, ok := s.st.Task(o.taskID); !ok {
-				return &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown task %q; 'leasewal inspect' lists the tasks", o.taskID)}
+			if _, err := tx.State.Task(o.taskID); err != nil {
+				return answer{}, err
 			}
-		}
-		if g.output == "json" {
-			return lines.copyTo(g.stdout)
-		}
-		if len(entries) == 0 {
-			fmt.Fprintln(g.stdout, "no records match")
-			return nil
 		}
 		base := first
 		if o.absolute {
 			base = -1
 		}
-		renderLog(g.stdout, palette{on: g.color}, entries, base)
-		return nil
+		return answer{doc: lines, outcome: state.ResultOK, table: func(w io.Writer, p palette) error {
+			if len(entries) == 0 {
+				_, err := fmt.Fprintln(w, "no records match")
+				return err
+			}
+			return renderLog(w, p, entries, base)
+		}}, nil
 	})
 }
 
 // renderLog draws records as a table. Times are offsets from base, or
 // timestamps when base is negative.
-func renderLog(w io.Writer, p palette, entries []logEntry, base int64) {
+func renderLog(w io.Writer, p palette, entries []logEntry, base int64) error {
 	t := newTable(w, "SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAILS", "ACTOR")
 	for _, e := range entries {
 		at := e.At
 		if base >= 0 {
 			at = offset(e.Record.At - base)
 		}
-		_ = t.Append(fmt.Sprint(e.Seq), at, string(e.Type), e.TaskID, e.LeaseID, e.WorkerID, details(e), e.Actor)
+		_ = t.Append(fmt.Sprint(e.Seq), at, string(e.Type), escape(e.TaskID), escape(e.LeaseID), escape(e.WorkerID), escape(details(e)), escape(e.Actor))
 	}
-	_ = t.Render()
-}
-
-// offset renders a duration in ms as +S.mmms.
-func offset(ms int64) string {
-	sign := "+"
-	if ms < 0 {
-		sign, ms = "-", -ms
-	}
-	return fmt.Sprintf("%s%d.%03ds", sign, ms/1000, ms%1000)
+	return t.Render()
 }
 
 // details is the rest of a record's fields, compactly.

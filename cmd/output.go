@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/fatih/color"
 	"github.com/olekukonko/tablewriter"
@@ -59,15 +61,6 @@ func (p palette) word(s string) string {
 	return s
 }
 
-// emit prints a result: v as JSON, or the table drawn by human.
-func (g *globals) emit(v any, human func(w io.Writer, p palette)) {
-	if g.output == "json" {
-		writeJSON(g.stdout, v)
-		return
-	}
-	human(g.stdout, palette{on: g.color})
-}
-
 // newTable returns a table in leasewal's style.
 func newTable(w io.Writer, header ...any) *tablewriter.Table {
 	t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAutoWrap(tw.WrapNone))
@@ -78,14 +71,40 @@ func newTable(w io.Writer, header ...any) *tablewriter.Table {
 }
 
 // fields prints name/value pairs as a two-column table, skipping empty values.
-func fields(w io.Writer, pairs ...string) {
+// Values are escaped (they may come from the WAL), then a result or a state
+// is colored.
+func fields(w io.Writer, p palette, pairs ...string) error {
 	t := newTable(w)
 	for i := 0; i+1 < len(pairs); i += 2 {
-		if pairs[i+1] != "" {
-			_ = t.Append(pairs[i], pairs[i+1])
+		key, value := pairs[i], escape(pairs[i+1])
+		if value == "" {
+			continue
+		}
+		if key == "result" || key == "state" {
+			value = p.word(value)
+		}
+		_ = t.Append(key, value)
+	}
+	return t.Render()
+}
+
+// escape makes a string from the WAL safe for a terminal: control characters
+// (ESC, BEL, CR, newlines, C1 codes) and invalid UTF-8 are written as Go
+// escapes, so that a payload can never move the cursor, recolor the screen or
+// retitle the window. Color added by the palette is added after escaping.
+func escape(s string) string {
+	clean := true
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError {
+			clean = false
+			break
 		}
 	}
-	_ = t.Render()
+	if clean {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // spool holds output that must not be printed until the command is known to
@@ -113,6 +132,10 @@ func (s *spool) Write(p []byte) (int, error) {
 	}
 	return s.mem.Write(p)
 }
+
+// streamJSON writes everything held to w: the spool is a JSON document
+// (lines) held until the command stands.
+func (s *spool) streamJSON(w io.Writer) error { return s.copyTo(w) }
 
 // copyTo writes everything held to w and releases it.
 func (s *spool) copyTo(w io.Writer) error {

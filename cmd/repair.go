@@ -8,10 +8,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
-	"leasewal/wal"
+	"leasewal/store"
 )
 
-func newRepairCmd(g *globals) *cobra.Command {
+func (a *app) newRepairCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "repair",
 		Short: "Cut a torn tail off the WAL, keeping the cut bytes beside it",
@@ -21,7 +21,7 @@ Any writing command does the same by itself before it appends. Damage before the
 last record is refused with exit 5: acknowledged records are never dropped.`,
 		Example: `  leasewal repair`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runRepair(g) },
+		RunE:    func(*cobra.Command, []string) error { return runRepair(a.env) },
 	}
 }
 
@@ -33,29 +33,26 @@ type repairView struct {
 	Records  int           `json:"records"`
 }
 
-func runRepair(g *globals) error {
-	if _, err := os.Stat(g.walPath); err != nil {
-		return usageErr("no WAL to repair at %s: %v; check --wal", g.walPath, unwrapPathErr(err))
+func runRepair(e env) error {
+	if _, err := os.Stat(e.WAL); err != nil {
+		return usageErr("no WAL to repair at %s: %v; check --wal", e.WAL, unwrapPathErr(err))
 	}
-	s, err := g.openSession(wal.Write)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	cut, err := s.log.CutTorn()
-	if err != nil {
-		return err
-	}
-	v := repairView{Result: state.ResultOK, Records: s.log.Count}
-	if cut != nil {
-		v.CutBytes, v.Offset, v.SavedAs = cut.Length, cut.Offset, cut.SavedAs
-	}
-	g.emit(v, func(w io.Writer, p palette) {
-		if cut == nil {
-			fmt.Fprintf(w, "nothing to repair: %d records, no torn tail\n", v.Records)
-			return
+	return e.write(func(tx *store.Tx) (answer, error) {
+		cut, err := tx.CutTorn()
+		if err != nil {
+			return answer{}, err
 		}
-		fmt.Fprintf(w, "cut %d bytes at offset %d (never acknowledged), saved as %s; %d records kept\n", v.CutBytes, v.Offset, v.SavedAs, v.Records)
+		v := repairView{Result: state.ResultOK, Records: tx.Records()}
+		if cut != nil {
+			v.CutBytes, v.Offset, v.SavedAs = cut.Length, cut.Offset, cut.SavedAs
+		}
+		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+			if cut == nil {
+				_, err := fmt.Fprintf(w, "nothing to repair: %d records, no torn tail\n", v.Records)
+				return err
+			}
+			_, err := fmt.Fprintf(w, "cut %d bytes at offset %d (never acknowledged), saved as %s; %d records kept\n", v.CutBytes, v.Offset, escape(v.SavedAs), v.Records)
+			return err
+		}}, nil
 	})
-	return nil
 }

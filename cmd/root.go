@@ -1,6 +1,7 @@
-// Package cmd is leasewal's command line: flags and configuration, the clock,
-// output, and the exit-code contract. Each verb is a file with an options
-// struct and a run function; the rules themselves live in package state.
+// Package cmd is leasewal's command line: flags and configuration, verbs and
+// the exit-code contract. Each verb is a file with an options struct and a
+// run function that returns an answer; the unit of work is package store, the
+// rules package state, the drawing of tables render.go and its neighbours.
 package cmd
 
 import (
@@ -8,72 +9,70 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"os/user"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 
-	"leasewal/state"
-	"leasewal/wal"
+	"leasewal/store"
 )
 
-// Exit codes: the scripting contract of SPEC §4.
-const (
-	ExitOK        = 0
-	ExitInternal  = 1
-	ExitUsage     = 2
-	ExitCancelled = 3
-	ExitNotFound  = 4
-	ExitDamaged   = 5
-	ExitLocked    = 6
-	ExitContract  = 7
-)
+// Config is the resolved global configuration (flag > env > file > default).
+// It is read once, before a verb runs, and passed by value from then on.
+type Config struct {
+	WAL         string
+	Output      string // table or json
+	Color       bool
+	LockTimeout time.Duration
+	Actor       string
+	Now         string // --now or LEASEWAL_NOW, unparsed: it is read against the WAL's last record
+	Fault       *store.Fault
+	MaxRetries  int // worklease fail's --max-retries, which the config file may set too
+}
 
-// globals holds what every command shares: the resolved global flags and the
-// process's streams.
-type globals struct {
+// env is what a verb runs with: the configuration and the process's streams.
+type env struct {
+	Config
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// app is the command tree's shared shell: cobra's closures reach the
+// configuration through it once it is resolved.
+type app struct {
 	v      *viper.Viper
-	stdin  io.Reader
-	stdout io.Writer
-	stderr io.Writer
-	getenv func(string) string
-
-	walPath     string
-	output      string
-	color       bool
-	lockTimeout time.Duration
-	actor       string
-	nowFlag     string
-	configFile  string
-	noColor     bool
-	fault       *wal.Fault // LEASEWAL_FAILPOINT: set by crash tests only
-	// onRecord, for the commands that read the records themselves (log,
-	// inspect of one task, inspect --until), sees each record right after it
-	// is applied in a full replay, with the state as of that record; it keeps
-	// what it needs, so that no command holds every record in memory.
-	// errStopReplay ends the replay there.
-	onRecord   func(state.Record, *state.State) error
-	fullReplay bool // the checkpoint was found damaged: replay the WAL from the start
-	// resolved is set once flags and configuration are read: an error before
-	// then (unknown command, missing required flag) is a usage error.
+	root   *cobra.Command
+	env    env
+	noColor,
 	resolved bool
+	configFile string
+	args       []string
 }
 
 // Main runs leasewal with args and returns the process exit code. It never
 // calls os.Exit, so deferred syncs and closes run.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	tuneGC()
-	g := &globals{v: viper.New(), stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
-	root := newRoot(g)
-	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	err := root.Execute()
-	return g.finish(err)
+	// A closed stdout must be an error from write (exit 8 after a recorded
+	// operation), not a silent death by SIGPIPE.
+	signal.Ignore(syscall.SIGPIPE)
+	a := &app{v: viper.New(), args: args, env: env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}}
+	a.root = a.newRoot()
+	a.root.SetArgs(args)
+	a.root.SetIn(stdin)
+	a.root.SetOut(stdout)
+	a.root.SetErr(stderr)
+	return a.finish(a.root.Execute())
 }
 
 // tuneGC lets the collector run less often than Go's default: a command is a
@@ -89,157 +88,261 @@ func tuneGC() {
 	}
 }
 
-func newRoot(g *globals) *cobra.Command {
+func (a *app) newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "leasewal",
 		Short: "A task-lease coordinator whose only truth is one append-only WAL file",
 		Long: `leasewal hands tasks to workers under leases, one command per invocation.
 Every invocation locks the WAL, replays it, decides one operation at --now,
-appends one checksummed record with fsync, prints the outcome and exits.`,
+appends its checksummed records with one fsync, prints the outcome and exits.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return c.Help()
+			}
+			return unknownCommand(c, args)
+		},
 		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
 			// cobra checks required flags only after this hook; check them
 			// first so that a missing one is reported as bad usage (exit 2).
 			if err := c.ValidateRequiredFlags(); err != nil {
-				return usageErr("%v; see 'leasewal %s --help'", err, c.Name())
+				return usageErr("%v; see 'leasewal %s --help'", err, c.CommandPath()[len("leasewal "):])
 			}
-			return g.resolve()
+			return a.resolve()
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErr("%v; see '%s --help'", err, c.CommandPath())
+	})
 	pf := root.PersistentFlags()
 	pf.String("wal", "leasewal.wal", "the WAL file (env LEASEWAL_WAL); created on the first write")
-	pf.StringVar(&g.nowFlag, "now", "", "logical time: RFC 3339, unix ms, or +DURATION after the last record (env LEASEWAL_NOW; default: the wall clock)")
+	pf.String("now", "", "logical time: RFC 3339, unix ms, or +DURATION after the last record (env LEASEWAL_NOW; default: the wall clock)")
 	pf.StringP("output", "o", "table", "table or json (env LEASEWAL_OUTPUT)")
-	pf.BoolVar(&g.noColor, "no-color", false, "plain text (also when NO_COLOR is set or stdout is not a terminal)")
-	pf.StringVar(&g.configFile, "config", "", "YAML config file (env LEASEWAL_CONFIG; default ./leasewal.yaml if present)")
-	pf.Duration("lock-timeout", 10*time.Second, "how long to wait for the WAL lock (env LEASEWAL_LOCK_TIMEOUT)")
+	pf.BoolVar(&a.noColor, "no-color", false, "plain text (also when NO_COLOR is set or stdout is not a terminal)")
+	pf.StringVar(&a.configFile, "config", "", "YAML config file (env LEASEWAL_CONFIG; default ./leasewal.yaml if present)")
+	pf.String("lock-timeout", "10s", "how long to wait for the WAL lock (env LEASEWAL_LOCK_TIMEOUT)")
 	pf.String("actor", "", "who is acting, recorded for audit only (env LEASEWAL_ACTOR; default user@host:pid)")
-	for key, flag := range map[string]string{"wal": "wal", "output": "output", "lock_timeout": "lock-timeout", "actor": "actor"} {
-		_ = g.v.BindPFlag(key, pf.Lookup(flag)) // the flags exist: a failure here is impossible
+	for key, flag := range map[string]string{"wal": "wal", "output": "output", "lock_timeout": "lock-timeout", "actor": "actor", "now": "now"} {
+		_ = a.v.BindPFlag(key, pf.Lookup(flag)) // the flags exist: a failure here is impossible
 	}
-	g.v.SetEnvPrefix("LEASEWAL")
-	g.v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
-	g.v.AutomaticEnv()
+	a.v.SetEnvPrefix("LEASEWAL")
+	a.v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
+	a.v.AutomaticEnv()
 
 	// Help lists commands in the order of a task's life, not alphabetically.
 	cobra.EnableCommandSorting = false
 	root.AddCommand(
-		newSubmitCmd(g), newLeaseCmd(g), newExtendCmd(g), newHeartbeatCmd(g),
-		newCompleteCmd(g), newFailCmd(g), newExpireCmd(g),
-		newInspectCmd(g), newLogCmd(g), newVerifyCmd(g), newRepairCmd(g),
-		newWorkleaseCmd(g),
+		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
+		a.newCompleteCmd(), a.newFailCmd(), a.newExpireCmd(),
+		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(),
+		a.newWorkleaseCmd(),
 	)
-	g.registerCompletions(root)
+	a.registerCompletions(root)
 	return root
 }
 
-// resolve reads the configuration (flag > env > file > default) once flags are parsed.
-func (g *globals) resolve() error {
-	if err := g.readConfig(); err != nil {
+// unknownCommand is the RunE of the root and of every command group: a
+// group run without a subcommand, or with one that does not exist, is bad
+// usage (exit 2) with a suggestion, never help with exit 0.
+func unknownCommand(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		var subs []string
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				subs = append(subs, sub.Name())
+			}
+		}
+		return usageErr("'%s' needs a command: one of %s; see '%s --help'", c.CommandPath(), strings.Join(subs, ", "), c.CommandPath())
+	}
+	msg := fmt.Sprintf("unknown command %q for '%s'", args[0], c.CommandPath())
+	if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf("; did you mean %q?", s[0])
+	}
+	return usageErr("%s; see '%s --help'", msg, c.CommandPath())
+}
+
+// The configuration keys a file may set, and the sections holding keys.
+var configKeys = map[string]bool{"wal": true, "output": true, "lock_timeout": true, "actor": true, "worklease.max_retries": true}
+
+// resolve reads the configuration once flags are parsed.
+func (a *app) resolve() error {
+	if a.resolved {
+		return nil
+	}
+	configDir, err := a.readConfig()
+	if err != nil {
 		return err
 	}
-	g.walPath = g.v.GetString("wal")
-	if g.walPath == "" {
+	c := &a.env.Config
+	c.WAL = a.v.GetString("wal")
+	if c.WAL == "" {
 		return usageErr("--wal must name a file")
 	}
-	g.output = strings.ToLower(g.v.GetString("output"))
-	if g.output != "table" && g.output != "json" {
-		return usageErr("--output must be table or json, got %q", g.output)
+	if configDir != "" && a.v.InConfig("wal") && !a.root.PersistentFlags().Changed("wal") && a.env.getenv("LEASEWAL_WAL") == "" && !filepath.IsAbs(c.WAL) {
+		c.WAL = filepath.Join(configDir, c.WAL) // a path in a config file is relative to the file
 	}
-	timeout, err := parseDurationSetting(g.v.GetString("lock_timeout"))
+	c.Output = strings.ToLower(a.v.GetString("output"))
+	if c.Output != "table" && c.Output != "json" {
+		return usageErr("--output must be table or json, got %q", c.Output)
+	}
+	timeout, err := time.ParseDuration(strings.TrimSpace(a.v.GetString("lock_timeout")))
 	if err != nil || timeout < 0 {
-		return usageErr("--lock-timeout must be a duration such as 10s, got %q", g.v.GetString("lock_timeout"))
+		return usageErr("--lock-timeout (or LEASEWAL_LOCK_TIMEOUT, or lock_timeout in the config file) must be a duration such as 10s, got %q", a.v.GetString("lock_timeout"))
 	}
-	g.lockTimeout = timeout
-	g.actor = g.v.GetString("actor")
-	if g.actor == "" {
-		g.actor = defaultActor()
+	c.LockTimeout = timeout
+	c.Actor = a.v.GetString("actor")
+	if c.Actor == "" {
+		c.Actor = defaultActor()
 	}
-	if g.nowFlag == "" {
-		g.nowFlag = g.getenv("LEASEWAL_NOW")
+	c.Now = a.v.GetString("now")
+	if c.MaxRetries, err = a.intSetting("worklease.max_retries", 3); err != nil {
+		return err
 	}
-	if spec := g.getenv("LEASEWAL_FAILPOINT"); spec != "" {
-		if g.fault, err = wal.ParseFault(spec); err != nil {
+	if spec := a.env.getenv("LEASEWAL_FAILPOINT"); spec != "" {
+		if c.Fault, err = store.ParseFault(spec); err != nil {
 			return usageErr("LEASEWAL_FAILPOINT: %v", err)
 		}
 	}
-	g.color = !g.noColor && g.getenv("NO_COLOR") == "" && isTerminal(g.stdout)
-	g.resolved = true
+	c.Color = !a.noColor && a.env.getenv("NO_COLOR") == "" && isTerminal(a.env.stdout)
+	a.resolved = true
 	return nil
 }
 
-func (g *globals) readConfig() error {
-	path := g.configFile
-	if path == "" {
-		path = g.getenv("LEASEWAL_CONFIG")
+// intSetting reads a whole number from flag, env or file, refusing anything
+// that is not one: "3x" is an error, never 0.
+func (a *app) intSetting(key string, def int) (int, error) {
+	if !a.v.IsSet(key) {
+		return def, nil
 	}
-	explicit := path != ""
-	if !explicit {
+	text := strings.TrimSpace(a.v.GetString(key))
+	n, err := strconv.Atoi(text)
+	if err != nil {
+		env := "LEASEWAL_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(key))
+		return 0, usageErr("%s must be a whole number, got %q (from --%s, %s or the config file)", key, text, strings.ReplaceAll(key[strings.LastIndex(key, ".")+1:], "_", "-"), env)
+	}
+	return n, nil
+}
+
+// readConfig reads the config file, if any, and returns its directory.
+func (a *app) readConfig() (string, error) {
+	path := a.configFile
+	if path == "" {
+		path = a.env.getenv("LEASEWAL_CONFIG")
+	}
+	if path == "" {
 		path = "leasewal.yaml"
 		if _, err := os.Stat(path); err != nil {
-			return nil
+			return "", nil
 		}
 	}
-	g.v.SetConfigFile(path)
-	g.v.SetConfigType("yaml")
-	if err := g.v.ReadInConfig(); err != nil {
-		return usageErr("cannot read config file %s: %v; fix it or point --config elsewhere", path, err)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", usageErr("cannot read config file %s: %v; fix it or point --config elsewhere", path, unwrapPathErr(err))
 	}
-	return nil
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return "", usageErr("cannot read config file %s: it is not YAML (%v); fix it or point --config elsewhere", path, err)
+	}
+	if bad := unknownKeys(doc, ""); len(bad) > 0 {
+		return "", usageErr("config file %s: unknown key %q; the keys are wal, output, lock_timeout, actor and worklease.max_retries", path, bad[0])
+	}
+	a.v.SetConfigFile(path)
+	a.v.SetConfigType("yaml")
+	if err := a.v.ReadInConfig(); err != nil {
+		return "", usageErr("cannot read config file %s: %v; fix it or point --config elsewhere", path, err)
+	}
+	return filepath.Dir(path), nil
 }
 
-// parseDurationSetting accepts Go duration text; viper hands flags, env and
-// file values over as strings alike.
-func parseDurationSetting(s string) (time.Duration, error) {
-	return time.ParseDuration(strings.TrimSpace(s))
+// unknownKeys lists the keys of doc (dotted below prefix) that are not configuration keys.
+func unknownKeys(doc map[string]any, prefix string) []string {
+	var bad []string
+	for k, v := range doc {
+		key := prefix + strings.ToLower(k)
+		if sub, ok := v.(map[string]any); ok && !configKeys[key] {
+			bad = append(bad, unknownKeys(sub, key+".")...)
+			continue
+		}
+		if !configKeys[key] {
+			bad = append(bad, key)
+		}
+	}
+	return bad
 }
 
+// defaultActor is user@host:pid; the user is looked up by uid when $USER is unset.
 func defaultActor() string {
-	user := os.Getenv("USER")
-	if user == "" {
-		user = "unknown"
+	name := os.Getenv("USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		} else {
+			name = "uid" + strconv.Itoa(os.Getuid())
+		}
 	}
 	host, err := os.Hostname()
 	if err != nil {
 		host = "localhost"
 	}
-	return fmt.Sprintf("%s@%s:%d", user, host, os.Getpid())
+	return fmt.Sprintf("%s@%s:%d", name, host, os.Getpid())
 }
 
 // sidePath names a file kept beside the WAL.
-func (g *globals) sidePath(suffix string) string {
-	return filepath.Clean(g.walPath) + suffix
-}
+func (e env) sidePath(suffix string) string { return filepath.Clean(e.WAL) + suffix }
 
-// outcomeExit is returned by a command whose normal answer carries a non-zero
-// exit code (CANCELLED, EMPTY): the answer is already printed.
-type outcomeExit struct{ code int }
+// exitStatus is a command's normal answer with a non-zero exit code
+// (CANCELLED, EMPTY), already printed.
+type exitStatus struct{ code int }
 
-func (e *outcomeExit) Error() string { return fmt.Sprintf("exit %d", e.code) }
+func (e *exitStatus) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 // finish prints err (if any) in the chosen format and returns the exit code.
-func (g *globals) finish(err error) int {
+func (a *app) finish(err error) int {
 	if err == nil {
 		return ExitOK
 	}
-	var oe *outcomeExit
-	if errors.As(err, &oe) {
-		return oe.code
-	}
-	if g.output == "" {
-		g.output = strings.ToLower(g.v.GetString("output"))
+	var st *exitStatus
+	if errors.As(err, &st) {
+		return st.code
 	}
 	var usage *usageError
-	if !g.resolved && !errors.As(err, &usage) {
+	if !a.resolved && !errors.As(err, &usage) {
 		err = &usageError{msg: err.Error() + "; see 'leasewal --help'"}
 	}
 	c := classify(err)
-	msg := strings.ReplaceAll(err.Error(), "\n", " ")
-	fmt.Fprintf(g.stderr, "leasewal: %s\n", msg)
-	if g.output == "json" {
-		writeJSON(g.stdout, errorView{Result: "ERROR", Error: c.kind, Message: msg, Seq: c.seq})
+	msg := withAdvice(err)
+	fmt.Fprintf(a.env.stderr, "leasewal: %s\n", msg)
+	if a.outputBeforeResolve() == "json" {
+		writeJSON(a.env.stdout, errorView{Result: "ERROR", Error: c.kind, Message: msg, Seq: c.seq})
 	}
 	return c.code
+}
+
+// outputBeforeResolve is the output format even when flag parsing failed
+// (an unknown flag or command): -o json wherever it stands, or the env.
+func (a *app) outputBeforeResolve() string {
+	if a.resolved {
+		return a.env.Output
+	}
+	out := a.env.getenv("LEASEWAL_OUTPUT")
+	fs := pflag.NewFlagSet("output", pflag.ContinueOnError)
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	fs.SetOutput(io.Discard)
+	o := fs.StringP("output", "o", "", "")
+	if fs.Parse(a.args) == nil && *o != "" {
+		out = *o
+	} else {
+		for i, arg := range a.args { // a parse error stops pflag early: look for the flag by hand
+			switch {
+			case (arg == "-o" || arg == "--output") && i+1 < len(a.args):
+				out = a.args[i+1]
+			case strings.HasPrefix(arg, "--output="):
+				out = arg[len("--output="):]
+			case strings.HasPrefix(arg, "-o") && len(arg) > 2:
+				out = strings.TrimPrefix(arg[2:], "=")
+			}
+		}
+	}
+	return strings.ToLower(out)
 }

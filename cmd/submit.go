@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
+	"leasewal/store"
 )
 
 type submitOptions struct {
@@ -21,7 +22,7 @@ type submitOptions struct {
 	requestID   string
 }
 
-func newSubmitCmd(g *globals) *cobra.Command {
+func (a *app) newSubmitCmd() *cobra.Command {
 	o := &submitOptions{}
 	c := &cobra.Command{
 		Use:   "submit (--payload TEXT | --payload-file FILE|-)",
@@ -31,7 +32,7 @@ TaskCreated record. Repeating a submit with the same --request-id and the same
 payload and policy writes nothing and answers with the first task id.`,
 		Example: `  leasewal submit --payload 'resize img-42' --window 5m --max-attempts 3 --request-id job-42`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runSubmit(g, o) },
+		RunE:    func(*cobra.Command, []string) error { return runSubmit(a.env, *o) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.payload, "payload", "", "the task's payload (text, at most 64 KiB)")
@@ -114,26 +115,29 @@ type ackView struct {
 	Deadline  string        `json:"deadline"`
 }
 
-func runSubmit(g *globals, o *submitOptions) error {
-	cmd, err := o.command(g.stdin)
+func runSubmit(e env, o submitOptions) error {
+	cmd, err := o.command(e.stdin)
 	if err != nil {
 		return err
 	}
-	return g.write(func(s *session) error {
-		d, err := s.st.DecideSubmit(cmd)
+	return e.write(func(tx *store.Tx) (answer, error) {
+		d, err := tx.State.DecideSubmit(cmd)
 		if err != nil {
-			return err
+			return answer{}, err
 		}
-		if err := s.commit(d.Records); err != nil {
-			return err
+		if err := tx.Commit(d.Records); err != nil {
+			return answer{}, err
 		}
-		t, _ := s.st.Task(d.TaskID)
-		v := ackView{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Deadline: state.FormatTime(t.Deadline())}
-		g.emit(v, func(w io.Writer, p palette) {
-			fields(w, "result", p.word(string(v.Result)), "task", v.TaskID, "request", v.RequestID,
-				"duplicate", fmt.Sprint(v.Duplicate), "deadline", v.Deadline,
-				"window", time.Duration(t.Window).String(), "max attempts", fmt.Sprint(t.Policy.MaxAttempts))
-		})
-		return nil
+		t, err := tx.State.Task(d.TaskID)
+		if err != nil {
+			return answer{}, err
+		}
+		v := ackView{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Deadline: formatTime(t.Deadline())}
+		return answer{doc: v, outcome: v.Result, recovery: "repeat the same submit with --request-id " + t.RequestID + ": it answers with the same task and writes nothing",
+			table: func(w io.Writer, p palette) error {
+				return fields(w, p, "result", string(v.Result), "task", v.TaskID, "request", v.RequestID,
+					"duplicate", fmt.Sprint(v.Duplicate), "deadline", v.Deadline,
+					"window", time.Duration(t.Window).String(), "max attempts", fmt.Sprint(t.Policy.MaxAttempts))
+			}}, nil
 	})
 }

@@ -41,11 +41,11 @@ const (
 )
 
 // terminalWidth is COLUMNS, else the terminal's width, else 80.
-func (g *globals) terminalWidth() int {
-	if n, err := strconv.Atoi(g.getenv("COLUMNS")); err == nil && n > 0 {
+func (e env) terminalWidth() int {
+	if n, err := strconv.Atoi(e.getenv("COLUMNS")); err == nil && n > 0 {
 		return n
 	}
-	if f, ok := g.stdout.(*os.File); ok && isTerminal(f) {
+	if f, ok := e.stdout.(*os.File); ok && isTerminal(f) {
 		if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil && ws.Col > 0 {
 			return int(ws.Col)
 		}
@@ -122,7 +122,7 @@ func renderTimeline(w io.Writer, p palette, width int, t *state.Task, cancelled 
 	if deadline > tl.end {
 		dl += " (beyond the axis)"
 	}
-	fmt.Fprintf(w, "%s %s · attempt %d/%d · created %s · %s\n", c.ID, p.word(string(c.State)), c.Attempt, c.Policy.MaxAttempts, state.FormatTime(c.CreatedAt), dl)
+	fmt.Fprintf(w, "%s %s · attempt %d/%d · created %s · %s\n", c.ID, p.word(string(c.State)), c.Attempt, c.Policy.MaxAttempts, formatTime(c.CreatedAt), dl)
 	tl.axis()
 	for _, a := range c.Attempts {
 		tl.attempt(a, now)

@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
-	"leasewal/wal"
+	"leasewal/store"
 )
 
-func newVerifyCmd(g *globals) *cobra.Command {
+func (a *app) newVerifyCmd() *cobra.Command {
 	var expect string
 	c := &cobra.Command{
 		Use:   "verify [--expect FILE]",
@@ -25,7 +25,7 @@ the first record that breaks one. --expect FILE also compares the tasks at
 		Example: `  leasewal verify
   leasewal verify --expect testdata/seed001_happy.expect.json --now 2026-01-01T00:01:00Z`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error { return runVerify(g, expect) },
+		RunE: func(*cobra.Command, []string) error { return runVerify(a.env, expect) },
 	}
 	c.Flags().StringVar(&expect, "expect", "", "compare the final tasks with this inspect -o json file")
 	return c
@@ -45,7 +45,7 @@ type expectMismatch struct{ msg string }
 
 func (e *expectMismatch) Error() string { return e.msg }
 
-func runVerify(g *globals, expectFile string) error {
+func runVerify(e env, expectFile string) error {
 	var want *inspectView
 	if expectFile != "" {
 		w, err := readExpect(expectFile)
@@ -54,32 +54,32 @@ func runVerify(g *globals, expectFile string) error {
 		}
 		want = w
 	}
-	if _, err := os.Stat(g.walPath); err != nil {
-		return usageErr("no WAL to verify at %s: %v; check --wal", g.walPath, unwrapPathErr(err))
+	if _, err := os.Stat(e.WAL); err != nil {
+		return usageErr("no WAL to verify at %s: %v; check --wal", e.WAL, unwrapPathErr(err))
 	}
-	v := state.NewVerifier()
-	s, err := g.openReplaying(wal.Read, v.State, v.Step, wal.Position{})
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	tasks := s.st.Tasks()
-	out := verifyView{Result: state.ResultOK, Records: v.Records, Tasks: len(tasks), Counts: countStates(tasks, s.now, "")}
-	if s.log != nil && s.log.Torn != nil {
-		out.TornBytes = s.log.Torn.Length
-	}
-	if want != nil {
-		got, _ := buildInspect(s.st, s.now, nil, "")
-		if err := compareTasks(want.Tasks, got.Tasks); err != nil {
-			return err
+	opts := e.storeOptions()
+	opts.Verifier = state.NewVerifier()
+	return e.operate(opts, false, func(tx *store.Tx) (answer, error) {
+		tasks, err := tx.State.Tasks()
+		if err != nil {
+			return answer{}, err
 		}
-		out.Expect = "matched " + expectFile
-	}
-	g.emit(out, func(w io.Writer, p palette) {
-		fields(w, "result", p.word(string(out.Result)), "records", fmt.Sprint(out.Records), "tasks", fmt.Sprint(out.Tasks),
-			"torn tail bytes", fmt.Sprint(out.TornBytes), "expect", out.Expect)
+		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: len(tasks), Counts: countStates(tasks, tx.Now, ""), TornBytes: tx.TornBytes()}
+		if want != nil {
+			got, err := buildInspect(tx.State, tx.Now, nil, "")
+			if err != nil {
+				return answer{}, err
+			}
+			if err := compareTasks(want.Tasks, got.Tasks); err != nil {
+				return answer{}, err
+			}
+			out.Expect = "matched " + expectFile
+		}
+		return answer{doc: out, outcome: out.Result, table: func(w io.Writer, p palette) error {
+			return fields(w, p, "result", string(out.Result), "records", fmt.Sprint(out.Records), "tasks", fmt.Sprint(out.Tasks),
+				"torn tail bytes", fmt.Sprint(out.TornBytes), "expect", out.Expect)
+		}}, nil
 	})
-	return nil
 }
 
 func readExpect(path string) (*inspectView, error) {

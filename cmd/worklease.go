@@ -8,9 +8,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
+	"leasewal/store"
 )
 
-func newWorkleaseCmd(g *globals) *cobra.Command {
+func (a *app) newWorkleaseCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "worklease",
 		Short: "Per-domain FIFO work leases with fencing tokens (seed 003)",
@@ -23,8 +24,10 @@ inspect writes nothing.`,
 		Example: `  leasewal worklease acquire --domain orders --offset 41
   leasewal worklease succeed --domain orders --token K1
   leasewal worklease inspect --domain orders`,
+		Args: cobra.ArbitraryArgs,
+		RunE: unknownCommand,
 	}
-	c.AddCommand(newWorkAcquireCmd(g), newWorkSucceedCmd(g), newWorkFailCmd(g), newWorkInspectCmd(g))
+	c.AddCommand(a.newWorkAcquireCmd(), a.newWorkSucceedCmd(), a.newWorkFailCmd(), a.newWorkInspectCmd())
 	return c
 }
 
@@ -56,27 +59,27 @@ func newWorkView(d state.WorkDecision) workView {
 
 // runWork decides a work-lease call, commits its record if it has one, and
 // prints the answer.
-func runWork(g *globals, decide func(s *session) (state.WorkDecision, error)) error {
-	return g.write(func(s *session) error {
-		d, err := decide(s)
+func runWork(e env, decide func(st *state.State) (state.WorkDecision, error)) error {
+	return e.write(func(tx *store.Tx) (answer, error) {
+		d, err := decide(tx.State)
 		if err != nil {
-			return err
+			return answer{}, err
 		}
 		if d.Record != nil {
-			if err := s.commit([]state.Record{*d.Record}); err != nil {
-				return err
+			if err := tx.Commit([]state.Record{*d.Record}); err != nil {
+				return answer{}, err
 			}
 		}
 		v := newWorkView(d)
-		g.emit(v, func(w io.Writer, p palette) {
-			retries := ""
-			if v.RetryCount > 0 {
-				retries = fmt.Sprint(v.RetryCount)
-			}
-			fields(w, "result", p.word(string(v.Result)), "domain", v.Domain, "offset", optInt(v.Offset),
-				"token", v.Token, "retry count", retries, "processed", optInt(v.Processed), "failed", optInt(v.Failed))
-		})
-		return nil
+		return answer{doc: v, outcome: v.Result, recovery: "'leasewal worklease inspect --domain D' shows the domain as it now stands",
+			table: func(w io.Writer, p palette) error {
+				retries := ""
+				if v.RetryCount > 0 {
+					retries = fmt.Sprint(v.RetryCount)
+				}
+				return fields(w, p, "result", string(v.Result), "domain", v.Domain, "offset", optInt(v.Offset),
+					"token", v.Token, "retry count", retries, "processed", optInt(v.Processed), "failed", optInt(v.Failed))
+			}}, nil
 	})
 }
 
@@ -87,7 +90,7 @@ func optInt(p *int64) string {
 	return fmt.Sprint(*p)
 }
 
-func newWorkAcquireCmd(g *globals) *cobra.Command {
+func (a *app) newWorkAcquireCmd() *cobra.Command {
 	var domain string
 	var offset int64
 	c := &cobra.Command{
@@ -102,7 +105,7 @@ offset then is a BacklogOrdering error, exit 7, and nothing is written.`,
 		Example: `  leasewal worklease acquire --domain orders --offset 41`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return runWork(g, func(s *session) (state.WorkDecision, error) { return s.st.DecideAcquire(domain, offset) })
+			return runWork(a.env, func(st *state.State) (state.WorkDecision, error) { return st.DecideAcquire(domain, offset) })
 		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "the domain (any text; required)")
@@ -112,7 +115,7 @@ offset then is a BacklogOrdering error, exit 7, and nothing is written.`,
 	return c
 }
 
-func newWorkSucceedCmd(g *globals) *cobra.Command {
+func (a *app) newWorkSucceedCmd() *cobra.Command {
 	var domain, token string
 	c := &cobra.Command{
 		Use:   "succeed --domain D --token K",
@@ -124,7 +127,7 @@ TokenMismatch; both exit 7 and write nothing.`,
 		Example: `  leasewal worklease succeed --domain orders --token K3`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return runWork(g, func(s *session) (state.WorkDecision, error) { return s.st.DecideSucceed(domain, token) })
+			return runWork(a.env, func(st *state.State) (state.WorkDecision, error) { return st.DecideSucceed(domain, token) })
 		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "the domain (required)")
@@ -134,7 +137,7 @@ TokenMismatch; both exit 7 and write nothing.`,
 	return c
 }
 
-func newWorkFailCmd(g *globals) *cobra.Command {
+func (a *app) newWorkFailCmd() *cobra.Command {
 	var domain, token string
 	var maxRetries int
 	c := &cobra.Command{
@@ -150,9 +153,9 @@ LEASEWAL_WORKLEASE_MAX_RETRIES).`,
 		Example: `  leasewal worklease fail --domain orders --token K3 --max-retries 5`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			limit := g.v.GetInt("worklease.max_retries")
-			return runWork(g, func(s *session) (state.WorkDecision, error) {
-				return s.st.DecideWorkFail(domain, token, limit)
+			limit := a.env.MaxRetries
+			return runWork(a.env, func(st *state.State) (state.WorkDecision, error) {
+				return st.DecideWorkFail(domain, token, limit)
 			})
 		},
 	}
@@ -161,7 +164,7 @@ LEASEWAL_WORKLEASE_MAX_RETRIES).`,
 	c.Flags().IntVar(&maxRetries, "max-retries", 3, "fails allowed before giving up")
 	_ = c.MarkFlagRequired("domain")
 	_ = c.MarkFlagRequired("token")
-	_ = g.v.BindPFlag("worklease.max_retries", c.Flags().Lookup("max-retries"))
+	_ = a.v.BindPFlag("worklease.max_retries", c.Flags().Lookup("max-retries"))
 	return c
 }
 
@@ -185,7 +188,7 @@ type workInspectView struct {
 	Domains []domainView  `json:"domains"`
 }
 
-func newWorkInspectCmd(g *globals) *cobra.Command {
+func (a *app) newWorkInspectCmd() *cobra.Command {
 	var domain string
 	c := &cobra.Command{
 		Use:   "inspect [--domain D]",
@@ -195,7 +198,7 @@ its backlog in FIFO order, and its processed and failed offsets. Writes nothing.
 An unknown --domain: exit 4.`,
 		Example: `  leasewal worklease inspect --domain orders -o json`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runWorkInspect(g, domain) },
+		RunE:    func(*cobra.Command, []string) error { return runWorkInspect(a.env, domain) },
 	}
 	c.Flags().StringVar(&domain, "domain", "", "only this domain")
 	return c
@@ -204,34 +207,33 @@ An unknown --domain: exit 4.`,
 func viewDomain(d *state.Domain) domainView {
 	v := domainView{Domain: d.Name, Backlog: append([]int64{}, d.Backlog...), Processed: d.Processed.Sorted(), Failed: d.Failed.Sorted()}
 	if l := d.Lease; l != nil {
-		v.Lease = &workLeaseView{Offset: l.Offset, Token: l.Token, AcquiredAt: state.FormatTime(l.AcquiredAt), RetryCount: l.RetryCount}
+		v.Lease = &workLeaseView{Offset: l.Offset, Token: l.Token, AcquiredAt: formatTime(l.AcquiredAt), RetryCount: l.RetryCount}
 	}
 	return v
 }
 
-func runWorkInspect(g *globals, only string) error {
-	return g.read(func(s *session) error {
+func runWorkInspect(e env, only string) error {
+	return e.read(func(tx *store.Tx) (answer, error) {
 		v := workInspectView{Result: state.ResultOK, Domains: []domainView{}}
-		for _, d := range s.st.Domains() {
+		for _, d := range tx.State.Domains() {
 			if only == "" || d.Name == only {
 				v.Domains = append(v.Domains, viewDomain(d))
 			}
 		}
 		if only != "" && len(v.Domains) == 0 {
-			return &state.Refusal{Kind: state.NotFound, Msg: fmt.Sprintf("unknown domain %q; 'leasewal worklease inspect' lists the domains", only)}
+			return answer{}, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("unknown domain %q; 'leasewal worklease inspect' lists the domains", only)}
 		}
-		g.emit(v, func(w io.Writer, p palette) {
+		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
 			t := newTable(w, "DOMAIN", "IN FLIGHT", "TOKEN", "ACQUIRED AT", "RETRIES", "BACKLOG (FIFO)", "PROCESSED", "FAILED")
 			for _, d := range v.Domains {
 				inFlight, token, at, retries := "-", "", "", ""
 				if l := d.Lease; l != nil {
 					inFlight, token, at, retries = fmt.Sprint(l.Offset), l.Token, l.AcquiredAt, fmt.Sprint(l.RetryCount)
 				}
-				_ = t.Append(d.Domain, inFlight, token, at, retries, joinOffsets(d.Backlog), joinOffsets(d.Processed), joinOffsets(d.Failed))
+				_ = t.Append(escape(d.Domain), inFlight, token, at, retries, joinOffsets(d.Backlog), joinOffsets(d.Processed), joinOffsets(d.Failed))
 			}
-			_ = t.Render()
-		})
-		return nil
+			return t.Render()
+		}}, nil
 	})
 }
 

@@ -123,7 +123,7 @@ func decide(st *state.State, in lzInput, now int64) (lzOutput, []state.Record) {
 		d, err = st.DecideFail(in.Task, in.Lease, "flaky", false, now)
 	}
 	if err != nil {
-		return lzOutput{Result: "ERROR", Error: string(err.(*state.Refusal).Kind)}, nil
+		return lzOutput{Result: "ERROR", Error: string(err.(*state.Error).Kind)}, nil
 	}
 	out := lzOutput{Result: string(d.Outcome), Task: d.TaskID, Lease: d.LeaseID}
 	if d.Outcome == state.ResultEmpty {

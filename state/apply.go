@@ -61,43 +61,54 @@ func (s *State) LastSeq() int64 { return s.lastSeq }
 // LastAt is the time of the last record applied (0 for none).
 func (s *State) LastAt() int64 { return s.lastAt }
 
-// Task returns the task as the records left it.
-func (s *State) Task(id string) (*Task, bool) {
-	if t, ok := s.tasks[id]; ok {
-		return t, true
+// The lookups below answer from memory, then from the archive of finished
+// tasks. (nil, nil) means there is no such thing; an error is damage the
+// archive revealed, and no answer may be built on the lookup.
+
+// Task returns the task as the records left it, or a NotFound error.
+func (s *State) Task(id string) (*Task, error) {
+	t, err := s.lookupTask(id)
+	if err == nil && t == nil {
+		err = refuse(NotFound, "task", "unknown task %q", id)
 	}
-	t := s.archive.find(keyTask, id, func(t *Task) bool { return t.ID == id })
-	return t, t != nil
+	return t, err
+}
+
+func (s *State) lookupTask(id string) (*Task, error) {
+	if t, ok := s.tasks[id]; ok {
+		return t, nil
+	}
+	return s.archive.find(keyTask, id, func(t *Task) bool { return t.ID == id })
 }
 
 // submitted returns the task a TaskCreated with request id req created.
-func (s *State) submitted(req string) (*Task, bool) {
+func (s *State) submitted(req string) (*Task, error) {
 	if t, ok := s.submits[req]; ok {
-		return t, true
+		return t, nil
 	}
-	t := s.archive.find(keySubmit, req, func(t *Task) bool { return t.RequestID == req })
-	return t, t != nil
+	return s.archive.find(keySubmit, req, func(t *Task) bool { return t.RequestID == req })
 }
 
-// leaseOwner returns the task a lease was granted for.
-func (s *State) leaseOwner(leaseID string) (string, bool) {
+// leaseOwner returns the id of the task a lease was granted for ("" for none).
+func (s *State) leaseOwner(leaseID string) (string, error) {
 	if id, ok := s.leaseTask[leaseID]; ok {
-		return id, true
+		return id, nil
 	}
-	t := s.archive.find(keyLease, leaseID, func(t *Task) bool { return t.AttemptOf(leaseID) != nil })
+	t, err := s.archive.find(keyLease, leaseID, func(t *Task) bool { return t.AttemptOf(leaseID) != nil })
 	if t == nil {
-		return "", false
+		return "", err
 	}
-	return t.ID, true
+	return t.ID, nil
 }
 
-// leaseRequested returns the lease a lease request id was answered with.
-func (s *State) leaseRequested(req string) (leaseRequest, bool) {
+// leaseRequested returns the lease a lease request id was answered with
+// (a zero leaseRequest for none).
+func (s *State) leaseRequested(req string) (leaseRequest, error) {
 	if l, ok := s.leaseRequests[req]; ok {
-		return l, true
+		return l, nil
 	}
 	var found leaseRequest
-	s.archive.find(keyLeaseRequest, req, func(t *Task) bool {
+	_, err := s.archive.find(keyLeaseRequest, req, func(t *Task) bool {
 		for _, a := range t.Attempts {
 			if a.RequestID == req {
 				found = leaseRequest{taskID: t.ID, leaseID: a.LeaseID, worker: a.Worker}
@@ -106,18 +117,22 @@ func (s *State) leaseRequested(req string) (leaseRequest, bool) {
 		}
 		return false
 	})
-	return found, found.taskID != ""
+	return found, err
 }
 
 // Tasks returns every task in creation order, as the records left them.
-func (s *State) Tasks() []*Task {
+func (s *State) Tasks() ([]*Task, error) {
 	if s.archive == nil {
-		return s.order
+		return s.order, nil
 	}
-	all := slices.DeleteFunc(s.archive.all(), func(t *Task) bool { _, adopted := s.tasks[t.ID]; return adopted })
+	archived, err := s.archive.all()
+	if err != nil {
+		return nil, err
+	}
+	all := slices.DeleteFunc(archived, func(t *Task) bool { _, adopted := s.tasks[t.ID]; return adopted })
 	all = append(all, s.order...)
 	slices.SortFunc(all, func(a, b *Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
-	return all
+	return all, nil
 }
 
 // Damage reports damage the archive revealed while this state read it: the
@@ -141,6 +156,9 @@ func (s *State) apply(r Record) (*Task, error) {
 	}
 	t := s.touched
 	s.touched = nil
+	if errors.Is(err, ErrArchive) {
+		return nil, err // not this record's fault: the archive a lookup read is damaged
+	}
 	if err != nil {
 		re := &RecordError{Seq: r.Seq, Type: r.Type, Msg: err.Error()}
 		var v *violation
@@ -184,6 +202,9 @@ func (s *State) checkSequence(r Record) error {
 	}
 	if r.At < s.lastAt {
 		return breaks(InvSequence, "time %d ms is before the previous record's %d ms", r.At, s.lastAt)
+	}
+	if r.At < MinTime || r.At > MaxTime {
+		return invalid("time %d ms is outside the years 0001 to 9999", r.At)
 	}
 	return nil
 }
@@ -237,7 +258,7 @@ func ValidatePolicy(window Duration, p RetryPolicy) error {
 func ValidatePayload(p string) error {
 	switch {
 	case p == "":
-		return errors.New("the payload is empty; give --payload or --payload-file with some content")
+		return errors.New("the payload is empty")
 	case len(p) > MaxPayloadBytes:
 		return fmt.Errorf("the payload is %d bytes, over the limit of %d bytes (64 KiB); store large data elsewhere and submit a reference to it", len(p), MaxPayloadBytes)
 	case !utf8.ValidString(p):
@@ -270,8 +291,8 @@ func (s *State) applyCreated(r Record) error {
 	if !ok {
 		return invalid("task id %q is not of the form T<n>", r.TaskID)
 	}
-	if _, dup := s.Task(r.TaskID); dup {
-		return invalid("task %s already exists", r.TaskID)
+	if t, err := s.lookupTask(r.TaskID); err != nil || t != nil {
+		return firstErr(err, invalid("task %s already exists", r.TaskID))
 	}
 	if err := ValidatePayload(r.Payload); err != nil {
 		return invalid("%v", err)
@@ -285,8 +306,8 @@ func (s *State) applyCreated(r Record) error {
 	if err := ValidateID("request_id", r.RequestID); err != nil {
 		return invalid("%v", err)
 	}
-	if _, dup := s.submitted(r.RequestID); dup {
-		return invalid("request id %q was already used by another TaskCreated", r.RequestID)
+	if t, err := s.submitted(r.RequestID); err != nil || t != nil {
+		return firstErr(err, invalid("request id %q was already used by another TaskCreated", r.RequestID))
 	}
 	t := &Task{
 		ID: r.TaskID, Payload: r.Payload, CreatedAt: r.At, Window: r.Window,
@@ -304,9 +325,9 @@ func (s *State) applyCreated(r Record) error {
 
 // subject finds the record's task.
 func (s *State) subject(r Record) (*Task, error) {
-	t, ok := s.Task(r.TaskID)
-	if !ok {
-		return nil, invalid("unknown task %q", r.TaskID)
+	t, err := s.lookupTask(r.TaskID)
+	if err != nil || t == nil {
+		return nil, firstErr(err, invalid("unknown task %q", r.TaskID))
 	}
 	s.touched = t
 	return t, nil
@@ -319,9 +340,9 @@ func (s *State) leaseSubject(r Record) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	owner, ok := s.leaseOwner(r.LeaseID)
-	if !ok {
-		return nil, breaks(InvOneLease, "lease %q was never granted", r.LeaseID)
+	owner, err := s.leaseOwner(r.LeaseID)
+	if err != nil || owner == "" {
+		return nil, firstErr(err, breaks(InvOneLease, "lease %q was never granted", r.LeaseID))
 	}
 	if owner != r.TaskID {
 		return nil, breaks(InvOneLease, "lease %s belongs to %s, not %s", r.LeaseID, owner, r.TaskID)
@@ -365,8 +386,8 @@ func (s *State) applyGranted(r Record) error {
 		return invalid("%v", err)
 	}
 	if r.RequestID != "" {
-		if _, dup := s.leaseRequested(r.RequestID); dup {
-			return invalid("lease request id %q was already used", r.RequestID)
+		if prev, err := s.leaseRequested(r.RequestID); err != nil || prev.taskID != "" {
+			return firstErr(err, invalid("lease request id %q was already used", r.RequestID))
 		}
 	}
 	c := t.At(r.At)
@@ -428,7 +449,9 @@ func (s *State) applyExpired(r Record) error {
 		return invalid("lease %s expires at %d, after this record's time %d", r.LeaseID, t.Lease.Expiry, r.At)
 	}
 	commit(t, t, r.Seq)
-	t.expireLease(r.At)
+	// The record writes down a lapse that happened at the lease's expiry: its
+	// effect is exactly the implicit lapse's, whenever it was written.
+	t.expireLease(t.Lease.Expiry)
 	return nil
 }
 
@@ -496,11 +519,16 @@ func (s *State) applyDead(r Record) error {
 	}
 	// The task as it stood just before its window closed: a lease that ran
 	// out earlier has expired by then, and may have ended the task already.
+	// A lease still current then expires exactly at the deadline, and that
+	// lapse (a LeaseExpired) is what ends the task, not the window.
 	c := t.At(t.Deadline() - 1)
 	if c.State.Terminal() {
 		return breaks(InvTerminal, "%s is already %s", t.ID, c.State)
 	}
+	if c.State == Leased {
+		return invalid("%s's lease %s expires at its deadline: that lapse ends it, as LeaseExpired", t.ID, c.Lease.ID)
+	}
 	commit(t, c, r.Seq)
-	t.closeWindow(r.At)
+	t.closeWindow(t.Deadline())
 	return nil
 }

@@ -18,9 +18,9 @@ type want struct {
 
 func checkTask(t *testing.T, s *State, id string, w want) {
 	t.Helper()
-	task, ok := s.Task(id)
-	if !ok {
-		t.Fatalf("task %s missing", id)
+	task, err := s.Task(id)
+	if err != nil {
+		t.Fatalf("task %s: %v", id, err)
 	}
 	lease := ""
 	if task.Lease != nil {
@@ -60,8 +60,10 @@ func TestTransitions(t *testing.T) {
 			want{state: Leased, attempt: 2, lease: "L2"}},
 		{"LeaseExtended moves expiry", []Record{fiveMin, grantL1, extended("T1", "L1", sec(20), sec(50))},
 			want{state: Leased, attempt: 1, lease: "L1", expiry: sec(50)}},
-		{"LeaseExpired goes WAITING with backoff from at", []Record{backoff, grantL1, onLease(LeaseExpired, "T1", "L1", sec(35))},
-			want{state: Waiting, attempt: 1, notBefore: sec(45)}},
+		// Revision 2: the record writes down the lapse at the lease's expiry
+		// (30s), so the backoff counts from there, not from the record's time.
+		{"LeaseExpired goes WAITING with backoff from the lease's expiry", []Record{backoff, grantL1, onLease(LeaseExpired, "T1", "L1", sec(35))},
+			want{state: Waiting, attempt: 1, notBefore: sec(40)}},
 		{"LeaseExpired on the last attempt is DEAD", []Record{oneShot, grantL1, onLease(LeaseExpired, "T1", "L1", sec(30))},
 			want{state: Dead, attempt: 1}},
 		{"LeaseExpired after the deadline is DEAD", []Record{shortWin, granted("T1", "L1", "W1", 1, t0, sec(60)), onLease(LeaseExpired, "T1", "L1", sec(60))},

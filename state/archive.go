@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime/debug"
 	"slices"
 	"sort"
 )
@@ -141,6 +142,18 @@ func (a *Archive) damaged(format string, args ...any) {
 
 func (a *Archive) blocks() int { return len(a.fence) / 8 }
 
+// guard turns a fault while reading the archive's bytes into damage. The
+// bytes may be a mapped file that another process truncates in place; a read
+// past its new end then faults (SIGBUS), which Go delivers as a panic to a
+// goroutine that asked for it with SetPanicOnFault. Call as
+// defer a.guard(debug.SetPanicOnFault(true)).
+func (a *Archive) guard(wasOn bool) {
+	if r := recover(); r != nil {
+		a.damaged("reading it faulted (the file was truncated or replaced while in use): %v", r)
+	}
+	debug.SetPanicOnFault(wasOn)
+}
+
 // block returns the entries of index block i, after checking its checksum.
 func (a *Archive) block(i int) ([]byte, bool) {
 	start := i * archiveBlockSize
@@ -157,11 +170,23 @@ func (a *Archive) block(i int) ([]byte, bool) {
 // entries hold only hashes, so every candidate is read and checked. A task
 // archived again (a late TaskCancelled added a seq after it was archived)
 // has two records; the later one, with the higher offset, is the task.
-func (a *Archive) find(kind byte, key string, match func(*Task) bool) *Task {
+// Damage found on the way is the error; (nil, nil) means no such task.
+func (a *Archive) find(kind byte, key string, match func(*Task) bool) (*Task, error) {
+	if a == nil {
+		return nil, nil
+	}
+	found := a.search(kind, key, match)
+	if a.err != nil {
+		return nil, a.err
+	}
+	return found, nil
+}
+
+func (a *Archive) search(kind byte, key string, match func(*Task) bool) (found *Task) {
 	if a == nil || a.err != nil || a.entries == 0 {
 		return nil
 	}
-	var found *Task
+	defer a.guard(debug.SetPanicOnFault(true))
 	h := keyHash(kind, key)
 	// Entries with hash h start in the last block whose first hash is below
 	// h, or in the first block if there is none.
@@ -219,10 +244,22 @@ func (a *Archive) taskAt(offset uint64) (*Task, uint64) {
 
 // all reads every archived task, in the order they were first archived,
 // each as its last record has it.
-func (a *Archive) all() []*Task {
-	if a == nil || a.err != nil {
+func (a *Archive) all() ([]*Task, error) {
+	if a == nil {
+		return nil, nil
+	}
+	out := a.readAll()
+	if a.err != nil {
+		return nil, a.err
+	}
+	return out, nil
+}
+
+func (a *Archive) readAll() []*Task {
+	if a.err != nil {
 		return nil
 	}
+	defer a.guard(debug.SetPanicOnFault(true))
 	out := make([]*Task, 0, a.tasks)
 	at := make(map[string]int, a.tasks)
 	for off := uint64(0); off < uint64(len(a.records)); {
@@ -267,6 +304,22 @@ func (a *Archive) entriesAll() ([]archiveEntry, bool) {
 // builds the archive in one buffer, records first, so that at most one copy
 // of the history is in memory beside the state.
 func buildArchive(old *Archive, add []*Task) ([]byte, error) {
+	if old == nil {
+		return buildOver(nil, add)
+	}
+	var b []byte
+	var err error
+	func() {
+		defer old.guard(debug.SetPanicOnFault(true))
+		b, err = buildOver(old, add)
+	}()
+	if old.err != nil {
+		return nil, old.err
+	}
+	return b, err
+}
+
+func buildOver(old *Archive, add []*Task) ([]byte, error) {
 	if err := old.Err(); err != nil {
 		return nil, err
 	}
@@ -290,7 +343,7 @@ func buildArchive(old *Archive, add []*Task) ([]byte, error) {
 	tasks := old.Len()
 	e := &encoder{}
 	for _, t := range add {
-		if old.find(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil {
+		if old.search(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil {
 			tasks++
 		}
 		offset := uint64(len(out) - recordsAt)

@@ -18,7 +18,7 @@ import (
 // lease). Two states that give the same answers cannot be told apart by a
 // command.
 func answers(s *State, names []string, now int64) string {
-	return "tasks " + jsonOf(s.Tasks()) + "\n" + lookups(s, names, now)
+	return "tasks " + jsonOf(allTasks(s)) + "\n" + lookups(s, names, now)
 }
 
 // lookups is answers without the listing of every task.
@@ -29,11 +29,13 @@ func lookups(s *State, names []string, now int64) string {
 		fmt.Fprintf(&b, "domain %s %+v %v %v %v\n", d.Name, d.Lease, d.Backlog, d.Processed.Sorted(), d.Failed.Sorted())
 	}
 	for _, name := range names {
-		t, ok := s.Task(name)
-		sub, subOK := s.submitted(name)
-		owner, ownerOK := s.leaseOwner(name)
-		lr, lrOK := s.leaseRequested(name)
-		fmt.Fprintf(&b, "%s: task %v %s; submit %v %s; lease of %v %s; lease request %v %+v\n", name, ok, idOf(t), subOK, idOf(sub), ownerOK, owner, lrOK, lr)
+		t, taskErr := s.lookupTask(name)
+		ok := t != nil
+		sub, subErr := s.submitted(name)
+		owner, ownerErr := s.leaseOwner(name)
+		lr, lrErr := s.leaseRequested(name)
+		fmt.Fprintf(&b, "%s: task %v %s; submit %s; lease of %s; lease request %+v; damage %v\n", name, ok, idOf(t), idOf(sub), owner, lr,
+			errors.Join(taskErr, subErr, ownerErr, lrErr) != nil)
 		d, err := s.DecideSubmit(Submit{Payload: "p0", Window: Duration(time.Minute), Policy: RetryPolicy{MaxAttempts: 1}, RequestID: name})
 		fmt.Fprintf(&b, "  submit %s %v\n", jsonOf(d), err)
 		d, err = s.DecideLease(LeaseRequest{Worker: "W0", Duration: time.Second, RequestID: name}, now)
@@ -64,7 +66,7 @@ func idOf(t *Task) string {
 }
 
 // namesIn lists every id a state knows, and some it does not.
-func namesIn(s *State) []string { return namesOf(s.Tasks()) }
+func namesIn(s *State) []string { return namesOf(allTasks(s)) }
 
 // namesOf lists the ids of tasks, and some ids no task has.
 func namesOf(tasks []*Task) []string {
@@ -121,7 +123,7 @@ func TestArchivePlusSnapshotPlusTailEqualsReplay(t *testing.T) {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 		archived += s.archive.Len()
-		if inMemory, finished := s.InMemory(); finished != 0 || inMemory+s.archive.Len() != len(s.Tasks()) {
+		if inMemory, finished := s.InMemory(); finished != 0 || inMemory+s.archive.Len() != len(allTasks(s)) {
 			t.Fatalf("seed %d: %d tasks in memory, %d finished, after archiving", seed, inMemory, finished)
 		}
 		archive, err := OpenArchive(b)
@@ -190,14 +192,14 @@ func TestDamagedArchiveNeverAnswersWrong(t *testing.T) {
 	s, good := archivedState(t, 1)
 	snapshot := s.Snapshot()
 	var probed []*Task // every other task, so that some records are read by no lookup
-	for i, task := range s.Tasks() {
+	for i, task := range allTasks(s) {
 		if i%2 == 0 {
 			probed = append(probed, task)
 		}
 	}
 	names := namesOf(probed)
 	now := s.LastAt() + 5_000
-	want, wantList := lookups(s, names, now), jsonOf(s.Tasks())
+	want, wantList := lookups(s, names, now), jsonOf(allTasks(s))
 	refused, detected, unread := 0, 0, 0
 	for i := 0; i < len(good); i += 3 {
 		bad := bytes.Clone(good)
@@ -220,7 +222,7 @@ func TestDamagedArchiveNeverAnswersWrong(t *testing.T) {
 			t.Fatalf("byte %d flipped: a different answer without damage reported:\n%s", i, firstDiff(got, want))
 		default:
 			unread++
-			if jsonOf(loaded.Tasks()) != wantList && loaded.Damage() == nil {
+			if jsonOf(allTasks(loaded)) != wantList && loaded.Damage() == nil {
 				t.Fatalf("byte %d flipped: a different listing without damage reported", i)
 			}
 		}

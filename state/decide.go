@@ -31,6 +31,15 @@ type Decision struct {
 	LeaseID   string
 	Reason    string // why CANCELLED or EMPTY
 	Duplicate bool   // the answer repeats an earlier one; nothing was written
+
+	// The answer's facts, where the command has them.
+	Worker    string
+	Attempt   int
+	Expiry    int64
+	Payload   string
+	State     TaskState   // after a fail
+	NotBefore int64       // after a fail that retries
+	States    []TaskState // expire: each record's task's state after it
 }
 
 func write(r Record, d Decision) Decision {
@@ -49,18 +58,22 @@ type Submit struct {
 // DecideSubmit creates a task, or repeats the answer for a known request id.
 func (s *State) DecideSubmit(c Submit) (Decision, error) {
 	if err := ValidatePayload(c.Payload); err != nil {
-		return Decision{}, refuse(InvalidInput, "%v", err)
+		return Decision{}, refuse(InvalidInput, "payload", "%v", err)
 	}
 	if err := ValidatePolicy(c.Window, c.Policy); err != nil {
-		return Decision{}, refuse(InvalidInput, "%v", err)
+		return Decision{}, refuse(InvalidInput, "policy", "%v", err)
 	}
 	if c.RequestID != "" {
-		if err := ValidateID("--request-id", c.RequestID); err != nil {
-			return Decision{}, refuse(InvalidInput, "%v", err)
+		if err := ValidateID("request id", c.RequestID); err != nil {
+			return Decision{}, refuse(InvalidInput, "request", "%v", err)
 		}
-		if t, ok := s.submitted(c.RequestID); ok {
+		t, err := s.submitted(c.RequestID)
+		if err != nil {
+			return Decision{}, err
+		}
+		if t != nil {
 			if t.Payload != c.Payload || t.Window != c.Window || t.Policy != c.Policy {
-				return Decision{}, refuse(RequestConflict, "request id %q already created %s with a different payload or policy; use a new --request-id for a new task", c.RequestID, t.ID)
+				return Decision{}, refuse(RequestConflict, "request", "request id %q already created %s with a different payload or policy", c.RequestID, t.ID)
 			}
 			return Decision{Outcome: ResultAck, TaskID: t.ID, Duplicate: true}, nil
 		}
@@ -68,7 +81,11 @@ func (s *State) DecideSubmit(c Submit) (Decision, error) {
 	id := "T" + strconv.FormatInt(s.lastTaskNum+1, 10)
 	req := c.RequestID
 	for n := s.lastTaskNum + 1; req == ""; n++ {
-		if _, taken := s.submitted("R" + strconv.FormatInt(n, 10)); !taken {
+		taken, err := s.submitted("R" + strconv.FormatInt(n, 10))
+		if err != nil {
+			return Decision{}, err
+		}
+		if taken == nil {
 			req = "R" + strconv.FormatInt(n, 10)
 		}
 	}
@@ -88,24 +105,28 @@ type LeaseRequest struct {
 // DecideLease grants a lease on the oldest eligible WAITING task (FIFO by
 // creation). The expiry is capped at the task's deadline.
 func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
-	if err := ValidateID("--worker", c.Worker); err != nil {
-		return Decision{}, refuse(InvalidInput, "%v", err)
+	if err := ValidateID("worker", c.Worker); err != nil {
+		return Decision{}, refuse(InvalidInput, "worker", "%v", err)
 	}
 	if c.Duration <= 0 {
-		return Decision{}, refuse(InvalidInput, "--duration must be positive, got %s", c.Duration)
+		return Decision{}, refuse(InvalidInput, "duration", "the lease duration must be positive, got %s", c.Duration)
 	}
 	if c.RequestID != "" {
-		if err := ValidateID("--request-id", c.RequestID); err != nil {
-			return Decision{}, refuse(InvalidInput, "%v", err)
+		if err := ValidateID("request id", c.RequestID); err != nil {
+			return Decision{}, refuse(InvalidInput, "request", "%v", err)
 		}
-		if prev, ok := s.leaseRequested(c.RequestID); ok {
+		prev, err := s.leaseRequested(c.RequestID)
+		if err != nil {
+			return Decision{}, err
+		}
+		if prev.taskID != "" {
 			return s.repeatLease(c, prev, now)
 		}
 	}
 	var pick *Task
 	why := "no task is WAITING and eligible"
 	if c.TaskID != "" {
-		t, err := s.find(c.TaskID)
+		t, err := s.Task(c.TaskID)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -127,48 +148,43 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 	}
 	settled := pick.At(now)
 	lease := "L" + strconv.FormatInt(s.lastLeaseNum+1, 10)
-	expiry := min(now+c.Duration.Milliseconds(), settled.Deadline())
-	return write(Record{Type: LeaseGranted, TaskID: pick.ID, LeaseID: lease, WorkerID: c.Worker,
-		Attempt: settled.Attempt + 1, Expiry: expiry, RequestID: c.RequestID},
-		Decision{Outcome: ResultLeased, TaskID: pick.ID, LeaseID: lease}), nil
+	r := Record{Type: LeaseGranted, TaskID: pick.ID, LeaseID: lease, WorkerID: c.Worker,
+		Attempt: settled.Attempt + 1, Expiry: settled.capExpiry(now, c.Duration), RequestID: c.RequestID}
+	return write(r, Decision{Outcome: ResultLeased, TaskID: pick.ID, LeaseID: lease, Worker: c.Worker,
+		Attempt: r.Attempt, Expiry: r.Expiry, Payload: pick.Payload}), nil
 }
 
 func (s *State) repeatLease(c LeaseRequest, prev leaseRequest, now int64) (Decision, error) {
 	if prev.worker != c.Worker {
-		return Decision{}, refuse(RequestConflict, "lease request id %q was used by worker %q; use a new --request-id", c.RequestID, prev.worker)
+		return Decision{}, refuse(RequestConflict, "request", "lease request id %q was used by worker %q", c.RequestID, prev.worker)
 	}
-	t, ok := s.Task(prev.taskID)
-	if !ok {
-		return Decision{}, refuse(NotFound, "lease request id %q names task %s, which is gone; use a new --request-id", c.RequestID, prev.taskID)
+	t, err := s.Task(prev.taskID)
+	if err != nil {
+		return Decision{}, err
 	}
-	if t.At(now).holds(prev.leaseID, now) {
-		return Decision{Outcome: ResultLeased, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true}, nil
+	if c := t.At(now); c.holds(prev.leaseID, now) {
+		return Decision{Outcome: ResultLeased, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true,
+			Worker: c.Lease.Worker, Attempt: c.Attempt, Expiry: c.Lease.Expiry, Payload: t.Payload}, nil
 	}
 	return Decision{Outcome: ResultCancelled, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true,
-		Reason: fmt.Sprintf("request %q was answered with %s; lease again with a new --request-id",
-			c.RequestID, s.whyNotCurrent(t, prev.leaseID, now))}, nil
-}
-
-// find returns a task or a NotFound refusal.
-func (s *State) find(id string) (*Task, error) {
-	t, ok := s.Task(id)
-	if !ok {
-		return nil, refuse(NotFound, "unknown task %q; 'leasewal inspect' lists the tasks", id)
-	}
-	return t, nil
+		Reason: fmt.Sprintf("request %q was answered with %s", c.RequestID, s.whyNotCurrent(t, prev.leaseID, now))}, nil
 }
 
 // findLease returns the task and checks the lease was granted for it.
 func (s *State) findLease(taskID, leaseID string) (*Task, error) {
-	t, err := s.find(taskID)
+	t, err := s.Task(taskID)
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := idNumber(leaseID, 'L'); !ok {
-		return nil, refuse(InvalidInput, "--lease %q is not a lease id (L<n>)", leaseID)
+		return nil, refuse(InvalidInput, "lease", "%q is not a lease id (L<n>)", leaseID)
 	}
-	if owner, _ := s.leaseOwner(leaseID); owner != taskID {
-		return nil, refuse(NotFound, "lease %s was never granted for %s; check --task and --lease", leaseID, taskID)
+	owner, err := s.leaseOwner(leaseID)
+	if err != nil {
+		return nil, err
+	}
+	if owner != taskID {
+		return nil, refuse(NotFound, "lease", "lease %s was never granted for %s", leaseID, taskID)
 	}
 	return t, nil
 }
@@ -178,9 +194,9 @@ func (s *State) findLease(taskID, leaseID string) (*Task, error) {
 func (s *State) whyNotCurrent(t *Task, leaseID string, now int64) string {
 	c := t.At(now)
 	a := c.AttemptOf(leaseID)
-	why := fmt.Sprintf("lease %s is no longer current for %s: it ended (%s) at %s", leaseID, t.ID, a.End, FormatTime(a.EndedAt))
+	why := fmt.Sprintf("lease %s is no longer current for %s: it ended (%s) at %s", leaseID, t.ID, a.End, stamp(a.EndedAt))
 	if a.End == EndExpired {
-		why = fmt.Sprintf("lease %s is no longer current for %s: it expired at %s", leaseID, t.ID, FormatTime(a.EndedAt))
+		why = fmt.Sprintf("lease %s is no longer current for %s: it expired at %s", leaseID, t.ID, stamp(a.EndedAt))
 	}
 	switch {
 	case c.State == Leased:
@@ -191,9 +207,8 @@ func (s *State) whyNotCurrent(t *Task, leaseID string, now int64) string {
 	return why
 }
 
-// FormatTime renders unix ms as RFC 3339 UTC with milliseconds, the one time
-// format of leasewal's output.
-func FormatTime(ms int64) string {
+// stamp writes a time into a message, as RFC 3339 UTC.
+func stamp(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
@@ -206,7 +221,7 @@ func cancel(t *Task, leaseID, reason string) Decision {
 // A lease without authority gets CANCELLED and nothing is written.
 func (s *State) DecideExtend(taskID, leaseID string, d time.Duration, now int64) (Decision, error) {
 	if d <= 0 {
-		return Decision{}, refuse(InvalidInput, "--duration must be positive, got %s", d)
+		return Decision{}, refuse(InvalidInput, "duration", "the lease duration must be positive, got %s", d)
 	}
 	t, err := s.findLease(taskID, leaseID)
 	if err != nil {
@@ -215,9 +230,9 @@ func (s *State) DecideExtend(taskID, leaseID string, d time.Duration, now int64)
 	if !t.At(now).holds(leaseID, now) {
 		return Decision{Outcome: ResultCancelled, TaskID: taskID, LeaseID: leaseID, Reason: s.whyNotCurrent(t, leaseID, now)}, nil
 	}
-	expiry := min(now+d.Milliseconds(), t.Deadline())
+	expiry := t.capExpiry(now, d)
 	return write(Record{Type: LeaseExtended, TaskID: taskID, LeaseID: leaseID, Expiry: expiry},
-		Decision{Outcome: ResultExtended, TaskID: taskID, LeaseID: leaseID}), nil
+		Decision{Outcome: ResultExtended, TaskID: taskID, LeaseID: leaseID, Expiry: expiry}), nil
 }
 
 // DecideComplete commits a task under its current lease, or records that the
@@ -239,23 +254,22 @@ func (s *State) DecideComplete(taskID, leaseID string, now int64) (Decision, err
 
 // DecideFail records a failed attempt under the current lease; the task is
 // retried after its backoff or, if permanent or out of attempts, FAILED.
+// Repeated with the lease that already failed, it answers as it did then.
 func (s *State) DecideFail(taskID, leaseID, reason string, permanent bool, now int64) (Decision, error) {
 	if reason == "" {
-		return Decision{}, refuse(InvalidInput, "--reason must say why the attempt failed")
+		return Decision{}, refuse(InvalidInput, "reason", "a failure needs a reason")
 	}
 	if len(reason) > MaxPayloadBytes {
-		return Decision{}, refuse(InvalidInput, "--reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+		return Decision{}, refuse(InvalidInput, "reason", "the reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
 	}
 	t, err := s.findLease(taskID, leaseID)
 	if err != nil {
 		return Decision{}, err
 	}
 	if a := t.AttemptOf(leaseID); a.End == EndRetry || a.End == EndFailed {
-		outcome := ResultFailed
-		if a.End == EndRetry {
-			outcome = ResultRetry
-		}
-		return Decision{Outcome: outcome, TaskID: taskID, LeaseID: leaseID, Duplicate: true}, nil
+		d, _ := s.FailAnswer(taskID, leaseID)
+		d.Duplicate = true
+		return d, nil
 	}
 	if !t.At(now).holds(leaseID, now) {
 		return cancel(t, leaseID, s.whyNotCurrent(t, leaseID, now)), nil
@@ -268,17 +282,47 @@ func (s *State) DecideFail(taskID, leaseID, reason string, permanent bool, now i
 		Decision{Outcome: outcome, TaskID: taskID, LeaseID: leaseID}), nil
 }
 
-// DecideExpire writes down what time has revoked by now: a LeaseExpired for
-// every current lease whose expiry has passed, and a TaskDead for every task
-// whose window has closed (and that no expiry has ended already).
+// FailAnswer is the answer a fail under leaseID got, as its attempt recorded
+// it: RETRY with the attempt and its not_before, or FAILED. It is the answer
+// after the TaskFailed is applied, and the answer to every repeat.
+func (s *State) FailAnswer(taskID, leaseID string) (Decision, error) {
+	t, err := s.findLease(taskID, leaseID)
+	if err != nil {
+		return Decision{}, err
+	}
+	a := t.AttemptOf(leaseID)
+	d := Decision{TaskID: taskID, LeaseID: leaseID, Attempt: a.Number, Reason: a.Reason}
+	switch a.End {
+	case EndRetry:
+		d.Outcome, d.State, d.NotBefore = ResultRetry, Waiting, a.NotBefore
+	case EndFailed:
+		d.Outcome, d.State = ResultFailed, Failed
+	default:
+		return Decision{}, refuse(NotAllowed, "lease", "lease %s of %s did not fail", leaseID, taskID)
+	}
+	return d, nil
+}
+
+// DecideExpire writes down what time has revoked by now, in creation order: a
+// LeaseExpired for every current lease whose expiry has passed, and a TaskDead
+// for every task whose window has closed, unless a lapse of its lease ended
+// it first (a TaskDead follows a LeaseExpired only when the lapse left the
+// task WAITING past its deadline).
 func (s *State) DecideExpire(now int64) Decision {
 	d := Decision{Outcome: ResultOK}
 	for _, t := range s.live {
-		switch {
-		case t.State == Leased && t.Lease.Expiry <= now:
+		if t.State.Terminal() {
+			continue
+		}
+		c := t
+		if t.State == Leased && t.Lease.Expiry <= now {
 			d.Records = append(d.Records, Record{Type: LeaseExpired, TaskID: t.ID, LeaseID: t.Lease.ID})
-		case !t.State.Terminal() && now >= t.Deadline():
+			c = t.At(t.Lease.Expiry)
+			d.States = append(d.States, c.State)
+		}
+		if c.State == Waiting && now >= t.Deadline() {
 			d.Records = append(d.Records, Record{Type: TaskDead, TaskID: t.ID, Reason: "execution window closed"})
+			d.States = append(d.States, Dead)
 		}
 	}
 	return d

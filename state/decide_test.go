@@ -22,8 +22,8 @@ func run(t *testing.T, s *State, now int64, decide func() (Decision, error)) Dec
 	return d
 }
 
-func refusalKind(err error) RefusalKind {
-	var r *Refusal
+func refusalKind(err error) Kind {
+	var r *Error
 	if errors.As(err, &r) {
 		return r.Kind
 	}

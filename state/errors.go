@@ -2,30 +2,42 @@ package state
 
 import "fmt"
 
-// RefusalKind classifies why a command was refused; the CLI maps each kind to
-// one documented exit code.
-type RefusalKind string
+// Kind classifies why a command was refused; the CLI maps each kind to one
+// documented exit code.
+type Kind string
 
-// Refusal kinds.
+// The kinds of refusal.
 const (
-	// InvalidInput: the command's arguments are unusable (exit 2).
-	InvalidInput RefusalKind = "InvalidInput"
-	// RequestConflict: a request id was reused for a different request (exit 2).
-	RequestConflict RefusalKind = "RequestConflict"
-	// NotFound: the task or lease named does not exist (exit 4).
-	NotFound RefusalKind = "NotFound"
+	// InvalidInput: the command's arguments are unusable.
+	InvalidInput Kind = "InvalidInput"
+	// RequestConflict: a request id was reused for a different request.
+	RequestConflict Kind = "RequestConflict"
+	// NotFound: the task, lease or domain named does not exist.
+	NotFound Kind = "NotFound"
+	// NotAllowed: the task is in a state where the command means nothing.
+	NotAllowed Kind = "NotAllowed"
+	// BacklogOrdering, TokenMismatch, LeaseNotFound: a work-lease caller
+	// broke seed 003's contract (its exceptions).
+	BacklogOrdering Kind = "BacklogOrdering"
+	TokenMismatch   Kind = "TokenMismatch"
+	LeaseNotFound   Kind = "LeaseNotFound"
 )
 
-// Refusal is a command the current state does not allow. Nothing is written.
-type Refusal struct {
-	Kind RefusalKind
-	Msg  string
+// Error is a command the current state does not allow, naming the fact; the
+// caller adds what to do. Nothing is written.
+type Error struct {
+	Kind Kind
+	// Subject is what the refusal is about: "task", "lease", "request",
+	// "payload", "policy", "worker", "duration", "reason", "domain", "offset",
+	// "token", "max_retries" (empty when it is none of those).
+	Subject string
+	Msg     string
 }
 
-func (e *Refusal) Error() string { return e.Msg }
+func (e *Error) Error() string { return e.Msg }
 
-func refuse(kind RefusalKind, format string, args ...any) error {
-	return &Refusal{Kind: kind, Msg: fmt.Sprintf(format, args...)}
+func refuse(kind Kind, subject, format string, args ...any) error {
+	return &Error{Kind: kind, Subject: subject, Msg: fmt.Sprintf(format, args...)}
 }
 
 // RecordError is a record that breaks a rule: a precondition of its type, the
@@ -69,4 +81,13 @@ func breaks(invariant, format string, args ...any) error {
 
 func invalid(format string, args ...any) error {
 	return &violation{msg: fmt.Sprintf(format, args...)}
+}
+
+// firstErr is err if there is one, else alt: a lookup's damage wins over
+// what its answer would have meant.
+func firstErr(err, alt error) error {
+	if err != nil {
+		return err
+	}
+	return alt
 }

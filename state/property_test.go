@@ -36,9 +36,9 @@ func runHistory(t *testing.T, seed uint64, steps int) int {
 		now += rng.Int64N(15_000)
 		d, err := randomCommand(rng, live, now)
 		if err != nil {
-			var r *Refusal
+			var r *Error
 			if !errors.As(err, &r) {
-				t.Fatalf("seed %d step %d: a refusal must be a *Refusal, got %v", seed, step, err)
+				t.Fatalf("seed %d step %d: a refusal must be a *Error, got %v", seed, step, err)
 			}
 			continue
 		}

@@ -49,6 +49,21 @@ func ParseRecordType(name string) (RecordType, bool) {
 	return "", false
 }
 
+// The range of every time leasewal keeps, in unix ms: the years 0001 to 9999
+// (SPEC §1). Computed times saturate at these bounds, never wrap.
+const (
+	MinTime int64 = -62135596800000 // 0001-01-01T00:00:00Z
+	MaxTime int64 = 253402300799999 // 9999-12-31T23:59:59.999Z
+)
+
+// addTime is at+d, saturating at MaxTime.
+func addTime(at, d int64) int64 {
+	if d > MaxTime-at {
+		return MaxTime
+	}
+	return at + d
+}
+
 // Duration is a time.Duration written as Go duration text ("30s") in records,
 // so that a WAL reads like the seeds.
 type Duration time.Duration

@@ -2,6 +2,7 @@ package state
 
 import (
 	"slices"
+	"time"
 	"strconv"
 	"strings"
 )
@@ -85,7 +86,7 @@ type Task struct {
 }
 
 // Deadline is the end of the task's execution window.
-func (t *Task) Deadline() int64 { return t.CreatedAt + t.Window.Millis() }
+func (t *Task) Deadline() int64 { return addTime(t.CreatedAt, t.Window.Millis()) }
 
 // backoff is the wait after attempt n: min(backoff·2^(n-1), backoff_max).
 func (p RetryPolicy) backoff(n int) int64 {
@@ -94,6 +95,12 @@ func (p RetryPolicy) backoff(n int) int64 {
 		d *= 2
 	}
 	return min(d, limit)
+}
+
+// capExpiry is a lease's expiry for a duration d from now: never past the
+// task's deadline, never past the year 9999.
+func (t *Task) capExpiry(now int64, d time.Duration) int64 {
+	return min(addTime(now, d.Milliseconds()), t.Deadline())
 }
 
 // holds reports whether leaseID is the task's current lease and still valid at at.
@@ -130,7 +137,7 @@ func (t *Task) failureIsFinal(permanent bool) bool {
 // scheduleRetry puts the task back to WAITING after attempt a, backing off.
 func (t *Task) scheduleRetry(a *Attempt, at int64) {
 	t.State = Waiting
-	t.NotBefore = at + t.Policy.backoff(t.Attempt)
+	t.NotBefore = addTime(at, t.Policy.backoff(t.Attempt))
 	a.NotBefore = t.NotBefore
 }
 

@@ -46,24 +46,6 @@ const (
 	WorkInvMonitor     = "work invariant 6: a domain's lease record is never replaced while held (same offset, token and acquired_at)"
 )
 
-// ContractKind names a hard bug of a work-lease caller (seed 003's exceptions).
-type ContractKind string
-
-// The contract violations; each is exit 7 and writes nothing.
-const (
-	BacklogOrdering ContractKind = "BacklogOrdering"
-	TokenMismatch   ContractKind = "TokenMismatch"
-	LeaseNotFound   ContractKind = "LeaseNotFound"
-)
-
-// ContractError is a work-lease call that breaks the contract.
-type ContractError struct {
-	Kind ContractKind
-	Msg  string
-}
-
-func (e *ContractError) Error() string { return e.Msg }
-
 // WorkLease is a domain's in-flight offset.
 type WorkLease struct {
 	Offset     int64
@@ -132,15 +114,15 @@ type WorkDecision struct {
 func ptr[T any](v T) *T { return &v }
 
 // ValidateDomain checks a domain name: any non-empty text without control characters.
-func ValidateDomain(name string) error { return ValidateID("--domain", name) }
+func ValidateDomain(name string) error { return ValidateID("domain", name) }
 
 // DecideAcquire is seed 003's tryAcquire, in its order of checks.
 func (s *State) DecideAcquire(domain string, offset int64) (WorkDecision, error) {
 	if err := ValidateDomain(domain); err != nil {
-		return WorkDecision{}, refuse(InvalidInput, "%v", err)
+		return WorkDecision{}, refuse(InvalidInput, "domain", "%v", err)
 	}
 	if offset < 0 {
-		return WorkDecision{}, refuse(InvalidInput, "--offset must not be negative, got %d", offset)
+		return WorkDecision{}, refuse(InvalidInput, "offset", "an offset must not be negative, got %d", offset)
 	}
 	d := s.domain(domain)
 	answer := WorkDecision{Domain: domain, Offset: offset}
@@ -158,7 +140,7 @@ func (s *State) DecideAcquire(domain string, offset int64) (WorkDecision, error)
 		}
 	default:
 		if head, ok := d.head(); ok && head != offset {
-			return WorkDecision{}, &ContractError{Kind: BacklogOrdering,
+			return WorkDecision{}, &Error{Kind: BacklogOrdering,
 				Msg: fmt.Sprintf("domain %q: acquire of offset %d out of order: the backlog's head is %d (expected %d, got %d); acquire %d first", domain, offset, head, head, offset, head)}
 		}
 		answer.Outcome, answer.Token = ResultAcquired, "K"+strconv.FormatInt(s.lastTokenNum+1, 10)
@@ -170,17 +152,17 @@ func (s *State) DecideAcquire(domain string, offset int64) (WorkDecision, error)
 // heldLease checks a succeed or fail call against the domain's lease.
 func (s *State) heldLease(domain, token string) (*Domain, error) {
 	if err := ValidateDomain(domain); err != nil {
-		return nil, refuse(InvalidInput, "%v", err)
+		return nil, refuse(InvalidInput, "token", "%v", err)
 	}
 	if _, ok := idNumber(token, 'K'); !ok {
-		return nil, refuse(InvalidInput, "--token %q is not a work-lease token (K<n>, as acquire printed it)", token)
+		return nil, refuse(InvalidInput, "token", "%q is not a work-lease token (K<n>)", token)
 	}
 	d := s.domain(domain)
 	if d.Lease == nil {
-		return nil, &ContractError{Kind: LeaseNotFound, Msg: fmt.Sprintf("domain %q has no lease; acquire an offset first", domain)}
+		return nil, &Error{Kind: LeaseNotFound, Msg: fmt.Sprintf("domain %q has no lease; acquire an offset first", domain)}
 	}
 	if d.Lease.Token != token {
-		return nil, &ContractError{Kind: TokenMismatch, Msg: fmt.Sprintf("domain %q: token %s is not the lease's token (offset %d is held under another token); a stale caller must stop", domain, token, d.Lease.Offset)}
+		return nil, &Error{Kind: TokenMismatch, Msg: fmt.Sprintf("domain %q: token %s is not the lease's token (offset %d is held under another token); a stale caller must stop", domain, token, d.Lease.Offset)}
 	}
 	return d, nil
 }
@@ -205,7 +187,7 @@ func (s *State) DecideSucceed(domain, token string) (WorkDecision, error) {
 // maxRetries, otherwise keep the lease and count the retry.
 func (s *State) DecideWorkFail(domain, token string, maxRetries int) (WorkDecision, error) {
 	if maxRetries < 0 {
-		return WorkDecision{}, refuse(InvalidInput, "--max-retries must not be negative, got %d", maxRetries)
+		return WorkDecision{}, refuse(InvalidInput, "max_retries", "max retries must not be negative, got %d", maxRetries)
 	}
 	d, err := s.heldLease(domain, token)
 	if err != nil {

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -27,14 +26,6 @@ func workRun(t *testing.T, s *State, now int64) func(WorkDecision, error) WorkDe
 		}
 		return d
 	}
-}
-
-func contractKind(err error) ContractKind {
-	var c *ContractError
-	if errors.As(err, &c) {
-		return c.Kind
-	}
-	return ""
 }
 
 // TestWorkLeaseSeedScenarios is seed 003's "Sanity Test Scenarios", 1 to 6.
@@ -67,7 +58,7 @@ func TestWorkLeaseSeedScenarios(t *testing.T) {
 	})
 	t.Run("3 out-of-order acquire", func(t *testing.T) {
 		_, err := s.DecideAcquire("A", 3)
-		if contractKind(err) != BacklogOrdering || err.Error() != `domain "A": acquire of offset 3 out of order: the backlog's head is 2 (expected 2, got 3); acquire 2 first` {
+		if refusalKind(err) != BacklogOrdering || err.Error() != `domain "A": acquire of offset 3 out of order: the backlog's head is 2 (expected 2, got 3); acquire 2 first` {
 			t.Fatalf("got %v", err)
 		}
 		if d := workRun(t, s, sec(3))(s.DecideAcquire("A", 2)); d.Outcome != ResultAcquired || d.Token != "K2" {
@@ -111,11 +102,11 @@ func TestWorkLeaseSeedScenarios(t *testing.T) {
 
 func TestWorkLeaseErrors(t *testing.T) {
 	s := New()
-	if _, err := s.DecideSucceed("A", "K1"); contractKind(err) != LeaseNotFound {
+	if _, err := s.DecideSucceed("A", "K1"); refusalKind(err) != LeaseNotFound {
 		t.Fatalf("no lease: %v", err)
 	}
 	workRun(t, s, t0)(s.DecideAcquire("A", 5))
-	if _, err := s.DecideWorkFail("A", "K9", 3); contractKind(err) != TokenMismatch {
+	if _, err := s.DecideWorkFail("A", "K9", 3); refusalKind(err) != TokenMismatch {
 		t.Fatalf("wrong token: %v", err)
 	}
 	for name, err := range map[string]error{
@@ -219,7 +210,7 @@ func (m *refModel) tryAcquire(name string, offset, now int64) (Outcome, string, 
 	}
 	if len(d.backlog) > 0 {
 		if d.backlog[0] != offset {
-			return "", "", &ContractError{Kind: BacklogOrdering}
+			return "", "", &Error{Kind: BacklogOrdering}
 		}
 		d.backlog = d.backlog[1:]
 	}
@@ -231,10 +222,10 @@ func (m *refModel) tryAcquire(name string, offset, now int64) (Outcome, string, 
 func (m *refModel) check(name, token string) (*refDomain, error) {
 	d := m.get(name)
 	if d.lease == nil {
-		return nil, &ContractError{Kind: LeaseNotFound}
+		return nil, &Error{Kind: LeaseNotFound}
 	}
 	if token != d.lease.Token {
-		return nil, &ContractError{Kind: TokenMismatch}
+		return nil, &Error{Kind: TokenMismatch}
 	}
 	return d, nil
 }
@@ -320,7 +311,7 @@ func workHistory(t *testing.T, seed uint64) int {
 				wantOutcome, wantDetail, wantErr = ref.fail(domain, token, maxRetries)
 			}
 		}
-		if contractKind(err) != contractKind(wantErr) || (err == nil) != (wantErr == nil) {
+		if refusalKind(err) != refusalKind(wantErr) || (err == nil) != (wantErr == nil) {
 			t.Fatalf("seed %d step %d: error %v, the model says %v", seed, step, err, wantErr)
 		}
 		if err != nil {

@@ -22,7 +22,8 @@ import (
 //	after-sync    the frame is durable; the answer is not printed yet
 //
 // Actions: kill (the default), sleep=DURATION, and the disk faults
-// short-write, enospc and fsync-eio, which need no point.
+// short-write, enospc, fsync-eio and dirsync-eio (the fsync of the directory
+// of a new WAL), which need no point.
 type Fault struct {
 	Point  string
 	Action string
@@ -34,12 +35,12 @@ var faultPoints = map[string]bool{"before-write": true, "mid-write": true, "afte
 // ParseFault reads "POINT[:ACTION]" or a disk fault name.
 func ParseFault(spec string) (*Fault, error) {
 	switch spec {
-	case "short-write", "enospc", "fsync-eio":
+	case "short-write", "enospc", "fsync-eio", "dirsync-eio":
 		return &Fault{Action: spec}, nil
 	}
 	point, action, _ := strings.Cut(spec, ":")
 	if !faultPoints[point] {
-		return nil, fmt.Errorf("unknown failpoint %q: use before-write, mid-write, after-write or after-sync, optionally with :kill or :sleep=DURATION; or short-write, enospc, fsync-eio", spec)
+		return nil, fmt.Errorf("unknown failpoint %q: use before-write, mid-write, after-write or after-sync, optionally with :kill or :sleep=DURATION; or short-write, enospc, fsync-eio, dirsync-eio", spec)
 	}
 	f := &Fault{Point: point, Action: "kill"}
 	if d, ok := strings.CutPrefix(action, "sleep="); ok {
@@ -75,19 +76,19 @@ func (f *Fault) splitsWrite() bool { return f != nil && f.Point == "mid-write" }
 
 // faultyStore fails the way disks do.
 type faultyStore struct {
-	storage
+	Storage
 	action string
 }
 
 func (s *faultyStore) WriteAt(p []byte, off int64) (int, error) {
 	switch s.action {
 	case "short-write":
-		return s.storage.WriteAt(p[:len(p)/2], off)
+		return s.Storage.WriteAt(p[:len(p)/2], off)
 	case "enospc":
-		n, _ := s.storage.WriteAt(p[:len(p)/3], off)
+		n, _ := s.Storage.WriteAt(p[:len(p)/3], off)
 		return n, syscall.ENOSPC
 	}
-	return s.storage.WriteAt(p, off)
+	return s.Storage.WriteAt(p, off)
 }
 
 func (s *faultyStore) Sync() error {
@@ -95,14 +96,14 @@ func (s *faultyStore) Sync() error {
 		s.action = "" // the rollback's own fsync succeeds, as a retried fsync may
 		return syscall.EIO
 	}
-	return s.storage.Sync()
+	return s.Storage.Sync()
 }
 
 // Inject makes every later append on l meet f.
 func (l *Log) Inject(f *Fault) {
 	l.fault = f
 	if f != nil && f.Point == "" {
-		l.store = &faultyStore{storage: l.store, action: f.Action}
+		l.store = &faultyStore{Storage: l.store, action: f.Action}
 	}
 }
 

@@ -22,16 +22,6 @@ const (
 	Write
 )
 
-// LockTimeoutError means another process held the WAL lock for longer than allowed.
-type LockTimeoutError struct {
-	Path   string
-	Waited time.Duration
-}
-
-func (e *LockTimeoutError) Error() string {
-	return fmt.Sprintf("the WAL %s is busy: another leasewal held its lock for the whole %s waited; retry, or raise --lock-timeout", e.Path, e.Waited)
-}
-
 // AppendError means an append failed and was rolled back: the record was not
 // written and the operation did not happen.
 type AppendError struct {
@@ -53,12 +43,23 @@ func (e *AppendError) Unwrap() error { return e.Err }
 // create; the caller starts over on the file that now exists.
 var ErrCreateRace = errors.New("the WAL was created concurrently")
 
-// storage is the part of *os.File an append touches; tests replace it to
-// inject short writes, ENOSPC and fsync failures.
-type storage interface {
+// Storage is the part of *os.File an append touches: the seam through which a
+// caller (or a test) sees, or fails, every write, truncate and fsync of the WAL.
+type Storage interface {
 	io.WriterAt
 	Truncate(size int64) error
 	Sync() error
+}
+
+// Keeper writes a new side file beside the WAL (a torn tail's keepsake) durably,
+// failing with an error wrapping fs.ErrExist if name exists.
+type Keeper func(name string, data []byte) error
+
+// Seam routes a log's writes through the caller's file system: Wrap sees the
+// WAL's storage, Keep writes keepsakes. A zero Seam is the plain file system.
+type Seam struct {
+	Wrap func(Storage) Storage
+	Keep Keeper
 }
 
 // Log is an open, locked WAL. Close releases the lock.
@@ -67,9 +68,18 @@ type Log struct {
 	Position
 	Torn  *TornTail
 	file  *os.File
-	store storage
+	store Storage
 	mode  Mode
 	fault *Fault // nil except in tests
+	keep  Keeper
+}
+
+// Route sends the log's later writes through seam.
+func (l *Log) Route(seam Seam) {
+	if seam.Wrap != nil {
+		l.store = seam.Wrap(l.store)
+	}
+	l.keep = seam.Keep
 }
 
 // ErrStalePosition means a position recorded earlier (by a checkpoint) does
@@ -90,12 +100,10 @@ func OpenAt(path string, mode Mode, lockTimeout time.Duration, from Position, ea
 	if mode == Write {
 		flags = os.O_RDWR
 	}
-	f, err := os.OpenFile(path, flags, 0)
-	if errors.Is(err, unix.EISDIR) {
-		return nil, &NotRegularError{Path: path}
-	}
+	// O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+	f, err := os.OpenFile(path, flags|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, openError(path, err)
 	}
 	if err := checkRegular(f, path); err != nil {
 		f.Close()
@@ -105,7 +113,11 @@ func OpenAt(path string, mode Mode, lockTimeout time.Duration, from Position, ea
 	if mode == Write {
 		how = unix.LOCK_EX
 	}
-	if err := lock(f, path, how, lockTimeout); err != nil {
+	if err := lockFair(f, path, how, lockTimeout); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := checkSameFile(f, path); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -135,6 +147,49 @@ func OpenAt(path string, mode Mode, lockTimeout time.Duration, from Position, ea
 	return &Log{Path: path, Position: pos, Torn: torn, file: f, store: f, mode: mode}, nil
 }
 
+// ErrReplaced means the path no longer names the file that was locked: it was
+// renamed over or deleted while the caller waited for the lock. The caller
+// starts over on what the path names now, so that nothing is ever written to
+// a file behind the back of the one that replaced it.
+var ErrReplaced = errors.New("the WAL was replaced while waiting for its lock")
+
+// checkSameFile checks, under the lock, that path still names f.
+func checkSameFile(f *os.File, path string) error {
+	held, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	now, err := os.Stat(path)
+	if err != nil || !os.SameFile(held, now) {
+		return ErrReplaced
+	}
+	return nil
+}
+
+// openError explains why path could not be opened. A missing file is
+// reported wrapping fs.ErrNotExist (the caller decides what that means) only
+// when the path could be created: a dangling symlink, a symlink loop or a
+// missing directory never can, and would otherwise be retried forever.
+func openError(path string, err error) error {
+	switch {
+	case errors.Is(err, unix.EISDIR):
+		return &NotRegularError{Path: path, What: "a directory"}
+	case errors.Is(err, unix.ELOOP):
+		return &NotRegularError{Path: path, What: "a symlink loop"}
+	case errors.Is(err, unix.ENXIO):
+		return &NotRegularError{Path: path, What: "a socket or device"}
+	case errors.Is(err, fs.ErrNotExist):
+		if info, lerr := os.Lstat(path); lerr == nil && info.Mode()&fs.ModeSymlink != 0 {
+			return &NotRegularError{Path: path, What: "a symlink to nothing"}
+		}
+		dir := filepath.Dir(path)
+		if info, derr := os.Stat(dir); derr != nil || !info.IsDir() {
+			return &NotRegularError{Path: path, What: "in a directory that does not exist (" + dir + ")"}
+		}
+	}
+	return err
+}
+
 // checkPosition checks from against the file and leaves f positioned at from.End.
 func checkPosition(f *os.File, size int64, from Position) error {
 	n := from.End - from.LastOffset
@@ -154,11 +209,15 @@ func checkPosition(f *os.File, size int64, from Position) error {
 	return nil
 }
 
-// NotRegularError means the WAL path names something other than a regular file.
-type NotRegularError struct{ Path string }
+// NotRegularError means the WAL path names something other than a regular
+// file, or a file that cannot exist (its directory is missing).
+type NotRegularError struct {
+	Path string
+	What string // "a FIFO", "a symlink to nothing", …
+}
 
 func (e *NotRegularError) Error() string {
-	return fmt.Sprintf("%s is not a regular file; point --wal at a WAL file", e.Path)
+	return fmt.Sprintf("%s is %s, not a WAL file; point --wal at a regular file (or where one can be created)", e.Path, e.What)
 }
 
 func checkRegular(f *os.File, path string) error {
@@ -167,53 +226,67 @@ func checkRegular(f *os.File, path string) error {
 		return err
 	}
 	if !st.Mode().IsRegular() {
-		return &NotRegularError{Path: path}
+		what := "not a regular file"
+		switch {
+		case st.Mode()&fs.ModeNamedPipe != 0:
+			what = "a FIFO"
+		case st.IsDir():
+			what = "a directory"
+		case st.Mode()&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeSocket) != 0:
+			what = "a socket or device"
+		}
+		return &NotRegularError{Path: path, What: what}
 	}
 	return nil
-}
-
-func lock(f *os.File, path string, how int, timeout time.Duration) error {
-	start := time.Now()
-	for wait := time.Millisecond; ; wait = min(wait*2, 50*time.Millisecond) {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("locking %s: %w", path, err)
-		}
-		if time.Since(start) >= timeout {
-			return &LockTimeoutError{Path: path, Waited: timeout}
-		}
-		time.Sleep(wait)
-	}
 }
 
 // Close releases the lock and the file.
 func (l *Log) Close() error { return l.file.Close() }
 
-// Append writes one record body as a single frame and fsyncs it. A torn tail
-// is first cut off and kept in a side file (see CutTorn). On any failure the
-// file is truncated back to its previous size.
-func (l *Log) Append(body []byte) (cut *CutResult, err error) {
+// Append writes one record body as a single frame and fsyncs it (see AppendBatch).
+func (l *Log) Append(body []byte) (*CutResult, error) { return l.AppendBatch([][]byte{body}) }
+
+// AppendBatch writes the record bodies as consecutive frames in one write and
+// makes them durable with one fsync: all of them or none. A torn tail is first
+// cut off and kept in a side file (see CutTorn). On any failure the file is
+// truncated back to its previous size.
+func (l *Log) AppendBatch(bodies [][]byte) (cut *CutResult, err error) {
 	if l.mode != Write {
 		return nil, errors.New("append on a WAL opened for reading")
+	}
+	frames, pos, err := encodeFrames(l.Position, bodies)
+	if err != nil {
+		return nil, err
 	}
 	if l.Torn != nil {
 		if cut, err = l.CutTorn(); err != nil {
 			return nil, err
 		}
 	}
-	frame, sum, err := EncodeFrame(l.LastSum, body)
-	if err != nil {
-		return cut, err
-	}
-	if err := l.writeDurably(frame); err != nil {
+	if err := l.writeDurably(frames); err != nil {
 		return cut, err
 	}
 	l.fault.reach("after-sync")
-	l.Position = Position{Count: l.Count + 1, End: l.End + int64(len(frame)), LastSum: sum, LastOffset: l.End}
+	l.Position = pos
 	return cut, nil
+}
+
+// encodeFrames chains the bodies' frames after pos and returns them as one
+// buffer, with the position after the last.
+func encodeFrames(pos Position, bodies [][]byte) ([]byte, Position, error) {
+	if len(bodies) == 0 {
+		return nil, pos, errors.New("nothing to append")
+	}
+	var frames []byte
+	for _, body := range bodies {
+		frame, sum, err := EncodeFrame(pos.LastSum, body)
+		if err != nil {
+			return nil, pos, err
+		}
+		frames = append(frames, frame...)
+		pos = Position{Count: pos.Count + 1, End: pos.End + int64(len(frame)), LastSum: sum, LastOffset: pos.End}
+	}
+	return frames, pos, nil
 }
 
 func (l *Log) writeDurably(frame []byte) error {
@@ -261,7 +334,7 @@ func (l *Log) CutTorn() (*CutResult, error) {
 	if _, err := l.file.ReadAt(contents, l.Torn.Offset); err != nil {
 		return nil, fmt.Errorf("reading the torn tail of %s: %w", l.Path, err)
 	}
-	saved, err := saveSideFile(l.Path, fmt.Sprintf(".torn-%d", l.Torn.Offset), contents)
+	saved, err := saveSideFile(l.Path, fmt.Sprintf(".torn-%d", l.Torn.Offset), contents, l.keep)
 	if err != nil {
 		return nil, err
 	}
@@ -276,62 +349,82 @@ func (l *Log) CutTorn() (*CutResult, error) {
 	return res, nil
 }
 
-func saveSideFile(walPath, suffix string, contents []byte) (string, error) {
+func saveSideFile(walPath, suffix string, contents []byte, keep Keeper) (string, error) {
+	if keep == nil {
+		keep = KeepFile
+	}
 	for n := 0; ; n++ {
 		name := walPath + suffix
 		if n > 0 {
 			name = fmt.Sprintf("%s.%d", name, n)
 		}
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		err := keep(name, contents)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("saving the torn tail: %w", err)
-		}
-		_, werr := f.Write(contents)
-		if werr == nil {
-			werr = f.Sync()
-		}
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr == nil {
-			werr = SyncDir(filepath.Dir(name))
-		}
-		if werr != nil {
-			os.Remove(name)
-			return "", fmt.Errorf("saving the torn tail to %s: %w", name, werr)
+			return "", fmt.Errorf("saving the torn tail to %s: %w", name, err)
 		}
 		return name, nil
 	}
 }
 
-// Create makes a new WAL holding the header and one record, atomically, and
-// returns it open for writing: the file is written, locked and fsynced under a
-// temporary name, then hard-linked into place (which fails if the path
-// exists), then the directory is fsynced. No reader ever sees a WAL without
-// its header, and the lock taken before the link covers the new path too.
-// ErrCreateRace is returned if the WAL appeared meanwhile. fault is nil
-// except in tests.
+// KeepFile is the plain Keeper: create name exclusively, write, fsync, fsync
+// the directory; a failure removes what was begun.
+func KeepFile(name string, contents []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(contents)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = SyncDir(filepath.Dir(name))
+	}
+	if werr != nil {
+		os.Remove(name)
+	}
+	return werr
+}
+
+// Create makes a new WAL holding the header and one record (see CreateBatch).
 func Create(path string, body []byte, fault *Fault) (*Log, error) {
-	frame, sum, err := EncodeFrame(headerSeed, body)
+	return CreateBatch(path, [][]byte{body}, fault, Seam{})
+}
+
+// CreateBatch makes a new WAL holding the header and the records, atomically,
+// and returns it open for writing: the file is written, locked and fsynced
+// under a temporary name, then hard-linked into place (which fails if the
+// path exists), then the directory is fsynced. No reader ever sees a WAL
+// without its header, and the lock taken before the link covers the new path
+// too. ErrCreateRace is returned if the WAL appeared meanwhile. If the
+// directory cannot be made durable, the link is taken back: a WAL whose
+// existence may not survive a crash was never acknowledged. fault is nil
+// except in tests.
+func CreateBatch(path string, bodies [][]byte, fault *Fault, seam Seam) (*Log, error) {
+	frames, pos, err := encodeFrames(start, bodies)
 	if err != nil {
 		return nil, err
 	}
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".creating-*")
 	if err != nil {
-		return nil, fmt.Errorf("creating the WAL: %w", err)
+		return nil, fmt.Errorf("creating the WAL: %w", openError(path, err))
 	}
 	defer os.Remove(tmp.Name())
 	l := &Log{Path: path, file: tmp, store: tmp, mode: Write}
+	l.Route(seam)
 	l.Inject(fault)
 	if err := unix.Flock(int(tmp.Fd()), unix.LOCK_EX); err != nil {
 		tmp.Close()
 		return nil, fmt.Errorf("locking the new WAL: %w", err)
 	}
-	if err := l.writeDurably(append(append([]byte{}, HeaderLine...), frame...)); err != nil {
+	if err := l.writeDurably(append(append([]byte{}, HeaderLine...), frames...)); err != nil {
 		tmp.Close()
 		return nil, err
 	}
@@ -342,13 +435,24 @@ func Create(path string, body []byte, fault *Fault) (*Log, error) {
 		}
 		return nil, fmt.Errorf("creating the WAL: %w", err)
 	}
-	if err := SyncDir(dir); err != nil {
+	if err := syncDir(dir, fault); err != nil {
 		tmp.Close()
-		return nil, fmt.Errorf("syncing the directory of the new WAL: %w", err)
+		if rerr := os.Remove(path); rerr != nil {
+			return nil, fmt.Errorf("the new WAL %s could not be made durable (fsync of its directory: %v) and could not be removed (%v): it holds the first record, which may or may not survive a crash; run 'leasewal verify' and repeat the command with the same request id", path, err, rerr)
+		}
+		return nil, &AppendError{Op: "fsync of the directory", Err: err, RolledBack: true}
 	}
 	fault.reach("after-sync")
-	l.Position = Position{Count: 1, End: start.End + int64(len(frame)), LastSum: sum, LastOffset: start.End}
+	l.Position = pos
 	return l, nil
+}
+
+// syncDir is SyncDir, failing as a test asks.
+func syncDir(dir string, fault *Fault) error {
+	if fault != nil && fault.Action == "dirsync-eio" {
+		return unix.EIO
+	}
+	return SyncDir(dir)
 }
 
 // SyncDir fsyncs a directory, so that a file created or renamed in it survives a crash.

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -23,6 +24,19 @@ const Start = int64(1767225600000)
 type Options struct {
 	Records int // at least this many records
 	Waiting int // tasks left WAITING at the end, for lease benchmarks
+}
+
+// WriteFile writes a whole WAL file at path.
+func WriteFile(path string, o Options) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = Write(f, o)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Write writes a whole WAL file to w and returns the final state.

@@ -91,7 +91,9 @@ func generateHistory(path string, records, waiting int) {
 	st, err := histgen.Write(f, histgen.Options{Records: records, Waiting: waiting})
 	check(err)
 	check(f.Close())
-	fmt.Println(st.LastSeq(), len(st.Tasks()))
+	tasks, err := st.Tasks()
+	check(err)
+	fmt.Println(st.LastSeq(), len(tasks))
 }
 
 type run struct {

@@ -1,4 +1,4 @@
-package cmd
+package store_test
 
 import (
 	"bytes"
@@ -7,10 +7,18 @@ import (
 	"strings"
 	"testing"
 
+	"leasewal/cmd"
 	"leasewal/internal/histgen"
-	"leasewal/state"
+	"leasewal/store"
 	"leasewal/wal"
 )
+
+// cli runs leasewal in-process and returns its exit code, stdout and stderr.
+func cli(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := cmd.Main(args, strings.NewReader(""), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
 
 const cpNow = "2026-11-01T00:00:00Z"
 
@@ -18,11 +26,7 @@ const cpNow = "2026-11-01T00:00:00Z"
 func historyWAL(t *testing.T, dir string, n int) string {
 	t.Helper()
 	path := filepath.Join(dir, "q.wal")
-	var buf bytes.Buffer
-	if _, err := histgen.Write(&buf, histgen.Options{Records: n, Waiting: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+	if err := histgen.WriteFile(path, histgen.Options{Records: n, Waiting: 3}); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -42,7 +46,7 @@ func stateOf(t *testing.T, walPath string) string {
 func TestCheckpointIsWrittenAndUsed(t *testing.T) {
 	dir := t.TempDir()
 	walPath := historyWAL(t, dir, 1200)
-	cpPath := walPath + checkpointSuffix
+	cpPath := walPath + store.CheckpointSuffix
 	want := stateOf(t, walPath) // a full replay: no checkpoint yet
 	if _, err := os.Stat(cpPath); !os.IsNotExist(err) {
 		t.Fatal("a reader wrote a checkpoint")
@@ -51,15 +55,10 @@ func TestCheckpointIsWrittenAndUsed(t *testing.T) {
 		t.Fatalf("expire: %s", out)
 	}
 	if _, err := os.Stat(cpPath); err != nil {
-		t.Fatalf("a writer past %d records wrote no checkpoint: %v", minCheckpointTail, err)
+		t.Fatalf("a writer past %d records wrote no checkpoint: %v", store.MinCheckpointTail, err)
 	}
-	g := &globals{walPath: walPath}
-	st, pos, release, ok := g.loadCheckpoint()
-	if ok {
-		defer release()
-	}
-	if !ok || pos.Count != int(st.LastSeq()) || pos.Count < 1200 {
-		t.Fatalf("checkpoint at %+v, ok %v", pos, ok)
+	if count, ok := store.LoadCheckpoint(walPath); !ok || count < 1200 {
+		t.Fatalf("checkpoint of %d records, ok %v", count, ok)
 	}
 	want = stateOf(t, walPath) // expire may have changed records
 	// Damage the WAL before the checkpoint's position: a command that starts
@@ -70,7 +69,7 @@ func TestCheckpointIsWrittenAndUsed(t *testing.T) {
 	if got := stateOf(t, walPath); got != want {
 		t.Fatal("the state from the checkpoint differs from the full replay")
 	}
-	if code, _, _ := cli("--wal", walPath, "verify"); code != ExitDamaged {
+	if code, _, _ := cli("--wal", walPath, "verify"); code != cmd.ExitDamaged {
 		t.Fatal("verify must replay from scratch")
 	}
 }
@@ -90,7 +89,7 @@ func mustRead(t *testing.T, path string) []byte {
 func TestBadCheckpointsAreIgnored(t *testing.T) {
 	dir := t.TempDir()
 	walPath := historyWAL(t, dir, 700)
-	cpPath := walPath + checkpointSuffix
+	cpPath := walPath + store.CheckpointSuffix
 	want := stateOf(t, walPath)
 	good := mustReadCheckpoint(t, walPath, 400) // a checkpoint after record 400
 
@@ -115,7 +114,7 @@ func TestBadCheckpointsAreIgnored(t *testing.T) {
 	for i := 0; i < len(good); i += 97 {
 		flipped := bytes.Clone(good)
 		flipped[i] ^= 0x10
-		if _, _, ok := decodeCheckpoint(flipped, nil); ok {
+		if store.DecodesAsCheckpoint(flipped) {
 			t.Fatalf("a checkpoint with byte %d flipped was accepted", i)
 		}
 		flips++
@@ -142,13 +141,11 @@ func mustReadCheckpoint(t *testing.T, walPath string, n int) []byte {
 	prefix := filepath.Join(t.TempDir(), "prefix.wal")
 	end := scanned.Frames[n].Offset
 	os.WriteFile(prefix, data[:end], 0o644)
-	g := &globals{walPath: prefix, lockTimeout: 1e9, getenv: os.Getenv, stderr: os.Stderr}
-	s, err := g.openSession(wal.Read)
+	cp, err := store.CheckpointOf(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.close()
-	return encodeCheckpoint(s.st, s.log.Position)
+	return cp
 }
 
 // TestCheckpointOfADeletedWAL: a checkpoint left behind by a deleted WAL is
@@ -159,7 +156,7 @@ func TestCheckpointOfADeletedWAL(t *testing.T) {
 	if code, out, _ := cli("--wal", walPath, "--now", cpNow, "expire"); code != 0 {
 		t.Fatal(out)
 	}
-	if _, err := os.Stat(walPath + checkpointSuffix); err != nil {
+	if _, err := os.Stat(walPath + store.CheckpointSuffix); err != nil {
 		t.Fatalf("no checkpoint to leave behind: %v", err)
 	}
 	os.Remove(walPath)
@@ -186,11 +183,11 @@ func archivedPair(t *testing.T) (withArchive, plain string) {
 			t.Fatalf("expire: %s %s", out, errOut)
 		}
 	}
-	info, err := os.Stat(withArchive + archiveSuffix)
+	info, err := os.Stat(withArchive + store.ArchiveSuffix)
 	if err != nil {
 		t.Fatalf("3000 records of history wrote no archive: %v", err)
 	}
-	t.Logf("archive of %d bytes, checkpoint of %d", info.Size(), len(mustRead(t, withArchive+checkpointSuffix)))
+	t.Logf("archive of %d bytes, checkpoint of %d", info.Size(), len(mustRead(t, withArchive+store.CheckpointSuffix)))
 	return withArchive, plain
 }
 
@@ -216,11 +213,11 @@ var archiveProbes = [][]string{
 func TestArchiveAnswersAsAFullReplay(t *testing.T) {
 	withArchive, plain := archivedPair(t)
 	for _, args := range archiveProbes {
-		os.Remove(plain + checkpointSuffix)
-		os.Remove(plain + archiveSuffix)
+		os.Remove(plain + store.CheckpointSuffix)
+		os.Remove(plain + store.ArchiveSuffix)
 		code, out, errOut := cli(append([]string{"--wal", withArchive, "--now", cpNow}, args...)...)
-		os.Remove(plain + checkpointSuffix)
-		os.Remove(plain + archiveSuffix)
+		os.Remove(plain + store.CheckpointSuffix)
+		os.Remove(plain + store.ArchiveSuffix)
 		wantCode, wantOut, wantErr := cli(append([]string{"--wal", plain, "--now", cpNow}, args...)...)
 		if code != wantCode || out != wantOut || errOut != wantErr {
 			t.Fatalf("%v: exit %d %s %s, a full replay says exit %d %s %s", args, code, out, errOut, wantCode, wantOut, wantErr)
@@ -238,17 +235,17 @@ func TestArchiveAnswersAsAFullReplay(t *testing.T) {
 // new archive, by a writer).
 func TestDamagedArchiveIsReplayedAround(t *testing.T) {
 	withArchive, plain := archivedPair(t)
-	archive := mustRead(t, withArchive+archiveSuffix)
+	archive := mustRead(t, withArchive+store.ArchiveSuffix)
 	other, _ := archivedPair(t)
 	zeroed := bytes.Clone(archive)
 	clear(zeroed[200 : len(zeroed)-4096]) // the records and most index blocks; the header and the fence at the end stay intact
-	for name, bad := range map[string][]byte{"zeroed index and records": zeroed, "another WAL's": mustRead(t, other+archiveSuffix)} {
+	for name, bad := range map[string][]byte{"zeroed index and records": zeroed, "another WAL's": mustRead(t, other+store.ArchiveSuffix)} {
 		for _, args := range archiveProbes[2:] { // inspect of one task replays from scratch: it shows the records
-			checkpoint := mustRead(t, withArchive+checkpointSuffix)
-			os.WriteFile(withArchive+archiveSuffix, bad, 0o644)
+			checkpoint := mustRead(t, withArchive+store.CheckpointSuffix)
+			os.WriteFile(withArchive+store.ArchiveSuffix, bad, 0o644)
 			code, out, errOut := cli(append([]string{"--wal", withArchive, "--now", cpNow}, args...)...)
 			wantCode, wantOut, _ := cli(append([]string{"--wal", plain, "--now", cpNow}, args...)...)
-			os.Remove(plain + checkpointSuffix)
+			os.Remove(plain + store.CheckpointSuffix)
 			if code != wantCode || out != wantOut {
 				t.Fatalf("%s archive, %v: exit %d %s %s, a full replay says exit %d %s", name, args, code, out, errOut, wantCode, wantOut)
 			}
@@ -256,11 +253,11 @@ func TestDamagedArchiveIsReplayedAround(t *testing.T) {
 			if name != "another WAL's" && looksUp && !strings.Contains(errOut, "archive of finished tasks is damaged") {
 				t.Fatalf("%v: the damage was not reported: %q", args, errOut)
 			}
-			_, err := os.Stat(withArchive + checkpointSuffix)
-			if err == nil && bytes.Equal(mustRead(t, withArchive+archiveSuffix), bad) && name != "another WAL's" && looksUp {
+			_, err := os.Stat(withArchive + store.CheckpointSuffix)
+			if err == nil && bytes.Equal(mustRead(t, withArchive+store.ArchiveSuffix), bad) && name != "another WAL's" && looksUp {
 				t.Fatalf("%v: the checkpoint of a damaged archive was kept", args) // dropped, or rewritten by a writer with a new archive
 			}
-			os.WriteFile(withArchive+checkpointSuffix, checkpoint, 0o644)
+			os.WriteFile(withArchive+store.CheckpointSuffix, checkpoint, 0o644)
 		}
 	}
 	if !bytes.Equal(mustRead(t, withArchive), mustRead(t, plain)) {
@@ -276,11 +273,11 @@ func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
 	os.Mkdir(dir, 0o755)
 	walPath := filepath.Join(dir, "q?.wal")
 	os.WriteFile(walPath, mustRead(t, historyWAL(t, t.TempDir(), 2500)), 0o644)
-	leftovers := []string{walPath + archiveSuffix + ".tmp-123", walPath + checkpointSuffix + ".tmp-9"}
+	leftovers := []string{walPath + store.ArchiveSuffix + ".tmp-123", walPath + store.CheckpointSuffix + ".tmp-9"}
 	for _, path := range leftovers {
 		os.WriteFile(path, []byte("half"), 0o644)
 	}
-	unrelated := filepath.Join(dir, "qx.wal"+archiveSuffix+".tmp-1") // another WAL's, which ? would match
+	unrelated := filepath.Join(dir, "qx.wal"+store.ArchiveSuffix+".tmp-1") // another WAL's, which ? would match
 	os.WriteFile(unrelated, []byte("theirs"), 0o644)
 	if code, out, errOut := cli("--wal", walPath, "--now", cpNow, "expire"); code != 0 {
 		t.Fatal(out, errOut)
@@ -293,67 +290,9 @@ func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
 	if _, err := os.Stat(unrelated); err != nil {
 		t.Fatalf("another WAL's file was removed: %v", err)
 	}
-	if _, err := os.Stat(walPath + archiveSuffix); err != nil {
+	if _, err := os.Stat(walPath + store.ArchiveSuffix); err != nil {
 		t.Fatalf("no archive written: %v", err)
 	}
 }
 
-// TestLogHoldsItsLinesUntilTheEnd: log -o json of a long history prints every
-// record (its lines pass through a temporary file past the first MiB), and a
-// damaged record near the end prints only the error, as every command does.
-func TestLogHoldsItsLinesUntilTheEnd(t *testing.T) {
-	walPath := historyWAL(t, t.TempDir(), 12000)
-	code, out, errOut := cli("--wal", walPath, "log", "-o", "json")
-	records := strings.Count(string(mustRead(t, walPath)), "\n") - 1
-	if code != 0 || strings.Count(out, "\n") != records || len(out) < 2*spoolInMemory {
-		t.Fatalf("log: exit %d, %d lines of %d records, %d bytes: %s", code, strings.Count(out, "\n"), records, len(out), errOut)
-	}
-	data := mustRead(t, walPath)
-	lines := bytes.SplitAfter(data, []byte("\n"))
-	lines[len(lines)-3][20] ^= 1 // the record before the last: damage, not a torn tail
-	os.WriteFile(walPath, bytes.Join(lines, nil), 0o644)
-	code, out, _ = cli("--wal", walPath, "log", "-o", "json")
-	if code != ExitDamaged || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"result":"ERROR"`) {
-		t.Fatalf("log of a damaged WAL: exit %d, %d lines, starting %.200s", code, strings.Count(out, "\n"), out)
-	}
-}
 
-// TestListingsAreTheViewStreamed: the listings of inspect, streamed task by
-// task, are byte for byte the JSON and the table of the whole view, for
-// every --state.
-func TestListingsAreTheViewStreamed(t *testing.T) {
-	walPath := historyWAL(t, t.TempDir(), 2000)
-	if code, out, errOut := cli("--wal", walPath, "--now", cpNow, "submit", "--payload", "<a & b>", "-o", "json"); code != 0 {
-		t.Fatal(out, errOut)
-	}
-	g := &globals{walPath: walPath, lockTimeout: 1e9, getenv: os.Getenv, stderr: os.Stderr}
-	s, err := g.openSession(wal.Read)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
-	for _, only := range []state.TaskState{"", state.Waiting, state.Leased, state.Completed, state.Failed, state.Dead} {
-		v, err := buildInspect(s.st, s.now, nil, only)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.Summary = summarize(s.st, s.now)
-		var want, got bytes.Buffer
-		writeJSON(&want, v)
-		if err := writeListingJSON(&got, s.st, s.now, only); err != nil {
-			t.Fatal(err)
-		}
-		if got.String() != want.String() {
-			t.Fatalf("--state %q: streamed %d bytes differ from the view's %d", only, got.Len(), want.Len())
-		}
-		want.Reset()
-		got.Reset()
-		renderInspect(&want, palette{}, v)
-		if err := renderListing(&got, palette{}, s.st, s.now, only); err != nil {
-			t.Fatal(err)
-		}
-		if got.String() != want.String() || !strings.Contains(got.String(), "DEADLINE") && len(v.Tasks) > 0 {
-			t.Fatalf("--state %q: the table drawn row by row differs from the view's:\n%s\n%s", only, got.String(), want.String())
-		}
-	}
-}

@@ -1,4 +1,4 @@
-package cmd
+package store
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,10 +35,14 @@ import (
 // of the rest (4 bytes, little endian), the WAL position as uvarints (count,
 // end, checksum, offset of the last frame), then the state snapshot.
 
+// The side files a writer keeps beside the WAL.
 const (
-	checkpointSuffix = ".checkpoint"
-	archiveSuffix    = ".archive"
-	checkpointMagic  = "leasewal-checkpoint v2\n"
+	CheckpointSuffix = ".checkpoint"
+	ArchiveSuffix    = ".archive"
+)
+
+const (
+	checkpointMagic = "leasewal-checkpoint v2\n"
 	// minCheckpointTail is the least number of records a checkpoint may lag
 	// behind before a writer rewrites it (see checkpointDue).
 	minCheckpointTail = 100
@@ -105,12 +108,12 @@ func decodeCheckpoint(data []byte, archive *state.Archive) (*state.State, wal.Po
 // loadCheckpoint reads the checkpoint beside the WAL, if there is a good one.
 // The archive stays mapped until release is called; the state must not be
 // used after that.
-func (g *globals) loadCheckpoint() (st *state.State, pos wal.Position, release func(), ok bool) {
-	data, err := os.ReadFile(g.sidePath(checkpointSuffix))
+func (h *Handle) loadCheckpoint() (st *state.State, pos wal.Position, release func(), ok bool) {
+	data, err := os.ReadFile(h.side(CheckpointSuffix))
 	if err != nil {
 		return nil, wal.Position{}, nil, false
 	}
-	archive, release := g.mapArchive()
+	archive, release := h.mapArchive()
 	if st, pos, ok = decodeCheckpoint(data, archive); !ok {
 		release()
 		return nil, wal.Position{}, nil, false
@@ -120,8 +123,8 @@ func (g *globals) loadCheckpoint() (st *state.State, pos wal.Position, release f
 
 // mapArchive maps <wal>.archive read-only; a missing or unreadable archive is
 // none (a checkpoint that names one is then not used).
-func (g *globals) mapArchive() (*state.Archive, func()) {
-	f, err := os.Open(g.sidePath(archiveSuffix))
+func (h *Handle) mapArchive() (*state.Archive, func()) {
+	f, err := os.Open(h.side(ArchiveSuffix))
 	if err != nil {
 		return nil, func() {}
 	}
@@ -143,50 +146,65 @@ func (g *globals) mapArchive() (*state.Archive, func()) {
 	return archive, release
 }
 
+// side names a file kept beside the WAL.
+func (h *Handle) side(suffix string) string { return filepath.Clean(h.opts.Path) + suffix }
+
+// refreshCheckpoint applies the checkpoint rule after a writing operation,
+// still under the exclusive lock.
+func (h *Handle) refreshCheckpoint(tx *Tx) {
+	if inMemory, _ := tx.State.InMemory(); checkpointDue(tx.log.Count-h.checkpointed, inMemory) {
+		if h.saveCheckpoint(tx.State, tx.log.Position) {
+			h.checkpointed = tx.log.Count
+		}
+	}
+}
+
 // saveCheckpoint applies the archive rule, then writes the checkpoint. A
 // failure costs speed, not correctness, so it is only a warning; a new
 // archive that could not be written leaves the checkpoint as it was, since a
 // checkpoint must never name an archive that is not on disk.
-func (g *globals) saveCheckpoint(st *state.State, pos wal.Position) {
-	g.removeLeftovers()
+func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
+	h.removeLeftovers()
 	if _, finished := st.InMemory(); archiveDue(finished) {
 		archive, err := st.ArchiveFinished()
 		if errors.Is(err, state.ErrArchive) {
-			g.dropCheckpoint() // the old archive is damaged: the next command replays the WAL and writes a new one
+			h.dropCheckpoint() // the old archive is damaged: the next command replays the WAL and writes a new one
 		}
 		if err == nil {
-			err = writeAtomic(g.sidePath(archiveSuffix), archive)
+			err = h.opts.FS.WriteFile(h.side(ArchiveSuffix), archive)
 		}
 		if err != nil {
-			g.warnCache(fmt.Errorf("could not write the archive %s: %w", g.sidePath(archiveSuffix), err))
-			return
+			h.warnCache(fmt.Errorf("could not write the archive %s: %w", h.side(ArchiveSuffix), err))
+			return false
 		}
 	}
-	if err := writeAtomic(g.sidePath(checkpointSuffix), encodeCheckpoint(st, pos)); err != nil {
-		g.warnCache(fmt.Errorf("could not write the checkpoint %s: %w", g.sidePath(checkpointSuffix), err))
+	if err := h.opts.FS.WriteFile(h.side(CheckpointSuffix), encodeCheckpoint(st, pos)); err != nil {
+		h.warnCache(fmt.Errorf("could not write the checkpoint %s: %w", h.side(CheckpointSuffix), err))
+		return false
 	}
+	return true
 }
 
-func (g *globals) warnCache(err error) {
-	fmt.Fprintf(g.stderr, "leasewal: warning: %v; commands stay correct but replay more of the WAL\n", err)
+func (h *Handle) warnCache(err error) {
+	h.warn("%v; commands stay correct but replay more of the WAL", err)
 }
 
 // dropCheckpoint removes a checkpoint found damaged, so that the commands
 // after this one replay the WAL until a writer writes a new one.
-func (g *globals) dropCheckpoint() {
-	if err := os.Remove(g.sidePath(checkpointSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		g.warnCache(fmt.Errorf("could not remove the damaged checkpoint: %w", err))
+func (h *Handle) dropCheckpoint() {
+	if err := h.opts.FS.Remove(h.side(CheckpointSuffix)); err != nil {
+		h.warnCache(fmt.Errorf("could not remove the damaged checkpoint: %w", err))
 	}
 }
 
 // removeLeftovers removes the temporary files of checkpoints and archives
 // that a crash interrupted. Only a writer, under the exclusive lock, writes
 // those files, so every one found then is a leftover.
-func (g *globals) removeLeftovers() {
-	for _, suffix := range []string{checkpointSuffix, archiveSuffix} {
-		leftovers, _ := filepath.Glob(globEscape(g.sidePath(suffix)) + ".tmp-*")
+func (h *Handle) removeLeftovers() {
+	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix} {
+		leftovers, _ := filepath.Glob(globEscape(h.side(suffix)) + ".tmp-*")
 		for _, path := range leftovers {
-			_ = os.Remove(path)
+			_ = h.opts.FS.Remove(path)
 		}
 	}
 }
@@ -201,30 +219,4 @@ func globEscape(path string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-// writeAtomic replaces path with data: a temporary file, fsync, rename over
-// the old one, fsync of the directory. A reader sees the old file or the new
-// one, never a mix, and a crash leaves at most a temporary file behind.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err == nil {
-		err = wal.SyncDir(dir)
-	}
-	return err
 }

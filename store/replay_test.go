@@ -1,4 +1,4 @@
-package cmd
+package store_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"leasewal/cmd"
 	"leasewal/wal"
 )
 
@@ -47,7 +48,7 @@ func TestReplayReportsTheEarliestBadRecord(t *testing.T) {
 		for _, args := range [][]string{{"verify"}, {"submit", "--payload", "P"}, {"log", "-o", "json"}} {
 			code, out, errOut := cli(append([]string{"--wal", path}, args...)...)
 			want := fmt.Sprintf("damaged at record %d ", bad)
-			if code != ExitDamaged || !strings.Contains(errOut, want) || !strings.Contains(errOut, "expected") {
+			if code != cmd.ExitDamaged || !strings.Contains(errOut, want) || !strings.Contains(errOut, "expected") {
 				t.Fatalf("record %d refused by Apply, %v: exit %d, %s%s", bad, args, code, out, errOut)
 			}
 		}

@@ -1,0 +1,175 @@
+package cmd
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+	"time"
+
+	"leasewal/state"
+	"leasewal/store"
+)
+
+// answer is what a verb decided: its JSON document, how a table draws it, and
+// the outcome that picks its exit code (outcomeExit). It is printed after the
+// lock is released.
+type answer struct {
+	doc     any                                // the JSON document; a jsonStreamer is streamed
+	table   func(w io.Writer, p palette) error // the human form
+	outcome state.Outcome
+	advice  string // one stderr line after the answer (what a CANCELLED caller should do)
+	// recovery says how to get the answer again if it cannot be printed after
+	// its records were written (exit 8).
+	recovery string
+}
+
+// jsonStreamer is a document too large to build whole (a listing of every task).
+type jsonStreamer interface{ streamJSON(w io.Writer) error }
+
+// storeOptions are the store options every operation of this invocation uses.
+func (e env) storeOptions() store.Options {
+	return store.Options{
+		Path:        e.WAL,
+		LockTimeout: e.LockTimeout,
+		Actor:       e.Actor,
+		Clock:       e.clock,
+		Fault:       e.Fault,
+		Warn:        func(msg string) { fmt.Fprintf(e.stderr, "leasewal: warning: %s\n", msg) },
+	}
+}
+
+// write runs decide as one writing operation and prints its answer.
+func (e env) write(decide func(tx *store.Tx) (answer, error)) error {
+	return e.operate(e.storeOptions(), true, decide)
+}
+
+// read runs decide under a shared lock and prints its answer.
+func (e env) read(decide func(tx *store.Tx) (answer, error)) error {
+	return e.operate(e.storeOptions(), false, decide)
+}
+
+// operate opens a handle with opts, runs decide once in it, and prints the
+// answer once the lock is released (the handle stays open until then, since
+// a listing draws from its state).
+func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx) (answer, error)) error {
+	h := store.Open(opts)
+	defer h.Close()
+	return e.operateOn(h, writing, decide)
+}
+
+// operateOn is operate on a handle the caller holds.
+func (e env) operateOn(h *store.Handle, writing bool, decide func(tx *store.Tx) (answer, error)) error {
+	var a answer
+	var committed []state.Record
+	run := func(tx *store.Tx) error {
+		var err error
+		a, err = decide(tx)
+		committed = tx.Committed
+		return err
+	}
+	var err error
+	if writing {
+		err = h.Write(run)
+	} else {
+		err = h.Read(run)
+	}
+	if err != nil {
+		return err
+	}
+	return e.print(a, committed)
+}
+
+// print writes the answer to stdout and returns its exit status. A failed
+// write is exit 8 when records were written (the caller must learn that they
+// were), quiet when stdout was closed on a command that wrote nothing
+// ('leasewal log | head -1'), and exit 1 otherwise.
+func (e env) print(a answer, committed []state.Record) error {
+	out := &stickyWriter{w: bufio.NewWriterSize(e.stdout, 64<<10)}
+	var err error
+	switch s, streams := a.doc.(jsonStreamer); {
+	case e.Output == "json" && streams:
+		err = s.streamJSON(out)
+	case e.Output == "json":
+		writeJSON(out, a.doc)
+	default:
+		err = a.table(out, palette{on: e.Color})
+	}
+	if err == nil {
+		err = out.flush()
+	}
+	if err != nil {
+		if !out.failed() {
+			return err // not about stdout: a command's own failure
+		}
+		switch {
+		case len(committed) > 0:
+			return &answerLostError{first: committed[0].Seq, last: committed[len(committed)-1].Seq, hint: a.recoveryHint(), err: err}
+		case errors.Is(err, syscall.EPIPE):
+			return nil
+		}
+		return fmt.Errorf("writing the answer to stdout: %w", err)
+	}
+	if a.advice != "" {
+		fmt.Fprintf(e.stderr, "leasewal: %s\n", a.advice)
+	}
+	if code := outcomeExit(a.outcome); code != ExitOK {
+		return &exitStatus{code: code}
+	}
+	return nil
+}
+
+func (a answer) recoveryHint() string {
+	if a.recovery != "" {
+		return a.recovery
+	}
+	return "'leasewal log --from SEQ' shows what was recorded"
+}
+
+// stickyWriter keeps the first write error and drops everything after it, so
+// that a renderer need not check each write.
+type stickyWriter struct {
+	w   *bufio.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
+}
+
+func (s *stickyWriter) flush() error {
+	if s.err == nil {
+		s.err = s.w.Flush()
+	}
+	return s.err
+}
+
+func (s *stickyWriter) failed() bool { return s.err != nil }
+
+// clock resolves --now against the last record's time: time never runs
+// backwards inside a WAL. The wall clock behind the last record is taken as
+// the last record's time, with a warning when it is behind by over a second.
+func (e env) clock(lastAt int64) (int64, error) {
+	wall := time.Now().UnixMilli()
+	if e.Now == "" {
+		if lastAt-wall > 1000 {
+			fmt.Fprintf(e.stderr, "leasewal: warning: the clock (%s) is %s behind the last record's time (%s); using that time, so no lease expires until the clock catches up: check the clock, or the time of the records written with --now\n",
+				formatTime(wall), age(lastAt-wall), formatTime(lastAt))
+		}
+		return max(wall, lastAt), nil
+	}
+	now, err := parseTime("--now", e.Now, lastAt, wall)
+	if err != nil {
+		return 0, err
+	}
+	if now < lastAt {
+		return 0, usageErr("--now %s is before the last record's time %s; time never runs backwards in a WAL: give a later time or +DURATION", e.Now, formatTime(lastAt))
+	}
+	return now, nil
+}

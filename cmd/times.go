@@ -1,0 +1,112 @@
+package cmd
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"leasewal/state"
+)
+
+// formatTime renders unix ms as RFC 3339 UTC with milliseconds, the one time
+// format of leasewal's output.
+func formatTime(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// optTime renders a time that may be unset (0).
+func optTime(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return formatTime(ms)
+}
+
+// parseTime reads a time flag: RFC 3339, unix milliseconds, or +DURATION
+// (after the last record, or after the wall clock on an empty WAL). Every
+// answer lies in the years 0001 to 9999.
+func parseTime(flag, text string, lastAt, wall int64) (int64, error) {
+	if rest, ok := strings.CutPrefix(text, "+"); ok {
+		d, err := time.ParseDuration(rest)
+		if err != nil || d < 0 {
+			return 0, usageErr("%s %q: after '+' give a duration such as 30s or 1m30s", flag, text)
+		}
+		base := lastAt
+		if base == 0 {
+			base = wall
+		}
+		return inRange(flag, text, base+d.Milliseconds())
+	}
+	if ms, err := strconv.ParseInt(text, 10, 64); err == nil {
+		switch {
+		case ms < 0:
+			return 0, usageErr("%s %q: unix milliseconds must not be negative", flag, text)
+		case ms < 1e11:
+			return 0, usageErr("%s %q looks like unix seconds, not milliseconds: append 000 or use RFC 3339 (2026-01-01T00:00:30Z)", flag, text)
+		}
+		return inRange(flag, text, ms)
+	}
+	if text != "" && strings.TrimLeft(text, "0123456789") == "" { // all digits, too many for an int64
+		return 0, usageErr("%s %q is past the year 9999; give a time between 0001 and 9999", flag, text)
+	}
+	t, err := time.Parse(time.RFC3339Nano, text)
+	if err != nil {
+		return 0, usageErr("%s %q is not a time: use RFC 3339 (2026-01-01T00:00:30Z), unix milliseconds, or +DURATION", flag, text)
+	}
+	return inRange(flag, text, t.UnixMilli())
+}
+
+func inRange(flag, text string, ms int64) (int64, error) {
+	if ms < state.MinTime || ms > state.MaxTime {
+		return 0, usageErr("%s %q is outside the years 0001 to 9999", flag, text)
+	}
+	return ms, nil
+}
+
+// parseDuration reads a duration flag, with the flag's name in the error.
+func parseDuration(flag, text string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(text))
+	if err != nil {
+		return 0, usageErr("--%s %q is not a duration: use Go syntax such as 30s, 5m or 1h30m (at most 2562047h)", flag, text)
+	}
+	return d, nil
+}
+
+// age renders a span of time for a person: 850ms, 42s, 3m12s, 2h5m, 4d3h.
+func age(ms int64) string {
+	if ms < 0 {
+		return "-" + age(-ms)
+	}
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", ms)
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return trimZero(fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60))
+	case d < 48*time.Hour:
+		return trimZero(fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60))
+	}
+	return trimZero(fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24))
+}
+
+// trimZero drops a trailing zero unit: 3m0s is 3m.
+func trimZero(s string) string {
+	for _, unit := range []string{"0s", "0m", "0h"} {
+		if strings.HasSuffix(s, unit) && len(s) > len(unit) && (s[len(s)-len(unit)-1] < '0' || s[len(s)-len(unit)-1] > '9') {
+			return s[:len(s)-len(unit)]
+		}
+	}
+	return s
+}
+
+// offset renders a duration in ms as +S.mmms.
+func offset(ms int64) string {
+	sign := "+"
+	if ms < 0 {
+		sign, ms = "-", -ms
+	}
+	return fmt.Sprintf("%s%d.%03ds", sign, ms/1000, ms%1000)
+}

@@ -1,0 +1,59 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+
+	"leasewal/wal"
+)
+
+// DamageError is a WAL that cannot be trusted: a record that does not decode
+// or breaks a rule. Seq names the record.
+type DamageError struct {
+	Seq    int64
+	Offset int64
+	Err    error
+}
+
+func (e *DamageError) Error() string {
+	return fmt.Sprintf("the WAL is damaged at record %d (byte offset %d): %v; nothing was changed: restore the WAL from a copy, since leasewal never drops acknowledged records", e.Seq, e.Offset, e.Err)
+}
+
+func (e *DamageError) Unwrap() error { return e.Err }
+
+// The wal package's errors, as callers of store meet them (cmd maps each to
+// its exit code without reaching below store).
+type (
+	// FrameDamageError is damage before the last record of the WAL.
+	FrameDamageError = wal.DamageError
+	// FormatError is a file that is not a WAL this version reads.
+	FormatError = wal.FormatError
+	// LockTimeoutError is a lock not had within the lock timeout.
+	LockTimeoutError = wal.LockTimeoutError
+	// AppendError is a failed append, rolled back or not.
+	AppendError = wal.AppendError
+	// NotRegularError is a WAL path that is not a regular file.
+	NotRegularError = wal.NotRegularError
+	// CutResult is what a cut of a torn tail removed.
+	CutResult = wal.CutResult
+)
+
+// ErrEmptyFile is a zero-length WAL (see wal.ErrEmptyFile).
+var ErrEmptyFile = wal.ErrEmptyFile
+
+// ErrStop, returned by Options.OnRecord, ends a replay early: the command has
+// read what it needs.
+var ErrStop = errors.New("replay stopped")
+
+// errArchiveDamaged stops an operation whose state read a damaged archive
+// before it wrote anything; the handle runs it again from a full replay.
+var errArchiveDamaged = errors.New("the checkpoint's archive is damaged")
+
+// ErrNotOpen is returned for an operation on a closed handle.
+var ErrNotOpen = errors.New("the store handle is closed")
+
+// Fault is a failure injected into appends, for the crash tests (wal.Fault).
+type Fault = wal.Fault
+
+// ParseFault reads a LEASEWAL_FAILPOINT specification (wal.ParseFault).
+func ParseFault(spec string) (*Fault, error) { return wal.ParseFault(spec) }

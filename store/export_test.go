@@ -1,0 +1,39 @@
+package store
+
+import "time"
+
+// What the tests of package store_test reach inside the package.
+
+// MinCheckpointTail is minCheckpointTail.
+const MinCheckpointTail = minCheckpointTail
+
+// DecodesAsCheckpoint reports whether data is an intact checkpoint.
+func DecodesAsCheckpoint(data []byte) bool {
+	_, _, ok := decodeCheckpoint(data, nil)
+	return ok
+}
+
+// CheckpointOf is the checkpoint of the WAL at path as it stands.
+func CheckpointOf(path string) ([]byte, error) {
+	h := Open(Options{Path: path, LockTimeout: time.Second, FullReplay: true})
+	defer h.Close()
+	var cp []byte
+	err := h.Read(func(tx *Tx) error {
+		cp = encodeCheckpoint(tx.State, tx.log.Position)
+		return nil
+	})
+	return cp, err
+}
+
+// LoadCheckpoint reads the checkpoint beside the WAL at path: how many
+// records it holds, and whether it is good and matches its own state.
+func LoadCheckpoint(path string) (int, bool) {
+	h := Open(Options{Path: path})
+	defer h.Close()
+	st, pos, release, ok := h.loadCheckpoint()
+	if !ok {
+		return 0, false
+	}
+	defer release()
+	return pos.Count, pos.Count == int(st.LastSeq())
+}

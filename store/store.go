@@ -1,0 +1,363 @@
+// Package store is leasewal's unit of work. A Handle is opened once and used
+// for one operation (a one-shot command) or many (a worker loop, a server).
+// Each operation takes the WAL's lock, checks that the path still names the
+// locked file, catches up (a full replay; the checkpoint, its archive and the
+// tail after it; or only the records appended since the handle's own last
+// position, checked by the chained checksum), runs the caller's decision, and
+// commits its records: stamped with seq, time and actor in one place, applied
+// to the state, appended in one write and made durable by one fsync.
+//
+// store knows files and caches, never how an answer looks; state knows the
+// rules, never files; wal knows frames, never tasks.
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"leasewal/state"
+	"leasewal/wal"
+)
+
+// Clock resolves the operation's time from the last record's time: time
+// never runs backwards inside a WAL, so a clock answers at least lastAt.
+type Clock func(lastAt int64) (int64, error)
+
+// Options say how a handle opens and writes the WAL. They are fixed when the
+// handle is opened.
+type Options struct {
+	Path        string
+	LockTimeout time.Duration
+	Actor       string // stamped into every record, for audit only
+	Clock       Clock  // nil: the wall clock
+	Fault       *wal.Fault
+	// FullReplay never starts from the checkpoint: every record is replayed.
+	FullReplay bool
+	// OnRecord, if set, sees each record of a full replay right after it is
+	// applied, with the state as of that record (commands that read the
+	// records themselves: log, inspect of one task, --until). ErrStop ends
+	// the replay there. It implies FullReplay.
+	OnRecord func(state.Record, *state.State) error
+	// Verifier, if set, replays through the verifier's own checks (verify).
+	// It implies FullReplay.
+	Verifier *state.Verifier
+	// Warn receives one line for each thing worth a warning (a torn tail cut,
+	// a cache that could not be written); nil drops them.
+	Warn func(string)
+	FS   FS // nil: OS
+}
+
+// Handle is an open store. It is not safe for concurrent use; one process may
+// hold several, and processes share the WAL through its lock.
+type Handle struct {
+	opts Options
+	// cache is the state as of pos, kept between operations so that a long-lived
+	// handle reads only what was appended since. nil: start over.
+	cache        *state.State
+	pos          wal.Position
+	checkpointed int    // records the checkpoint behind cache holds (0: none)
+	release      func() // unmaps the archive cache reads, if any
+	forceFull    bool   // the archive was found damaged: replay the WAL
+	closed       bool
+}
+
+// Open returns a handle; nothing is read until the first operation.
+func Open(opts Options) *Handle {
+	if opts.FS == nil {
+		opts.FS = OS{}
+	}
+	if opts.Clock == nil {
+		opts.Clock = func(lastAt int64) (int64, error) { return max(time.Now().UnixMilli(), lastAt), nil }
+	}
+	return &Handle{opts: opts}
+}
+
+// Path is the WAL's path.
+func (h *Handle) Path() string { return h.opts.Path }
+
+// Close releases what the handle holds between operations.
+func (h *Handle) Close() {
+	h.forget()
+	h.closed = true
+}
+
+// forget drops the cached state: the next operation starts over.
+func (h *Handle) forget() {
+	if h.release != nil {
+		h.release()
+	}
+	h.cache, h.pos, h.checkpointed, h.release = nil, wal.Position{}, 0, nil
+}
+
+func (h *Handle) warn(format string, args ...any) {
+	if h.opts.Warn != nil {
+		h.opts.Warn(fmt.Sprintf(format, args...))
+	}
+}
+
+// Tx is one operation under the lock.
+type Tx struct {
+	State *state.State
+	Now   int64
+	// Missing is true when the WAL does not exist yet: an empty history.
+	Missing bool
+	// Committed holds the records this operation appended, as stamped.
+	Committed []state.Record
+
+	h   *Handle
+	log *wal.Log
+}
+
+// Records is how many records the WAL holds.
+func (tx *Tx) Records() int {
+	if tx.log == nil {
+		return 0
+	}
+	return tx.log.Count
+}
+
+// TornBytes is the length of a torn tail the operation saw (0 for none).
+func (tx *Tx) TornBytes() int64 {
+	if tx.log == nil || tx.log.Torn == nil {
+		return 0
+	}
+	return tx.log.Torn.Length
+}
+
+// Write runs fn under the exclusive lock; fn may Commit.
+func (h *Handle) Write(fn func(*Tx) error) error { return h.do(wal.Write, fn) }
+
+// Read runs fn under a shared lock; fn must not Commit.
+func (h *Handle) Read(fn func(*Tx) error) error { return h.do(wal.Read, fn) }
+
+// maxStartOvers bounds how often one operation starts over because the WAL
+// was created or replaced under it; each start-over means another process
+// made progress, so reaching it takes a storm of renames.
+const maxStartOvers = 1000
+
+func (h *Handle) do(mode wal.Mode, fn func(*Tx) error) error {
+	if h.closed {
+		return ErrNotOpen
+	}
+	for range maxStartOvers {
+		tx, err := h.begin(mode)
+		if errors.Is(err, wal.ErrReplaced) {
+			h.forget()
+			continue
+		}
+		if errors.Is(err, state.ErrArchive) && !h.forceFull {
+			h.forget()
+			h.dropCheckpoint()
+			h.warn("%v; replaying the whole WAL instead", err)
+			h.forceFull = true
+			continue
+		}
+		if err != nil {
+			h.forget()
+			return err
+		}
+		err = fn(tx)
+		if damage := tx.State.Damage(); damage != nil {
+			tx.end()
+			h.forget()
+			h.dropCheckpoint()
+			if len(tx.Committed) == 0 {
+				h.warn("%v; replaying the whole WAL instead", damage)
+				h.forceFull = true
+				continue
+			}
+			return err
+		}
+		if mode == wal.Write && err == nil && tx.log != nil {
+			h.refreshCheckpoint(tx)
+		}
+		tx.end()
+		if errors.Is(err, wal.ErrCreateRace) {
+			h.forget()
+			continue
+		}
+		return err
+	}
+	return fmt.Errorf("the WAL %s kept being created or replaced while this command waited; retry", h.opts.Path)
+}
+
+func (tx *Tx) end() {
+	if tx.log != nil {
+		tx.log.Close()
+	}
+}
+
+// fullReplay reports whether every operation must replay every record.
+func (h *Handle) fullReplay() bool {
+	return h.opts.FullReplay || h.opts.OnRecord != nil || h.opts.Verifier != nil || h.forceFull
+}
+
+// begin locks the WAL and catches the state up with it.
+func (h *Handle) begin(mode wal.Mode) (*Tx, error) {
+	if h.cache == nil && !h.fullReplay() {
+		if st, pos, release, ok := h.loadCheckpoint(); ok {
+			h.cache, h.pos, h.checkpointed, h.release = st, pos, pos.Count, release
+		}
+	}
+	tx, err := h.catchUp(mode)
+	if errors.Is(err, wal.ErrStalePosition) {
+		h.forget() // the checkpoint or the handle's position no longer describes the WAL
+		tx, err = h.catchUp(mode)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if tx.Now, err = h.opts.Clock(tx.State.LastAt()); err != nil {
+		tx.end()
+		return nil, err
+	}
+	return tx, nil
+}
+
+// catchUp opens and locks the WAL and applies the records after the cached
+// position (all of them when nothing is cached).
+func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
+	st, step := h.cache, (func(state.Record) error)(nil)
+	switch {
+	case h.opts.Verifier != nil:
+		st, step = h.opts.Verifier.State, h.opts.Verifier.Step
+	case st == nil:
+		st = state.New()
+		h.pos = wal.Position{}
+	}
+	if step == nil {
+		step = st.Apply
+	}
+	tx := &Tx{State: st, h: h}
+	p := startPipeline(func(d decoded) error {
+		if err := step(d.r); err != nil {
+			return &DamageError{Seq: int64(d.index), Offset: d.offset, Err: err}
+		}
+		if h.opts.OnRecord != nil {
+			return h.opts.OnRecord(d.r, st)
+		}
+		return nil
+	})
+	log, err := wal.OpenAt(h.opts.Path, mode, h.opts.LockTimeout, h.pos, func(f wal.Frame) error {
+		r, err := state.DecodeRecord(f.Body)
+		if err != nil {
+			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+		}
+		return p.add(decoded{r: r, index: f.Index, offset: f.Offset})
+	})
+	if applyErr := p.finish(); applyErr != nil { // it is about an earlier record than any error of the scan
+		if log != nil {
+			log.Close()
+		}
+		log, err = nil, applyErr
+	}
+	switch {
+	case errors.Is(err, ErrStop): // the caller has read what it needs; the file is closed
+		h.cache = nil // the state stops mid-way: never reuse it
+	case errors.Is(err, fs.ErrNotExist) && h.pos.Count > 0:
+		return nil, wal.ErrStalePosition // the WAL that state describes is gone
+	case errors.Is(err, fs.ErrNotExist):
+		tx.Missing = true
+		h.cache = st
+	case err != nil:
+		h.cache = nil
+		return nil, h.openError(err)
+	default:
+		tx.log = log
+		log.Route(seamOf(h.opts.FS))
+		log.Inject(h.opts.Fault)
+		h.cache, h.pos = st, log.Position
+		if log.Torn != nil && mode == wal.Read {
+			h.warn("ignoring %d bytes at offset %d after the last complete record (an append that never finished, so never acknowledged); the next writing command cuts them and keeps them in %s.torn-%d",
+				log.Torn.Length, log.Torn.Offset, h.opts.Path, log.Torn.Offset)
+		}
+	}
+	if h.opts.Verifier != nil || h.opts.OnRecord != nil {
+		h.cache = nil // a verifier's or a reader's state is its own
+	}
+	return tx, nil
+}
+
+func (h *Handle) openError(err error) error {
+	var (
+		pathErr   *fs.PathError
+		replayDmg *DamageError
+		dmg       *wal.DamageError
+		format    *wal.FormatError
+	)
+	switch {
+	case errors.As(err, &replayDmg), errors.Is(err, wal.ErrReplaced):
+		return err
+	case errors.As(err, &pathErr) && errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("cannot open the WAL %s: permission denied; check the file's permissions or --wal: %w", h.opts.Path, err)
+	case errors.As(err, &dmg):
+		return fmt.Errorf("the WAL %s is damaged: %w; nothing was changed and 'leasewal repair' will refuse too: restore the file from a copy, or inspect it with a text editor", h.opts.Path, err)
+	case errors.As(err, &format), errors.Is(err, wal.ErrEmptyFile):
+		return fmt.Errorf("%s: %w", h.opts.Path, err)
+	}
+	return fmt.Errorf("opening the WAL %s: %w", h.opts.Path, err)
+}
+
+// Commit stamps each record with its seq, the operation's time and the
+// actor, applies it (so that a record replay would refuse is never written),
+// and appends all of them in one write made durable by one fsync. On failure
+// nothing was appended, and the handle forgets its state, which no longer
+// matches the WAL.
+func (tx *Tx) Commit(recs []state.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	h := tx.h
+	if tx.State.Damage() != nil {
+		return errArchiveDamaged // decided on answers a damaged archive gave: run again from the WAL
+	}
+	stamped := make([]state.Record, 0, len(recs))
+	bodies := make([][]byte, 0, len(recs))
+	for _, r := range recs {
+		r.Seq, r.At, r.Actor = tx.State.LastSeq()+1, tx.Now, h.opts.Actor
+		if err := tx.State.Apply(r); err != nil {
+			h.cache = nil
+			return fmt.Errorf("internal error: a decided record was refused (%w); nothing was written", err)
+		}
+		body, err := state.EncodeRecord(r)
+		if err != nil {
+			h.cache = nil
+			return fmt.Errorf("encoding record %d: %w; nothing was written", r.Seq, err)
+		}
+		stamped, bodies = append(stamped, r), append(bodies, body)
+	}
+	if err := tx.append(bodies); err != nil {
+		h.forget()
+		return err
+	}
+	h.pos = tx.log.Position
+	tx.Committed = append(tx.Committed, stamped...)
+	return nil
+}
+
+func (tx *Tx) append(bodies [][]byte) error {
+	if tx.log == nil {
+		log, err := wal.CreateBatch(tx.h.opts.Path, bodies, tx.h.opts.Fault, seamOf(tx.h.opts.FS))
+		if err != nil {
+			return err
+		}
+		tx.log = log
+		return nil
+	}
+	cut, err := tx.log.AppendBatch(bodies)
+	if cut != nil {
+		tx.h.warn("cut %d bytes of an unfinished append at offset %d (never acknowledged); they are kept in %s", cut.Length, cut.Offset, cut.SavedAs)
+	}
+	return err
+}
+
+// CutTorn cuts a torn tail off the WAL (repair), keeping the cut bytes beside
+// it; nil when there is none.
+func (tx *Tx) CutTorn() (*CutResult, error) {
+	if tx.log == nil {
+		return nil, nil
+	}
+	return tx.log.CutTorn()
+}
