@@ -21,8 +21,8 @@ type inspectOptions struct {
 	state      string
 	until      int64
 	untilGiven bool
-	workers  bool
-	timeline bool
+	workers    bool
+	timeline   bool
 }
 
 func (a *app) newInspectCmd() *cobra.Command {

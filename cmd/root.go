@@ -50,9 +50,9 @@ type env struct {
 // app is the command tree's shared shell: cobra's closures reach the
 // configuration through it once it is resolved.
 type app struct {
-	v      *viper.Viper
-	root   *cobra.Command
-	env    env
+	v    *viper.Viper
+	root *cobra.Command
+	env  env
 	noColor,
 	resolved bool
 	configFile string

@@ -2,9 +2,9 @@ package state
 
 import (
 	"slices"
-	"time"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // TaskState is one of the five states of seed 004.

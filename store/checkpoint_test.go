@@ -294,5 +294,3 @@ func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
 		t.Fatalf("no archive written: %v", err)
 	}
 }
-
-
