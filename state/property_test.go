@@ -2,18 +2,31 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"testing"
 	"time"
+
+	"leasewal/internal/refmodel"
 )
 
 // TestRandomHistories runs thousands of random command sequences (several
-// workers, random time steps) through Decide and Apply, checking every
-// invariant after every record, that every decided record is one Apply
-// accepts, and that replaying the records from scratch gives exactly the
-// state live application built.
+// workers, random time steps, stale and repeated calls) through Decide and
+// Apply and, side by side, through refmodel, a reference model written from
+// SPEC §2 alone. After every command the answers must agree (outcome, ids,
+// attempt, expiry, not_before, the record types written) and so must every
+// task as it stands at that time; after every record every invariant is
+// checked; and replaying the records from scratch must give exactly the state
+// live application built.
+//
+// Mutations it catches (each tried by hand, each failing within the first
+// few dozen histories): a lease's lapse backing off from the LeaseExpired
+// record's time instead of the lease's expiry (the revision-1 rule); the
+// backoff not doubling (d*2 dropped in RetryPolicy.backoff); lease picking the
+// newest eligible task instead of the oldest; an extension not capped at the
+// deadline; a repeated fail answering with the task's current attempt.
 func TestRandomHistories(t *testing.T) {
 	histories, steps := 3000, 80
 	if testing.Short() {
@@ -23,32 +36,31 @@ func TestRandomHistories(t *testing.T) {
 	for seed := range histories {
 		total += runHistory(t, uint64(seed), steps)
 	}
-	t.Logf("%d histories, %d records, every invariant checked after every record", histories, total)
+	t.Logf("%d histories, %d records: every answer and every task equal to the reference model's, every invariant checked after every record", histories, total)
 }
 
 func runHistory(t *testing.T, seed uint64, steps int) int {
 	rng := rand.New(rand.NewPCG(seed, 0x1ea5e))
-	live, v := New(), NewVerifier()
+	live, v, model := New(), NewVerifier(), refmodel.New()
 	var recs []Record
 	now := t0
 	completions := map[string]int{}
 	for step := range steps {
 		now += rng.Int64N(15_000)
-		d, err := randomCommand(rng, live, now)
-		if err != nil {
-			var r *Error
-			if !errors.As(err, &r) {
-				t.Fatalf("seed %d step %d: a refusal must be a *Error, got %v", seed, step, err)
-			}
-			continue
+		c := randomCall(rng, model, now)
+		d, err := c.decide(live, now)
+		want := c.model(model, now)
+		var refusal *Error
+		if err != nil && !errors.As(err, &refusal) {
+			t.Fatalf("seed %d step %d %s: a refusal must be a *Error, got %v", seed, step, c, err)
 		}
 		for _, r := range d.Records {
 			r.Seq, r.At, r.Actor = live.LastSeq()+1, now, "w"+strconv.Itoa(rng.IntN(3))
 			if err := live.Apply(r); err != nil {
-				t.Fatalf("seed %d step %d: decided record refused: %v", seed, step, err)
+				t.Fatalf("seed %d step %d %s: decided record refused: %v", seed, step, c, err)
 			}
 			if err := v.Step(r); err != nil {
-				t.Fatalf("seed %d step %d: %v", seed, step, err)
+				t.Fatalf("seed %d step %d %s: %v", seed, step, c, err)
 			}
 			if r.Type == TaskCompleted {
 				if completions[r.TaskID]++; completions[r.TaskID] > 1 {
@@ -56,6 +68,13 @@ func runHistory(t *testing.T, seed uint64, steps int) int {
 				}
 			}
 			recs = append(recs, r)
+		}
+		got := answerOf(live, c, d, err)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d step %d %s at %d:\n state answered %+v\n model answered %+v", seed, step, c, now, got, want)
+		}
+		if gotViews, wantViews := viewsOf(live, now), model.Views(now); !reflect.DeepEqual(gotViews, wantViews) {
+			t.Fatalf("seed %d step %d %s at %d: the tasks differ\n state %+v\n model %+v", seed, step, c, now, gotViews, wantViews)
 		}
 	}
 	replayed := New()
@@ -70,47 +89,146 @@ func runHistory(t *testing.T, seed uint64, steps int) int {
 	return len(recs)
 }
 
-// randomCommand picks a command the way a busy set of clients would, mostly
-// sensible and sometimes stale or repeated.
-func randomCommand(rng *rand.Rand, s *State, now int64) (Decision, error) {
-	worker := "W" + strconv.Itoa(rng.IntN(4))
+// call is one random client call, for both the state and the model.
+type call struct {
+	op                  string
+	worker, task, lease string
+	req                 string
+	d                   time.Duration
+	submit              Submit
+	permanent           bool
+}
+
+func (c call) String() string { return fmt.Sprintf("%+v", struct{ call }{c}) }
+
+// randomCall picks a call the way a busy set of clients would, mostly
+// sensible and sometimes stale or repeated. It draws task and lease ids from
+// the model, so that a wrong state cannot steer its own test.
+func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
+	c := call{worker: "W" + strconv.Itoa(rng.IntN(4)), d: time.Duration(1+rng.IntN(40)) * time.Second}
+	views := m.Views(now)
 	switch op := rng.IntN(10); {
-	case op < 2 || len(s.order) == 0:
-		c := Submit{
+	case op < 2 || len(views) == 0:
+		c.op = "submit"
+		c.submit = Submit{
 			Payload: "p" + strconv.Itoa(rng.IntN(5)),
 			Window:  Duration(time.Duration(30+rng.IntN(300)) * time.Second),
 			Policy:  RetryPolicy{MaxAttempts: 1 + rng.IntN(3), Backoff: Duration(time.Duration(rng.IntN(10)) * time.Second)},
 		}
-		c.Policy.BackoffMax = c.Policy.Backoff * Duration(1+rng.IntN(4))
+		c.submit.Policy.BackoffMax = c.submit.Policy.Backoff * Duration(1+rng.IntN(4))
 		if rng.IntN(3) == 0 {
-			c.RequestID = "req" + strconv.Itoa(rng.IntN(6))
+			c.submit.RequestID = "req" + strconv.Itoa(rng.IntN(6))
 		}
-		return s.DecideSubmit(c)
+		return c
 	case op < 5:
-		c := LeaseRequest{Worker: worker, Duration: time.Duration(1+rng.IntN(40)) * time.Second}
+		c.op = "lease"
 		if rng.IntN(4) == 0 {
-			c.RequestID = "lr" + strconv.Itoa(rng.IntN(8))
+			c.req = "lr" + strconv.Itoa(rng.IntN(8))
 		}
 		if rng.IntN(4) == 0 {
-			c.TaskID = s.order[rng.IntN(len(s.order))].ID
+			c.task = views[rng.IntN(len(views))].ID
 		}
-		return s.DecideLease(c, now)
+		return c
 	case op == 9:
-		return s.DecideExpire(now), nil
+		c.op = "expire"
+		return c
 	}
-	task := s.order[rng.IntN(len(s.order))]
-	if len(task.Attempts) == 0 {
-		return s.DecideExpire(now), nil
+	c.task = views[rng.IntN(len(views))].ID
+	leases := m.Leases(c.task)
+	if len(leases) == 0 {
+		c.op = "expire"
+		return c
 	}
-	lease := task.Attempts[len(task.Attempts)-1].LeaseID
+	c.lease = leases[len(leases)-1]
 	if rng.IntN(4) == 0 {
-		lease = task.Attempts[rng.IntN(len(task.Attempts))].LeaseID
+		c.lease = leases[rng.IntN(len(leases))]
 	}
-	switch rng.IntN(3) {
-	case 0:
-		return s.DecideExtend(task.ID, lease, time.Duration(1+rng.IntN(40))*time.Second, now)
-	case 1:
-		return s.DecideComplete(task.ID, lease, now)
+	c.op = []string{"extend", "complete", "fail"}[rng.IntN(3)]
+	c.permanent = rng.IntN(5) == 0
+	return c
+}
+
+func (c call) decide(s *State, now int64) (Decision, error) {
+	switch c.op {
+	case "submit":
+		return s.DecideSubmit(c.submit)
+	case "lease":
+		return s.DecideLease(LeaseRequest{Worker: c.worker, Duration: c.d, TaskID: c.task, RequestID: c.req}, now)
+	case "extend":
+		return s.DecideExtend(c.task, c.lease, c.d, now)
+	case "complete":
+		return s.DecideComplete(c.task, c.lease, now)
+	case "fail":
+		return s.DecideFail(c.task, c.lease, "flaky", c.permanent, now)
 	}
-	return s.DecideFail(task.ID, lease, "flaky", rng.IntN(5) == 0, now)
+	return s.DecideExpire(now), nil
+}
+
+func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
+	switch c.op {
+	case "submit":
+		p := c.submit.Policy
+		return m.Submit(now, c.submit.Payload, c.submit.Window.Millis(), refmodel.Policy{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff.Millis(), BackoffMax: p.BackoffMax.Millis()}, c.submit.RequestID)
+	case "lease":
+		return m.Lease(now, c.worker, c.d.Milliseconds(), c.task, c.req)
+	case "extend":
+		return m.Extend(now, c.task, c.lease, c.d.Milliseconds())
+	case "complete":
+		return m.Complete(now, c.task, c.lease)
+	case "fail":
+		return m.Fail(now, c.task, c.lease, c.permanent)
+	}
+	return m.Expire(now)
+}
+
+// answerOf is the state's answer in the model's terms, read from the
+// decision and, after its records are applied, from the state, as the
+// command line reads it.
+func answerOf(s *State, c call, d Decision, err error) refmodel.Answer {
+	var refusal *Error
+	if errors.As(err, &refusal) {
+		return refmodel.Answer{Result: "ERROR", Error: string(refusal.Kind)}
+	}
+	a := refmodel.Answer{Result: string(d.Outcome), Task: d.TaskID, Lease: d.LeaseID, Duplicate: d.Duplicate}
+	for _, r := range d.Records {
+		a.Written = append(a.Written, string(r.Type))
+	}
+	switch {
+	case d.Outcome == ResultLeased:
+		a.Attempt, a.Expiry = d.Attempt, d.Expiry
+	case d.Outcome == ResultExtended:
+		a.Expiry = d.Expiry
+	case c.op == "fail" && (d.Outcome == ResultRetry || d.Outcome == ResultFailed):
+		if !d.Duplicate { // as the command line does: a fresh failure's answer is read after it is applied
+			fa, err := s.FailAnswer(c.task, c.lease)
+			if err != nil {
+				return refmodel.Answer{Result: "ERROR", Error: err.Error()}
+			}
+			d = fa
+		}
+		a.Attempt, a.State, a.NotBefore = d.Attempt, string(d.State), d.NotBefore
+	case c.op == "submit" || c.op == "expire":
+		if c.op == "expire" {
+			a.Task, a.Lease = "", ""
+		}
+	}
+	return a
+}
+
+// viewsOf is every task of s as it stands at now, in the model's terms.
+func viewsOf(s *State, now int64) []refmodel.View {
+	tasks, _ := s.Tasks()
+	out := make([]refmodel.View, 0, len(tasks))
+	for _, t := range tasks {
+		c := t.At(now)
+		v := refmodel.View{ID: c.ID, State: string(c.State), Attempt: c.Attempt, Deadline: c.Deadline()}
+		if c.Lease != nil {
+			v.Lease, v.Worker, v.Expiry = c.Lease.ID, c.Lease.Worker, c.Lease.Expiry
+		}
+		if c.State == Waiting {
+			v.NotBefore = c.NotBefore
+		}
+		out = append(out, v)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"leasewal/internal/refmodel"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -52,7 +53,7 @@ func randomRecords(t *testing.T, seed uint64) []Record { return randomHistory(t,
 // randomHistory is a random history of steps task and work-lease commands.
 func randomHistory(t *testing.T, seed uint64, steps int) []Record {
 	rng := rand.New(rand.NewPCG(seed, 0x5a))
-	s := New()
+	s, model := New(), refmodel.New()
 	var recs []Record
 	now := t0
 	apply := func(rs ...Record) {
@@ -75,7 +76,9 @@ func randomHistory(t *testing.T, seed uint64, steps int) []Record {
 				apply(*d.Record)
 			}
 		default:
-			if d, err := randomCommand(rng, s, now); err == nil {
+			c := randomCall(rng, model, now)
+			c.model(model, now)
+			if d, err := c.decide(s, now); err == nil {
 				apply(d.Records...)
 			}
 		}
