@@ -1,0 +1,310 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"leasewal/state"
+	"leasewal/store"
+	"leasewal/wal"
+)
+
+// countingFS counts the WAL's writes and fsyncs, and fails what it is told to.
+type countingFS struct {
+	store.OS
+	mu                sync.Mutex
+	writes, syncs     int
+	failWriteFile     func(path string) bool
+	failKeep          bool
+	keepAttempts      int
+	writeFileAttempts map[string]int
+}
+
+func (c *countingFS) WAL(s wal.Storage) wal.Storage { return &countingStorage{Storage: s, fs: c} }
+
+func (c *countingFS) WriteFile(path string, data []byte) error {
+	c.mu.Lock()
+	if c.writeFileAttempts == nil {
+		c.writeFileAttempts = map[string]int{}
+	}
+	c.writeFileAttempts[filepath.Base(path)]++
+	c.mu.Unlock()
+	if c.failWriteFile != nil && c.failWriteFile(path) {
+		return errors.New("injected: disk full")
+	}
+	return c.OS.WriteFile(path, data)
+}
+
+func (c *countingFS) Keep(name string, data []byte) error {
+	c.keepAttempts++
+	if c.failKeep {
+		return errors.New("injected: cannot save")
+	}
+	return c.OS.Keep(name, data)
+}
+
+type countingStorage struct {
+	wal.Storage
+	fs *countingFS
+}
+
+func (s *countingStorage) WriteAt(p []byte, off int64) (int, error) {
+	s.fs.writes++
+	return s.Storage.WriteAt(p, off)
+}
+
+func (s *countingStorage) Sync() error {
+	s.fs.syncs++
+	return s.Storage.Sync()
+}
+
+const t0 = int64(1767225600000)
+
+func fixedClock(at int64) store.Clock {
+	return func(lastAt int64) (int64, error) { return max(at, lastAt), nil }
+}
+
+func submit(t *testing.T, h *store.Handle, payload string) {
+	t.Helper()
+	err := h.Write(func(tx *store.Tx) error {
+		d, err := tx.State.DecideSubmit(state.Submit{Payload: payload, Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 2}})
+		if err != nil {
+			return err
+		}
+		return tx.Commit(d.Records)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOneWriteOneFsyncPerCommand: every record a command decides goes to the
+// WAL in one write, made durable by one fsync (revision 1's expire fsynced
+// per record, so a failure on the second left the first behind).
+func TestOneWriteOneFsyncPerCommand(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	fsys := &countingFS{}
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
+	defer h.Close()
+	for i := range 3 {
+		submit(t, h, fmt.Sprint("p", i))
+	}
+	for _, id := range []string{"T1", "T2", "T3"} {
+		if err := h.Write(func(tx *store.Tx) error {
+			d, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Second, TaskID: id}, tx.Now)
+			if err != nil {
+				return err
+			}
+			return tx.Commit(d.Records)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsys.writes, fsys.syncs = 0, 0
+	var committed int
+	h2 := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0 + 120_000), FS: fsys})
+	defer h2.Close()
+	err := h2.Write(func(tx *store.Tx) error {
+		d := tx.State.DecideExpire(tx.Now)
+		if err := tx.Commit(d.Records); err != nil {
+			return err
+		}
+		committed = len(tx.Committed)
+		return nil
+	})
+	if err != nil || committed != 6 { // each lease lapses at +30s, and the window closes at +60s: LeaseExpired, TaskDead
+		t.Fatalf("expire: %d records, %v", committed, err)
+	}
+	if fsys.writes != 1 || fsys.syncs != 1 {
+		t.Fatalf("expire of %d records made %d writes and %d fsyncs of the WAL; want 1 and 1", committed, fsys.writes, fsys.syncs)
+	}
+}
+
+// TestCacheFailuresNeverFailAnOperation: the checkpoint and archive are
+// caches; a write of either that fails is a warning, the operation stands,
+// and the next handle answers as a full replay does.
+func TestCacheFailuresNeverFailAnOperation(t *testing.T) {
+	for _, failing := range []string{store.CheckpointSuffix, store.ArchiveSuffix} {
+		t.Run(failing, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "q.wal")
+			fsys := &countingFS{failWriteFile: func(p string) bool { return strings.HasSuffix(p, failing) }}
+			var warnings []string
+			ticking := func(lastAt int64) (int64, error) { return max(t0, lastAt+1000), nil }
+			h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: ticking, FS: fsys,
+				Warn: func(msg string) { warnings = append(warnings, msg) }})
+			defer h.Close()
+			for i := range 400 { // past the checkpoint rule; tasks die at once, so finished ones pile up for the archive
+				if err := h.Write(func(tx *store.Tx) error {
+					d, err := tx.State.DecideSubmit(state.Submit{Payload: fmt.Sprint("p", i), Window: state.Duration(time.Millisecond), Policy: state.RetryPolicy{MaxAttempts: 1}})
+					if err != nil {
+						return err
+					}
+					if err := tx.Commit(d.Records); err != nil {
+						return err
+					}
+					return tx.Commit(tx.State.DecideExpire(tx.Now).Records) // the task before is DEAD now
+				}); err != nil {
+					t.Fatalf("operation %d failed because a cache could not be written: %v", i, err)
+				}
+			}
+			if fsys.writeFileAttempts[filepath.Base(path+failing)] == 0 || len(warnings) == 0 {
+				t.Fatalf("no %s write was attempted (%v) or no warning given (%q)", failing, fsys.writeFileAttempts, warnings)
+			}
+			if !strings.Contains(warnings[0], "commands stay correct") {
+				t.Fatalf("warning: %q", warnings[0])
+			}
+			fresh := store.Open(store.Options{Path: path, LockTimeout: time.Second, FullReplay: true})
+			defer fresh.Close()
+			var want, got int64
+			fresh.Read(func(tx *store.Tx) error { want = tx.State.LastSeq(); return nil })
+			again := store.Open(store.Options{Path: path, LockTimeout: time.Second})
+			defer again.Close()
+			again.Read(func(tx *store.Tx) error { got = tx.State.LastSeq(); return nil })
+			if want < 400 || got != want {
+				t.Fatalf("after failed cache writes: %d records by full replay, %d by the next handle", want, got)
+			}
+		})
+	}
+}
+
+// TestTornTailKeepsakeFailure: a writer that cannot save the torn tail it
+// must cut appends nothing and says why; the WAL is as it was.
+func TestTornTailKeepsakeFailure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	submit(t, h, "p")
+	h.Close()
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`0badc0de {"seq":2,"ty`)
+	f.Close()
+	before, _ := os.ReadFile(path)
+	fsys := &countingFS{failKeep: true}
+	h = store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
+	defer h.Close()
+	err := h.Write(func(tx *store.Tx) error {
+		d, _ := tx.State.DecideSubmit(state.Submit{Payload: "q", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}})
+		return tx.Commit(d.Records)
+	})
+	after, _ := os.ReadFile(path)
+	if err == nil || !strings.Contains(err.Error(), "saving the torn tail") || string(after) != string(before) || fsys.keepAttempts == 0 {
+		t.Fatalf("err %v, %d keep attempts, WAL changed: %v", err, fsys.keepAttempts, string(after) != string(before))
+	}
+}
+
+// TestLongLivedHandleCatchesUp: a handle used for many operations reads only
+// what others appended since its last position, and its state stays what a
+// full replay gives; a WAL replaced under it is read afresh.
+func TestLongLivedHandleCatchesUp(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	var seen []int64
+	long := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	defer long.Close()
+	other := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	defer other.Close()
+	for i := range 5 {
+		submit(t, long, fmt.Sprint("a", i))
+		submit(t, other, fmt.Sprint("b", i))
+	}
+	counting := store.Open(store.Options{Path: path, LockTimeout: time.Second, OnRecord: func(r state.Record, _ *state.State) error {
+		seen = append(seen, r.Seq)
+		return nil
+	}})
+	defer counting.Close()
+	if err := counting.Read(func(*store.Tx) error { return nil }); err != nil || len(seen) != 10 {
+		t.Fatalf("full replay saw %v, %v", seen, err)
+	}
+	var last int64
+	long.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil })
+	if last != 10 {
+		t.Fatalf("the long-lived handle is at seq %d, want 10", last)
+	}
+	// Replace the WAL with a shorter one: the handle's position is stale.
+	replacement := filepath.Join(filepath.Dir(path), "new.wal")
+	h := store.Open(store.Options{Path: replacement, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	submit(t, h, "x")
+	h.Close()
+	if err := os.Rename(replacement, path); err != nil {
+		t.Fatal(err)
+	}
+	long.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil })
+	if last != 1 {
+		t.Fatalf("after the WAL was replaced the handle is at seq %d, want 1", last)
+	}
+}
+
+// TestReplacedWhileWaitingForTheLock: a WAL replaced by rename while a writer
+// waits for its lock (an operator restoring a backup) is never written behind
+// the new file's back: the waiting writer starts over on the new file, and no
+// lease id is granted twice.
+func TestReplacedWhileWaitingForTheLock(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "q.wal")
+	setup := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	submit(t, setup, "p")
+	setup.Close()
+	backup, _ := os.ReadFile(path)
+
+	lease := func(h *store.Handle, hold chan struct{}, held chan<- struct{}) (string, error) {
+		var id string
+		err := h.Write(func(tx *store.Tx) error {
+			if held != nil {
+				close(held)
+				<-hold
+			}
+			d, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute}, tx.Now)
+			if err != nil {
+				return err
+			}
+			id = d.LeaseID
+			return tx.Commit(d.Records)
+		})
+		return id, err
+	}
+	first := store.Open(store.Options{Path: path, LockTimeout: 5 * time.Second, Clock: fixedClock(t0)})
+	defer first.Close()
+	second := store.Open(store.Options{Path: path, LockTimeout: 5 * time.Second, Clock: fixedClock(t0)})
+	defer second.Close()
+	hold, held := make(chan struct{}), make(chan struct{})
+	firstDone := make(chan string)
+	go func() {
+		id, err := lease(first, hold, held)
+		if err != nil {
+			t.Error(err)
+		}
+		firstDone <- id
+	}()
+	<-held
+	secondDone := make(chan string)
+	go func() {
+		id, err := lease(second, nil, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		secondDone <- id
+	}()
+	time.Sleep(100 * time.Millisecond) // the second writer is now waiting for the lock
+	restored := filepath.Join(dir, "restored.wal")
+	os.WriteFile(restored, backup, 0o644)
+	if err := os.Rename(restored, path); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	firstID, secondID := <-firstDone, <-secondDone
+	// The first writer appended to the file it had locked, which the rename
+	// unlinked; the second must have appended to the restored one.
+	check := store.Open(store.Options{Path: path, LockTimeout: time.Second, Verifier: state.NewVerifier()})
+	defer check.Close()
+	var records int64
+	if err := check.Read(func(tx *store.Tx) error { records = tx.State.LastSeq(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if firstID != "L1" || secondID != "L1" || records != 2 {
+		t.Fatalf("first granted %s on the replaced file, second %s; the restored WAL holds %d records (want L1, L1 on the restored file, 2)", firstID, secondID, records)
+	}
+}
