@@ -1,0 +1,52 @@
+package state
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestVerifierCatchesWhatABrokenApplyLetsThrough: verify keeps its own
+// account of every task (LeaseGranted records counted, terminal states seen,
+// current leases) instead of trusting Apply's bookkeeping. Here Apply's
+// result is tampered with after a record, standing in for a bug in Apply that
+// accepts the record but records the wrong effect; the Verifier must name the
+// broken invariant at the next record about that task.
+func TestVerifierCatchesWhatABrokenApplyLetsThrough(t *testing.T) {
+	story := []Record{
+		created("T1", t0, 5*time.Minute, policy(3, 0, 0)),
+		granted("T1", "L1", "W1", 1, sec(0), sec(30)),
+		onLease(TaskCompleted, "T1", "L1", sec(10)),
+		onLease(TaskCancelled, "T1", "L1", sec(20)), // a late verdict: valid, and about T1 again
+	}
+	cases := []struct {
+		name      string
+		after     int // the record after which Apply's effect is tampered with
+		tamper    func(t *Task)
+		invariant string
+	}{
+		{"a grant not counted", 2, func(t *Task) { t.Attempt = 0 }, InvAttempts},
+		{"a completed task reopened", 3, func(t *Task) { t.State = Waiting }, InvTerminal},
+		{"a lease kept after completion", 3, func(t *Task) { t.Lease = &Lease{ID: "L1", Worker: "W1", Expiry: sec(30)} }, InvLeaseByState},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := NewVerifier()
+			var err error
+			for i, r := range story {
+				r.Seq = int64(i + 1)
+				if err = v.Step(r); err != nil {
+					break
+				}
+				if i+1 == c.after {
+					task, _ := v.State.Task("T1")
+					c.tamper(task)
+				}
+			}
+			var re *RecordError
+			if !errors.As(err, &re) || re.Invariant != c.invariant || re.Seq != int64(c.after+1) {
+				t.Fatalf("got %v; want %q at record %d", err, c.invariant, c.after+1)
+			}
+		})
+	}
+}
