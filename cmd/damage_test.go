@@ -117,8 +117,18 @@ func TestFlipEveryBitThroughVerify(t *testing.T) {
 	}
 	dir := t.TempDir()
 	flips := 0
+	// The wal package flips every bit of a WAL against the scanner itself;
+	// here, through the whole command, every 11th bit is enough by default
+	// and LEASEWAL_SOAK=1 (set by .ci/run) flips them all.
+	stride := 11
+	if os.Getenv("LEASEWAL_SOAK") == "1" {
+		stride = 1
+	}
 	for off := range data {
 		for bit := range 8 {
+			if (off*8+bit)%stride != 0 {
+				continue
+			}
 			flipped := bytes.Clone(data)
 			flipped[off] ^= 1 << bit
 			flips++
@@ -144,5 +154,5 @@ func TestFlipEveryBitThroughVerify(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("flipped all %d bits of a %d-record WAL through verify: each one detected", flips, len(whole.Frames))
+	t.Logf("flipped %d bits (every %d) of a %d-record WAL through verify: each one detected", flips, stride, len(whole.Frames))
 }

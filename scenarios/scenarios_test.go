@@ -20,6 +20,9 @@ func TestScenarios(t *testing.T) {
 			cmd.Env = append(os.Environ(),
 				"PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
 				"TMPDIR="+t.TempDir(), "LEASEWAL_WAL=", "LEASEWAL_ACTOR=scenario", "NO_COLOR=1")
+			if os.Getenv("LEASEWAL_SOAK") != "1" { // a quick chaos run; .ci/run runs the full one
+				cmd.Env = append(cmd.Env, "CHAOS_TASKS=25", "CHAOS_SECONDS=30")
+			}
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s failed: %v\n%s", script, err, out)
