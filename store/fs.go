@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,8 +18,8 @@ import (
 type FS interface {
 	// WriteFile replaces path with data atomically and durably.
 	WriteFile(path string, data []byte) error
-	// Keep creates name with data durably, failing with fs.ErrExist if it exists.
-	Keep(name string, data []byte) error
+	// Keep creates name durably with what src holds, failing with fs.ErrExist if it exists.
+	Keep(name string, src io.Reader) error
 	// Remove removes path; a missing path is not an error.
 	Remove(path string) error
 	// WAL wraps the storage the WAL's appends, truncates and fsyncs go to.
@@ -56,7 +57,7 @@ func (OS) WriteFile(path string, data []byte) error {
 }
 
 // Keep is wal.KeepFile.
-func (OS) Keep(name string, data []byte) error { return wal.KeepFile(name, data) }
+func (OS) Keep(name string, src io.Reader) error { return wal.KeepFile(name, src) }
 
 // Remove removes path.
 func (OS) Remove(path string) error {

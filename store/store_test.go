@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,12 +42,12 @@ func (c *countingFS) WriteFile(path string, data []byte) error {
 	return c.OS.WriteFile(path, data)
 }
 
-func (c *countingFS) Keep(name string, data []byte) error {
+func (c *countingFS) Keep(name string, src io.Reader) error {
 	c.keepAttempts++
 	if c.failKeep {
 		return errors.New("injected: cannot save")
 	}
-	return c.OS.Keep(name, data)
+	return c.OS.Keep(name, src)
 }
 
 type countingStorage struct {

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -28,13 +29,21 @@ type AppendError struct {
 	Op         string
 	Err        error
 	RolledBack bool
+	// First and Last are the positions (1-based) of the records the append
+	// held, which may be left in the WAL when the rollback failed too.
+	First, Last int
+	Restore     error // why the rollback failed
 }
 
 func (e *AppendError) Error() string {
 	if e.RolledBack {
 		return fmt.Sprintf("writing the WAL failed during %s (%v); the WAL was restored to its previous size, so the operation did not happen: fix the cause (disk space, permissions, the disk itself) and retry", e.Op, e.Err)
 	}
-	return fmt.Sprintf("writing the WAL failed during %s (%v) and restoring its previous size also failed; run 'leasewal verify' before anything else", e.Op, e.Err)
+	recs := fmt.Sprintf("record %d", e.First)
+	if e.Last != e.First {
+		recs = fmt.Sprintf("records %d to %d", e.First, e.Last)
+	}
+	return fmt.Sprintf("writing the WAL failed during %s (%v) and restoring its previous size also failed (%v): %s, never acknowledged, may be left in the WAL, whole or torn; run 'leasewal verify' before anything else (a torn one is cut by the next writer), and repeat the command with its request id", e.Op, e.Err, e.Restore, recs)
 }
 
 func (e *AppendError) Unwrap() error { return e.Err }
@@ -51,9 +60,9 @@ type Storage interface {
 	Sync() error
 }
 
-// Keeper writes a new side file beside the WAL (a torn tail's keepsake) durably,
-// failing with an error wrapping fs.ErrExist if name exists.
-type Keeper func(name string, data []byte) error
+// Keeper writes a new side file beside the WAL (a torn tail's keepsake) durably
+// from src, failing with an error wrapping fs.ErrExist if name exists.
+type Keeper func(name string, src io.Reader) error
 
 // Seam routes a log's writes through the caller's file system: Wrap sees the
 // WAL's storage, Keep writes keepsakes. A zero Seam is the plain file system.
@@ -263,7 +272,7 @@ func (l *Log) AppendBatch(bodies [][]byte) (cut *CutResult, err error) {
 			return nil, err
 		}
 	}
-	if err := l.writeDurably(frames); err != nil {
+	if err := l.writeDurably(frames, pos.Count-l.Count); err != nil {
 		return cut, err
 	}
 	l.fault.reach("after-sync")
@@ -289,36 +298,36 @@ func encodeFrames(pos Position, bodies [][]byte) ([]byte, Position, error) {
 	return frames, pos, nil
 }
 
-func (l *Log) writeDurably(frame []byte) error {
+// writeDurably writes frame (records records) at the end and fsyncs it, or rolls back.
+func (l *Log) writeDurably(frame []byte, records int) error {
 	l.fault.reach("before-write")
-	n, err := writeFrame(l.store, frame, l.End, l.fault)
-	if err == nil && n < len(frame) {
+	written, err := writeFrame(l.store, frame, l.End, l.fault)
+	if err == nil && written < len(frame) {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		return l.rollback("write", err)
+		return l.rollback("write", err, records)
 	}
 	l.fault.reach("after-write")
 	if err := l.store.Sync(); err != nil {
-		return l.rollback("fsync", err)
+		return l.rollback("fsync", err, records)
 	}
 	return nil
 }
 
-func (l *Log) rollback(op string, cause error) error {
+func (l *Log) rollback(op string, cause error, records int) error {
 	terr := l.store.Truncate(l.End)
 	if terr == nil {
 		terr = l.store.Sync()
 	}
-	return &AppendError{Op: op, Err: cause, RolledBack: terr == nil}
+	return &AppendError{Op: op, Err: cause, RolledBack: terr == nil, Restore: terr, First: l.Count + 1, Last: l.Count + records}
 }
 
 // CutResult says what a cut of a torn tail removed and where the bytes went.
 type CutResult struct {
-	Offset   int64
-	Length   int64
-	SavedAs  string
-	Contents []byte
+	Offset  int64
+	Length  int64
+	SavedAs string
 }
 
 // CutTorn removes the torn tail, after saving its bytes durably beside the WAL
@@ -330,11 +339,8 @@ func (l *Log) CutTorn() (*CutResult, error) {
 	if l.mode != Write {
 		return nil, errors.New("cutting a torn tail needs the WAL opened for writing")
 	}
-	contents := make([]byte, l.Torn.Length)
-	if _, err := l.file.ReadAt(contents, l.Torn.Offset); err != nil {
-		return nil, fmt.Errorf("reading the torn tail of %s: %w", l.Path, err)
-	}
-	saved, err := saveSideFile(l.Path, fmt.Sprintf(".torn-%d", l.Torn.Offset), contents, l.keep)
+	tail := io.NewSectionReader(l.file, l.Torn.Offset, l.Torn.Length)
+	saved, err := saveSideFile(l.Path, fmt.Sprintf(".torn-%d", l.Torn.Offset), tail, l.keep)
 	if err != nil {
 		return nil, err
 	}
@@ -344,12 +350,12 @@ func (l *Log) CutTorn() (*CutResult, error) {
 	if err := l.store.Sync(); err != nil {
 		return nil, fmt.Errorf("syncing %s after cutting its torn tail: %w", l.Path, err)
 	}
-	res := &CutResult{Offset: l.Torn.Offset, Length: l.Torn.Length, SavedAs: saved, Contents: contents}
+	res := &CutResult{Offset: l.Torn.Offset, Length: l.Torn.Length, SavedAs: saved}
 	l.Torn = nil
 	return res, nil
 }
 
-func saveSideFile(walPath, suffix string, contents []byte, keep Keeper) (string, error) {
+func saveSideFile(walPath, suffix string, contents *io.SectionReader, keep Keeper) (string, error) {
 	if keep == nil {
 		keep = KeepFile
 	}
@@ -357,6 +363,9 @@ func saveSideFile(walPath, suffix string, contents []byte, keep Keeper) (string,
 		name := walPath + suffix
 		if n > 0 {
 			name = fmt.Sprintf("%s.%d", name, n)
+		}
+		if _, err := contents.Seek(0, io.SeekStart); err != nil {
+			return "", err
 		}
 		err := keep(name, contents)
 		if errors.Is(err, fs.ErrExist) {
@@ -369,14 +378,16 @@ func saveSideFile(walPath, suffix string, contents []byte, keep Keeper) (string,
 	}
 }
 
-// KeepFile is the plain Keeper: create name exclusively, write, fsync, fsync
-// the directory; a failure removes what was begun.
-func KeepFile(name string, contents []byte) error {
+// KeepFile is the plain Keeper: create name exclusively, copy src into it in
+// pieces (a run of zeros, as a crash can leave, becomes a hole: a 1 GiB tail of
+// zeros costs neither 1 GiB of memory nor of disk), fsync, fsync the
+// directory; a failure removes what was begun.
+func KeepFile(name string, src io.Reader) error {
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
-	_, werr := f.Write(contents)
+	werr := copySparse(f, src)
 	if werr == nil {
 		werr = f.Sync()
 	}
@@ -424,7 +435,7 @@ func CreateBatch(path string, bodies [][]byte, fault *Fault, seam Seam) (*Log, e
 		tmp.Close()
 		return nil, fmt.Errorf("locking the new WAL: %w", err)
 	}
-	if err := l.writeDurably(append(append([]byte{}, HeaderLine...), frames...)); err != nil {
+	if err := l.writeDurably(append(append([]byte{}, HeaderLine...), frames...), len(bodies)); err != nil {
 		tmp.Close()
 		return nil, err
 	}
@@ -463,4 +474,31 @@ func SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// copySparse copies src to f, seeking over blocks of zeros instead of
+// writing them, and sets f's size at the end.
+func copySparse(f *os.File, src io.Reader) error {
+	buf := make([]byte, 64<<10)
+	var size int64
+	for {
+		n, err := io.ReadFull(src, buf)
+		if n > 0 {
+			chunk := buf[:n]
+			if bytes.Count(chunk, []byte{0}) == n {
+				if _, serr := f.Seek(int64(n), io.SeekCurrent); serr != nil {
+					return serr
+				}
+			} else if _, werr := f.Write(chunk); werr != nil {
+				return werr
+			}
+			size += int64(n)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return f.Truncate(size)
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

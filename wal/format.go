@@ -25,8 +25,10 @@ const Magic = "leasewal-wal"
 const Version = 1
 
 // MaxBodySize bounds one record body; the scanner checks a frame's length
-// against it before trusting anything else in the frame.
-const MaxBodySize = 256 << 10
+// against it before trusting anything else in the frame. It holds the largest
+// record leasewal writes: a 64 KiB payload or reason whose every byte JSON
+// escapes as \u00XX (six bytes), with room to spare.
+const MaxBodySize = 512 << 10
 
 // crcHexLen is the width of the checksum field that opens every frame.
 const crcHexLen = 8

@@ -51,13 +51,17 @@ func (e *FormatError) Error() string { return e.Reason }
 // DamageError means the file is damaged before its last record: acknowledged
 // records are at stake, so nothing is dropped or repaired automatically.
 type DamageError struct {
-	Index  int   // 1-based position of the first bad frame
-	Offset int64 // its byte offset
-	Reason string
+	Index   int   // 1-based position of the first bad frame
+	Offset  int64 // its byte offset
+	Reason  string
+	Follows bool // records follow it (else it is itself what a writer never writes)
 }
 
 func (e *DamageError) Error() string {
-	return fmt.Sprintf("record %d at byte offset %d is damaged (%s) and valid records follow it", e.Index, e.Offset, e.Reason)
+	if e.Follows {
+		return fmt.Sprintf("record %d at byte offset %d is damaged (%s) and valid records follow it", e.Index, e.Offset, e.Reason)
+	}
+	return fmt.Sprintf("record %d at byte offset %d is damaged: %s", e.Index, e.Offset, e.Reason)
 }
 
 // ErrEmptyFile is reported for a zero-length file: leasewal never leaves one
@@ -141,11 +145,7 @@ func scanFrames(r io.Reader, size int64, from Position, each func(Frame) error) 
 			reason = "incomplete frame"
 		}
 		if reason != "" {
-			rest, rerr := io.ReadAll(br)
-			if rerr != nil {
-				return pos, nil, rerr
-			}
-			torn, err := classifyBad(pos, append(bytes.Clone(line), rest...), reason)
+			torn, err := classifyBad(pos, bytes.Clone(line), complete, br, reason)
 			return pos, torn, err
 		}
 		if err := each(Frame{Index: pos.Count + 1, Offset: pos.End, Body: body}); err != nil {
@@ -174,27 +174,69 @@ func checkFrame(prev uint32, line []byte) (body []byte, sum uint32, reason strin
 	return body, stated, ""
 }
 
-// classifyBad decides whether tail, the bytes from a bad frame at pos to the
-// end of the file, is a torn tail (nothing acknowledged follows the bad frame)
-// or damage to acknowledged records.
-func classifyBad(pos Position, tail []byte, reason string) (*TornTail, error) {
+// classifyBad decides whether the bytes from a bad frame at pos to the end of
+// the file are a torn tail (nothing acknowledged follows the bad frame) or
+// damage to acknowledged records. first is the bad frame's line as read
+// (whole when complete, else the first buffer of it); rest reads the bytes
+// after it. The rest is streamed, never held: a tail of any length costs a
+// bounded amount of memory.
+//
+// A tail of any length with nothing shaped like a record in it is torn: a
+// crash can leave zeros or garbage past the end of an append, and since
+// nothing in it was ever acknowledged, cutting it loses nothing.
+func classifyBad(pos Position, first []byte, complete bool, rest *bufio.Reader, reason string) (*TornTail, error) {
 	damage := &DamageError{Index: pos.Count + 1, Offset: pos.End, Reason: reason}
-	lineEnd := len(tail)
-	if nl := bytes.IndexByte(tail, '\n'); nl >= 0 {
-		lineEnd = nl + 1
-	}
-	line := bytes.TrimSuffix(tail[:lineEnd], []byte("\n"))
-	if len(line) > maxLine-1 && looksLikeFrame(line) {
-		return nil, damage // a writer never produces such a frame, so this is not a torn append
-	}
-	if hasValidFramePrefix(pos.LastSum, line) {
+	line := bytes.TrimSuffix(first, []byte("\n"))
+	length := int64(len(first))
+	if !complete {
+		// The line did not fit the buffer: skip to its end, keeping its last
+		// byte (an oversized frame ends with '}' like any record).
+		n, last, err := skipLine(rest)
+		if err != nil {
+			return nil, err
+		}
+		length += n
+		if len(line) > crcHexLen+2 && line[crcHexLen] == ' ' && line[crcHexLen+1] == '{' && isHex8(line[:crcHexLen]) && last == '}' {
+			damage.Reason = fmt.Sprintf("a record of more than %d bytes, which leasewal never writes", maxLine-1)
+			return nil, damage // a frame no writer produces, whole: not a torn append
+		}
+	} else if len(line) > maxLine-1 && looksLikeFrame(line) {
+		damage.Reason = fmt.Sprintf("a record of %d bytes, over the limit of %d, which leasewal never writes", len(line), maxLine-1)
+		return nil, damage // a frame no writer produces, whole: not a torn append
+	} else if hasValidFramePrefix(pos.LastSum, line) {
 		damage.Reason = "a valid record runs into the next one: its line end is damaged"
+		damage.Follows = true
 		return nil, damage
 	}
-	if followedByFrames(tail[lineEnd:]) {
+	n, follows, err := scanForFrames(rest)
+	if err != nil {
+		return nil, err
+	}
+	if follows {
+		damage.Follows = true
 		return nil, damage
 	}
-	return &TornTail{Offset: pos.End, Length: int64(len(tail))}, nil
+	return &TornTail{Offset: pos.End, Length: length + n}, nil
+}
+
+// skipLine reads through the next newline (or the end), returning how many
+// bytes it read and the last byte before the newline.
+func skipLine(r *bufio.Reader) (int64, byte, error) {
+	var n int64
+	var last byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		n += int64(len(chunk))
+		if body := bytes.TrimSuffix(chunk, []byte("\n")); len(body) > 0 {
+			last = body[len(body)-1]
+		}
+		switch {
+		case err == nil, errors.Is(err, io.EOF):
+			return n, last, nil
+		case !errors.Is(err, bufio.ErrBufferFull):
+			return n, last, err
+		}
+	}
 }
 
 // hasValidFramePrefix reports whether line begins with a complete valid frame
@@ -218,20 +260,35 @@ func hasValidFramePrefix(prev uint32, line []byte) bool {
 	return false
 }
 
-// followedByFrames reports whether rest holds anything shaped like a record:
-// a complete frame-shaped line, or a final fragment that starts like one.
-func followedByFrames(rest []byte) bool {
-	for len(rest) > 0 {
-		nl := bytes.IndexByte(rest, '\n')
-		if nl < 0 {
-			return len(rest) > crcHexLen+1 && rest[crcHexLen] == ' ' && rest[crcHexLen+1] == '{' && isHex8(rest[:crcHexLen])
+// scanForFrames reads r to its end and reports whether it holds anything
+// shaped like a record: a complete frame-shaped line, or a final fragment
+// (or an over-long line) that starts like one. It returns how many bytes it read.
+func scanForFrames(r *bufio.Reader) (int64, bool, error) {
+	var n int64
+	for {
+		line, err := r.ReadSlice('\n')
+		n += int64(len(line))
+		switch {
+		case err == nil:
+			if looksLikeFrame(line[:len(line)-1]) {
+				return n, true, nil
+			}
+		case errors.Is(err, io.EOF), errors.Is(err, bufio.ErrBufferFull):
+			if len(line) > crcHexLen+1 && line[crcHexLen] == ' ' && line[crcHexLen+1] == '{' && isHex8(line[:crcHexLen]) {
+				return n, true, nil
+			}
+			if errors.Is(err, io.EOF) {
+				return n, false, nil
+			}
+			skipped, _, err := skipLine(r)
+			if err != nil {
+				return n, false, err
+			}
+			n += skipped
+		default:
+			return n, false, err
 		}
-		if looksLikeFrame(rest[:nl]) {
-			return true
-		}
-		rest = rest[nl+1:]
 	}
-	return false
 }
 
 func isHex8(b []byte) bool {

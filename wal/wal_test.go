@@ -263,7 +263,7 @@ func TestWriterCutsTornTailAndKeepsIt(t *testing.T) {
 	}
 	cut, err := l.Append(body(4))
 	l.Close()
-	if err != nil || cut == nil || !bytes.Equal(cut.Contents, tail) {
+	if err != nil || cut == nil || cut.Length != int64(len(tail)) {
 		t.Fatalf("append over a torn tail: cut %+v err %v", cut, err)
 	}
 	saved, _ := os.ReadFile(cut.SavedAs)

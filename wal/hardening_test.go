@@ -1,0 +1,97 @@
+package wal
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestLongZeroTailIsReadInBoundedMemory: a crash can leave zeros of any
+// length past the last record (here 256 MiB, a sparse file). Reading it costs
+// a bounded amount of memory, it is a torn tail (nothing in it was ever
+// acknowledged), and the keepsake a writer makes of it is sparse too.
+func TestLongZeroTailIsReadInBoundedMemory(t *testing.T) {
+	path, _ := buildWAL(t, 3)
+	info, _ := os.Stat(path)
+	const zeros = 256 << 20
+	if err := os.Truncate(path, info.Size()+zeros); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l, err := OpenAt(path, Write, time.Second, Position{}, nil)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 8<<20 {
+		t.Fatalf("reading a %d MiB zero tail allocated %d MiB", zeros>>20, allocated>>20)
+	}
+	if l.Torn == nil || l.Torn.Length != zeros || l.Count != 3 {
+		t.Fatalf("torn %+v after %d records", l.Torn, l.Count)
+	}
+	cut, err := l.Append(body(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(cut.SavedAs, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != zeros || st.Blocks*512 > 1<<20 {
+		t.Fatalf("keepsake of %d bytes takes %d bytes of disk", st.Size, st.Blocks*512)
+	}
+}
+
+// TestOversizedLastFrameIsNotSaidToBeFollowed: a checksum-valid frame over the
+// size limit as the last line is damage (no writer writes it), and the
+// message does not claim that records follow it.
+func TestOversizedLastFrameIsNotSaidToBeFollowed(t *testing.T) {
+	path, _ := buildWAL(t, 2)
+	huge := make([]byte, MaxBodySize+100)
+	for i := range huge {
+		huge[i] = 'a'
+	}
+	huge[0], huge[len(huge)-1] = '{', '}'
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("0badc0de ")
+	f.Write(huge)
+	f.WriteString("\n")
+	f.Close()
+	_, err := OpenAt(path, Read, time.Second, Position{}, nil)
+	var dmg *DamageError
+	if !errors.As(err, &dmg) || dmg.Index != 3 || strings.Contains(err.Error(), "follow") || !strings.Contains(err.Error(), "never writes") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// failingStore fails every fsync and every truncate: a rollback that cannot
+// restore the file.
+type failingStore struct{ Storage }
+
+func (failingStore) Sync() error               { return syscall.EIO }
+func (failingStore) Truncate(size int64) error { return syscall.EROFS }
+
+// TestDoubleFaultNamesTheRecordsLeftBehind: when the fsync of an append fails
+// and so does the truncate that would undo it, the error says which records
+// may be left in the WAL.
+func TestDoubleFaultNamesTheRecordsLeftBehind(t *testing.T) {
+	path, _ := buildWAL(t, 3)
+	l, err := OpenAt(path, Write, time.Second, Position{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.Route(Seam{Wrap: func(s Storage) Storage { return failingStore{s} }})
+	_, err = l.AppendBatch([][]byte{body(4), body(5)})
+	var ae *AppendError
+	if !errors.As(err, &ae) || ae.RolledBack || !strings.Contains(err.Error(), "records 4 to 5") || !strings.Contains(err.Error(), "verify") {
+		t.Fatalf("got %v", err)
+	}
+}
