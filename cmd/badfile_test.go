@@ -75,7 +75,7 @@ func TestBadFiles(t *testing.T) {
 		{"a CRLF record mid-file", mutate(good, func(b []byte) []byte {
 			return append(append(b[:lines[2]-1:lines[2]-1], '\r', '\n'), good[lines[2]:]...)
 		}), ExitDamaged, "record 1 at byte offset 16 is damaged"},
-		{"a frame over the size limit", append(walOf(t, c1), "00000000 "+huge+"\n"...), ExitDamaged, "exceeds the limit"},
+		{"a frame over the size limit", append(walOf(t, c1), "00000000 "+huge+"\n"...), ExitDamaged, "over the limit of"},
 		{"an unknown record type", walOf(t, c1, `{"seq":2,"at":1767225600000,"type":"TaskTeleported","task_id":"T1"}`), ExitDamaged, `unknown record type "TaskTeleported"`},
 		{"a sequence gap", walOf(t, c1, f(created2, 3)), ExitDamaged, "seq 3 follows seq 1"},
 		{"time running backwards", walOf(t, c1, f(grant, 2, t0ms-1, "T1", "L1", 1, t0ms+30000)), ExitDamaged, "before the previous record"},

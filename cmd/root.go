@@ -95,8 +95,10 @@ func (a *app) newRoot() *cobra.Command {
 		Long: `leasewal hands tasks to workers under leases, one command per invocation.
 Every invocation locks the WAL, replays it, decides one operation at --now,
 appends its checksummed records with one fsync, prints the outcome and exits.`,
-		SilenceErrors: true,
-		SilenceUsage:  true,
+		SilenceErrors:              true,
+		SilenceUsage:               true,
+		SuggestionsMinimumDistance: 2,
+		Args:                       cobra.ArbitraryArgs, // an unknown command reaches RunE, which says so
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return c.Help()
@@ -156,6 +158,7 @@ func unknownCommand(c *cobra.Command, args []string) error {
 		return usageErr("'%s' needs a command: one of %s; see '%s --help'", c.CommandPath(), strings.Join(subs, ", "), c.CommandPath())
 	}
 	msg := fmt.Sprintf("unknown command %q for '%s'", args[0], c.CommandPath())
+	c.SuggestionsMinimumDistance = 2
 	if s := c.SuggestionsFor(args[0]); len(s) > 0 {
 		msg += fmt.Sprintf("; did you mean %q?", s[0])
 	}

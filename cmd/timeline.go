@@ -62,6 +62,7 @@ func (tl *timeline) offset(at int64) string { return offset(at - tl.start) }
 
 // row prints a label, a drawing area and a note.
 func (tl *timeline) row(label string, cells []string, note string) {
+	label = escape(label)
 	if len(label) > labelWidth-1 {
 		label = label[:labelWidth-1]
 	}
@@ -211,7 +212,7 @@ func (tl *timeline) cancellations(cancelled []state.Record) {
 	var notes []string
 	for _, r := range cancelled {
 		cells[tl.col(r.At)] = tl.p.paint(tl.g.mark, color.FgRed, color.Bold)
-		notes = append(notes, r.LeaseID+" cancelled "+tl.offset(r.At))
+		notes = append(notes, escape(r.LeaseID)+" cancelled "+tl.offset(r.At))
 	}
 	tl.row("late", cells, strings.Join(notes, ", "))
 }

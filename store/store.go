@@ -282,13 +282,15 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 
 func (h *Handle) openError(err error) error {
 	var (
-		pathErr   *fs.PathError
-		replayDmg *DamageError
-		dmg       *wal.DamageError
-		format    *wal.FormatError
+		pathErr    *fs.PathError
+		replayDmg  *DamageError
+		dmg        *wal.DamageError
+		format     *wal.FormatError
+		notRegular *wal.NotRegularError
+		locked     *wal.LockTimeoutError
 	)
 	switch {
-	case errors.As(err, &replayDmg), errors.Is(err, wal.ErrReplaced):
+	case errors.As(err, &replayDmg), errors.Is(err, wal.ErrReplaced), errors.As(err, &notRegular), errors.As(err, &locked):
 		return err
 	case errors.As(err, &pathErr) && errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("cannot open the WAL %s: permission denied; check the file's permissions or --wal: %w", h.opts.Path, err)

@@ -39,10 +39,14 @@ func (e *LockTimeoutError) Error() string {
 }
 
 // lockFair takes the WAL lock how (LOCK_SH or LOCK_EX) on f through the
-// turnstile, waiting at most timeout in all.
+// turnstile, waiting at most timeout in all. A writer that finds the WAL free
+// takes it at once; a reader always passes through the turnstile, since a
+// shared lock free for it may be one a writer is waiting for.
 func lockFair(f *os.File, path string, how int, timeout time.Duration) error {
-	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err == nil {
-		return nil // no one in the way: the common case costs one system call
+	if how == unix.LOCK_EX {
+		if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err == nil {
+			return nil // no one in the way: the common case costs one system call
+		}
 	}
 	deadline := time.Now().Add(timeout)
 	turnHow := unix.LOCK_SH
