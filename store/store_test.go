@@ -310,51 +310,6 @@ func TestReplacedWhileWaitingForTheLock(t *testing.T) {
 	}
 }
 
-// TestWaitingWriterGoesBeforeNewReaders: readers do not starve writers.
-// While a writer waits for a reader to finish, a reader that comes later
-// queues behind the writer instead of sharing the lock with the first reader.
-func TestWaitingWriterGoesBeforeNewReaders(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "q.wal")
-	setup := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
-	submit(t, setup, "p")
-	setup.Close()
-	open := func() *store.Handle {
-		return store.Open(store.Options{Path: path, LockTimeout: 10 * time.Second, Clock: fixedClock(t0)})
-	}
-	var mu sync.Mutex
-	var order []string
-	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-	first, release := open(), make(chan struct{})
-	inside := make(chan struct{})
-	go first.Read(func(*store.Tx) error { close(inside); <-release; note("first reader"); return nil })
-	<-inside
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		w := open()
-		defer w.Close()
-		if err := w.Write(func(*store.Tx) error { note("writer"); return nil }); err != nil {
-			t.Error(err)
-		}
-	}()
-	time.Sleep(100 * time.Millisecond) // the writer now waits, holding the turnstile
-	go func() {
-		defer wg.Done()
-		r := open()
-		defer r.Close()
-		if err := r.Read(func(*store.Tx) error { note("later reader"); return nil }); err != nil {
-			t.Error(err)
-		}
-	}()
-	time.Sleep(100 * time.Millisecond) // the later reader waits too, behind the writer
-	close(release)
-	wg.Wait()
-	if strings.Join(order, ", ") != "first reader, writer, later reader" {
-		t.Fatalf("order: %v", order)
-	}
-}
-
 // TestArchiveTruncatedInPlaceIsDamageNotACrash: the archive is mapped; a
 // truncation in place under a command that reads it (another program, an
 // operator's mistake) makes the read fault. The fault is taken as damage: the

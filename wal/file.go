@@ -148,12 +148,50 @@ func OpenAt(path string, mode Mode, lockTimeout time.Duration, from Position, ea
 		f.Close()
 		return nil, err
 	}
-	pos, torn, err := scanFrames(f, st.Size()-from.End, from, each)
+	var pos Position
+	var torn *TornTail
+	if mode == Read {
+		pos, torn, err = readUnlocked(f, path, st.Size(), from, lockTimeout, each)
+	} else {
+		pos, torn, err = scanFrames(f, st.Size()-from.End, from, each)
+	}
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	return &Log{Path: path, Position: pos, Torn: torn, file: f, store: f, mode: mode}, nil
+}
+
+// readUnlocked scans a reader's WAL without holding the lock, so that a long
+// replay (verify of a million records) never keeps a writer waiting: the
+// shared lock was held only to fix size, the end of what this reader reads.
+// Every byte before the end of the valid records is immutable (writers only
+// append after it, and cut only a torn tail, which lies after it), so a scan
+// of [0, size) that finds only valid frames read exactly what a locked scan
+// would have. If it meets anything else (a torn tail, or what looks like
+// damage: a writer may have cut a torn tail and appended over it meanwhile),
+// it takes the shared lock again and reads on from the last valid frame to
+// the end of the file, as a locked reader does.
+func readUnlocked(f *os.File, path string, size int64, from Position, lockTimeout time.Duration, each func(Frame) error) (Position, *TornTail, error) {
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_UN); err != nil {
+		return from, nil, err
+	}
+	pos, torn, err := scanFrames(io.LimitReader(f, size-from.End), size-from.End, from, each)
+	var damage *DamageError
+	if torn == nil && !errors.As(err, &damage) {
+		return pos, torn, err
+	}
+	if err := lockFair(f, path, unix.LOCK_SH, lockTimeout); err != nil {
+		return pos, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return pos, nil, err
+	}
+	if _, err := f.Seek(pos.End, io.SeekStart); err != nil {
+		return pos, nil, err
+	}
+	return scanFrames(f, st.Size()-pos.End, pos, each)
 }
 
 // ErrReplaced means the path no longer names the file that was locked: it was

@@ -5,9 +5,12 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestLongZeroTailIsReadInBoundedMemory: a crash can leave zeros of any
@@ -93,5 +96,86 @@ func TestDoubleFaultNamesTheRecordsLeftBehind(t *testing.T) {
 	var ae *AppendError
 	if !errors.As(err, &ae) || ae.RolledBack || !strings.Contains(err.Error(), "records 4 to 5") || !strings.Contains(err.Error(), "verify") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestWaitingWriterGoesBeforeNewReaders: readers do not starve writers.
+// While a writer waits for a reader to let go of the WAL, a reader that comes
+// later queues behind the writer (at the turnstile) instead of sharing the
+// lock with the first reader.
+func TestWaitingWriterGoesBeforeNewReaders(t *testing.T) {
+	path, _ := buildWAL(t, 1)
+	open := func() *os.File {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	first := open()
+	if err := lockFair(first, path, unix.LOCK_SH, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		w := open()
+		defer w.Close()
+		if err := lockFair(w, path, unix.LOCK_EX, 10*time.Second); err != nil {
+			t.Error(err)
+		}
+		note("writer")
+		time.Sleep(50 * time.Millisecond)
+	}()
+	time.Sleep(100 * time.Millisecond) // the writer now waits, holding the turnstile
+	go func() {
+		defer wg.Done()
+		r := open()
+		defer r.Close()
+		if err := lockFair(r, path, unix.LOCK_SH, 10*time.Second); err != nil {
+			t.Error(err)
+		}
+		note("later reader")
+	}()
+	time.Sleep(100 * time.Millisecond) // the later reader waits too, behind the writer
+	note("first reader done")
+	first.Close()
+	wg.Wait()
+	if got := strings.Join(order, ", "); got != "first reader done, writer, later reader" {
+		t.Fatalf("order: %s", got)
+	}
+}
+
+// TestReaderReadsWithoutHoldingTheLock: a reader holds the shared lock only
+// to fix the end of what it reads, so a writer gets the lock while a long
+// replay is still running; what the reader reads is the prefix it fixed.
+func TestReaderReadsWithoutHoldingTheLock(t *testing.T) {
+	path, _ := buildWAL(t, 50)
+	var writerGotIn bool
+	frames := 0
+	l, err := OpenAt(path, Read, time.Second, Position{}, func(Frame) error {
+		if frames++; frames == 10 { // in the middle of the replay, a writer appends
+			w, err := OpenAt(path, Write, 100*time.Millisecond, Position{}, nil)
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			if _, err := w.Append(body(51)); err != nil {
+				return err
+			}
+			writerGotIn = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if !writerGotIn || l.Count != 50 || l.Torn != nil {
+		t.Fatalf("writer got in: %v; the reader read %d frames, torn %+v", writerGotIn, l.Count, l.Torn)
 	}
 }

@@ -31,6 +31,7 @@ func main() {
 	generate := flag.String("generate", "", "write a history of -records records to this file and print its record and task counts (used by bench itself)")
 	records := flag.Int("records", 0, "with -generate: history size")
 	waiting := flag.Int("waiting", 0, "with -generate: tasks left WAITING at the end")
+	lockPhase := flag.Duration("contention", 0, "measure the lock instead, in phases of this length (readers beside a writer; writers against writers)")
 	flag.Parse()
 	if *generate != "" {
 		generateHistory(*generate, *records, *waiting)
@@ -42,6 +43,10 @@ func main() {
 	defer os.RemoveAll(dir)
 
 	fmt.Printf("leasewal benchmark, %s, %s, Go %s; sqlite3: %s\n", time.Now().UTC().Format("2006-01-02"), machine(), goVersion(), sqliteVersion(sqlite))
+	if *lockPhase > 0 {
+		contention(dir, *leasewal, *lockPhase)
+		return
+	}
 	fmt.Println("latencies are medians in ms; ratio = leasewal / sqlite3 (one process per command, fsync per transaction)")
 	startupFloor(dir, *floor, sqlite)
 	fmt.Println("first = the first submit, with no checkpoint yet: a full replay that writes the checkpoint and the archive")
