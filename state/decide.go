@@ -315,12 +315,12 @@ func (s *State) DecideExpire(now int64) Decision {
 			continue
 		}
 		c := t
-		if t.State == Leased && t.Lease.Expiry <= now {
+		if t.leaseLapsedBy(now) {
 			d.Records = append(d.Records, Record{Type: LeaseExpired, TaskID: t.ID, LeaseID: t.Lease.ID})
 			c = t.At(t.Lease.Expiry)
 			d.States = append(d.States, c.State)
 		}
-		if c.State == Waiting && now >= t.Deadline() {
+		if c.windowClosedBy(now) {
 			d.Records = append(d.Records, Record{Type: TaskDead, TaskID: t.ID, Reason: "execution window closed"})
 			d.States = append(d.States, Dead)
 		}

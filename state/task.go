@@ -162,19 +162,23 @@ func (t *Task) closeWindow(at int64) {
 	t.State, t.EndReason = Dead, "execution window closed"
 }
 
+// leaseLapsedBy and windowClosedBy are the one place that says what time
+// revokes by at: the current lease, once its expiry has come, and the
+// execution window, at the deadline.
+func (t *Task) leaseLapsedBy(at int64) bool  { return t.State == Leased && t.Lease.Expiry <= at }
+func (t *Task) windowClosedBy(at int64) bool { return !t.State.Terminal() && at >= t.Deadline() }
+
 // lapsesBy reports whether time alone changes the task by at.
-func (t *Task) lapsesBy(at int64) bool {
-	return (t.State == Leased && t.Lease.Expiry <= at) || (!t.State.Terminal() && at >= t.Deadline())
-}
+func (t *Task) lapsesBy(at int64) bool { return t.leaseLapsedBy(at) || t.windowClosedBy(at) }
 
 // lapse applies what the passage of time does without any record: a lease
 // expires at its expiry (seed 000), and a window closes at the deadline. These
 // are the LeaseExpired and TaskDead rules, applied at the moment they happened.
 func (t *Task) lapse(at int64) {
-	if t.State == Leased && t.Lease.Expiry <= at {
+	if t.leaseLapsedBy(at) {
 		t.expireLease(t.Lease.Expiry)
 	}
-	if !t.State.Terminal() && at >= t.Deadline() {
+	if t.windowClosedBy(at) {
 		t.closeWindow(t.Deadline())
 	}
 }
