@@ -60,7 +60,7 @@ func TestCutAtEveryByte(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cliChecks := 0
-	for cut, complete := len(wal.HeaderLine), 0; cut <= len(data); cut++ {
+	for cut, complete := len(wal.HeaderLine(wal.Version)), 0; cut <= len(data); cut++ {
 		for complete < len(ends) && ends[complete] <= cut {
 			complete++
 		}
@@ -73,18 +73,18 @@ func TestCutAtEveryByte(t *testing.T) {
 				t.Fatalf("cut %d: record %d altered", cut, i+1)
 			}
 		}
-		boundary := cut == len(wal.HeaderLine) || (complete > 0 && ends[complete-1] == cut)
+		boundary := cut == len(wal.HeaderLine(wal.Version)) || (complete > 0 && ends[complete-1] == cut)
 		if (s.Torn == nil) != boundary {
 			t.Fatalf("cut %d: torn tail %v at a boundary %v", cut, s.Torn, boundary)
 		}
-		start, next := len(wal.HeaderLine), len(data) // the partial frame's extent
+		start, next := len(wal.HeaderLine(wal.Version)), len(data) // the partial frame's extent
 		if complete > 0 {
 			start = ends[complete-1]
 		}
 		if complete < len(ends) {
 			next = ends[complete]
 		}
-		if cut > len(wal.HeaderLine) && (boundary || cut == start+(next-start)/2) {
+		if cut > len(wal.HeaderLine(wal.Version)) && (boundary || cut == start+(next-start)/2) {
 			cliChecks++
 			code, v, stderr := verifyFile(t, dir, data[:cut])
 			if code != 0 || int(v["records"].(float64)) != complete {
@@ -96,7 +96,7 @@ func TestCutAtEveryByte(t *testing.T) {
 		}
 	}
 	t.Logf("cut a %d-record, %d-byte WAL at every one of its %d byte offsets past the header; %d cuts replayed and verified through the CLI",
-		len(frames), len(data), len(data)-len(wal.HeaderLine)+1, cliChecks)
+		len(frames), len(data), len(data)-len(wal.HeaderLine(wal.Version))+1, cliChecks)
 }
 
 // TestFlipEveryBitThroughVerify flips every bit of a small WAL and runs verify:
@@ -134,7 +134,7 @@ func TestFlipEveryBitThroughVerify(t *testing.T) {
 			flips++
 			code, v, stderr := verifyFile(t, dir, flipped)
 			switch {
-			case off < len(wal.HeaderLine):
+			case off < len(wal.HeaderLine(wal.Version)):
 				if code != ExitDamaged || v["error"] != "NotAWAL" {
 					t.Fatalf("flip %d.%d in the header: exit %d %v", off, bit, code, v)
 				}

@@ -146,10 +146,15 @@ type logEntry struct {
 	At         string `json:"at"`
 	Expiry     string `json:"expiry,omitempty"`
 	AcquiredAt string `json:"acquired_at,omitempty"`
+	NotBefore  string `json:"not_before,omitempty"`
 }
 
 func newLogEntry(r state.Record) logEntry {
-	return logEntry{Record: r, At: formatTime(r.At), Expiry: optTime(r.Expiry), AcquiredAt: optTime(r.AcquiredAt)}
+	e := logEntry{Record: r, At: formatTime(r.At), Expiry: optTime(r.Expiry), AcquiredAt: optTime(r.AcquiredAt)}
+	if r.NotBefore != nil {
+		e.NotBefore = formatTime(*r.NotBefore)
+	}
+	return e
 }
 
 // runLog filters the records as the replay reads them, so that it holds the

@@ -121,7 +121,7 @@ func runSubmit(e env, o submitOptions) error {
 		return err
 	}
 	return e.write(func(tx *store.Tx) (answer, error) {
-		d, err := tx.State.DecideSubmit(cmd)
+		d, err := tx.State.DecideSubmit(cmd, tx.Now)
 		if err != nil {
 			return answer{}, err
 		}

@@ -62,7 +62,7 @@ func coordinatorModel(initialAt int64) porcupine.Model {
 	return porcupine.Model{
 		Init: func() any {
 			m := refmodel.New()
-			m.Submit(initialAt, "job", 20_000, refmodel.Policy{MaxAttempts: 3}, "")
+			m.Submit(initialAt, lzJob)
 			return lzState{m: m, lastAt: initialAt}
 		},
 		Step: func(s, input, output any) (bool, any) {
@@ -84,13 +84,16 @@ func coordinatorModel(initialAt int64) porcupine.Model {
 	}
 }
 
+// lzJob is the task every submit of the check creates.
+var lzJob = refmodel.Spec{Payload: "job", Window: 20_000, Policy: refmodel.Policy{MaxAttempts: 3}}
+
 // modelCall is what the reference model answers to in at now.
 func modelCall(m *refmodel.Model, in lzInput, now int64) refmodel.Answer {
 	switch in.Op {
 	case "submit":
-		return m.Submit(now, "job", 20_000, refmodel.Policy{MaxAttempts: 3}, "")
+		return m.Submit(now, lzJob)
 	case "lease":
-		return m.Lease(now, in.Worker, 1000, "", "")
+		return m.Lease(now, in.Worker, 1000, "", "", nil)
 	case "extend":
 		return m.Extend(now, in.Task, in.Lease, 1000)
 	case "complete":

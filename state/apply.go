@@ -12,6 +12,11 @@ import (
 const (
 	MaxPayloadBytes = 64 << 10
 	MaxIDBytes      = 200
+	MinPriority     = -1000
+	MaxPriority     = 1000
+	// DefaultQueue is the queue of a task submitted without one (and of
+	// every task of a revision-1 WAL).
+	DefaultQueue = "default"
 )
 
 type leaseRequest struct {
@@ -227,6 +232,8 @@ func (s *State) applyTyped(r Record) error {
 		return s.applyFailed(r)
 	case TaskDead:
 		return s.applyDead(r)
+	case TaskAborted:
+		return s.applyAborted(r)
 	case WorkAcquired:
 		return s.applyWorkAcquired(r)
 	case WorkEnqueued:
@@ -311,9 +318,14 @@ func (s *State) applyCreated(r Record) error {
 	}
 	t := &Task{
 		ID: r.TaskID, Payload: r.Payload, CreatedAt: r.At, Window: r.Window,
-		Policy: *r.RetryPolicy, RequestID: r.RequestID, State: Waiting, NotBefore: r.At,
+		Policy: *r.RetryPolicy, RequestID: r.RequestID, State: Waiting,
+		AvailableAt: r.At, Queue: DefaultQueue, RequeuedFrom: r.RequeuedFrom,
 		Seqs: []int64{r.Seq},
 	}
+	if err := s.queueFields(r, t); err != nil {
+		return err
+	}
+	t.NotBefore = t.AvailableAt
 	s.tasks[t.ID] = t
 	s.order = append(s.order, t)
 	s.live = append(s.live, t)
@@ -465,7 +477,7 @@ func (s *State) applyCompleted(r Record) error {
 	}
 	commit(t, t, r.Seq)
 	t.endLease(EndCompleted, r.At)
-	t.State = Completed
+	t.State, t.EndCause = Completed, BecauseCompleted
 	return nil
 }
 
@@ -499,9 +511,9 @@ func (s *State) applyFailed(r Record) error {
 	a.Reason = r.Reason
 	switch {
 	case r.Permanent:
-		t.State, t.EndReason = Failed, "permanent failure: "+r.Reason
+		t.State, t.EndReason, t.EndCause = Failed, "permanent failure: "+r.Reason, BecauseFailed
 	case final:
-		t.State, t.EndReason = Failed, "attempts exhausted: "+r.Reason
+		t.State, t.EndReason, t.EndCause = Failed, "attempts exhausted: "+r.Reason, BecauseFailed
 	default:
 		a.End = EndRetry
 		t.scheduleRetry(a, r.At)
@@ -530,5 +542,77 @@ func (s *State) applyDead(r Record) error {
 	}
 	commit(t, c, r.Seq)
 	t.closeWindow(t.Deadline())
+	return nil
+}
+
+// ValidateQueue checks a queue name.
+func ValidateQueue(name string) error { return ValidateID("queue name", name) }
+
+// ValidatePriority checks a priority.
+func ValidatePriority(p int) error {
+	if p < MinPriority || p > MaxPriority {
+		return fmt.Errorf("priority %d is outside %d to %d", p, MinPriority, MaxPriority)
+	}
+	return nil
+}
+
+// queueFields reads a TaskCreated's revision-2 fields into t: all three or
+// none (a revision-1 record: available at once, the default queue, priority 0).
+func (s *State) queueFields(r Record, t *Task) error {
+	given := 0
+	for _, set := range []bool{r.NotBefore != nil, r.Queue != "", r.Priority != nil} {
+		if set {
+			given++
+		}
+	}
+	switch given {
+	case 0:
+		if r.RequeuedFrom != "" {
+			return invalid("requeued_from needs not_before, queue and priority")
+		}
+		return nil
+	case 3:
+	default:
+		return invalid("not_before, queue and priority go together")
+	}
+	if *r.NotBefore < r.At || *r.NotBefore > MaxTime {
+		return invalid("not_before %d is before the record's time %d or past the year 9999", *r.NotBefore, r.At)
+	}
+	if err := ValidateQueue(r.Queue); err != nil {
+		return invalid("%v", err)
+	}
+	if err := ValidatePriority(*r.Priority); err != nil {
+		return invalid("%v", err)
+	}
+	if r.RequeuedFrom != "" {
+		from, err := s.lookupTask(r.RequeuedFrom)
+		if err != nil || from == nil {
+			return firstErr(err, invalid("requeued_from names an unknown task %q", r.RequeuedFrom))
+		}
+		if c := from.At(r.At); c.State != Failed && c.State != Dead {
+			return breaks(InvTerminal, "requeued_from %s is %s, not FAILED or DEAD", from.ID, c.State)
+		}
+	}
+	t.AvailableAt, t.Queue, t.Priority = *r.NotBefore, r.Queue, *r.Priority
+	return nil
+}
+
+func (s *State) applyAborted(r Record) error {
+	t, err := s.subject(r)
+	if err != nil {
+		return err
+	}
+	if r.Reason == "" {
+		return invalid("an abort needs a reason")
+	}
+	c := t.At(r.At)
+	if c.State.Terminal() {
+		return breaks(InvTerminal, "%s is already %s", t.ID, c.State)
+	}
+	commit(t, c, r.Seq)
+	if t.Lease != nil {
+		t.endLease(EndAborted, r.At)
+	}
+	t.State, t.EndReason, t.EndCause = Dead, "aborted: "+r.Reason, BecauseAborted
 	return nil
 }

@@ -21,7 +21,7 @@ import (
 //
 // Layout, integers little endian:
 //
-//	"leasewal-archive v1\n"
+//	"leasewal-archive v2\n"
 //	header: records length, entries, tasks (uint64 each), CRC32C of the records (uint32)
 //	CRC32C of the header and the fence (uint32)
 //	records: one per task, in the order they were archived: uvarint length, CRC32C (uint32), the task as a snapshot encodes it
@@ -44,7 +44,7 @@ type Archive struct {
 }
 
 const (
-	archiveMagic       = "leasewal-archive v1\n"
+	archiveMagic       = "leasewal-archive v2\n"
 	archiveHeaderSize  = 3*8 + 4
 	archiveBlockLen    = 128
 	archiveEntrySize   = 16

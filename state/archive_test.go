@@ -36,7 +36,7 @@ func lookups(s *State, names []string, now int64) string {
 		lr, lrErr := s.leaseRequested(name)
 		fmt.Fprintf(&b, "%s: task %v %s; submit %s; lease of %s; lease request %+v; damage %v\n", name, ok, idOf(t), idOf(sub), owner, lr,
 			errors.Join(taskErr, subErr, ownerErr, lrErr) != nil)
-		d, err := s.DecideSubmit(Submit{Payload: "p0", Window: Duration(time.Minute), Policy: RetryPolicy{MaxAttempts: 1}, RequestID: name})
+		d, err := s.DecideSubmit(Submit{Payload: "p0", Window: Duration(time.Minute), Policy: RetryPolicy{MaxAttempts: 1}, RequestID: name}, now)
 		fmt.Fprintf(&b, "  submit %s %v\n", jsonOf(d), err)
 		d, err = s.DecideLease(LeaseRequest{Worker: "W0", Duration: time.Second, RequestID: name}, now)
 		fmt.Fprintf(&b, "  lease %s %v\n", jsonOf(d), err)

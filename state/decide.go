@@ -40,6 +40,12 @@ type Decision struct {
 	State     TaskState   // after a fail
 	NotBefore int64       // after a fail that retries
 	States    []TaskState // expire: each record's task's state after it
+
+	// EMPTY: when the next task becomes eligible (0 for never, as things
+	// stand), and how many tasks are not terminal, both within the request's
+	// queues or task.
+	NextEligibleAt int64
+	Live           int
 }
 
 func write(r Record, d Decision) Decision {
@@ -53,15 +59,40 @@ type Submit struct {
 	Window    Duration
 	Policy    RetryPolicy
 	RequestID string // empty: the coordinator assigns R<n>
+	// When it becomes eligible: Delay after the submit, or at NotBefore
+	// (unix ms; 0 for none), never before the submit itself.
+	Delay     time.Duration
+	NotBefore int64
+	Queue     string // empty: DefaultQueue
+	Priority  int
 }
 
-// DecideSubmit creates a task, or repeats the answer for a known request id.
-func (s *State) DecideSubmit(c Submit) (Decision, error) {
+// DecideSubmit creates a task at now, or repeats the answer for a known
+// request id. The queue and priority count as policy for a repeat (another
+// queue is a conflict); the delay does not (a repeat keeps the first time).
+func (s *State) DecideSubmit(c Submit, now int64) (Decision, error) {
 	if err := ValidatePayload(c.Payload); err != nil {
 		return Decision{}, refuse(InvalidInput, "payload", "%v", err)
 	}
 	if err := ValidatePolicy(c.Window, c.Policy); err != nil {
 		return Decision{}, refuse(InvalidInput, "policy", "%v", err)
+	}
+	if c.Queue == "" {
+		c.Queue = DefaultQueue
+	}
+	if err := ValidateQueue(c.Queue); err != nil {
+		return Decision{}, refuse(InvalidInput, "queue", "%v", err)
+	}
+	if err := ValidatePriority(c.Priority); err != nil {
+		return Decision{}, refuse(InvalidInput, "priority", "%v", err)
+	}
+	switch {
+	case c.Delay < 0:
+		return Decision{}, refuse(InvalidInput, "delay", "a delay must not be negative, got %s", c.Delay)
+	case c.Delay > 0 && c.NotBefore != 0:
+		return Decision{}, refuse(InvalidInput, "delay", "give a delay or a not-before time, not both")
+	case c.NotBefore > MaxTime:
+		return Decision{}, refuse(InvalidInput, "delay", "a not-before time past the year 9999")
 	}
 	if c.RequestID != "" {
 		if err := ValidateID("request id", c.RequestID); err != nil {
@@ -72,8 +103,8 @@ func (s *State) DecideSubmit(c Submit) (Decision, error) {
 			return Decision{}, err
 		}
 		if t != nil {
-			if t.Payload != c.Payload || t.Window != c.Window || t.Policy != c.Policy {
-				return Decision{}, refuse(RequestConflict, "request", "request id %q already created %s with a different payload or policy", c.RequestID, t.ID)
+			if t.Payload != c.Payload || t.Window != c.Window || t.Policy != c.Policy || t.Queue != c.Queue || t.Priority != c.Priority || t.RequeuedFrom != "" {
+				return Decision{}, refuse(RequestConflict, "request", "request id %q already created %s with a different payload, policy, queue or priority", c.RequestID, t.ID)
 			}
 			return Decision{Outcome: ResultAck, TaskID: t.ID, Duplicate: true}, nil
 		}
@@ -90,20 +121,27 @@ func (s *State) DecideSubmit(c Submit) (Decision, error) {
 		}
 	}
 	policy := c.Policy
-	return write(Record{Type: TaskCreated, TaskID: id, Payload: c.Payload, Window: c.Window, RetryPolicy: &policy, RequestID: req},
+	notBefore := max(now, c.NotBefore, addTime(now, c.Delay.Milliseconds()))
+	return write(Record{Type: TaskCreated, TaskID: id, Payload: c.Payload, Window: c.Window, RetryPolicy: &policy, RequestID: req,
+		NotBefore: &notBefore, Queue: c.Queue, Priority: &c.Priority},
 		Decision{Outcome: ResultAck, TaskID: id}), nil
 }
 
-// LeaseRequest asks for a lease on the oldest eligible task, or on one task.
+// LeaseRequest asks for a lease on the eligible task of highest priority,
+// oldest first within a priority, or on one task.
 type LeaseRequest struct {
 	Worker    string
 	Duration  time.Duration
-	TaskID    string // optional
-	RequestID string // optional; a repeat returns the same lease while it is current
+	TaskID    string   // optional
+	RequestID string   // optional; a repeat returns the same lease while it is current
+	Queues    []string // optional: only tasks of these queues
 }
 
-// DecideLease grants a lease on the oldest eligible WAITING task (FIFO by
-// creation). The expiry is capped at the task's deadline.
+// DecideLease grants a lease on the eligible task of highest priority among
+// the named queues (all by default), the oldest by creation within a
+// priority, or on the named task. The expiry is capped at the task's
+// deadline. EMPTY says when the next task becomes eligible and how many are
+// still live, within the same queues or task.
 func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 	if err := ValidateID("worker", c.Worker); err != nil {
 		return Decision{}, refuse(InvalidInput, "worker", "%v", err)
@@ -123,28 +161,34 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 			return s.repeatLease(c, prev, now)
 		}
 	}
+	for _, q := range c.Queues {
+		if err := ValidateQueue(q); err != nil {
+			return Decision{}, refuse(InvalidInput, "queue", "%v", err)
+		}
+	}
 	var pick *Task
 	why := "no task is WAITING and eligible"
+	empty := Decision{Outcome: ResultEmpty, TaskID: c.TaskID}
 	if c.TaskID != "" {
 		t, err := s.Task(c.TaskID)
 		if err != nil {
 			return Decision{}, err
 		}
-		if c := t.At(now); c.leasable(now) {
+		switch settled := t.At(now); {
+		case !inQueues(t, c.Queues):
+			why = t.ID + " is in queue " + t.Queue
+		case settled.leasable(now):
 			pick = t
-		} else {
-			why = c.whyNotLeasable(now)
+		default:
+			why = settled.whyNotLeasable(now)
+			empty.NextEligibleAt, empty.Live = settled.nextEligibleAt(now), liveCount(settled)
 		}
 	} else {
-		for _, t := range s.live {
-			if !t.State.Terminal() && t.At(now).leasable(now) {
-				pick = t
-				break
-			}
-		}
+		pick, empty.NextEligibleAt, empty.Live = s.best(c.Queues, now)
 	}
 	if pick == nil {
-		return Decision{Outcome: ResultEmpty, TaskID: c.TaskID, Reason: why}, nil
+		empty.Reason = why
+		return empty, nil
 	}
 	settled := pick.At(now)
 	lease := "L" + strconv.FormatInt(s.lastLeaseNum+1, 10)

@@ -34,17 +34,17 @@ var defaultSubmit = Submit{Payload: "P", Window: Duration(5 * time.Minute), Poli
 
 func TestSubmitIdempotence(t *testing.T) {
 	s := New()
-	first := run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(withRequest(defaultSubmit, "job-1")) })
-	again := run(t, s, sec(1), func() (Decision, error) { return s.DecideSubmit(withRequest(defaultSubmit, "job-1")) })
+	first := run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(withRequest(defaultSubmit, "job-1"), t0) })
+	again := run(t, s, sec(1), func() (Decision, error) { return s.DecideSubmit(withRequest(defaultSubmit, "job-1"), sec(1)) })
 	if first.TaskID != "T1" || again.TaskID != "T1" || !again.Duplicate || len(again.Records) != 0 {
 		t.Fatalf("repeat = %+v", again)
 	}
 	other := withRequest(defaultSubmit, "job-1")
 	other.Payload = "Q"
-	if _, err := s.DecideSubmit(other); refusalKind(err) != RequestConflict {
+	if _, err := s.DecideSubmit(other, sec(3)); refusalKind(err) != RequestConflict {
 		t.Fatalf("a different payload under the same request id: %v", err)
 	}
-	gen := run(t, s, sec(2), func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
+	gen := run(t, s, sec(2), func() (Decision, error) { return s.DecideSubmit(defaultSubmit, sec(2)) })
 	if task, _ := s.Task(gen.TaskID); gen.TaskID != "T2" || task.RequestID != "R2" {
 		t.Fatalf("generated ids: %s %s", gen.TaskID, task.RequestID)
 	}
@@ -52,8 +52,8 @@ func TestSubmitIdempotence(t *testing.T) {
 
 func TestGeneratedRequestIDSkipsTakenOnes(t *testing.T) {
 	s := New()
-	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(withRequest(defaultSubmit, "R2")) })
-	d := run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
+	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(withRequest(defaultSubmit, "R2"), t0) })
+	d := run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit, t0) })
 	if task, _ := s.Task(d.TaskID); task.RequestID != "R3" {
 		t.Fatalf("generated request id %s collides with a client's", task.RequestID)
 	}
@@ -67,7 +67,7 @@ func withRequest(c Submit, id string) Submit {
 func TestLeaseFIFOAndEmpty(t *testing.T) {
 	s := New()
 	for range 2 {
-		run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
+		run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit, t0) })
 	}
 	lease := func(worker string, now int64) Decision {
 		return run(t, s, now, func() (Decision, error) {
@@ -90,7 +90,7 @@ func TestLeaseFIFOAndEmpty(t *testing.T) {
 
 func TestLeaseRequestIDRepeat(t *testing.T) {
 	s := New()
-	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
+	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit, t0) })
 	req := LeaseRequest{Worker: "W1", Duration: 30 * time.Second, RequestID: "poll-1"}
 	first := run(t, s, t0, func() (Decision, error) { return s.DecideLease(req, t0) })
 	again := run(t, s, sec(5), func() (Decision, error) { return s.DecideLease(req, sec(5)) })
@@ -112,7 +112,7 @@ func TestLeaseCappedAtDeadline(t *testing.T) {
 	s := New()
 	c := defaultSubmit
 	c.Window = Duration(20 * time.Second)
-	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(c) })
+	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(c, t0) })
 	d := run(t, s, t0, func() (Decision, error) {
 		return s.DecideLease(LeaseRequest{Worker: "W1", Duration: time.Minute}, t0)
 	})
@@ -123,7 +123,7 @@ func TestLeaseCappedAtDeadline(t *testing.T) {
 
 func TestCompleteAndFailAnswers(t *testing.T) {
 	s := New()
-	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
+	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit, t0) })
 	run(t, s, t0, func() (Decision, error) {
 		return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0)
 	})
@@ -160,7 +160,7 @@ func TestCompleteAndFailAnswers(t *testing.T) {
 
 func TestExtendCancelledWritesNothing(t *testing.T) {
 	s := New()
-	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
+	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit, t0) })
 	run(t, s, t0, func() (Decision, error) {
 		return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0)
 	})
@@ -180,8 +180,8 @@ func TestExpireWritesWhatTimeRevoked(t *testing.T) {
 	s := New()
 	short := defaultSubmit
 	short.Window = Duration(time.Minute)
-	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit) })
-	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(short) })
+	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit, t0) })
+	run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(short, t0) })
 	run(t, s, t0, func() (Decision, error) {
 		return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0)
 	})

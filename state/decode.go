@@ -303,6 +303,20 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 		return d.setString(&r.Reason)
 	case "permanent":
 		r.Permanent, err = d.boolean()
+	case "not_before":
+		r.NotBefore, err = d.optInteger()
+	case "queue":
+		return d.setString(&r.Queue)
+	case "priority":
+		var n *int64
+		if n, err = d.optInteger(); n != nil {
+			if *n < MinPriority || *n > MaxPriority {
+				return fmt.Errorf("priority %d is outside %d to %d", *n, MinPriority, MaxPriority)
+			}
+			r.Priority = ptr(int(*n))
+		}
+	case "requeued_from":
+		return d.setString(&r.RequeuedFrom)
 	case "domain":
 		return d.setString(&r.Domain)
 	case "offset":

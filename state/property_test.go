@@ -21,25 +21,37 @@ import (
 // checked; and replaying the records from scratch must give exactly the state
 // live application built.
 //
+// Revision 2's queue features are in the mix: delayed tasks, queues and
+// priorities, lease --queue, abort and requeue.
+//
 // Mutations it catches (each tried by hand, each failing within the first
 // few dozen histories): a lease's lapse backing off from the LeaseExpired
 // record's time instead of the lease's expiry (the revision-1 rule); the
 // backoff not doubling (d*2 dropped in RetryPolicy.backoff); lease picking the
 // newest eligible task instead of the oldest; an extension not capped at the
-// deadline; a repeated fail answering with the task's current attempt.
+// deadline; a repeated fail answering with the task's current attempt; the
+// window counted from the submit instead of the delayed task's time; a lower
+// priority leased first; an abort that leaves the lease current.
 func TestRandomHistories(t *testing.T) {
 	histories, steps := 3000, 80
 	if testing.Short() {
 		histories = 300
 	}
 	total := 0
+	outcomes := map[string]int{}
 	for seed := range histories {
-		total += runHistory(t, uint64(seed), steps)
+		total += runHistory(t, uint64(seed), steps, outcomes)
 	}
 	t.Logf("%d histories, %d records: every answer and every task equal to the reference model's, every invariant checked after every record", histories, total)
+	t.Logf("calls by outcome: %v", outcomes)
+	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED"} {
+		if outcomes[must] == 0 {
+			t.Errorf("no call ended %q: the generator does not reach it", must)
+		}
+	}
 }
 
-func runHistory(t *testing.T, seed uint64, steps int) int {
+func runHistory(t *testing.T, seed uint64, steps int, outcomes map[string]int) int {
 	rng := rand.New(rand.NewPCG(seed, 0x1ea5e))
 	live, v, model := New(), NewVerifier(), refmodel.New()
 	var recs []Record
@@ -70,6 +82,7 @@ func runHistory(t *testing.T, seed uint64, steps int) int {
 			recs = append(recs, r)
 		}
 		got := answerOf(live, c, d, err)
+		outcomes[c.op+" "+got.Result]++
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("seed %d step %d %s at %d:\n state answered %+v\n model answered %+v", seed, step, c, now, got, want)
 		}
@@ -97,6 +110,8 @@ type call struct {
 	d                   time.Duration
 	submit              Submit
 	permanent           bool
+	queues              []string
+	reason              string
 }
 
 func (c call) String() string { return fmt.Sprintf("%+v", struct{ call }{c}) }
@@ -107,17 +122,25 @@ func (c call) String() string { return fmt.Sprintf("%+v", struct{ call }{c}) }
 func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	c := call{worker: "W" + strconv.Itoa(rng.IntN(4)), d: time.Duration(1+rng.IntN(40)) * time.Second}
 	views := m.Views(now)
-	switch op := rng.IntN(10); {
+	switch op := rng.IntN(12); {
 	case op < 2 || len(views) == 0:
 		c.op = "submit"
 		c.submit = Submit{
-			Payload: "p" + strconv.Itoa(rng.IntN(5)),
-			Window:  Duration(time.Duration(30+rng.IntN(300)) * time.Second),
-			Policy:  RetryPolicy{MaxAttempts: 1 + rng.IntN(3), Backoff: Duration(time.Duration(rng.IntN(10)) * time.Second)},
+			Payload:  "p" + strconv.Itoa(rng.IntN(5)),
+			Window:   Duration(time.Duration(30+rng.IntN(300)) * time.Second),
+			Policy:   RetryPolicy{MaxAttempts: 1 + rng.IntN(3), Backoff: Duration(time.Duration(rng.IntN(10)) * time.Second)},
+			Queue:    []string{"", "default", "mail", "img"}[rng.IntN(4)],
+			Priority: rng.IntN(3) - 1,
 		}
 		c.submit.Policy.BackoffMax = c.submit.Policy.Backoff * Duration(1+rng.IntN(4))
 		if rng.IntN(3) == 0 {
 			c.submit.RequestID = "req" + strconv.Itoa(rng.IntN(6))
+		}
+		switch rng.IntN(5) {
+		case 0:
+			c.submit.Delay = time.Duration(rng.IntN(60)) * time.Second
+		case 1:
+			c.submit.NotBefore = now + int64(rng.IntN(60_000)) - 20_000 // sometimes in the past
 		}
 		return c
 	case op < 5:
@@ -127,10 +150,22 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 		}
 		if rng.IntN(4) == 0 {
 			c.task = views[rng.IntN(len(views))].ID
+		} else if rng.IntN(3) == 0 {
+			c.queues = [][]string{{"mail"}, {"img", "default"}, {"none"}}[rng.IntN(3)]
 		}
 		return c
 	case op == 9:
 		c.op = "expire"
+		return c
+	case op == 10:
+		c.op, c.task = "abort", views[rng.IntN(len(views))].ID
+		c.reason = []string{"bad batch", "operator"}[rng.IntN(2)]
+		return c
+	case op == 11:
+		c.op, c.task = "requeue", views[rng.IntN(len(views))].ID
+		if rng.IntN(2) == 0 {
+			c.req = "req" + strconv.Itoa(rng.IntN(6))
+		}
 		return c
 	}
 	c.task = views[rng.IntN(len(views))].ID
@@ -151,9 +186,13 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 func (c call) decide(s *State, now int64) (Decision, error) {
 	switch c.op {
 	case "submit":
-		return s.DecideSubmit(c.submit)
+		return s.DecideSubmit(c.submit, now)
 	case "lease":
-		return s.DecideLease(LeaseRequest{Worker: c.worker, Duration: c.d, TaskID: c.task, RequestID: c.req}, now)
+		return s.DecideLease(LeaseRequest{Worker: c.worker, Duration: c.d, TaskID: c.task, RequestID: c.req, Queues: c.queues}, now)
+	case "abort":
+		return s.DecideAbort(c.task, c.reason, now)
+	case "requeue":
+		return s.DecideRequeue(c.task, c.req, now)
 	case "extend":
 		return s.DecideExtend(c.task, c.lease, c.d, now)
 	case "complete":
@@ -167,10 +206,16 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 	switch c.op {
 	case "submit":
-		p := c.submit.Policy
-		return m.Submit(now, c.submit.Payload, c.submit.Window.Millis(), refmodel.Policy{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff.Millis(), BackoffMax: p.BackoffMax.Millis()}, c.submit.RequestID)
+		s, p := c.submit, c.submit.Policy
+		return m.Submit(now, refmodel.Spec{Payload: s.Payload, Window: s.Window.Millis(),
+			Policy: refmodel.Policy{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff.Millis(), BackoffMax: p.BackoffMax.Millis()},
+			Req: s.RequestID, Delay: s.Delay.Milliseconds(), NotBefore: s.NotBefore, Queue: s.Queue, Priority: s.Priority})
 	case "lease":
-		return m.Lease(now, c.worker, c.d.Milliseconds(), c.task, c.req)
+		return m.Lease(now, c.worker, c.d.Milliseconds(), c.task, c.req, c.queues)
+	case "abort":
+		return m.Abort(now, c.task, c.reason)
+	case "requeue":
+		return m.Requeue(now, c.task, c.req)
 	case "extend":
 		return m.Extend(now, c.task, c.lease, c.d.Milliseconds())
 	case "complete":
@@ -194,6 +239,10 @@ func answerOf(s *State, c call, d Decision, err error) refmodel.Answer {
 		a.Written = append(a.Written, string(r.Type))
 	}
 	switch {
+	case d.Outcome == ResultEmpty:
+		a.NextEligibleAt, a.Live = d.NextEligibleAt, d.Live
+	case c.op == "abort":
+		a.State = string(d.State)
 	case d.Outcome == ResultLeased:
 		a.Attempt, a.Expiry = d.Attempt, d.Expiry
 	case d.Outcome == ResultExtended:
@@ -221,7 +270,7 @@ func viewsOf(s *State, now int64) []refmodel.View {
 	out := make([]refmodel.View, 0, len(tasks))
 	for _, t := range tasks {
 		c := t.At(now)
-		v := refmodel.View{ID: c.ID, State: string(c.State), Attempt: c.Attempt, Deadline: c.Deadline()}
+		v := refmodel.View{ID: c.ID, State: string(c.State), Attempt: c.Attempt, Deadline: c.Deadline(), Queue: c.Queue, Priority: c.Priority}
 		if c.Lease != nil {
 			v.Lease, v.Worker, v.Expiry = c.Lease.ID, c.Lease.Worker, c.Lease.Expiry
 		}

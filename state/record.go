@@ -24,11 +24,12 @@ const (
 	TaskCancelled RecordType = "TaskCancelled"
 	TaskFailed    RecordType = "TaskFailed"
 	TaskDead      RecordType = "TaskDead"
+	TaskAborted   RecordType = "TaskAborted" // revision 2
 )
 
 // recordTypes lists every record type, tasks first, as help texts show them.
 var recordTypes = []RecordType{TaskCreated, LeaseGranted, LeaseExtended, LeaseExpired, TaskCompleted, TaskCancelled,
-	TaskFailed, TaskDead, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed}
+	TaskFailed, TaskDead, TaskAborted, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed}
 
 // RecordTypeNames returns the names of all record types.
 func RecordTypeNames() []string {
@@ -121,6 +122,14 @@ type Record struct {
 	Reason      string       `json:"reason,omitempty"`
 	Permanent   bool         `json:"permanent,omitempty"`
 
+	// Revision 2 (queue features): a TaskCreated of this revision carries all
+	// of not_before, queue and priority, defaults included, so that replay
+	// never reads configuration.
+	NotBefore    *int64 `json:"not_before,omitempty"`
+	Queue        string `json:"queue,omitempty"`
+	Priority     *int   `json:"priority,omitempty"`
+	RequeuedFrom string `json:"requeued_from,omitempty"`
+
 	Domain     string `json:"domain,omitempty"`
 	Offset     *int64 `json:"offset,omitempty"`
 	Token      string `json:"token,omitempty"`
@@ -129,6 +138,15 @@ type Record struct {
 	Outcome    string `json:"outcome,omitempty"`
 	Hint       *int64 `json:"hint,omitempty"`
 	MaxRetries *int   `json:"max_retries,omitempty"`
+}
+
+// FormatVersion is the WAL format version a record needs: 2 for the record
+// types and fields of revision 2, else 1.
+func (r Record) FormatVersion() int {
+	if r.Type == TaskAborted || r.NotBefore != nil || r.Queue != "" || r.Priority != nil || r.RequeuedFrom != "" {
+		return 2
+	}
+	return 1
 }
 
 // EncodeRecord returns the record's body as written in the WAL.

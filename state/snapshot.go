@@ -13,7 +13,7 @@ import (
 // others (ArchiveFinished), so a loaded state answers as the replayed one
 // does; the indexes (tasks by id, request ids, leases) are rebuilt on load.
 
-const snapshotVersion = 2
+const snapshotVersion = 3
 
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
 var ErrSnapshot = errors.New("not a valid state snapshot")
@@ -86,6 +86,10 @@ func (e *encoder) task(t *Task) {
 	e.int(int64(t.Policy.Backoff))
 	e.int(int64(t.Policy.BackoffMax))
 	e.str(t.RequestID)
+	e.int(t.AvailableAt)
+	e.str(t.Queue)
+	e.int(int64(t.Priority))
+	e.str(t.RequeuedFrom)
 	e.str(string(t.State))
 	e.int(int64(t.Attempt))
 	e.bool(t.Lease != nil)
@@ -96,6 +100,7 @@ func (e *encoder) task(t *Task) {
 	}
 	e.int(t.NotBefore)
 	e.str(t.EndReason)
+	e.str(t.EndCause)
 	e.bool(t.counted)
 	e.length(len(t.Attempts), t.Attempts == nil)
 	for _, a := range t.Attempts {
@@ -303,11 +308,13 @@ func (s *State) index(t *Task) {
 func (d *snapDecoder) task() *Task {
 	t := &Task{ID: d.str(), Payload: d.str(), CreatedAt: d.int(), Window: Duration(d.int())}
 	t.Policy = RetryPolicy{MaxAttempts: int(d.int()), Backoff: Duration(d.int()), BackoffMax: Duration(d.int())}
-	t.RequestID, t.State, t.Attempt = d.str(), TaskState(d.str()), int(d.int())
+	t.RequestID = d.str()
+	t.AvailableAt, t.Queue, t.Priority, t.RequeuedFrom = d.int(), d.str(), int(d.int()), d.str()
+	t.State, t.Attempt = TaskState(d.str()), int(d.int())
 	if d.bool() {
 		t.Lease = &Lease{ID: d.str(), Worker: d.str(), Expiry: d.int()}
 	}
-	t.NotBefore, t.EndReason, t.counted = d.int(), d.str(), d.bool()
+	t.NotBefore, t.EndReason, t.EndCause, t.counted = d.int(), d.str(), d.str(), d.bool()
 	if n, isNil := d.length(); !isNil {
 		t.Attempts = make([]Attempt, n)
 		for i := range t.Attempts {

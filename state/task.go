@@ -46,6 +46,7 @@ const (
 	EndFailed    = "failed"
 	EndExpired   = "expired"
 	EndDead      = "dead"
+	EndAborted   = "aborted"
 )
 
 // Attempt is one lease's story on its task, kept so that repeated calls can
@@ -72,12 +73,19 @@ type Task struct {
 	Window    Duration
 	Policy    RetryPolicy
 	RequestID string
+	// AvailableAt is when the task first becomes eligible (a delayed task's
+	// time; its creation otherwise): the window counts from it.
+	AvailableAt  int64
+	Queue        string
+	Priority     int
+	RequeuedFrom string
 
 	State     TaskState
 	Attempt   int
 	Lease     *Lease // non-nil exactly when State is LEASED
 	NotBefore int64
-	EndReason string // why the task became FAILED or DEAD
+	EndReason string // why the task became FAILED or DEAD, for a person
+	EndCause  string // why it became terminal: one of the Because… words
 
 	Attempts []Attempt
 	Seqs     []int64 // every record about this task, in order
@@ -86,7 +94,7 @@ type Task struct {
 }
 
 // Deadline is the end of the task's execution window.
-func (t *Task) Deadline() int64 { return addTime(t.CreatedAt, t.Window.Millis()) }
+func (t *Task) Deadline() int64 { return addTime(t.AvailableAt, t.Window.Millis()) }
 
 // backoff is the wait after attempt n: min(backoff·2^(n-1), backoff_max).
 func (p RetryPolicy) backoff(n int) int64 {
@@ -146,9 +154,9 @@ func (t *Task) expireLease(at int64) {
 	a := t.endLease(EndExpired, at)
 	switch {
 	case t.Attempt >= t.Policy.MaxAttempts:
-		t.State, t.EndReason = Dead, "attempts exhausted: lease "+a.LeaseID+" expired"
+		t.State, t.EndReason, t.EndCause = Dead, "attempts exhausted: lease "+a.LeaseID+" expired", BecauseAttemptsExhausted
 	case at >= t.Deadline():
-		t.State, t.EndReason = Dead, "execution window closed"
+		t.State, t.EndReason, t.EndCause = Dead, "execution window closed", BecauseWindowClosed
 	default:
 		t.scheduleRetry(a, at)
 	}
@@ -159,7 +167,7 @@ func (t *Task) closeWindow(at int64) {
 	if t.Lease != nil {
 		t.endLease(EndDead, at)
 	}
-	t.State, t.EndReason = Dead, "execution window closed"
+	t.State, t.EndReason, t.EndCause = Dead, "execution window closed", BecauseWindowClosed
 }
 
 // leaseLapsedBy and windowClosedBy are the one place that says what time

@@ -31,7 +31,7 @@ import (
 // the few pages its lookups touch, so a command's start-up cost follows the
 // unfinished tasks, not the history.
 //
-// Layout of <wal>.checkpoint: the line "leasewal-checkpoint v2\n", the CRC32C
+// Layout of <wal>.checkpoint: the line "leasewal-checkpoint v3\n", the CRC32C
 // of the rest (4 bytes, little endian), the WAL position as uvarints (count,
 // end, checksum, offset of the last frame), then the state snapshot.
 
@@ -42,7 +42,7 @@ const (
 )
 
 const (
-	checkpointMagic = "leasewal-checkpoint v2\n"
+	checkpointMagic = "leasewal-checkpoint v3\n"
 	// minCheckpointTail is the least number of records a checkpoint may lag
 	// behind before a writer rewrites it (see checkpointDue).
 	minCheckpointTail = 100

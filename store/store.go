@@ -242,6 +242,9 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	})
 	log, err := wal.OpenAt(h.opts.Path, mode, h.opts.LockTimeout, h.pos, func(f wal.Frame) error {
 		r, err := state.DecodeRecord(f.Body)
+		if err == nil && r.FormatVersion() > f.Version {
+			err = fmt.Errorf("a record of format version %d in a file of version %d", r.FormatVersion(), f.Version)
+		}
 		if err != nil {
 			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
 		}
@@ -317,7 +320,9 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	}
 	stamped := make([]state.Record, 0, len(recs))
 	bodies := make([][]byte, 0, len(recs))
+	version := 1
 	for _, r := range recs {
+		version = max(version, r.FormatVersion())
 		r.Seq, r.At, r.Actor = tx.State.LastSeq()+1, tx.Now, h.opts.Actor
 		if err := tx.State.Apply(r); err != nil {
 			h.cache = nil
@@ -330,7 +335,7 @@ func (tx *Tx) Commit(recs []state.Record) error {
 		}
 		stamped, bodies = append(stamped, r), append(bodies, body)
 	}
-	if err := tx.append(bodies); err != nil {
+	if err := tx.append(bodies, version); err != nil {
 		h.forget()
 		return err
 	}
@@ -339,16 +344,19 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	return nil
 }
 
-func (tx *Tx) append(bodies [][]byte) error {
+// append writes the records' bodies; version is the format version they
+// need. A new WAL is created at the newest version; an older one is upgraded
+// only when a record needs it.
+func (tx *Tx) append(bodies [][]byte, version int) error {
 	if tx.log == nil {
-		log, err := wal.CreateBatch(tx.h.opts.Path, bodies, tx.h.opts.Fault, seamOf(tx.h.opts.FS))
+		log, err := wal.CreateBatch(tx.h.opts.Path, bodies, wal.Version, tx.h.opts.Fault, seamOf(tx.h.opts.FS))
 		if err != nil {
 			return err
 		}
 		tx.log = log
 		return nil
 	}
-	cut, err := tx.log.AppendBatch(bodies)
+	cut, err := tx.log.AppendBatch(bodies, version)
 	if cut != nil {
 		tx.h.warn("cut %d bytes of an unfinished append at offset %d (never acknowledged); they are kept in %s", cut.Length, cut.Offset, cut.SavedAs)
 	}

@@ -74,7 +74,7 @@ func fixedClock(at int64) store.Clock {
 func submit(t *testing.T, h *store.Handle, payload string) {
 	t.Helper()
 	err := h.Write(func(tx *store.Tx) error {
-		d, err := tx.State.DecideSubmit(state.Submit{Payload: payload, Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 2}})
+		d, err := tx.State.DecideSubmit(state.Submit{Payload: payload, Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 2}}, tx.Now)
 		if err != nil {
 			return err
 		}
@@ -142,7 +142,7 @@ func TestCacheFailuresNeverFailAnOperation(t *testing.T) {
 			defer h.Close()
 			for i := range 400 { // past the checkpoint rule; tasks die at once, so finished ones pile up for the archive
 				if err := h.Write(func(tx *store.Tx) error {
-					d, err := tx.State.DecideSubmit(state.Submit{Payload: fmt.Sprint("p", i), Window: state.Duration(time.Millisecond), Policy: state.RetryPolicy{MaxAttempts: 1}})
+					d, err := tx.State.DecideSubmit(state.Submit{Payload: fmt.Sprint("p", i), Window: state.Duration(time.Millisecond), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
 					if err != nil {
 						return err
 					}
@@ -189,7 +189,7 @@ func TestTornTailKeepsakeFailure(t *testing.T) {
 	h = store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
 	defer h.Close()
 	err := h.Write(func(tx *store.Tx) error {
-		d, _ := tx.State.DecideSubmit(state.Submit{Payload: "q", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}})
+		d, _ := tx.State.DecideSubmit(state.Submit{Payload: "q", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
 		return tx.Commit(d.Records)
 	})
 	after, _ := os.ReadFile(path)

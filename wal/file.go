@@ -75,7 +75,8 @@ type Seam struct {
 type Log struct {
 	Path string
 	Position
-	Torn  *TornTail
+	Version int // the format version of the file's header
+	Torn    *TornTail
 	file  *os.File
 	store Storage
 	mode  Mode
@@ -133,9 +134,15 @@ func OpenAt(path string, mode Mode, lockTimeout time.Duration, from Position, ea
 	if each == nil {
 		each = func(Frame) error { return nil }
 	}
-	if err := readHeader(f); err != nil {
+	version, err := readHeader(f)
+	if err != nil {
 		f.Close()
 		return nil, err
+	}
+	inner := each
+	each = func(fr Frame) error {
+		fr.Version = version
+		return inner(fr)
 	}
 	st, err := f.Stat()
 	if err != nil {
@@ -159,7 +166,7 @@ func OpenAt(path string, mode Mode, lockTimeout time.Duration, from Position, ea
 		f.Close()
 		return nil, err
 	}
-	return &Log{Path: path, Position: pos, Torn: torn, file: f, store: f, mode: mode}, nil
+	return &Log{Path: path, Position: pos, Version: version, Torn: torn, file: f, store: f, mode: mode}, nil
 }
 
 // readUnlocked scans a reader's WAL without holding the lock, so that a long
@@ -290,16 +297,27 @@ func checkRegular(f *os.File, path string) error {
 // Close releases the lock and the file.
 func (l *Log) Close() error { return l.file.Close() }
 
-// Append writes one record body as a single frame and fsyncs it (see AppendBatch).
-func (l *Log) Append(body []byte) (*CutResult, error) { return l.AppendBatch([][]byte{body}) }
+// Append writes one record body of version 1 as a single frame and fsyncs it
+// (see AppendBatch).
+func (l *Log) Append(body []byte) (*CutResult, error) { return l.AppendBatch([][]byte{body}, 1) }
 
 // AppendBatch writes the record bodies as consecutive frames in one write and
-// makes them durable with one fsync: all of them or none. A torn tail is first
-// cut off and kept in a side file (see CutTorn). On any failure the file is
-// truncated back to its previous size.
-func (l *Log) AppendBatch(bodies [][]byte) (cut *CutResult, err error) {
+// makes them durable with one fsync: all of them or none. version is the
+// format version the records need: a file of an older version is first
+// upgraded in place (its header's digit rewritten and fsynced; the chain does
+// not depend on it). A torn tail is first cut off and kept in a side file
+// (see CutTorn). On any failure the file is truncated back to its previous size.
+func (l *Log) AppendBatch(bodies [][]byte, version int) (cut *CutResult, err error) {
 	if l.mode != Write {
 		return nil, errors.New("append on a WAL opened for reading")
+	}
+	if version > Version {
+		return nil, fmt.Errorf("records of format version %d cannot be written (this leasewal writes up to %d)", version, Version)
+	}
+	if version > l.Version {
+		if err := l.upgrade(version); err != nil {
+			return nil, err
+		}
 	}
 	frames, pos, err := encodeFrames(l.Position, bodies)
 	if err != nil {
@@ -334,6 +352,22 @@ func encodeFrames(pos Position, bodies [][]byte) ([]byte, Position, error) {
 		pos = Position{Count: pos.Count + 1, End: pos.End + int64(len(frame)), LastSum: sum, LastOffset: pos.End}
 	}
 	return frames, pos, nil
+}
+
+// upgrade rewrites the header's version digit in place and makes it durable.
+// A crash after it leaves a file of the new version holding records of the
+// old, which every reader of the new version reads.
+func (l *Log) upgrade(version int) error {
+	line := HeaderLine(version)
+	at := int64(len(line) - 2) // the digit, before the newline
+	if _, err := l.store.WriteAt(line[at:at+1], at); err != nil {
+		return fmt.Errorf("upgrading the WAL's header to version %d: %w", version, err)
+	}
+	if err := l.store.Sync(); err != nil {
+		return fmt.Errorf("upgrading the WAL's header to version %d: %w", version, err)
+	}
+	l.Version = version
+	return nil
 }
 
 // writeDurably writes frame (records records) at the end and fsyncs it, or rolls back.
@@ -443,7 +477,7 @@ func KeepFile(name string, src io.Reader) error {
 
 // Create makes a new WAL holding the header and one record (see CreateBatch).
 func Create(path string, body []byte, fault *Fault) (*Log, error) {
-	return CreateBatch(path, [][]byte{body}, fault, Seam{})
+	return CreateBatch(path, [][]byte{body}, Version, fault, Seam{})
 }
 
 // CreateBatch makes a new WAL holding the header and the records, atomically,
@@ -455,7 +489,7 @@ func Create(path string, body []byte, fault *Fault) (*Log, error) {
 // directory cannot be made durable, the link is taken back: a WAL whose
 // existence may not survive a crash was never acknowledged. fault is nil
 // except in tests.
-func CreateBatch(path string, bodies [][]byte, fault *Fault, seam Seam) (*Log, error) {
+func CreateBatch(path string, bodies [][]byte, version int, fault *Fault, seam Seam) (*Log, error) {
 	frames, pos, err := encodeFrames(start, bodies)
 	if err != nil {
 		return nil, err
@@ -466,14 +500,14 @@ func CreateBatch(path string, bodies [][]byte, fault *Fault, seam Seam) (*Log, e
 		return nil, fmt.Errorf("creating the WAL: %w", openError(path, err))
 	}
 	defer os.Remove(tmp.Name())
-	l := &Log{Path: path, file: tmp, store: tmp, mode: Write}
+	l := &Log{Path: path, Version: version, file: tmp, store: tmp, mode: Write}
 	l.Route(seam)
 	l.Inject(fault)
 	if err := unix.Flock(int(tmp.Fd()), unix.LOCK_EX); err != nil {
 		tmp.Close()
 		return nil, fmt.Errorf("locking the new WAL: %w", err)
 	}
-	if err := l.writeDurably(append(append([]byte{}, HeaderLine...), frames...), len(bodies)); err != nil {
+	if err := l.writeDurably(append(HeaderLine(version), frames...), len(bodies)); err != nil {
 		tmp.Close()
 		return nil, err
 	}

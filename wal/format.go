@@ -3,13 +3,16 @@
 //
 // File layout (text, so that grep and jq work on it while debugging):
 //
-//	leasewal-wal v1\n
+//	leasewal-wal v2\n          (v1 in a file written before revision 2)
 //	<crc32c, 8 lowercase hex> <record body: one JSON object, no newline>\n
 //	...
 //
 // Each frame's checksum is CRC32C (Castagnoli) of its body, seeded with the
 // previous frame's checksum; the first frame is seeded with the CRC32C of the
-// header line. A spliced, reordered or stale frame therefore cannot validate.
+// version-1 header line, for every version: the versions differ in which
+// records they may hold, not in framing, so a version-1 file is upgraded in
+// place by rewriting the one digit of its header. A spliced, reordered or
+// stale frame cannot validate.
 package wal
 
 import (
@@ -21,8 +24,9 @@ import (
 // Magic is the first word of the header line.
 const Magic = "leasewal-wal"
 
-// Version is the only format version this code reads and writes.
-const Version = 1
+// Version is the newest format version this code reads and writes; it reads
+// every version from 1.
+const Version = 2
 
 // MaxBodySize bounds one record body; the scanner checks a frame's length
 // against it before trusting anything else in the frame. It holds the largest
@@ -35,11 +39,15 @@ const crcHexLen = 8
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// HeaderLine is the exact first line of every WAL this version writes.
-var HeaderLine = []byte(fmt.Sprintf("%s v%d\n", Magic, Version))
+// HeaderLine is the exact first line of a WAL of version v (1 or 2).
+func HeaderLine(v int) []byte { return []byte(fmt.Sprintf("%s v%d\n", Magic, v)) }
 
-// headerSeed seeds the checksum chain, tying the first frame to the header.
-var headerSeed = crc32.Checksum(HeaderLine, castagnoli)
+// headerLen is the length of every header line.
+var headerLen = len(HeaderLine(1))
+
+// headerSeed seeds the checksum chain, tying the first frame to the header:
+// the CRC32C of the version-1 header line, whatever the file's version.
+var headerSeed = crc32.Checksum(HeaderLine(1), castagnoli)
 
 // HeaderSeed is the checksum chain's seed: the first frame continues from it.
 func HeaderSeed() uint32 { return headerSeed }

@@ -9,17 +9,17 @@ import (
 // exactly the bytes they came from, followed by nothing or a torn tail that
 // runs to the end of the file. The scanner never panics.
 func FuzzScan(f *testing.F) {
-	f.Add(append(append([]byte{}, HeaderLine...), "6d20ec50 {\"seq\":1}\n"...))
-	f.Add(append(append([]byte{}, HeaderLine...), "0badc0de {\"seq\":1,\"ty"...))
+	f.Add(append(append([]byte{}, HeaderLine(Version)...), "6d20ec50 {\"seq\":1}\n"...))
+	f.Add(append(append([]byte{}, HeaderLine(Version)...), "0badc0de {\"seq\":1,\"ty"...))
 	f.Add([]byte("leasewal-wal v7\n"))
 	frame, _, _ := EncodeFrame(headerSeed, []byte(`{"seq":1,"type":"TaskCreated"}`))
-	f.Add(append(append(append([]byte{}, HeaderLine...), frame...), frame...))
+	f.Add(append(append(append([]byte{}, HeaderLine(Version)...), frame...), frame...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Scan(data)
 		if err != nil {
 			return
 		}
-		rebuilt := append([]byte{}, HeaderLine...)
+		rebuilt := append([]byte{}, HeaderLine(s.Version)...)
 		sum := headerSeed
 		for _, fr := range s.Frames {
 			var frame []byte

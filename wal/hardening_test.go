@@ -92,7 +92,7 @@ func TestDoubleFaultNamesTheRecordsLeftBehind(t *testing.T) {
 	}
 	defer l.Close()
 	l.Route(Seam{Wrap: func(s Storage) Storage { return failingStore{s} }})
-	_, err = l.AppendBatch([][]byte{body(4), body(5)})
+	_, err = l.AppendBatch([][]byte{body(4), body(5)}, 1)
 	var ae *AppendError
 	if !errors.As(err, &ae) || ae.RolledBack || !strings.Contains(err.Error(), "records 4 to 5") || !strings.Contains(err.Error(), "verify") {
 		t.Fatalf("got %v", err)
@@ -177,5 +177,32 @@ func TestReaderReadsWithoutHoldingTheLock(t *testing.T) {
 	l.Close()
 	if !writerGotIn || l.Count != 50 || l.Torn != nil {
 		t.Fatalf("writer got in: %v; the reader read %d frames, torn %+v", writerGotIn, l.Count, l.Torn)
+	}
+}
+
+// TestVersionOneFileIsUpgradedInPlace: a file written before revision 2
+// (header v1) is read, appended to as v1 while its records need no more, and
+// upgraded by rewriting its header's digit when a record needs v2; the chain
+// of checksums holds across the upgrade.
+func TestVersionOneFileIsUpgradedInPlace(t *testing.T) {
+	path, _ := buildWAL(t, 2)
+	data, _ := os.ReadFile(path)
+	copy(data, HeaderLine(1)) // as revision 1 wrote it: the chain does not depend on the digit
+	os.WriteFile(path, data, 0o644)
+	l, err := OpenAt(path, Write, time.Second, Position{}, nil)
+	if err != nil || l.Version != 1 || l.Count != 2 {
+		t.Fatalf("a v1 file: version %d, %d frames, %v", l.Version, l.Count, err)
+	}
+	if _, err := l.AppendBatch([][]byte{body(3)}, 1); err != nil || l.Version != 1 {
+		t.Fatalf("a v1 append: version %d, %v", l.Version, err)
+	}
+	if _, err := l.AppendBatch([][]byte{body(4)}, 2); err != nil || l.Version != 2 {
+		t.Fatalf("a v2 append: version %d, %v", l.Version, err)
+	}
+	l.Close()
+	data, _ = os.ReadFile(path)
+	s, err := Scan(data)
+	if err != nil || s.Version != 2 || len(s.Frames) != 4 || s.Torn != nil {
+		t.Fatalf("after the upgrade: %+v, %v", s, err)
 	}
 }

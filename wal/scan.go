@@ -11,9 +11,10 @@ import (
 
 // Frame is one valid record frame.
 type Frame struct {
-	Index  int    // 1-based position in the file
-	Offset int64  // byte offset of the frame's first byte
-	Body   []byte // the record body; valid only until the next frame is read
+	Index   int    // 1-based position in the file
+	Offset  int64  // byte offset of the frame's first byte
+	Body    []byte // the record body; valid only until the next frame is read
+	Version int    // the format version of the file's header
 }
 
 // Position is where a valid prefix of frames ends: how many frames it holds,
@@ -27,7 +28,7 @@ type Position struct {
 }
 
 // start is the position of a WAL holding only its header.
-var start = Position{End: int64(len(HeaderLine)), LastSum: headerSeed}
+var start = Position{End: int64(headerLen), LastSum: headerSeed}
 
 // TornTail is an unacknowledged remnant after the last valid frame: what a crash
 // in the middle of an append leaves. It is never part of the history.
@@ -36,11 +37,12 @@ type TornTail struct {
 	Length int64
 }
 
-// Scanned is a WAL read into memory: its valid frames and any torn tail.
+// Scanned is a WAL read into memory: its version, valid frames and any torn tail.
 type Scanned struct {
 	Position
-	Frames []Frame
-	Torn   *TornTail
+	Version int
+	Frames  []Frame
+	Torn    *TornTail
 }
 
 // FormatError means the file is not a leasewal WAL this version can read.
@@ -73,9 +75,11 @@ var ErrEmptyFile = errors.New("the file is empty, so it is not a leasewal WAL (l
 func Scan(data []byte) (*Scanned, error) {
 	out := &Scanned{}
 	r := bytes.NewReader(data)
-	if err := readHeader(r); err != nil {
+	version, err := readHeader(r)
+	if err != nil {
 		return nil, err
 	}
+	out.Version = version
 	pos, torn, err := scanFrames(r, int64(len(data)), start, func(f Frame) error {
 		f.Body = bytes.Clone(f.Body)
 		out.Frames = append(out.Frames, f)
@@ -85,33 +89,35 @@ func Scan(data []byte) (*Scanned, error) {
 	return out, err
 }
 
-// readHeader checks the header line at the start of r.
-func readHeader(r io.Reader) error {
-	head := make([]byte, len(HeaderLine))
+// readHeader checks the header line at the start of r and returns the version.
+func readHeader(r io.Reader) (int, error) {
+	head := make([]byte, headerLen)
 	n, err := io.ReadFull(r, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return err
+		return 0, err
 	}
 	return checkHeader(head[:n])
 }
 
-func checkHeader(data []byte) error {
+func checkHeader(data []byte) (int, error) {
 	if len(data) == 0 {
-		return ErrEmptyFile
+		return 0, ErrEmptyFile
 	}
-	if bytes.HasPrefix(data, HeaderLine) {
-		return nil
+	for v := 1; v <= Version; v++ {
+		if bytes.HasPrefix(data, HeaderLine(v)) {
+			return v, nil
+		}
 	}
 	firstLine := data
 	if nl := bytes.IndexByte(data, '\n'); nl >= 0 {
 		firstLine = data[:nl]
 	}
 	if v, ok := bytes.CutPrefix(firstLine, []byte(Magic+" v")); ok {
-		if n, err := strconv.Atoi(string(v)); err == nil && n != Version {
-			return &FormatError{Reason: fmt.Sprintf("WAL format version %d is not supported (this leasewal reads version %d); use a matching leasewal release", n, Version)}
+		if n, err := strconv.Atoi(string(v)); err == nil && (n < 1 || n > Version) {
+			return 0, &FormatError{Reason: fmt.Sprintf("WAL format version %d is not supported (this leasewal reads versions 1 to %d); use a matching leasewal release", n, Version)}
 		}
 	}
-	return &FormatError{Reason: fmt.Sprintf("not a leasewal WAL: the first line must be %q", bytes.TrimSuffix(HeaderLine, []byte("\n")))}
+	return 0, &FormatError{Reason: fmt.Sprintf("not a leasewal WAL: the first line must be %q", bytes.TrimSuffix(HeaderLine(Version), []byte("\n")))}
 }
 
 // maxLine is the longest line a valid frame can have, newline included.

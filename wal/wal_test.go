@@ -56,7 +56,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	data, _ := os.ReadFile(path)
-	if !bytes.HasPrefix(data, []byte("leasewal-wal v1\n")) {
+	if !bytes.HasPrefix(data, []byte("leasewal-wal v2\n")) {
 		t.Fatalf("header: %q", data[:20])
 	}
 }
@@ -80,7 +80,7 @@ func TestHeaderRefusals(t *testing.T) {
 		"empty":          {nil, "empty"},
 		"no header":      {[]byte("hello\n"), "not a leasewal WAL"},
 		"wrong magic":    {[]byte("leasewol-wal v1\n"), "not a leasewal WAL"},
-		"future version": {[]byte("leasewal-wal v2\n"), "version 2 is not supported"},
+		"future version": {[]byte("leasewal-wal v3\n"), "version 3 is not supported"},
 		"partial header": {[]byte("leasewal-w"), "not a leasewal WAL"},
 	}
 	for name, c := range cases {
@@ -102,7 +102,7 @@ func TestCutAtEveryOffset(t *testing.T) {
 	ends := frameEnds(t, data)
 	for cut := 0; cut <= len(data); cut++ {
 		s, err := Scan(data[:cut])
-		if cut < len(HeaderLine) {
+		if cut < len(HeaderLine(Version)) {
 			if err == nil {
 				t.Fatalf("cut %d inside the header was accepted", cut)
 			}
@@ -123,7 +123,7 @@ func TestCutAtEveryOffset(t *testing.T) {
 				t.Fatalf("cut %d: frame %d altered", cut, i+1)
 			}
 		}
-		atBoundary := cut == len(HeaderLine) || (complete > 0 && ends[complete-1] == cut)
+		atBoundary := cut == len(HeaderLine(Version)) || (complete > 0 && ends[complete-1] == cut)
 		if (s.Torn == nil) != atBoundary {
 			t.Fatalf("cut %d: torn %v, at a frame boundary %v", cut, s.Torn, atBoundary)
 		}
@@ -156,7 +156,7 @@ func TestFlipEveryBit(t *testing.T) {
 	path, bodies := buildWAL(t, 6)
 	data, _ := os.ReadFile(path)
 	ends := frameEnds(t, data)
-	lastStart := int(len(HeaderLine))
+	lastStart := int(len(HeaderLine(Version)))
 	if len(ends) > 1 {
 		lastStart = ends[len(ends)-2]
 	}
@@ -178,7 +178,7 @@ func TestFlipEveryBit(t *testing.T) {
 			var dmg *DamageError
 			var format *FormatError
 			switch {
-			case off < len(HeaderLine):
+			case off < len(HeaderLine(Version)):
 				if !errors.As(err, &format) {
 					t.Fatalf("flip %d.%d in the header: %v", off, bit, err)
 				}

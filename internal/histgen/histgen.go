@@ -42,7 +42,7 @@ func WriteFile(path string, o Options) error {
 // Write writes a whole WAL file to w and returns the final state.
 func Write(w io.Writer, o Options) (*state.State, error) {
 	g := &generator{st: state.New(), w: bufio.NewWriterSize(w, 1<<20), now: Start}
-	if _, err := g.w.Write(wal.HeaderLine); err != nil {
+	if _, err := g.w.Write(wal.HeaderLine(wal.Version)); err != nil {
 		return nil, err
 	}
 	g.sum = wal.HeaderSeed()
@@ -50,7 +50,7 @@ func Write(w io.Writer, o Options) (*state.State, error) {
 		g.lifecycle(i)
 	}
 	for range o.Waiting {
-		g.decide(g.st.DecideSubmit(state.Submit{Payload: "waiting", Window: state.Duration(24 * time.Hour * 365), Policy: state.RetryPolicy{MaxAttempts: 3}}))
+		g.decide(g.st.DecideSubmit(state.Submit{Payload: "waiting", Window: state.Duration(24 * time.Hour * 365), Policy: state.RetryPolicy{MaxAttempts: 3}}, g.now))
 	}
 	if g.err == nil {
 		g.err = g.w.Flush()
@@ -113,7 +113,7 @@ func (g *generator) lifecycle(i int) {
 		payload = strings.Repeat("P", 1+(i*7919)%3000)
 	}
 	g.decide(g.st.DecideSubmit(state.Submit{Payload: payload, Window: state.Duration(10 * time.Minute),
-		Policy: state.RetryPolicy{MaxAttempts: 3}, RequestID: fmt.Sprintf("job-%d", i)}))
+		Policy: state.RetryPolicy{MaxAttempts: 3}, RequestID: fmt.Sprintf("job-%d", i)}, g.now))
 	d := g.decide(g.st.DecideLease(state.LeaseRequest{Worker: fmt.Sprintf("W%d", i%4), Duration: 30 * time.Second}, g.now))
 	switch i % 4 {
 	case 0:

@@ -21,6 +21,18 @@ type Policy struct {
 	Backoff, BackoffMax int64
 }
 
+// Spec is a task as a submit describes it.
+type Spec struct {
+	Payload   string
+	Window    int64
+	Policy    Policy
+	Req       string
+	Delay     int64 // ms after the submit
+	NotBefore int64 // unix ms, 0 for none
+	Queue     string
+	Priority  int
+}
+
 // Answer is what a command answers, and the record types it writes.
 type Answer struct {
 	Result    string // ACK LEASED EMPTY EXTENDED CANCELLED COMMITTED RETRY FAILED OK, or ERROR
@@ -32,7 +44,11 @@ type Answer struct {
 	Expiry    int64  // LEASED, EXTENDED
 	State     string // RETRY, FAILED: the task's state as the answer has it
 	NotBefore int64  // RETRY
-	Written   []string
+	// EMPTY: when the next task becomes eligible (0: never by time alone),
+	// and how many tasks are not terminal, within the request's filter.
+	NextEligibleAt int64
+	Live           int
+	Written        []string
 }
 
 // View is a task as it stands at some time.
@@ -45,6 +61,8 @@ type View struct {
 	Expiry    int64 // with a lease
 	NotBefore int64 // when WAITING
 	Deadline  int64
+	Queue     string
+	Priority  int
 }
 
 type lease struct {
@@ -58,7 +76,12 @@ type lease struct {
 type task struct {
 	id, payload, req string
 	created, window  int64
+	available        int64 // when it first becomes eligible; the window counts from it
 	policy           Policy
+	queue            string
+	priority         int
+	requeuedFrom     string
+	abortReason      string
 
 	state     string // WAITING LEASED COMPLETED FAILED DEAD, as settled
 	attempt   int
@@ -114,7 +137,7 @@ func (m *Model) Key() string {
 	return s
 }
 
-func (t *task) deadline() int64 { return t.created + t.window }
+func (t *task) deadline() int64 { return t.available + t.window }
 
 func terminal(state string) bool { return state == "COMPLETED" || state == "FAILED" || state == "DEAD" }
 
@@ -157,32 +180,76 @@ func (m *Model) holds(t *task, leaseID string, now int64) bool {
 func refused(kind string) Answer { return Answer{Result: "ERROR", Error: kind} }
 
 // Submit creates a task (or repeats the answer for a known request id).
-func (m *Model) Submit(now int64, payload string, window int64, p Policy, req string) Answer {
-	if payload == "" || window <= 0 || p.MaxAttempts < 1 || p.Backoff < 0 || p.BackoffMax < p.Backoff {
+func (m *Model) Submit(now int64, s Spec) Answer {
+	if s.Queue == "" {
+		s.Queue = "default"
+	}
+	if s.Payload == "" || s.Window <= 0 || s.Policy.MaxAttempts < 1 || s.Policy.Backoff < 0 || s.Policy.BackoffMax < s.Policy.Backoff ||
+		s.Delay < 0 || (s.Delay > 0 && s.NotBefore != 0) || s.Priority < -1000 || s.Priority > 1000 {
 		return refused("InvalidInput")
 	}
-	if t, ok := m.submits[req]; ok && req != "" {
-		if t.payload != payload || t.window != window || t.policy != p {
+	if t, ok := m.submits[s.Req]; ok && s.Req != "" {
+		if t.payload != s.Payload || t.window != s.Window || t.policy != s.Policy || t.queue != s.Queue || t.priority != s.Priority || t.requeuedFrom != "" {
 			return refused("RequestConflict")
 		}
 		return Answer{Result: "ACK", Task: t.id, Duplicate: true}
 	}
+	t := m.create(now, s)
+	t.available = max(now, s.NotBefore, now+s.Delay)
+	t.notBefore = t.available
+	return Answer{Result: "ACK", Task: t.id, Written: []string{"TaskCreated"}}
+}
+
+func (m *Model) create(now int64, s Spec) *task {
 	m.lastTask++
 	n := m.lastTask
+	req := s.Req
 	for k := n; req == ""; k++ {
 		if _, taken := m.submits[fmt.Sprintf("R%d", k)]; !taken {
 			req = fmt.Sprintf("R%d", k)
 		}
 	}
-	t := &task{id: fmt.Sprintf("T%d", n), payload: payload, req: req, created: now, window: window, policy: p,
-		state: "WAITING", notBefore: now, recordedOpen: true}
+	t := &task{id: fmt.Sprintf("T%d", n), payload: s.Payload, req: req, created: now, available: now, window: s.Window, policy: s.Policy,
+		queue: s.Queue, priority: s.Priority, state: "WAITING", notBefore: now, recordedOpen: true}
 	m.tasks = append(m.tasks, t)
 	m.byID[t.id], m.submits[req] = t, t
-	return Answer{Result: "ACK", Task: t.id, Written: []string{"TaskCreated"}}
+	return t
 }
 
-// Lease grants the oldest eligible task (or taskID) to worker for d ms.
-func (m *Model) Lease(now int64, worker string, d int64, taskID, req string) Answer {
+// eligible settles t at now and says whether a lease may take it.
+func (m *Model) eligible(t *task, now int64) bool {
+	m.settle(t, now)
+	return t.state == "WAITING" && now >= t.notBefore && now < t.deadline()
+}
+
+// nextEligible is when t (settled at now, not eligible now) becomes eligible
+// by time alone: the end of a delay or backoff, or after its lease lapses.
+func (m *Model) nextEligible(t *task, now int64) int64 {
+	notBefore := t.notBefore
+	switch t.state {
+	case "LEASED":
+		l := m.leases[t.lease]
+		if t.attempt >= t.policy.MaxAttempts || l.expiry >= t.deadline() {
+			return 0
+		}
+		notBefore = l.expiry + t.policy.backoff(t.attempt)
+	case "WAITING":
+	default:
+		return 0
+	}
+	if notBefore <= now || notBefore >= t.deadline() {
+		return 0
+	}
+	return notBefore
+}
+
+func inQueues(t *task, queues []string) bool {
+	return len(queues) == 0 || slices.Contains(queues, t.queue)
+}
+
+// Lease grants the eligible task of highest priority, oldest first, among
+// queues (all when none), or taskID, to worker for d ms.
+func (m *Model) Lease(now int64, worker string, d int64, taskID, req string, queues []string) Answer {
 	if worker == "" || d <= 0 {
 		return refused("InvalidInput")
 	}
@@ -198,29 +265,38 @@ func (m *Model) Lease(now int64, worker string, d int64, taskID, req string) Ans
 		}
 		return Answer{Result: "CANCELLED", Task: t.id, Lease: id, Duplicate: true}
 	}
-	eligible := func(t *task) bool {
-		m.settle(t, now)
-		return t.state == "WAITING" && now >= t.notBefore && now < t.deadline()
-	}
 	var pick *task
+	empty := Answer{Result: "EMPTY", Task: taskID}
+	consider := func(t *task) {
+		if !inQueues(t, queues) {
+			return
+		}
+		if m.eligible(t, now) {
+			if pick == nil || t.priority > pick.priority {
+				pick = t
+			}
+			return
+		}
+		if !terminal(t.state) {
+			empty.Live++
+		}
+		if at := m.nextEligible(t, now); at != 0 && (empty.NextEligibleAt == 0 || at < empty.NextEligibleAt) {
+			empty.NextEligibleAt = at
+		}
+	}
 	if taskID != "" {
 		t, ok := m.byID[taskID]
 		if !ok {
 			return refused("NotFound")
 		}
-		if eligible(t) {
-			pick = t
-		}
+		consider(t)
 	} else {
 		for _, t := range m.tasks {
-			if eligible(t) {
-				pick = t
-				break
-			}
+			consider(t)
 		}
 	}
 	if pick == nil {
-		return Answer{Result: "EMPTY", Task: taskID}
+		return empty
 	}
 	m.lastLease++
 	id := fmt.Sprintf("L%d", m.lastLease)
@@ -232,6 +308,61 @@ func (m *Model) Lease(now int64, worker string, d int64, taskID, req string) Ans
 		m.leaseReqs[req] = id
 	}
 	return Answer{Result: "LEASED", Task: pick.id, Lease: id, Attempt: l.attempt, Expiry: l.expiry, Written: []string{"LeaseGranted"}}
+}
+
+// Abort ends a WAITING or LEASED task: DEAD, its lease (if any) fenced.
+func (m *Model) Abort(now int64, taskID, reason string) Answer {
+	if reason == "" {
+		return refused("InvalidInput")
+	}
+	t, ok := m.byID[taskID]
+	if !ok {
+		return refused("NotFound")
+	}
+	m.settle(t, now)
+	if terminal(t.state) {
+		if t.abortReason == reason {
+			return Answer{Result: "OK", Task: taskID, Lease: t.abortedLease(m), State: "DEAD", Duplicate: true}
+		}
+		return refused("NotAllowed")
+	}
+	fenced := t.lease
+	if fenced != "" {
+		m.leases[fenced].end = "aborted"
+	}
+	t.state, t.lease, t.abortReason = "DEAD", "", reason
+	t.recordedLease, t.recordedOpen = "", false
+	return Answer{Result: "OK", Task: taskID, Lease: fenced, State: "DEAD", Written: []string{"TaskAborted"}}
+}
+
+func (t *task) abortedLease(m *Model) string {
+	for id, l := range m.leases {
+		if l.task == t.id && l.end == "aborted" {
+			return id
+		}
+	}
+	return ""
+}
+
+// Requeue creates a new task from a FAILED or DEAD one, eligible at once.
+func (m *Model) Requeue(now int64, taskID, req string) Answer {
+	t, ok := m.byID[taskID]
+	if !ok {
+		return refused("NotFound")
+	}
+	if prev, ok := m.submits[req]; ok && req != "" {
+		if prev.requeuedFrom != taskID {
+			return refused("RequestConflict")
+		}
+		return Answer{Result: "ACK", Task: prev.id, Duplicate: true}
+	}
+	m.settle(t, now)
+	if t.state != "FAILED" && t.state != "DEAD" {
+		return refused("NotAllowed")
+	}
+	n := m.create(now, Spec{Payload: t.payload, Window: t.window, Policy: t.policy, Req: req, Queue: t.queue, Priority: t.priority})
+	n.requeuedFrom = t.id
+	return Answer{Result: "ACK", Task: n.id, Written: []string{"TaskCreated"}}
 }
 
 // grantedFor finds the task and checks that leaseID was granted for it.
@@ -346,7 +477,7 @@ func (m *Model) Views(now int64) []View {
 	out := make([]View, 0, len(m.tasks))
 	for _, t := range m.tasks {
 		m.settle(t, now)
-		v := View{ID: t.id, State: t.state, Attempt: t.attempt, Deadline: t.deadline()}
+		v := View{ID: t.id, State: t.state, Attempt: t.attempt, Deadline: t.deadline(), Queue: t.queue, Priority: t.priority}
 		if t.state == "LEASED" {
 			l := m.leases[t.lease]
 			v.Lease, v.Worker, v.Expiry = t.lease, l.worker, l.expiry

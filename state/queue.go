@@ -1,0 +1,232 @@
+package state
+
+import (
+	"slices"
+	"strconv"
+)
+
+// The queue features of revision 2: priorities and named queues, delayed
+// tasks, an operator's abort and requeue, and why a task is where it is.
+
+func inQueues(t *Task, queues []string) bool {
+	return len(queues) == 0 || slices.Contains(queues, t.Queue)
+}
+
+func liveCount(settled *Task) int {
+	if settled.State.Terminal() {
+		return 0
+	}
+	return 1
+}
+
+// ahead reports whether a goes before b in a lease of their queue: a higher
+// priority first, then the older.
+func ahead(a, b *Task) bool {
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return a.Seqs[0] < b.Seqs[0]
+}
+
+// best is the task lease takes among queues at now (nil for none), when the
+// next one becomes eligible if none is now (0 for never), and how many are live.
+func (s *State) best(queues []string, now int64) (pick *Task, next int64, live int) {
+	for _, t := range s.live { // creation order
+		if t.State.Terminal() || !inQueues(t, queues) {
+			continue
+		}
+		c := t.At(now)
+		live += liveCount(c)
+		if c.leasable(now) {
+			if pick == nil || ahead(t, pick) {
+				pick = t
+			}
+			continue
+		}
+		if at := c.nextEligibleAt(now); at != 0 && (next == 0 || at < next) {
+			next = at
+		}
+	}
+	return pick, next, live
+}
+
+// nextEligibleAt is when the task, as it stands at now, next becomes
+// eligible by time alone: the end of a delay or a backoff, or after its
+// lease lapses; 0 when it is eligible now or never will be by itself.
+func (t *Task) nextEligibleAt(now int64) int64 {
+	c := t
+	if t.State == Leased {
+		c = t.At(t.Lease.Expiry)
+	}
+	if c.State != Waiting || c.NotBefore <= now || c.NotBefore >= c.Deadline() {
+		return 0
+	}
+	return c.NotBefore
+}
+
+// NextEventAt is the earliest time after now at which time alone changes
+// what a lease could take: a delay or backoff ending, a lease lapsing, a
+// window closing (0 for none). A waiting worker sleeps until then.
+func (s *State) NextEventAt(now int64) int64 {
+	next := int64(0)
+	note := func(at int64) {
+		if at > now && (next == 0 || at < next) {
+			next = at
+		}
+	}
+	for _, t := range s.live {
+		if t.State.Terminal() {
+			continue
+		}
+		c := t.At(now)
+		switch c.State {
+		case Leased:
+			note(c.Lease.Expiry)
+		case Waiting:
+			note(c.NotBefore)
+			note(c.Deadline())
+		}
+	}
+	return next
+}
+
+// DecideAbort ends a WAITING or LEASED task at an operator's word: DEAD with
+// the reason, its lease (if any) no longer the authority. A repeat with the
+// same reason answers again and writes nothing.
+func (s *State) DecideAbort(taskID, reason string, now int64) (Decision, error) {
+	if reason == "" {
+		return Decision{}, refuse(InvalidInput, "reason", "an abort needs a reason")
+	}
+	if len(reason) > MaxPayloadBytes {
+		return Decision{}, refuse(InvalidInput, "reason", "the reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+	}
+	t, err := s.Task(taskID)
+	if err != nil {
+		return Decision{}, err
+	}
+	c := t.At(now)
+	d := Decision{Outcome: ResultOK, TaskID: t.ID, State: Dead, Reason: reason}
+	if a := c.abortedLease(); a != nil {
+		d.LeaseID = a.LeaseID
+	}
+	if c.State.Terminal() {
+		if c.EndCause == BecauseAborted && c.EndReason == "aborted: "+reason {
+			d.Duplicate = true
+			return d, nil
+		}
+		return Decision{}, refuse(NotAllowed, "task", "%s is already %s (%s); only a WAITING or LEASED task can be aborted", t.ID, c.State, c.EndReason)
+	}
+	if c.Lease != nil {
+		d.LeaseID = c.Lease.ID
+	}
+	return write(Record{Type: TaskAborted, TaskID: t.ID, Reason: reason}, d), nil
+}
+
+// abortedLease is the attempt an abort ended, if any.
+func (t *Task) abortedLease() *Attempt {
+	if len(t.Attempts) > 0 && t.current().End == EndAborted {
+		return t.current()
+	}
+	return nil
+}
+
+// DecideRequeue creates a new task from a FAILED or DEAD one: its payload,
+// window, retry policy, queue and priority, eligible at once, requeued_from
+// it. The old task stays terminal. A request id names the new task: a repeat
+// answers with it; one that named another task is a conflict.
+func (s *State) DecideRequeue(taskID, requestID string, now int64) (Decision, error) {
+	t, err := s.Task(taskID)
+	if err != nil {
+		return Decision{}, err
+	}
+	if requestID != "" {
+		if err := ValidateID("request id", requestID); err != nil {
+			return Decision{}, refuse(InvalidInput, "request", "%v", err)
+		}
+		prev, err := s.submitted(requestID)
+		if err != nil {
+			return Decision{}, err
+		}
+		if prev != nil {
+			if prev.RequeuedFrom != t.ID {
+				return Decision{}, refuse(RequestConflict, "request", "request id %q already created %s, which is not a requeue of %s", requestID, prev.ID, t.ID)
+			}
+			return Decision{Outcome: ResultAck, TaskID: prev.ID, Duplicate: true}, nil
+		}
+	}
+	if c := t.At(now); c.State != Failed && c.State != Dead {
+		return Decision{}, refuse(NotAllowed, "task", "%s is %s; only a FAILED or DEAD task can be requeued", t.ID, c.State)
+	}
+	id := "T" + strconv.FormatInt(s.lastTaskNum+1, 10)
+	for n := s.lastTaskNum + 1; requestID == ""; n++ {
+		taken, err := s.submitted("R" + strconv.FormatInt(n, 10))
+		if err != nil {
+			return Decision{}, err
+		}
+		if taken == nil {
+			requestID = "R" + strconv.FormatInt(n, 10)
+		}
+	}
+	policy, priority, at := t.Policy, t.Priority, now
+	return write(Record{Type: TaskCreated, TaskID: id, Payload: t.Payload, Window: t.Window, RetryPolicy: &policy, RequestID: requestID,
+		NotBefore: &at, Queue: t.Queue, Priority: &priority, RequeuedFrom: t.ID},
+		Decision{Outcome: ResultAck, TaskID: id}), nil
+}
+
+// Why a task is where it is (the "because" of why).
+const (
+	BecauseEligible          = "eligible"
+	BecauseDelayed           = "delayed"
+	BecauseBackoff           = "backoff"
+	BecauseLeased            = "leased"
+	BecauseCompleted         = "completed"
+	BecauseFailed            = "failed"
+	BecauseWindowClosed      = "window_closed"
+	BecauseAttemptsExhausted = "attempts_exhausted"
+	BecauseAborted           = "aborted"
+)
+
+// Why is the facts of why a task is where it is at now: a person reads a
+// sentence built from them.
+type Why struct {
+	Task       *Task // as it stands at now
+	Eligible   bool
+	EligibleAt int64 // when it next becomes eligible (0: not by time alone)
+	Ahead      int   // eligible tasks a lease of its queue takes before it
+	Because    string
+	Extensions int // of the current lease
+	LastEnd    *Attempt
+}
+
+// Explain says why taskID is where it is at now.
+func (s *State) Explain(taskID string, now int64) (Why, error) {
+	t, err := s.Task(taskID)
+	if err != nil {
+		return Why{}, err
+	}
+	c := t.At(now)
+	w := Why{Task: c}
+	if len(c.Attempts) > 0 {
+		w.LastEnd = c.current()
+	}
+	for _, o := range s.live {
+		if o != t && !o.State.Terminal() && o.Queue == t.Queue && ahead(o, t) && o.At(now).leasable(now) {
+			w.Ahead++
+		}
+	}
+	switch {
+	case c.State == Leased:
+		w.Because, w.Extensions = BecauseLeased, len(c.current().Extended)
+	case c.leasable(now):
+		w.Eligible, w.Because = true, BecauseEligible
+	case c.State == Waiting && now < c.AvailableAt:
+		w.Because, w.EligibleAt = BecauseDelayed, c.AvailableAt
+	case c.State == Waiting && now < c.NotBefore:
+		w.Because, w.EligibleAt = BecauseBackoff, c.nextEligibleAt(now)
+	case c.State.Terminal():
+		w.Because = c.EndCause
+	default: // WAITING, past its deadline: about to be DEAD by the window
+		w.Because = BecauseWindowClosed
+	}
+	return w, nil
+}
