@@ -270,3 +270,17 @@ func TestPayloadOfControlBytesWithinTheLimit(t *testing.T) {
 		t.Fatal(stderr)
 	}
 }
+
+// Issue 13's bad input that a script file cannot spell: a queue name with a
+// control character is refused, in submit and in lease.
+func TestQueueNameWithAControlCharacter(t *testing.T) {
+	walPath := filepath.Join(t.TempDir(), "q.wal")
+	for _, args := range [][]string{{"submit", "--payload", "P", "--queue", "a\x1bb"}, {"lease", "--worker", "W", "--queue", "mail,a\nb"}} {
+		if code, _, stderr := cli(append([]string{"--wal", walPath}, args...)...); code != ExitUsage || !strings.Contains(stderr, "control character") {
+			t.Fatalf("%q: exit %d, %q", args, code, stderr)
+		}
+	}
+	if _, err := os.Stat(walPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a refused queue name wrote a WAL")
+	}
+}

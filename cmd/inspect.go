@@ -19,6 +19,7 @@ import (
 
 type inspectOptions struct {
 	state      string
+	queue      string
 	until      int64
 	untilGiven bool
 	workers    bool
@@ -49,6 +50,7 @@ Writes nothing. An unknown task: exit 4.`,
 		ValidArgsFunction: a.completion(completeTasks),
 	}
 	c.Flags().StringVar(&o.state, "state", "", "only tasks in this state (WAITING, LEASED, COMPLETED, FAILED, DEAD)")
+	c.Flags().StringVar(&o.queue, "queue", "", "only tasks of this queue")
 	c.Flags().Int64Var(&o.until, "until", 0, "show the state right after record SEQ, at its time")
 	c.Flags().BoolVar(&o.workers, "workers", false, "show the soft worker registry (advisory) and each worker's current leases")
 	c.Flags().BoolVar(&o.timeline, "timeline", false, "draw one task's life on a time axis: attempts, extensions, expiries, late completions, the deadline")
@@ -67,8 +69,12 @@ type taskView struct {
 	Deadline    string     `json:"deadline"`
 	NotBefore   *string    `json:"not_before"`
 	CreatedAt   string     `json:"created_at"`
+	Queue       string     `json:"queue"`
+	Priority    int        `json:"priority"`
+	AvailableAt string     `json:"available_at"`
 	Payload     string     `json:"payload"`
 	Reason      string     `json:"reason,omitempty"`
+	Requeued    string     `json:"requeued_from,omitempty"`
 	Records     []logEntry `json:"records,omitempty"`
 }
 
@@ -86,6 +92,8 @@ type inspectSummary struct {
 	CurrentLeases int            `json:"current_leases"`
 	OldestWaiting *oldestWaiting `json:"oldest_waiting"`
 	NextExpiry    *heldLease     `json:"next_expiry"`
+	// Queues counts the live tasks of each queue by state.
+	Queues map[string]map[string]int `json:"queues"`
 }
 
 type oldestWaiting struct {
@@ -105,7 +113,8 @@ func orNull(s string) *string {
 func viewTask(t *state.Task, at int64) taskView {
 	c := t.At(at)
 	v := taskView{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
-		Deadline: formatTime(c.Deadline()), CreatedAt: formatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason}
+		Deadline: formatTime(c.Deadline()), CreatedAt: formatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason,
+		Queue: c.Queue, Priority: c.Priority, AvailableAt: formatTime(c.AvailableAt), Requeued: c.RequeuedFrom}
 	if c.Lease != nil {
 		v.LeaseID, v.WorkerID, v.Expiry = orNull(c.Lease.ID), orNull(c.Lease.Worker), orNull(formatTime(c.Lease.Expiry))
 	}
@@ -116,13 +125,13 @@ func viewTask(t *state.Task, at int64) taskView {
 }
 
 func runInspect(e env, o inspectOptions, ids []string) error {
-	var only state.TaskState
+	only := taskFilter{queue: o.queue}
 	if o.state != "" {
 		st, ok := state.ParseTaskState(o.state)
 		if !ok {
 			return usageErr("--state %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", o.state)
 		}
-		only = st
+		only.state = st
 	}
 	ids = slices.Compact(slices.Clone(ids)) // a task named twice in a row is shown once
 	if seen := map[string]bool{}; len(ids) > 1 {
@@ -192,12 +201,23 @@ func runInspect(e env, o inspectOptions, ids []string) error {
 	})
 }
 
+// taskFilter is what --state and --queue keep of a listing.
+type taskFilter struct {
+	state state.TaskState
+	queue string
+}
+
+// shows reports whether a task as viewed is listed.
+func (f taskFilter) shows(tv taskView) bool {
+	return (f.state == "" || tv.State == string(f.state)) && (f.queue == "" || tv.Queue == f.queue)
+}
+
 // inspectTasks selects the tasks inspect shows: the named ones, or all of
 // them (only the unfinished ones for --state WAITING or LEASED: a finished
 // task never waits or holds a lease again, so the archive is not read).
-func inspectTasks(st *state.State, ids []string, only state.TaskState) ([]*state.Task, error) {
+func inspectTasks(st *state.State, ids []string, only taskFilter) ([]*state.Task, error) {
 	switch {
-	case len(ids) == 0 && (only == state.Waiting || only == state.Leased):
+	case len(ids) == 0 && (only.state == state.Waiting || only.state == state.Leased):
 		return st.Live(), nil
 	case len(ids) == 0:
 		return st.Tasks()
@@ -213,21 +233,18 @@ func inspectTasks(st *state.State, ids []string, only state.TaskState) ([]*state
 	return tasks, nil
 }
 
-// shows reports whether a task in state s is listed under --state only.
-func shows(s state.TaskState, only state.TaskState) bool { return only == "" || s == only }
-
 // countStates counts the tasks listed, by their state at at.
-func countStates(tasks []*state.Task, at int64, only state.TaskState) map[string]int {
+func countStates(tasks []*state.Task, at int64, only taskFilter) map[string]int {
 	counts := map[string]int{}
 	for _, t := range tasks {
-		if s := t.At(at).State; shows(s, only) {
-			counts[string(s)]++
+		if c := t.At(at); only.shows(taskView{State: string(c.State), Queue: c.Queue}) {
+			counts[string(c.State)]++
 		}
 	}
 	return counts
 }
 
-func buildInspect(st *state.State, at int64, ids []string, only state.TaskState) (inspectView, error) {
+func buildInspect(st *state.State, at int64, ids []string, only taskFilter) (inspectView, error) {
 	v := inspectView{Result: state.ResultOK, At: formatTime(at), Counts: map[string]int{}, Tasks: []taskView{}}
 	tasks, err := inspectTasks(st, ids, only)
 	if err != nil {
@@ -241,11 +258,11 @@ func buildInspect(st *state.State, at int64, ids []string, only state.TaskState)
 	return v, nil
 }
 
-// eachShown calls fn with the view of each task listed under --state only,
-// in order, until fn fails.
-func eachShown(tasks []*state.Task, at int64, only state.TaskState, fn func(taskView) error) error {
+// eachShown calls fn with the view of each task listed under only, in
+// order, until fn fails.
+func eachShown(tasks []*state.Task, at int64, only taskFilter, fn func(taskView) error) error {
 	for _, t := range tasks {
-		if tv := viewTask(t, at); shows(state.TaskState(tv.State), only) {
+		if tv := viewTask(t, at); only.shows(tv) {
 			if err := fn(tv); err != nil {
 				return err
 			}
@@ -256,7 +273,7 @@ func eachShown(tasks []*state.Task, at int64, only state.TaskState, fn func(task
 
 // listingHead is the view of inspect without task ids, but for its tasks
 // (counts and summary), and the tasks to draw it from one at a time.
-func listingHead(st *state.State, at int64, only state.TaskState) (inspectView, []*state.Task, error) {
+func listingHead(st *state.State, at int64, only taskFilter) (inspectView, []*state.Task, error) {
 	tasks, err := inspectTasks(st, nil, only)
 	if err != nil {
 		return inspectView{}, nil, err
@@ -269,7 +286,7 @@ func listingHead(st *state.State, at int64, only state.TaskState) (inspectView, 
 // one at a time from the tasks selected under the lock, so that a listing of
 // a long history never holds every task's view, nor all of its output, in
 // memory.
-func listingAnswer(st *state.State, at int64, only state.TaskState) (answer, error) {
+func listingAnswer(st *state.State, at int64, only taskFilter) (answer, error) {
 	v, tasks, err := listingHead(st, at, only)
 	if err != nil {
 		return answer{}, err
@@ -283,7 +300,7 @@ type listing struct {
 	head  inspectView
 	tasks []*state.Task
 	at    int64
-	only  state.TaskState
+	only  taskFilter
 }
 
 // streamJSON writes exactly what writeJSON writes for the view with every
@@ -322,10 +339,16 @@ func (l listing) streamJSON(w io.Writer) error {
 }
 
 func summarize(st *state.State, at int64) *inspectSummary {
-	sum := &inspectSummary{}
+	sum := &inspectSummary{Queues: map[string]map[string]int{}}
 	var next int64
 	for _, t := range st.Live() { // only unfinished tasks wait or hold leases
 		c := t.At(at)
+		if !c.State.Terminal() {
+			if sum.Queues[c.Queue] == nil {
+				sum.Queues[c.Queue] = map[string]int{}
+			}
+			sum.Queues[c.Queue][string(c.State)]++
+		}
 		switch {
 		case c.State == state.Leased:
 			sum.CurrentLeases++
@@ -409,6 +432,13 @@ func renderInspectHead(w io.Writer, p palette, v inspectView, listed int) {
 	fmt.Fprintln(w)
 	if sum := v.Summary; sum != nil {
 		line := fmt.Sprintf("current leases: %d", sum.CurrentLeases)
+		if len(sum.Queues) > 1 || sum.Queues[state.DefaultQueue] == nil && len(sum.Queues) == 1 {
+			var queues []string
+			for _, q := range slices.Sorted(maps.Keys(sum.Queues)) {
+				queues = append(queues, fmt.Sprintf("%s %d waiting %d leased", escape(q), sum.Queues[q][string(state.Waiting)], sum.Queues[q][string(state.Leased)]))
+			}
+			line += " · queues: " + strings.Join(queues, ", ")
+		}
 		if o := sum.OldestWaiting; o != nil {
 			line += fmt.Sprintf(" · oldest waiting: %s, created %s ago", o.TaskID, age(o.AgeMs))
 		}

@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,18 +16,22 @@ type leaseOptions struct {
 	duration  string
 	taskID    string
 	requestID string
+	queues    string
 }
 
 func (a *app) newLeaseCmd() *cobra.Command {
 	o := &leaseOptions{}
 	c := &cobra.Command{
 		Use:   "lease --worker W",
-		Short: "Lease the oldest eligible task to a worker (writes LeaseGranted)",
-		Long: `Grant a lease on the oldest WAITING task that is past its backoff and inside its
-window (FIFO by creation), or on --task. Writes one LeaseGranted record with a
-new lease id, which is also the fencing token. The expiry is capped at the
-task's deadline. Nothing eligible: EMPTY, exit 4, nothing written.`,
-		Example: `  leasewal lease --worker W1 --duration 30s --request-id W1-poll-7`,
+		Short: "Lease the next eligible task to a worker (writes LeaseGranted)",
+		Long: `Grant a lease on the eligible task (WAITING, past its delay or backoff, inside
+its window) of highest priority among the --queue queues (all by default), the
+oldest by creation within a priority; or on --task. Writes one LeaseGranted
+record with a new lease id, which is also the fencing token. The expiry is
+capped at the task's deadline. Nothing eligible: EMPTY, exit 4, nothing
+written, with when the next task becomes eligible and how many are live.`,
+		Example: `  leasewal lease --worker W1 --duration 30s --request-id W1-poll-7
+  leasewal lease --worker W2 --queue mail,img`,
 		Args:    cobra.NoArgs,
 		RunE:    func(*cobra.Command, []string) error { return runLease(a.env, *o) },
 	}
@@ -35,6 +40,7 @@ task's deadline. Nothing eligible: EMPTY, exit 4, nothing written.`,
 	f.StringVar(&o.duration, "duration", "30s", "how long the lease lasts unless extended")
 	f.StringVar(&o.taskID, "task", "", "lease this task rather than the oldest eligible one")
 	f.StringVar(&o.requestID, "request-id", "", "idempotency key: a repeat returns the same lease while it is current")
+	f.StringVar(&o.queues, "queue", "", "take only from these queues (comma-separated; default all)")
 	_ = c.MarkFlagRequired("worker")
 	return c
 }
@@ -51,9 +57,11 @@ type leaseView struct {
 }
 
 type emptyView struct {
-	Result state.Outcome `json:"result"`
-	TaskID string        `json:"task_id,omitempty"`
-	Reason string        `json:"reason"`
+	Result         state.Outcome `json:"result"`
+	TaskID         string        `json:"task_id,omitempty"`
+	Reason         string        `json:"reason"`
+	NextEligibleAt *string       `json:"next_eligible_at"`
+	Live           int           `json:"live"`
 }
 
 func runLease(e env, o leaseOptions) error {
@@ -61,7 +69,14 @@ func runLease(e env, o leaseOptions) error {
 	if err != nil {
 		return err
 	}
-	req := state.LeaseRequest{Worker: o.worker, Duration: d, TaskID: o.taskID, RequestID: o.requestID}
+	queues, err := parseQueues(o.queues)
+	if err != nil {
+		return err
+	}
+	if o.taskID != "" && len(queues) > 0 {
+		return usageErr("give --task or --queue, not both")
+	}
+	req := state.LeaseRequest{Worker: o.worker, Duration: d, TaskID: o.taskID, RequestID: o.requestID, Queues: queues}
 	return e.write(func(tx *store.Tx) (answer, error) {
 		dec, err := tx.State.DecideLease(req, tx.Now)
 		if err != nil {
@@ -72,9 +87,9 @@ func runLease(e env, o leaseOptions) error {
 			if tx.Missing {
 				fmt.Fprintf(e.stderr, "leasewal: note: the WAL %s does not exist yet: nothing was ever submitted there (check --wal)\n", e.WAL)
 			}
-			v := emptyView{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason}
+			v := emptyView{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: orNull(optTime(dec.NextEligibleAt)), Live: dec.Live}
 			return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
-				return fields(w, p, "result", string(v.Result), "reason", v.Reason)
+				return fields(w, p, "result", string(v.Result), "reason", v.Reason, "next eligible at", deref(v.NextEligibleAt), "live tasks", fmt.Sprint(v.Live))
 			}}, nil
 		case state.ResultCancelled:
 			return cancelled(dec, "nothing was written"), nil
@@ -112,4 +127,19 @@ func cancelled(d state.Decision, consequence string) answer {
 		table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "reason", v.Reason)
 		}}
+}
+
+// parseQueues reads a --queue list: queue names separated by commas, each
+// one a valid name ("" for none given: all queues).
+func parseQueues(list string) ([]string, error) {
+	if list == "" {
+		return nil, nil
+	}
+	queues := strings.Split(list, ",")
+	for _, q := range queues {
+		if err := state.ValidateQueue(q); err != nil {
+			return nil, usageErr("--queue %q: %v", list, err)
+		}
+	}
+	return queues, nil
 }

@@ -28,7 +28,7 @@ func TestListingsAreTheViewStreamed(t *testing.T) {
 	if err := h.Read(func(tx *store.Tx) error { st, now = tx.State, tx.Now; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	for _, only := range []state.TaskState{"", state.Waiting, state.Leased, state.Completed, state.Failed, state.Dead} {
+	for _, only := range []taskFilter{{}, {state: state.Waiting}, {state: state.Leased}, {state: state.Completed}, {state: state.Failed}, {state: state.Dead}, {queue: "default"}, {queue: "none"}, {state: state.Dead, queue: "default"}} {
 		v, err := buildInspect(st, now, nil, only)
 		if err != nil {
 			t.Fatal(err)

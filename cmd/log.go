@@ -19,6 +19,7 @@ type logOptions struct {
 	worker   string
 	lease    string
 	domain   string
+	queue    string
 	since    string
 	until    string
 	absolute bool
@@ -33,6 +34,7 @@ func (a *app) newLogCmd() *cobra.Command {
 (times as RFC 3339). The table shows each record's time as an offset from the
 first record (+30.000s); --absolute shows timestamps. Filters combine: --task,
 --type, --worker (records of leases granted to that worker), --lease, --domain,
+--queue (records about tasks of that queue),
 a --from/--to range of seq, and a --since/--until range of time (RFC 3339, unix
 ms, or +DURATION after the first record). Writes nothing.`,
 		Example: `  leasewal log --task T1
@@ -50,6 +52,7 @@ ms, or +DURATION after the first record). Writes nothing.`,
 	f.StringVar(&o.worker, "worker", "", "only records of leases granted to this worker")
 	f.StringVar(&o.lease, "lease", "", "only records naming this lease")
 	f.StringVar(&o.domain, "domain", "", "only work-lease records of this domain")
+	f.StringVar(&o.queue, "queue", "", "only records about tasks of this queue")
 	f.StringVar(&o.since, "since", "", "only records at or after this time")
 	f.StringVar(&o.until, "until", "", "only records at or before this time")
 	f.BoolVar(&o.absolute, "absolute", false, "show timestamps instead of offsets from the first record")
@@ -121,8 +124,21 @@ func (f *logFilter) keep(r state.Record) bool {
 		return false
 	case o.worker != "" && f.workerOf(r) != o.worker:
 		return false
+	case o.queue != "" && f.queueOf(r) != o.queue:
+		return false
 	}
 	return true
+}
+
+// queueOf is the queue of the task a record is about ("" for none).
+func (f *logFilter) queueOf(r state.Record) string {
+	if r.TaskID == "" {
+		return ""
+	}
+	if t, err := f.st.Task(r.TaskID); err == nil {
+		return t.Queue
+	}
+	return ""
 }
 
 // workerOf is the worker a record concerns: the one it names, or the one its
@@ -240,6 +256,14 @@ func details(e logEntry) string {
 			add("backoff", p.Backoff.String())
 			add("backoff_max", p.BackoffMax.String())
 		}
+		add("queue", e.Queue)
+		if e.Priority != nil && *e.Priority != 0 {
+			add("priority", fmt.Sprint(*e.Priority))
+		}
+		if e.NotBefore != "" && e.NotBefore != e.At {
+			add("not_before", e.NotBefore)
+		}
+		add("requeued_from", e.RequeuedFrom)
 	}
 	add("request", e.RequestID)
 	if e.Attempt > 0 {

@@ -137,6 +137,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	root.AddCommand(
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newExpireCmd(),
+		a.newAbortCmd(), a.newRequeueCmd(), a.newWhyCmd(),
 		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(),
 		a.newWorkleaseCmd(),
 	)

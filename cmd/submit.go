@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +21,10 @@ type submitOptions struct {
 	backoff     string
 	backoffMax  string
 	requestID   string
+	delay       string
+	notBefore   string
+	queue       string
+	priority    int
 }
 
 func (a *app) newSubmitCmd() *cobra.Command {
@@ -27,10 +32,14 @@ func (a *app) newSubmitCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "submit (--payload TEXT | --payload-file FILE|-)",
 		Short: "Create a task (writes TaskCreated)",
-		Long: `Create a WAITING task with an execution window and a retry policy. Writes one
-TaskCreated record. Repeating a submit with the same --request-id and the same
-payload and policy writes nothing and answers with the first task id.`,
-		Example: `  leasewal submit --payload 'resize img-42' --window 5m --max-attempts 3 --request-id job-42`,
+		Long: `Create a WAITING task with an execution window and a retry policy, in a queue
+with a priority. Writes one TaskCreated record. A task submitted with --delay or
+--not-before is eligible only from then on (SQS's DelaySeconds), and its window
+counts from then. Repeating a submit with the same --request-id and the same
+payload, policy, queue and priority writes nothing and answers with the first
+task id (and its first time).`,
+		Example: `  leasewal submit --payload 'resize img-42' --window 5m --max-attempts 3 --request-id job-42
+  leasewal submit --payload 'send digest' --delay 10m --queue mail --priority 5`,
 		Args:    cobra.NoArgs,
 		RunE:    func(*cobra.Command, []string) error { return runSubmit(a.env, *o) },
 	}
@@ -42,6 +51,10 @@ payload and policy writes nothing and answers with the first task id.`,
 	f.StringVar(&o.backoff, "backoff", "0s", "wait after the first failed attempt, doubling after each")
 	f.StringVar(&o.backoffMax, "backoff-max", "", "longest wait between attempts (default 100 x --backoff)")
 	f.StringVar(&o.requestID, "request-id", "", "idempotency key: a repeat returns the first answer (default R<n>)")
+	f.StringVar(&o.delay, "delay", "", "eligible only after this long (a duration such as 10m)")
+	f.StringVar(&o.notBefore, "not-before", "", "eligible only from this time (RFC 3339 or unix ms; a past time is now)")
+	f.StringVar(&o.queue, "queue", state.DefaultQueue, "the queue: lease --queue takes only from the queues it names")
+	f.IntVar(&o.priority, "priority", 0, "from -1000 to 1000; a lease takes the highest first, the oldest within a priority")
 	return c
 }
 
@@ -64,10 +77,34 @@ func (o *submitOptions) command(stdin io.Reader) (state.Submit, error) {
 			return state.Submit{}, err
 		}
 	}
-	return state.Submit{
+	sub := state.Submit{
 		Payload: payload, Window: state.Duration(window), RequestID: o.requestID,
 		Policy: state.RetryPolicy{MaxAttempts: o.maxAttempts, Backoff: state.Duration(backoff), BackoffMax: state.Duration(backoffMax)},
-	}, nil
+		Queue:  o.queue, Priority: o.priority,
+	}
+	if o.queue == "" {
+		return state.Submit{}, usageErr("--queue must name a queue (the default is %q)", state.DefaultQueue)
+	}
+	if o.delay != "" && o.notBefore != "" {
+		return state.Submit{}, usageErr("give --delay or --not-before, not both")
+	}
+	if o.delay != "" {
+		if sub.Delay, err = parseDuration("delay", o.delay); err != nil {
+			return state.Submit{}, err
+		}
+		if sub.Delay < 0 {
+			return state.Submit{}, usageErr("--delay %s is negative; give a duration of 0 or more", o.delay)
+		}
+	}
+	if o.notBefore != "" {
+		if strings.HasPrefix(o.notBefore, "+") {
+			return state.Submit{}, usageErr("--not-before %q: give a time (RFC 3339 or unix ms); for a time after now use --delay", o.notBefore)
+		}
+		if sub.NotBefore, err = parseTime("--not-before", o.notBefore, 0, 0); err != nil {
+			return state.Submit{}, err
+		}
+	}
+	return sub, nil
 }
 
 func (o *submitOptions) readPayload(stdin io.Reader) (string, error) {
@@ -108,11 +145,28 @@ func unwrapPathErr(err error) error {
 }
 
 type ackView struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	RequestID string        `json:"request_id"`
-	Duplicate bool          `json:"duplicate"`
-	Deadline  string        `json:"deadline"`
+	Result       state.Outcome `json:"result"`
+	TaskID       string        `json:"task_id"`
+	RequestID    string        `json:"request_id"`
+	Duplicate    bool          `json:"duplicate"`
+	Queue        string        `json:"queue"`
+	Priority     int           `json:"priority"`
+	AvailableAt  string        `json:"available_at"`
+	Deadline     string        `json:"deadline"`
+	RequeuedFrom string        `json:"requeued_from,omitempty"`
+}
+
+// ackAnswer is the answer of a submit or a requeue that created (or names) task t.
+func ackAnswer(d state.Decision, t *state.Task) answer {
+	v := ackView{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
+		AvailableAt: formatTime(t.AvailableAt), Deadline: formatTime(t.Deadline()), RequeuedFrom: t.RequeuedFrom}
+	return answer{doc: v, outcome: v.Result, recovery: "repeat the same command with --request-id " + t.RequestID + ": it answers with the same task and writes nothing",
+		table: func(w io.Writer, p palette) error {
+			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "request", v.RequestID,
+				"duplicate", fmt.Sprint(v.Duplicate), "queue", v.Queue, "priority", fmt.Sprint(v.Priority),
+				"available at", v.AvailableAt, "deadline", v.Deadline, "requeued from", v.RequeuedFrom,
+				"window", time.Duration(t.Window).String(), "max attempts", fmt.Sprint(t.Policy.MaxAttempts))
+		}}
 }
 
 func runSubmit(e env, o submitOptions) error {
@@ -132,12 +186,6 @@ func runSubmit(e env, o submitOptions) error {
 		if err != nil {
 			return answer{}, err
 		}
-		v := ackView{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Deadline: formatTime(t.Deadline())}
-		return answer{doc: v, outcome: v.Result, recovery: "repeat the same submit with --request-id " + t.RequestID + ": it answers with the same task and writes nothing",
-			table: func(w io.Writer, p palette) error {
-				return fields(w, p, "result", string(v.Result), "task", v.TaskID, "request", v.RequestID,
-					"duplicate", fmt.Sprint(v.Duplicate), "deadline", v.Deadline,
-					"window", time.Duration(t.Window).String(), "max attempts", fmt.Sprint(t.Policy.MaxAttempts))
-			}}, nil
+		return ackAnswer(d, t), nil
 	})
 }

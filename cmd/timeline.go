@@ -21,10 +21,10 @@ type glyphs struct {
 }
 
 var asciiGlyphs = glyphs{start: "[", fill: "=", ext: "+", rest: "-", current: ">", mark: "!", deadline: "|", rule: "-", tick: "|",
-	end: map[string]string{state.EndCompleted: "]", state.EndExpired: "x", state.EndFailed: "F", state.EndRetry: "R", state.EndDead: "D"}}
+	end: map[string]string{state.EndCompleted: "]", state.EndExpired: "x", state.EndFailed: "F", state.EndRetry: "R", state.EndDead: "D", state.EndAborted: "A"}}
 
 var unicodeGlyphs = glyphs{start: "├", fill: "━", ext: "╋", rest: "┄", current: "▷", mark: "✗", deadline: "┃", rule: "─", tick: "┼",
-	end: map[string]string{state.EndCompleted: "✔", state.EndExpired: "✘", state.EndFailed: "✘", state.EndRetry: "↻", state.EndDead: "✘"}}
+	end: map[string]string{state.EndCompleted: "✔", state.EndExpired: "✘", state.EndFailed: "✘", state.EndRetry: "↻", state.EndDead: "✘", state.EndAborted: "⊘"}}
 
 // timeline draws one task's life on a time axis.
 type timeline struct {
@@ -176,28 +176,29 @@ func (tl *timeline) attempt(a state.Attempt, now int64) {
 	from := tl.col(a.GrantedAt)
 	paint := func(s string) string { return tl.p.paint(s, endColor(a.End)...) }
 	var note string
+	// The bar, then the extension marks, then the start and the end, so that
+	// an end or start mark is never hidden by an extension in the same column.
+	end, endMark := tl.col(a.Expiry), paint(tl.g.current)
 	if a.End == "" { // current: held until now, then the rest of the lease
 		upto := tl.col(now)
-		for i := from; i <= tl.col(a.Expiry); i++ {
+		for i := from; i <= end; i++ {
 			cells[i] = paint(tl.g.rest)
 			if i <= upto {
 				cells[i] = paint(tl.g.fill)
 			}
 		}
-		cells[tl.col(a.Expiry)] = paint(tl.g.current)
 		note = "current, expires " + tl.offset(a.Expiry)
 	} else {
-		to := tl.col(a.EndedAt)
-		for i := from; i <= to; i++ {
+		end, endMark = tl.col(a.EndedAt), paint(tl.g.end[a.End])
+		for i := from; i <= end; i++ {
 			cells[i] = paint(tl.g.fill)
 		}
-		cells[to] = paint(tl.g.end[a.End])
 		note = a.End + " " + tl.offset(a.EndedAt)
 	}
-	cells[from] = paint(tl.g.start)
 	for _, at := range a.Extended {
 		cells[tl.col(at)] = paint(tl.g.ext)
 	}
+	cells[from], cells[end] = paint(tl.g.start), endMark
 	if len(a.Extended) > 0 {
 		note += fmt.Sprintf(", extended %d×", len(a.Extended))
 	}
@@ -222,6 +223,6 @@ func (tl *timeline) legend() []string {
 	return []string{
 		g.start + " granted", g.fill + " held", g.ext + " extended", g.end[state.EndCompleted] + " completed",
 		g.end[state.EndExpired] + " expired", g.end[state.EndRetry] + " failed, retried", g.end[state.EndFailed] + " failed",
-		g.current + " current until expiry", g.mark + " late completion cancelled", g.deadline + " deadline",
+		g.end[state.EndAborted] + " aborted", g.current + " current until expiry", g.mark + " late completion cancelled", g.deadline + " deadline",
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -46,7 +49,7 @@ type expectMismatch struct{ msg string }
 func (e *expectMismatch) Error() string { return e.msg }
 
 func runVerify(e env, expectFile string) error {
-	var want *inspectView
+	var want *expectDoc
 	if expectFile != "" {
 		w, err := readExpect(expectFile)
 		if err != nil {
@@ -64,9 +67,9 @@ func runVerify(e env, expectFile string) error {
 		if err != nil {
 			return answer{}, err
 		}
-		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: len(tasks), Counts: countStates(tasks, tx.Now, ""), TornBytes: tx.TornBytes()}
+		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: len(tasks), Counts: countStates(tasks, tx.Now, taskFilter{}), TornBytes: tx.TornBytes()}
 		if want != nil {
-			got, err := buildInspect(tx.State, tx.Now, nil, "")
+			got, err := buildInspect(tx.State, tx.Now, nil, taskFilter{})
 			if err != nil {
 				return answer{}, err
 			}
@@ -82,33 +85,61 @@ func runVerify(e env, expectFile string) error {
 	})
 }
 
-func readExpect(path string) (*inspectView, error) {
+func readExpect(path string) (*expectDoc, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, usageErr("cannot read --expect %s: %v", path, unwrapPathErr(err))
 	}
-	var want inspectView
+	var want expectDoc
 	if err := json.Unmarshal(b, &want); err != nil {
 		return nil, usageErr("--expect %s is not 'inspect -o json' output: %v", path, err)
+	}
+	for i, t := range want.Tasks {
+		if id, _ := t["task_id"].(string); id == "" {
+			return nil, usageErr("--expect %s: task %d has no task_id", path, i+1)
+		}
 	}
 	return &want, nil
 }
 
-func compareTasks(want, got []taskView) error {
-	for i := range max(len(want), len(got)) {
-		switch {
-		case i >= len(want):
-			return &expectMismatch{fmt.Sprintf("the WAL has an unexpected task %s", got[i].TaskID)}
-		case i >= len(got):
-			return &expectMismatch{fmt.Sprintf("expected task %s is missing from the WAL", want[i].TaskID)}
+// expectDoc is an 'inspect -o json' document as verify --expect reads it:
+// each task's fields as given, so that a file may give any subset of them.
+type expectDoc struct {
+	Tasks []map[string]any `json:"tasks"`
+}
+
+// compareTasks compares, for every task the document names, every field it
+// gives with the task as the WAL has it; it reports every difference, one
+// line each. A task the document does not name is not compared.
+func compareTasks(want []map[string]any, got []taskView) error {
+	byID := map[string]map[string]any{}
+	for _, tv := range got {
+		var m map[string]any
+		b, _ := json.Marshal(tv)
+		_ = json.Unmarshal(b, &m)
+		byID[tv.TaskID] = m
+	}
+	var diffs []string
+	for _, w := range want {
+		id := w["task_id"].(string)
+		g, ok := byID[id]
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: expected, but the WAL has no such task", id))
+			continue
 		}
-		w, g := want[i], got[i]
-		w.Records, g.Records = nil, nil
-		if !reflect.DeepEqual(w, g) {
-			wj, _ := json.Marshal(w)
-			gj, _ := json.Marshal(g)
-			return &expectMismatch{fmt.Sprintf("task %s differs from the expected state: expected %s, got %s", w.TaskID, wj, gj)}
+		for _, key := range slices.Sorted(maps.Keys(w)) {
+			if key == "records" {
+				continue
+			}
+			if !reflect.DeepEqual(w[key], g[key]) {
+				wj, _ := json.Marshal(w[key])
+				gj, _ := json.Marshal(g[key])
+				diffs = append(diffs, fmt.Sprintf("%s.%s: expected %s, got %s", id, key, wj, gj))
+			}
 		}
+	}
+	if len(diffs) > 0 {
+		return &expectMismatch{strings.Join(diffs, "; ")}
 	}
 	return nil
 }

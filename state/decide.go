@@ -239,8 +239,11 @@ func (s *State) whyNotCurrent(t *Task, leaseID string, now int64) string {
 	c := t.At(now)
 	a := c.AttemptOf(leaseID)
 	why := fmt.Sprintf("lease %s is no longer current for %s: it ended (%s) at %s", leaseID, t.ID, a.End, stamp(a.EndedAt))
-	if a.End == EndExpired {
+	switch a.End {
+	case EndExpired:
 		why = fmt.Sprintf("lease %s is no longer current for %s: it expired at %s", leaseID, t.ID, stamp(a.EndedAt))
+	case EndAborted:
+		return fmt.Sprintf("lease %s is no longer current for %s: the task was %s at %s", leaseID, t.ID, c.EndReason, stamp(a.EndedAt))
 	}
 	switch {
 	case c.State == Leased:
