@@ -32,8 +32,8 @@ capped at the task's deadline. Nothing eligible: EMPTY, exit 4, nothing
 written, with when the next task becomes eligible and how many are live.`,
 		Example: `  leasewal lease --worker W1 --duration 30s --request-id W1-poll-7
   leasewal lease --worker W2 --queue mail,img`,
-		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runLease(a.env, *o) },
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return runLease(a.env, *o) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.worker, "worker", "", "the worker taking the lease (required)")

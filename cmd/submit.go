@@ -40,8 +40,8 @@ payload, policy, queue and priority writes nothing and answers with the first
 task id (and its first time).`,
 		Example: `  leasewal submit --payload 'resize img-42' --window 5m --max-attempts 3 --request-id job-42
   leasewal submit --payload 'send digest' --delay 10m --queue mail --priority 5`,
-		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runSubmit(a.env, *o) },
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return runSubmit(a.env, *o) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.payload, "payload", "", "the task's payload (text, at most 64 KiB)")

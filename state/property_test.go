@@ -209,7 +209,7 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 		s, p := c.submit, c.submit.Policy
 		return m.Submit(now, refmodel.Spec{Payload: s.Payload, Window: s.Window.Millis(),
 			Policy: refmodel.Policy{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff.Millis(), BackoffMax: p.BackoffMax.Millis()},
-			Req: s.RequestID, Delay: s.Delay.Milliseconds(), NotBefore: s.NotBefore, Queue: s.Queue, Priority: s.Priority})
+			Req:    s.RequestID, Delay: s.Delay.Milliseconds(), NotBefore: s.NotBefore, Queue: s.Queue, Priority: s.Priority})
 	case "lease":
 		return m.Lease(now, c.worker, c.d.Milliseconds(), c.task, c.req, c.queues)
 	case "abort":

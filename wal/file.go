@@ -77,11 +77,11 @@ type Log struct {
 	Position
 	Version int // the format version of the file's header
 	Torn    *TornTail
-	file  *os.File
-	store Storage
-	mode  Mode
-	fault *Fault // nil except in tests
-	keep  Keeper
+	file    *os.File
+	store   Storage
+	mode    Mode
+	fault   *Fault // nil except in tests
+	keep    Keeper
 }
 
 // Route sends the log's later writes through seam.
