@@ -33,6 +33,8 @@ func outcomeExit(o state.Outcome) int {
 		return ExitCancelled
 	case state.ResultEmpty:
 		return ExitNotFound
+	case state.ResultTimeout, state.ResultUnreachable:
+		return ExitWaitedOut
 	}
 	return ExitOK
 }
@@ -56,6 +58,9 @@ type answerLostError struct {
 }
 
 func (e *answerLostError) Error() string {
+	if e.first == 0 { // run: many operations
+		return fmt.Sprintf("the worker's operations WERE recorded but its lines could not be written (%v); %s", e.err, e.hint)
+	}
 	recs := fmt.Sprintf("record %d", e.first)
 	if e.last != e.first {
 		recs = fmt.Sprintf("records %d to %d", e.first, e.last)

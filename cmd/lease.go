@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,7 @@ type leaseOptions struct {
 	taskID    string
 	requestID string
 	queues    string
+	wait      string
 }
 
 func (a *app) newLeaseCmd() *cobra.Command {
@@ -29,9 +31,13 @@ its window) of highest priority among the --queue queues (all by default), the
 oldest by creation within a priority; or on --task. Writes one LeaseGranted
 record with a new lease id, which is also the fencing token. The expiry is
 capped at the task's deadline. Nothing eligible: EMPTY, exit 4, nothing
-written, with when the next task becomes eligible and how many are live.`,
+written, with when the next task becomes eligible and how many are live.
+--wait D waits up to D while nothing is eligible, holding no lock, woken when
+the WAL changes (inotify) or when a task becomes eligible by time (a lease's
+expiry, a backoff's end, a delayed task's time); then EMPTY as before.`,
 		Example: `  leasewal lease --worker W1 --duration 30s --request-id W1-poll-7
-  leasewal lease --worker W2 --queue mail,img`,
+  leasewal lease --worker W2 --queue mail,img
+  leasewal lease --worker W3 --wait 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runLease(a.env, *o) },
 	}
@@ -41,6 +47,7 @@ written, with when the next task becomes eligible and how many are live.`,
 	f.StringVar(&o.taskID, "task", "", "lease this task rather than the oldest eligible one")
 	f.StringVar(&o.requestID, "request-id", "", "idempotency key: a repeat returns the same lease while it is current")
 	f.StringVar(&o.queues, "queue", "", "take only from these queues (comma-separated; default all)")
+	f.StringVar(&o.wait, "wait", "", "while nothing is eligible, wait up to this long (holding no lock) for a task")
 	_ = c.MarkFlagRequired("worker")
 	return c
 }
@@ -76,38 +83,82 @@ func runLease(e env, o leaseOptions) error {
 	if o.taskID != "" && len(queues) > 0 {
 		return usageErr("give --task or --queue, not both")
 	}
+	var wait time.Duration
+	if o.wait != "" {
+		if wait, err = parseDuration("wait", o.wait); err != nil {
+			return err
+		}
+		if wait < 0 {
+			return usageErr("--wait %s is negative", o.wait)
+		}
+		if err := e.needsWallClock("lease --wait"); err != nil {
+			return err
+		}
+	}
 	req := state.LeaseRequest{Worker: o.worker, Duration: d, TaskID: o.taskID, RequestID: o.requestID, Queues: queues}
-	return e.write(func(tx *store.Tx) (answer, error) {
-		dec, err := tx.State.DecideLease(req, tx.Now)
-		if err != nil {
-			return answer{}, err
-		}
-		switch dec.Outcome {
-		case state.ResultEmpty:
-			if tx.Missing {
-				fmt.Fprintf(e.stderr, "leasewal: note: the WAL %s does not exist yet: nothing was ever submitted there (check --wal)\n", e.WAL)
+	h := store.Open(e.storeOptions())
+	defer h.Close()
+	var next int64 // when time alone next changes what is eligible
+	decide := func(tx *store.Tx) (answer, error) {
+		a, err := leaseAnswer(e, tx, req, o.requestID, wait == 0)
+		next = tx.State.NextEventAt(tx.Now)
+		return a, err
+	}
+	if wait == 0 {
+		return e.operateOn(h, true, decide)
+	}
+	watcher, err := h.Watch()
+	if err != nil {
+		return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
+	}
+	defer watcher.Close()
+	deadline := time.Now().Add(wait)
+	for {
+		a, committed, err := decideOn(h, true, decide)
+		if err != nil || a.outcome != state.ResultEmpty || !time.Now().Before(deadline) {
+			if err != nil {
+				return err
 			}
-			v := emptyView{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: orNull(optTime(dec.NextEligibleAt)), Live: dec.Live}
-			return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
-				return fields(w, p, "result", string(v.Result), "reason", v.Reason, "next eligible at", deref(v.NextEligibleAt), "live tasks", fmt.Sprint(v.Live))
-			}}, nil
-		case state.ResultCancelled:
-			return cancelled(dec, "nothing was written"), nil
+			return e.print(a, committed)
 		}
-		if err := tx.Commit(dec.Records); err != nil {
-			return answer{}, err
+		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil {
+			return err
 		}
-		v := leaseView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, WorkerID: dec.Worker, Attempt: dec.Attempt,
-			Expiry: formatTime(dec.Expiry), Payload: dec.Payload, Duplicate: dec.Duplicate}
-		recovery := "'leasewal inspect " + v.TaskID + "' shows the lease; lease with a --request-id to be able to repeat a lease safely"
-		if o.requestID != "" {
-			recovery = "repeat the same lease with --request-id " + o.requestID + " to get the answer again"
+	}
+}
+
+// leaseAnswer decides one lease and its answer; note says whether an EMPTY
+// on a missing WAL is worth a note (not on every turn of a wait).
+func leaseAnswer(e env, tx *store.Tx, req state.LeaseRequest, requestID string, note bool) (answer, error) {
+	dec, err := tx.State.DecideLease(req, tx.Now)
+	if err != nil {
+		return answer{}, err
+	}
+	switch dec.Outcome {
+	case state.ResultEmpty:
+		if tx.Missing && note {
+			fmt.Fprintf(e.stderr, "leasewal: note: the WAL %s does not exist yet: nothing was ever submitted there (check --wal)\n", e.WAL)
 		}
-		return answer{doc: v, outcome: v.Result, recovery: recovery, table: func(w io.Writer, p palette) error {
-			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "worker", v.WorkerID,
-				"attempt", fmt.Sprint(v.Attempt), "expiry", v.Expiry, "duplicate", fmt.Sprint(v.Duplicate), "payload", v.Payload)
+		v := emptyView{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: orNull(optTime(dec.NextEligibleAt)), Live: dec.Live}
+		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+			return fields(w, p, "result", string(v.Result), "reason", v.Reason, "next eligible at", deref(v.NextEligibleAt), "live tasks", fmt.Sprint(v.Live))
 		}}, nil
-	})
+	case state.ResultCancelled:
+		return cancelled(dec, "nothing was written"), nil
+	}
+	if err := tx.Commit(dec.Records); err != nil {
+		return answer{}, err
+	}
+	v := leaseView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, WorkerID: dec.Worker, Attempt: dec.Attempt,
+		Expiry: formatTime(dec.Expiry), Payload: dec.Payload, Duplicate: dec.Duplicate}
+	recovery := "'leasewal inspect " + v.TaskID + "' shows the lease; lease with a --request-id to be able to repeat a lease safely"
+	if requestID != "" {
+		recovery = "repeat the same lease with --request-id " + requestID + " to get the answer again"
+	}
+	return answer{doc: v, outcome: v.Result, recovery: recovery, table: func(w io.Writer, p palette) error {
+		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "worker", v.WorkerID,
+			"attempt", fmt.Sprint(v.Attempt), "expiry", v.Expiry, "duplicate", fmt.Sprint(v.Duplicate), "payload", v.Payload)
+	}}, nil
 }
 
 type cancelledView struct {

@@ -61,6 +61,17 @@ func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx)
 
 // operateOn is operate on a handle the caller holds.
 func (e env) operateOn(h *store.Handle, writing bool, decide func(tx *store.Tx) (answer, error)) error {
+	a, committed, err := decideOn(h, writing, decide)
+	if err != nil {
+		return err
+	}
+	return e.print(a, committed)
+}
+
+// decideOn runs decide as one operation on h and returns its answer and the
+// records it committed, unprinted: a verb that waits decides many times and
+// prints once.
+func decideOn(h *store.Handle, writing bool, decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
 	var a answer
 	var committed []state.Record
 	run := func(tx *store.Tx) error {
@@ -75,10 +86,29 @@ func (e env) operateOn(h *store.Handle, writing bool, decide func(tx *store.Tx) 
 	} else {
 		err = h.Read(run)
 	}
-	if err != nil {
-		return err
+	return a, committed, err
+}
+
+// waitUntil is when a waiter next looks again: at the next time-based event
+// (next, unix ms; 0 for none) or at its deadline, whichever comes first. A
+// zero deadline is no deadline.
+func waitUntil(next int64, deadline time.Time) time.Time {
+	if next == 0 {
+		return deadline
 	}
-	return e.print(a, committed)
+	at := time.UnixMilli(next)
+	if deadline.IsZero() || at.Before(deadline) {
+		return at
+	}
+	return deadline
+}
+
+// needsWallClock refuses an explicit --now for a verb that waits in real time.
+func (e env) needsWallClock(what string) error {
+	if e.Now != "" {
+		return usageErr("%s waits in real time, so it needs the wall clock: drop --now (or LEASEWAL_NOW)", what)
+	}
+	return nil
 }
 
 // print writes the answer to stdout and returns its exit status. A failed

@@ -55,7 +55,7 @@ func (p palette) word(s string) string {
 		return p.paint(s, color.FgCyan)
 	case string(state.Completed), string(state.ResultCommitted), string(state.ResultAck), string(state.ResultOK):
 		return p.paint(s, color.FgGreen)
-	case string(state.Failed), string(state.Dead), string(state.ResultCancelled):
+	case string(state.Failed), string(state.Dead), string(state.ResultCancelled), string(state.ResultTimeout), string(state.ResultUnreachable):
 		return p.paint(s, color.FgRed, color.Bold)
 	}
 	return s

@@ -62,6 +62,9 @@ type app struct {
 // Main runs leasewal with args and returns the process exit code. It never
 // calls os.Exit, so deferred syncs and closes run.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == superviseArg {
+		return supervise(args[1:])
+	}
 	tuneGC()
 	// A closed stdout must be an error from write (exit 8 after a recorded
 	// operation), not a silent death by SIGPIPE.
@@ -137,7 +140,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	root.AddCommand(
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newExpireCmd(),
-		a.newAbortCmd(), a.newRequeueCmd(), a.newWhyCmd(),
+		a.newAbortCmd(), a.newRequeueCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(),
 		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(),
 		a.newWorkleaseCmd(),
 	)

@@ -20,6 +20,9 @@ const (
 	ResultRetry     Outcome = "RETRY"
 	ResultFailed    Outcome = "FAILED"
 	ResultOK        Outcome = "OK"
+	// wait (SPEC §6): the time ran out, or a task ended in a state not asked for.
+	ResultTimeout     Outcome = "TIMEOUT"
+	ResultUnreachable Outcome = "UNREACHABLE"
 )
 
 // Decision is what a command means at a given time: the records to append (none

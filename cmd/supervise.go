@@ -1,0 +1,84 @@
+package cmd
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// superviseArg, as the first argument, runs leasewal as the supervisor of one
+// child of 'run': leasewal __supervise GRACE_MS CMD [ARG...].
+//
+// Why a supervisor: a child must die with its runner, grandchildren included
+// (sh -c 'a | b'). Pdeathsig alone does not do it: it reaches only the direct
+// child, and fires when the forking thread exits, not the process (Go issue
+// 27505). So the runner starts this tiny process with Pdeathsig=SIGTERM from
+// a thread that lives as long as the runner; it puts the child in a process
+// group of its own, and when the runner dies (or asks, with SIGTERM) it sends
+// the whole group SIGTERM, then SIGKILL after the grace. When the child exits
+// it clears the group too, so nothing a task started outlives the task.
+//
+// It reports on file descriptor 3, one line each: "pid N" once the child is
+// started, then "exit N", "signal NAME" or "cannot-start ERROR".
+const superviseArg = "__supervise"
+
+func supervise(args []string) int {
+	status := os.NewFile(3, "status")
+	report := func(format string, a ...any) { fmt.Fprintf(status, format+"\n", a...) }
+	if len(args) < 2 {
+		report("cannot-start supervisor: no command")
+		return 2
+	}
+	graceMs, err := strconv.Atoi(args[0])
+	if err != nil {
+		report("cannot-start supervisor: bad grace %q", args[0])
+		return 2
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	runtime.LockOSThread() // the child's Pdeathsig is tied to this thread: keep it
+	child := exec.Command(args[1], args[2:]...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := child.Start(); err != nil {
+		report("cannot-start %v", err)
+		return 127
+	}
+	pgid := child.Process.Pid
+	report("pid %d", pgid)
+	done := make(chan *os.ProcessState, 1)
+	go func() {
+		_ = child.Wait()
+		done <- child.ProcessState
+	}()
+	var ps *os.ProcessState
+	select {
+	case ps = <-done:
+	case <-sigs:
+		_ = unix.Kill(-pgid, unix.SIGTERM)
+		grace := time.NewTimer(time.Duration(graceMs) * time.Millisecond)
+		select {
+		case ps = <-done:
+		case <-grace.C:
+			_ = unix.Kill(-pgid, unix.SIGKILL)
+			ps = <-done
+		case <-sigs: // a second request: at once
+			_ = unix.Kill(-pgid, unix.SIGKILL)
+			ps = <-done
+		}
+	}
+	_ = unix.Kill(-pgid, unix.SIGKILL) // what the child started and left behind
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		report("signal %s", unix.SignalName(ws.Signal()))
+		return 0
+	}
+	report("exit %d", ps.ExitCode())
+	return 0
+}

@@ -1,0 +1,128 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"leasewal/state"
+	"leasewal/store"
+)
+
+type waitOptions struct {
+	states  string
+	timeout string
+}
+
+func (a *app) newWaitCmd() *cobra.Command {
+	o := &waitOptions{}
+	c := &cobra.Command{
+		Use:   "wait TASK... [--for STATE,...] [--timeout D]",
+		Short: "Block until every named task is in one of the states (default: ended)",
+		Long: `Wait, holding no lock, until every named task is in one of the --for states
+(default: COMPLETED, FAILED or DEAD), woken when the WAL changes (inotify) or when
+time alone changes a task (a lease's expiry, a backoff's end, a deadline). OK
+with each task as 'inspect -o json' shows it. TIMEOUT (exit 9) when --timeout
+runs out first; UNREACHABLE (exit 9) as soon as a task has ended in a state not
+asked for. No --timeout waits for ever; --timeout 0 looks once. An unknown
+task: exit 4.`,
+		Example: `  leasewal wait T7
+  leasewal wait T7 T8 --for COMPLETED --timeout 10m`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErr("'leasewal wait' needs at least one task id, e.g. 'leasewal wait T1'")
+			}
+			return nil
+		},
+		ValidArgsFunction: a.completion(completeTasks),
+		RunE:              func(_ *cobra.Command, args []string) error { return runWait(a.env, *o, args) },
+	}
+	c.Flags().StringVar(&o.states, "for", "COMPLETED,FAILED,DEAD", "the states to wait for (comma-separated)")
+	c.Flags().StringVar(&o.timeout, "timeout", "", "give up after this long (default: never; 0 looks once)")
+	return c
+}
+
+type waitView struct {
+	Result state.Outcome `json:"result"`
+	Tasks  []taskView    `json:"tasks"`
+}
+
+func runWait(e env, o waitOptions, ids []string) error {
+	var want []state.TaskState
+	for _, name := range strings.Split(o.states, ",") {
+		st, ok := state.ParseTaskState(strings.TrimSpace(name))
+		if !ok {
+			return usageErr("--for %q: %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", o.states, name)
+		}
+		want = append(want, st)
+	}
+	var deadline time.Time
+	if o.timeout != "" {
+		d, err := parseDuration("timeout", o.timeout)
+		if err != nil {
+			return err
+		}
+		if d < 0 {
+			return usageErr("--timeout %s is negative", o.timeout)
+		}
+		deadline = time.Now().Add(d)
+	}
+	if err := e.needsWallClock("wait"); err != nil {
+		return err
+	}
+	h := store.Open(e.storeOptions())
+	defer h.Close()
+	var next int64
+	decide := func(tx *store.Tx) (answer, error) {
+		v := waitView{Result: state.ResultOK}
+		for _, id := range ids {
+			t, err := tx.State.Task(id)
+			if err != nil {
+				return answer{}, err
+			}
+			tv := viewTask(t, tx.Now)
+			v.Tasks = append(v.Tasks, tv)
+			st := state.TaskState(tv.State)
+			switch {
+			case slices.Contains(want, st):
+			case st.Terminal():
+				v.Result = state.ResultUnreachable
+			case v.Result == state.ResultOK:
+				v.Result = state.ResultTimeout // not yet: the final answer only if time runs out
+			}
+		}
+		next = tx.State.NextEventAt(tx.Now)
+		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+			fmt.Fprintln(w, p.word(string(v.Result)))
+			t := newInspectTable(w)
+			for _, tv := range v.Tasks {
+				appendTaskRow(t, p, tv)
+			}
+			return t.Render()
+		}}, nil
+	}
+	var watcher *store.Watcher
+	for {
+		a, _, err := decideOn(h, false, decide)
+		if err != nil {
+			return err
+		}
+		if a.outcome != state.ResultTimeout || (!deadline.IsZero() && !time.Now().Before(deadline)) {
+			return e.print(a, nil)
+		}
+		if watcher == nil {
+			if watcher, err = h.Watch(); err != nil {
+				return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
+			}
+			defer watcher.Close()
+			continue // look again now that changes are watched: none is missed in between
+		}
+		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil {
+			return err
+		}
+	}
+}

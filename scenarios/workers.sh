@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Workers in one line: files named in payloads are gzipped by 'leasewal run'
+# (4 children at once), with everything that goes wrong in real life: a runner
+# SIGKILLed mid-job (its task re-leased after expiry, its children gone), a job
+# that outlives its lease duration (extended meanwhile), a flaky job retried
+# then FAILED, a permanent exit code, and an operator's abort of a running job
+# (its child killed, LOST). Asserts every outcome, the outputs, that no
+# process is left behind, and verify.
+source "$(dirname "$0")/lib.sh"
+DIR=$(mktemp -d)
+export LEASEWAL_WAL=$DIR/gzip.wal
+mkdir -p "$DIR/files"
+MARK="leasewal-workers-$$" # in every child's command line, to find leftovers
+
+# leftovers lists the processes whose command line holds MARK (the pattern's
+# brackets keep grep from finding itself).
+leftovers() { grep -l -s "[${MARK:0:1}]${MARK:1}" /proc/[0-9]*/cmdline || true; }
+
+# worker WANT ARGS...: 'leasewal -o json run ARGS...' (the flags go before the
+# command, which follows --), requiring exit WANT; its lines in OUT.
+worker() {
+	local want=$1 code
+	shift
+	set +e
+	OUT=$("$LEASEWAL" -o json run "$@" 2>"$ERRFILE")
+	code=$?
+	set -e
+	[ "$code" = "$want" ] || fail "leasewal run $* exited $code, want $want: $OUT $(cat "$ERRFILE")"
+	echo "   leasewal run $* -> exit $code"
+}
+
+step "the story: 8 files to gzip, a worker pool of 4, in three lines"
+for i in 1 2 3 4 5 6 7 8; do
+	head -c 20000 /dev/urandom >"$DIR/files/f$i"
+	run 0 submit --payload "$DIR/files/f$i" --request-id "gz-$i"
+done
+worker 0 --worker W1 --jobs 4 -- sh -c 'read f; gzip -f "$f" # '"$MARK"
+[ "$(printf '%s\n' "$OUT" | grep -c '"outcome":"COMMITTED"')" = 8 ] || fail "not 8 COMMITTED: $OUT"
+for i in 1 2 3 4 5 6 7 8; do [ -f "$DIR/files/f$i.gz" ] || fail "f$i was not gzipped"; done
+worker 4 --worker W1 -- true
+echo "   8 files gzipped; a second run finds nothing: exit 4"
+
+step "a job that outlives its lease duration is extended while it runs"
+run 0 submit --payload slow --request-id slow
+worker 0 --worker W2 --duration 600ms -- sh -c 'sleep 1.5 # '"$MARK"
+expect task_id T9 outcome COMMITTED exit 0
+run 0 log --task T9
+extensions=$(printf '%s\n' "$OUT" | grep -c '"type":"LeaseExtended"')
+[ "$extensions" -ge 3 ] || fail "only $extensions extensions for a 1.5 s job under 600 ms leases"
+echo "   1.5 s under a 600 ms lease: $extensions extensions, COMMITTED"
+
+step "a flaky job is retried, then FAILED with the last line of its stderr"
+run 0 submit --payload flaky --max-attempts 2 --request-id flaky
+worker 0 --worker W3 -- sh -c 'echo "upstream timeout on attempt $LEASEWAL_ATTEMPT" >&2; exit 1 # '"$MARK"
+printf '%s\n' "$OUT" | grep -q '"task_id":"T10","lease_id":"L10","attempt":1,"outcome":"RETRY","exit":1' || fail "no RETRY: $OUT"
+printf '%s\n' "$OUT" | grep -q '"task_id":"T10","lease_id":"L11","attempt":2,"outcome":"FAILED","exit":1' || fail "no FAILED: $OUT"
+run 0 inspect T10
+expect state FAILED reason "attempts exhausted: exit 1: upstream timeout on attempt 2"
+
+step "a permanent exit code fails the task at once"
+run 0 submit --payload bad-input --request-id perm
+worker 0 --worker W3 --permanent-exit 2,64-78 -- sh -c 'echo "bad input" >&2; exit 65 # '"$MARK"
+expect task_id T11 attempt 1 outcome FAILED exit 65
+run 0 inspect T11
+expect state FAILED reason "permanent failure: exit 65: bad input"
+
+step "an operator aborts a running job: its child is killed, the task LOST"
+run 0 submit --payload long --request-id long
+"$LEASEWAL" -o json run --worker W4 --duration 3s -- sh -c 'sleep 60 | cat # '"$MARK" >"$DIR/abort.out" 2>"$DIR/abort.err" &
+runner=$!
+for _ in $(seq 50); do [ -n "$(leftovers)" ] && break; sleep 0.1; done
+[ -n "$(leftovers)" ] || fail "the long job did not start"
+run 0 abort T12 --reason 'operator: wrong file'
+wait $runner || fail "run exited $? after the abort"
+grep -q '"task_id":"T12".*"outcome":"LOST","exit":null' "$DIR/abort.out" || fail "abort: $(cat "$DIR/abort.out" "$DIR/abort.err")"
+[ -z "$(leftovers)" ] || fail "processes left after the abort: $(leftovers)"
+echo "   LOST within one extension; the child and its pipe partner gone"
+
+step "a runner SIGKILLed mid-job leaves no process behind; its task is re-leased after expiry"
+run 0 submit --payload crashy --request-id crashy
+"$LEASEWAL" run --worker W5 --duration 1s -- sh -c 'sleep 60 | cat # '"$MARK" >/dev/null 2>&1 &
+runner=$!
+for _ in $(seq 50); do [ -n "$(leftovers)" ] && break; sleep 0.1; done
+[ -n "$(leftovers)" ] || fail "the crashy job did not start"
+kill -9 $runner
+wait $runner 2>/dev/null || true
+for _ in $(seq 50); do [ -z "$(leftovers)" ] && break; sleep 0.1; done
+[ -z "$(leftovers)" ] || fail "processes left behind by a SIGKILLed runner: $(leftovers)"
+worker 0 --worker W6 --wait 3s -- sh -c 'cat >/dev/null # '"$MARK"
+expect task_id T13 attempt 2 outcome COMMITTED
+echo "   no process left; re-leased as attempt 2 after the lease lapsed"
+
+step "every record obeys every invariant"
+run 0 verify
+expect result OK
+run 0 inspect
+expect COMPLETED 10 FAILED 2 DEAD 1
+rm -rf "$DIR"
+echo "workers: OK"
