@@ -32,6 +32,7 @@ func main() {
 	records := flag.Int("records", 0, "with -generate: history size")
 	waiting := flag.Int("waiting", 0, "with -generate: tasks left WAITING at the end")
 	lockPhase := flag.Duration("contention", 0, "measure the lock instead, in phases of this length (readers beside a writer; writers against writers)")
+	workerPhase := flag.Duration("workers", 0, "measure leasewal run instead, in phases of this length (against shell loops; pickup after a lapse)")
 	flag.Parse()
 	if *generate != "" {
 		generateHistory(*generate, *records, *waiting)
@@ -45,6 +46,10 @@ func main() {
 	fmt.Printf("leasewal benchmark, %s, %s, Go %s; sqlite3: %s\n", time.Now().UTC().Format("2006-01-02"), machine(), goVersion(), sqliteVersion(sqlite))
 	if *lockPhase > 0 {
 		contention(dir, *leasewal, *lockPhase)
+		return
+	}
+	if *workerPhase > 0 {
+		workers(dir, *leasewal, *workerPhase)
 		return
 	}
 	fmt.Println("latencies are medians in ms; ratio = leasewal / sqlite3 (one process per command, fsync per transaction)")
