@@ -53,11 +53,17 @@ func lockFair(f *os.File, path string, how int, timeout time.Duration) error {
 	if how == unix.LOCK_EX {
 		turnHow = unix.LOCK_EX
 	}
-	// A turnstile that cannot be opened (a read-only directory) only costs
-	// fairness: the WAL lock alone still serializes writers.
-	turn, err := os.OpenFile(path+TurnstileSuffix, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		turn, err = os.Open(path + TurnstileSuffix)
+	// A writer that has to wait creates the turnstile; a reader only uses one
+	// that exists (a reader never writes beside the WAL, and where no writer
+	// ever waited there is no one to queue behind). A turnstile that cannot
+	// be opened (a read-only directory) only costs fairness: the WAL lock
+	// alone still serializes writers.
+	var turn *os.File
+	var err error
+	if how == unix.LOCK_EX {
+		turn, err = os.OpenFile(path+TurnstileSuffix, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	} else {
+		turn, err = os.OpenFile(path+TurnstileSuffix, os.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
 	if err == nil {
 		defer turn.Close() // closing releases the turnstile
