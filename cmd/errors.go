@@ -171,8 +171,9 @@ func classify(err error) class {
 
 // errorView is the JSON shape of every error.
 type errorView struct {
-	Result  string `json:"result"`
-	Error   string `json:"error"`
-	Message string `json:"message"`
-	Seq     *int64 `json:"seq,omitempty"`
+	Result     string     `json:"result"`
+	Error      string     `json:"error"`
+	Message    string     `json:"message"`
+	Seq        *int64     `json:"seq,omitempty"`
+	Mismatches []mismatch `json:"mismatches,omitempty"`
 }

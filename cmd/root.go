@@ -319,9 +319,18 @@ func (a *app) finish(err error) int {
 	}
 	c := classify(err)
 	msg := withAdvice(err)
+	view := errorView{Result: "ERROR", Error: c.kind, Message: msg, Seq: c.seq}
+	var mm *expectMismatch
+	if errors.As(err, &mm) { // every difference, one line each
+		view.Mismatches = mm.mismatches
+		msg = fmt.Sprintf("%d %s against %s:", len(mm.mismatches), plural(len(mm.mismatches), "difference", "differences"), mm.file)
+		for _, m := range mm.mismatches {
+			msg += "\nleasewal: " + escape(m.String())
+		}
+	}
 	fmt.Fprintf(a.env.stderr, "leasewal: %s\n", msg)
 	if a.outputBeforeResolve() == "json" {
-		writeJSON(a.env.stdout, errorView{Result: "ERROR", Error: c.kind, Message: msg, Seq: c.seq})
+		writeJSON(a.env.stdout, view)
 	}
 	return c.code
 }

@@ -42,6 +42,19 @@ func TestScripts(t *testing.T) {
 			env.Setenv("LEASEWAL_WAL", env.WorkDir+"/q.wal")
 			env.Setenv("LEASEWAL_ACTOR", "tester")
 			env.Setenv("NO_COLOR", "1")
+			// the seed WALs and traces, for the trace script
+			if err := os.Mkdir(filepath.Join(env.WorkDir, "seeds"), 0o755); err != nil {
+				return err
+			}
+			for _, name := range []string{"lease_expiry.wal", "lease_expiry.trace.yaml", "happy_path.wal", "happy_path.trace.yaml"} {
+				b, err := os.ReadFile(filepath.Join("..", "testdata", "seeds", name))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(env.WorkDir, "seeds", name), b, 0o644); err != nil {
+					return err
+				}
+			}
 			// one byte over the payload limit, for the bad-input scripts
 			return os.WriteFile(filepath.Join(env.WorkDir, "oversized.txt"), bytes.Repeat([]byte("x"), state.MaxPayloadBytes+1), 0o644)
 		},

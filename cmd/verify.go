@@ -8,7 +8,6 @@ import (
 	"os"
 	"reflect"
 	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -43,40 +42,46 @@ type verifyView struct {
 	Expect    string         `json:"expect,omitempty"`
 }
 
-// expectMismatch is a final state that differs from the --expect file.
-type expectMismatch struct{ msg string }
-
-func (e *expectMismatch) Error() string { return e.msg }
-
 func runVerify(e env, expectFile string) error {
+	var trace []traceStep
 	var want *expectDoc
 	if expectFile != "" {
-		w, err := readExpect(expectFile)
-		if err != nil {
+		var err error
+		if trace, want, err = readExpectFile(expectFile); err != nil {
 			return err
 		}
-		want = w
 	}
 	if _, err := os.Stat(e.WAL); err != nil {
 		return usageErr("no WAL to verify at %s: %v; check --wal", e.WAL, unwrapPathErr(err))
 	}
 	opts := e.storeOptions()
 	opts.Verifier = state.NewVerifier()
+	checker := &traceChecker{steps: trace}
+	if trace != nil {
+		checker.hooks(&opts)
+	}
 	return e.operate(opts, false, func(tx *store.Tx) (answer, error) {
 		tasks, err := tx.State.Tasks()
 		if err != nil {
 			return answer{}, err
 		}
 		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: len(tasks), Counts: countStates(tasks, tx.Now, taskFilter{}), TornBytes: tx.TornBytes()}
-		if want != nil {
+		switch {
+		case trace != nil:
+			if err := checker.end(tx.State); err != nil {
+				return answer{}, err
+			}
+			out.Expect = fmt.Sprintf("matched %s (%d steps)", expectFile, len(trace))
+		case want != nil:
 			got, err := buildInspect(tx.State, tx.Now, nil, taskFilter{})
 			if err != nil {
 				return answer{}, err
 			}
-			if err := compareTasks(want.Tasks, got.Tasks); err != nil {
-				return answer{}, err
-			}
+			checker.diffs = compareTasks(want.Tasks, got.Tasks)
 			out.Expect = "matched " + expectFile
+		}
+		if len(checker.diffs) > 0 {
+			return answer{}, &expectMismatch{file: expectFile, mismatches: checker.diffs}
 		}
 		return answer{doc: out, outcome: out.Result, table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(out.Result), "records", fmt.Sprint(out.Records), "tasks", fmt.Sprint(out.Tasks),
@@ -109,37 +114,26 @@ type expectDoc struct {
 }
 
 // compareTasks compares, for every task the document names, every field it
-// gives with the task as the WAL has it; it reports every difference, one
-// line each. A task the document does not name is not compared.
-func compareTasks(want []map[string]any, got []taskView) error {
+// gives with the task as the WAL has it at --now, and returns every
+// difference. A task the document does not name is not compared.
+func compareTasks(want []map[string]any, got []taskView) []mismatch {
 	byID := map[string]map[string]any{}
 	for _, tv := range got {
-		var m map[string]any
-		b, _ := json.Marshal(tv)
-		_ = json.Unmarshal(b, &m)
-		byID[tv.TaskID] = m
+		byID[tv.TaskID] = jsonMap(tv)
 	}
-	var diffs []string
+	var diffs []mismatch
 	for _, w := range want {
 		id := w["task_id"].(string)
 		g, ok := byID[id]
 		if !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: expected, but the WAL has no such task", id))
+			diffs = append(diffs, mismatch{Step: "at now", Path: id, Expected: "a task"})
 			continue
 		}
 		for _, key := range slices.Sorted(maps.Keys(w)) {
-			if key == "records" {
-				continue
-			}
-			if !reflect.DeepEqual(w[key], g[key]) {
-				wj, _ := json.Marshal(w[key])
-				gj, _ := json.Marshal(g[key])
-				diffs = append(diffs, fmt.Sprintf("%s.%s: expected %s, got %s", id, key, wj, gj))
+			if key != "records" && !reflect.DeepEqual(w[key], g[key]) {
+				diffs = append(diffs, mismatch{Step: "at now", Path: id + "." + key, Expected: w[key], Got: g[key]})
 			}
 		}
 	}
-	if len(diffs) > 0 {
-		return &expectMismatch{strings.Join(diffs, "; ")}
-	}
-	return nil
+	return diffs
 }

@@ -57,3 +57,10 @@ type Fault = wal.Fault
 
 // ParseFault reads a LEASEWAL_FAILPOINT specification (wal.ParseFault).
 func ParseFault(spec string) (*Fault, error) { return wal.ParseFault(spec) }
+
+// hookError carries an error of the caller's record hooks through the
+// replay, so that it reaches the caller as the caller made it.
+type hookError struct{ err error }
+
+func (e *hookError) Error() string { return e.err.Error() }
+func (e *hookError) Unwrap() error { return e.err }

@@ -40,6 +40,10 @@ type Options struct {
 	// records themselves: log, inspect of one task, --until). ErrStop ends
 	// the replay there. It implies FullReplay.
 	OnRecord func(state.Record, *state.State) error
+	// BeforeRecord, if set, sees each record of a full replay just before it
+	// is applied, with the state as of the record before (verify --expect
+	// checks its "at" steps there). It implies FullReplay.
+	BeforeRecord func(state.Record, *state.State) error
 	// Verifier, if set, replays through the verifier's own checks (verify).
 	// It implies FullReplay.
 	Verifier *state.Verifier
@@ -191,7 +195,7 @@ func (tx *Tx) end() {
 
 // fullReplay reports whether every operation must replay every record.
 func (h *Handle) fullReplay() bool {
-	return h.opts.FullReplay || h.opts.OnRecord != nil || h.opts.Verifier != nil || h.forceFull
+	return h.opts.FullReplay || h.opts.OnRecord != nil || h.opts.BeforeRecord != nil || h.opts.Verifier != nil || h.forceFull
 }
 
 // begin locks the WAL and catches the state up with it.
@@ -232,11 +236,20 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	}
 	tx := &Tx{State: st, h: h}
 	p := startPipeline(func(d decoded) error {
+		if h.opts.BeforeRecord != nil {
+			if err := h.opts.BeforeRecord(d.r, st); err != nil {
+				return &hookError{err}
+			}
+		}
 		if err := step(d.r); err != nil {
 			return &DamageError{Seq: int64(d.index), Offset: d.offset, Err: err}
 		}
 		if h.opts.OnRecord != nil {
-			return h.opts.OnRecord(d.r, st)
+			if err := h.opts.OnRecord(d.r, st); err != nil && !errors.Is(err, ErrStop) {
+				return &hookError{err}
+			} else if err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -277,13 +290,17 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 				log.Torn.Length, log.Torn.Offset, h.opts.Path, log.Torn.Offset)
 		}
 	}
-	if h.opts.Verifier != nil || h.opts.OnRecord != nil {
+	if h.opts.Verifier != nil || h.opts.OnRecord != nil || h.opts.BeforeRecord != nil {
 		h.cache = nil // a verifier's or a reader's state is its own
 	}
 	return tx, nil
 }
 
 func (h *Handle) openError(err error) error {
+	var hook *hookError
+	if errors.As(err, &hook) {
+		return hook.err // the caller's own error, as it made it
+	}
 	var (
 		pathErr    *fs.PathError
 		replayDmg  *DamageError

@@ -1,0 +1,383 @@
+package cmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"reflect"
+	"slices"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"leasewal/state"
+	"leasewal/store"
+)
+
+// An expectation trace (verify --expect, SPEC §8) is a list of steps, each
+// naming a point of the replay and what should hold there, any subset of
+// fields:
+//
+//	- after: 2            # just after record 2, at its time
+//	  tasks: {T1: {state: LEASED, attempt: 1, current_lease: L1}}
+//	- at: 2026-01-01T00:00:35Z   # after every record at or before, lapses applied then
+//	  tasks: {T1: {state: WAITING}}
+//	- after: 5
+//	  records: [TaskCreated, LeaseGranted, LeaseGranted, TaskCompleted, TaskCancelled]
+//	- final: true         # after the last record, at its time (never the clock)
+//	  domains: {orders: {lease: null, backlog: [42], processed: [41]}}
+//
+// It is checked during the one replay verify makes; every difference is
+// reported. The whole 'inspect -o json' document of earlier releases is
+// still accepted: its tasks are compared at --now.
+
+// traceStep is one step of a trace.
+type traceStep struct {
+	label      string
+	after      int64 // > 0 for an after step
+	at         int64 // for an at step
+	isAt       bool
+	final      bool
+	tasks      map[string]map[string]any
+	domains    map[string]map[string]any
+	records    []string
+	hasRecords bool
+}
+
+// mismatch is one difference between a trace and the WAL.
+type mismatch struct {
+	Step     string `json:"step"`
+	Path     string `json:"path"`
+	Expected any    `json:"expected"`
+	Got      any    `json:"got"`
+}
+
+func (m mismatch) String() string {
+	e, _ := json.Marshal(m.Expected)
+	g, _ := json.Marshal(m.Got)
+	return fmt.Sprintf("%s: %s: expected %s, got %s", m.Step, m.Path, e, g)
+}
+
+// expectMismatch is a WAL that differs from its --expect file.
+type expectMismatch struct {
+	file       string
+	mismatches []mismatch
+}
+
+func (e *expectMismatch) Error() string {
+	return fmt.Sprintf("%d %s against %s; first: %s", len(e.mismatches), plural(len(e.mismatches), "difference", "differences"), e.file, e.mismatches[0])
+}
+
+// The task fields a trace may name, and the view's field each one reads.
+var traceTaskFields = map[string]string{
+	"state": "state", "attempt": "attempt", "lease_id": "lease_id", "current_lease": "lease_id",
+	"worker_id": "worker_id", "worker": "worker_id", "expiry": "expiry", "deadline": "deadline",
+	"not_before": "not_before", "reason": "reason", "queue": "queue", "priority": "priority",
+}
+
+var traceTimeFields = map[string]bool{"expiry": true, "deadline": true, "not_before": true}
+
+var traceDomainFields = map[string]bool{"lease": true, "backlog": true, "processed": true, "failed": true}
+
+// readExpectFile reads --expect FILE: a trace (a list of steps, YAML or
+// JSON), or the whole 'inspect -o json' document.
+func readExpectFile(path string) ([]traceStep, *expectDoc, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, usageErr("cannot read --expect %s: %v", path, unwrapPathErr(err))
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, nil, usageErr("--expect %s is neither YAML nor JSON: %v", path, err)
+	}
+	switch d := doc.(type) {
+	case map[string]any:
+		want, err := readExpect(path)
+		return nil, want, err
+	case []any:
+		steps, err := parseTrace(d)
+		if err != nil {
+			return nil, nil, usageErr("--expect %s: %v", path, err)
+		}
+		return steps, nil, nil
+	}
+	return nil, nil, usageErr("--expect %s: give a list of steps (after:, at:, final:) or an 'inspect -o json' document", path)
+}
+
+func parseTrace(list []any) ([]traceStep, error) {
+	var steps []traceStep
+	for i, item := range list {
+		m, ok := item.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("step %d is not a map", i+1)
+		}
+		s := traceStep{}
+		points := 0
+		for key, v := range m {
+			switch key {
+			case "after":
+				n, ok := wholeNumber(v)
+				if !ok || n < 1 {
+					return nil, fmt.Errorf("step %d: after: give a record's seq (1 or more), got %v", i+1, v)
+				}
+				s.after, s.label = n, fmt.Sprintf("after seq %d", n)
+				points++
+			case "at":
+				ms, err := traceTime(v)
+				if err != nil {
+					return nil, fmt.Errorf("step %d: at: %v", i+1, err)
+				}
+				s.at, s.isAt, s.label = ms, true, "at "+formatTime(ms)
+				points++
+			case "final":
+				if v != true {
+					return nil, fmt.Errorf("step %d: final: give true", i+1)
+				}
+				s.final, s.label = true, "final"
+				points++
+			case "tasks", "domains":
+				entries, ok := v.(map[string]any)
+				if !ok {
+					return nil, fmt.Errorf("step %d: %s: give a map of ids to fields", i+1, key)
+				}
+				parsed := map[string]map[string]any{}
+				for id, fields := range entries {
+					f, ok := fields.(map[string]any)
+					if !ok {
+						return nil, fmt.Errorf("step %d: %s.%s: give a map of fields", i+1, key, id)
+					}
+					for name := range f {
+						if (key == "tasks" && traceTaskFields[name] == "") || (key == "domains" && !traceDomainFields[name]) {
+							return nil, fmt.Errorf("step %d: %s.%s: unknown field %q", i+1, key, id, name)
+						}
+					}
+					parsed[id] = f
+				}
+				if key == "tasks" {
+					s.tasks = parsed
+				} else {
+					s.domains = parsed
+				}
+			case "records":
+				types, ok := v.([]any)
+				if !ok {
+					return nil, fmt.Errorf("step %d: records: give a list of record types", i+1)
+				}
+				s.hasRecords, s.records = true, []string{}
+				for _, t := range types {
+					name, _ := t.(string)
+					typ, ok := state.ParseRecordType(name)
+					if !ok {
+						return nil, fmt.Errorf("step %d: records: %v is not a record type", i+1, t)
+					}
+					s.records = append(s.records, string(typ))
+				}
+			default:
+				return nil, fmt.Errorf("step %d: unknown key %q (use after, at or final, with tasks, domains or records)", i+1, key)
+			}
+		}
+		if points != 1 {
+			return nil, fmt.Errorf("step %d: give exactly one of after, at and final", i+1)
+		}
+		steps = append(steps, s)
+	}
+	return steps, nil
+}
+
+func wholeNumber(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int64:
+		return n, true
+	case float64:
+		return int64(n), n == math.Trunc(n)
+	}
+	return 0, false
+}
+
+// traceTime reads a time of a trace: RFC 3339 (YAML may have read it as a
+// timestamp already) or unix ms.
+func traceTime(v any) (int64, error) {
+	switch t := v.(type) {
+	case time.Time:
+		return t.UnixMilli(), nil
+	case string:
+		return parseTime("time", t, 0, 0)
+	}
+	if n, ok := wholeNumber(v); ok {
+		return n, nil
+	}
+	return 0, fmt.Errorf("%v is not a time", v)
+}
+
+// traceChecker checks a trace's steps, in order, as the replay goes.
+type traceChecker struct {
+	steps   []traceStep
+	records []string
+	diffs   []mismatch
+	err     error // a trace that cannot be checked against this WAL: exit 2
+}
+
+// before runs before record r is applied: every at step whose time is
+// before r's is due now.
+func (c *traceChecker) before(r state.Record, st *state.State) error {
+	for len(c.steps) > 0 && c.err == nil {
+		s := c.steps[0]
+		switch {
+		case s.isAt && s.at < r.At:
+			c.check(s, st, s.at)
+		case s.after > 0 && s.after < r.Seq:
+			c.err = usageErr("--expect: step %q comes after a later point of the WAL: give the steps in order", s.label)
+		default:
+			return c.err
+		}
+		c.steps = c.steps[1:]
+	}
+	return c.err
+}
+
+// afterRecord runs once record r is applied.
+func (c *traceChecker) afterRecord(r state.Record, st *state.State) error {
+	c.records = append(c.records, string(r.Type))
+	for len(c.steps) > 0 && c.steps[0].after == r.Seq {
+		c.check(c.steps[0], st, r.At)
+		c.steps = c.steps[1:]
+	}
+	return c.err
+}
+
+// end checks what is left once every record is applied.
+func (c *traceChecker) end(st *state.State) error {
+	for _, s := range c.steps {
+		if c.err != nil {
+			break
+		}
+		switch {
+		case s.after > 0:
+			c.err = usageErr("--expect: step %q: the WAL has records 1 to %d", s.label, st.LastSeq())
+		case s.isAt:
+			c.check(s, st, max(s.at, st.LastAt()))
+		default:
+			c.check(s, st, st.LastAt())
+		}
+	}
+	c.steps = nil
+	return c.err
+}
+
+func (c *traceChecker) differ(step, path string, want, got any) {
+	c.diffs = append(c.diffs, mismatch{Step: step, Path: path, Expected: want, Got: got})
+}
+
+// check compares one step with the state st, viewed at time at.
+func (c *traceChecker) check(s traceStep, st *state.State, at int64) {
+	if s.hasRecords {
+		got := c.records
+		if !slices.Equal(s.records, got) {
+			c.differ(s.label, "records", s.records, slices.Clone(got))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.tasks)) {
+		t, err := st.Task(id)
+		if err != nil {
+			c.differ(s.label, id, "a task", nil)
+			continue
+		}
+		view := jsonMap(viewTask(t, at))
+		want := s.tasks[id]
+		for _, name := range slices.Sorted(maps.Keys(want)) {
+			field := traceTaskFields[name]
+			c.compare(s.label, id+"."+name, want[name], view[field], traceTimeFields[field])
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.domains)) {
+		d, ok := st.Domain(name)
+		if !ok {
+			c.differ(s.label, name, "a domain", nil)
+			continue
+		}
+		view := jsonMap(viewDomain(d))
+		want := s.domains[name]
+		for _, field := range slices.Sorted(maps.Keys(want)) {
+			c.compare(s.label, name+"."+field, want[field], view[field], false)
+		}
+	}
+}
+
+// compare reports want and got unless they are equal as JSON values (times
+// compared as instants, whatever their form).
+func (c *traceChecker) compare(step, path string, want, got any, isTime bool) {
+	want = normalize(want)
+	if isTime && want != nil {
+		if ms, err := traceTime(want); err == nil {
+			want = formatTime(ms)
+		}
+	}
+	if want == nil && got == "" { // an absent reason is no reason
+		got = nil
+	}
+	if !subsetOf(want, got) {
+		c.differ(step, path, want, got)
+	}
+}
+
+// subsetOf reports whether want holds in got: equal values, or, for a map,
+// every field want gives equal in got (a lease may name only its offset).
+func subsetOf(want, got any) bool {
+	w, wok := want.(map[string]any)
+	g, gok := got.(map[string]any)
+	if !wok || !gok {
+		return reflect.DeepEqual(want, got)
+	}
+	for k, v := range w {
+		if !subsetOf(v, g[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// normalize turns a YAML value into the JSON value it would be.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case time.Time:
+		return formatTime(x.UnixMilli())
+	case int:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = normalize(x[i])
+		}
+		return out
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range x {
+			out[k] = normalize(e)
+		}
+		return out
+	}
+	return v
+}
+
+func jsonMap(v any) map[string]any {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	var m map[string]any
+	_ = json.Unmarshal(b.Bytes(), &m)
+	return m
+}
+
+// hooks adds the checker's record hooks to opts.
+func (c *traceChecker) hooks(opts *store.Options) {
+	opts.BeforeRecord = c.before
+	opts.OnRecord = c.afterRecord
+}
