@@ -54,7 +54,7 @@ func runExpire(e env) error {
 				_, err := fmt.Fprintln(w, "nothing has expired")
 				return err
 			}
-			t := newTable(w, "SEQ", "RECORD", "TASK", "LEASE", "STATE")
+			t := newTable(w, p, "SEQ", "RECORD", "TASK", "LEASE", "STATE")
 			for _, tr := range v.Transitions {
 				_ = t.Append(fmt.Sprint(tr.Seq), tr.Type, tr.TaskID, tr.LeaseID, p.word(tr.State))
 			}

@@ -2,8 +2,12 @@ package cmd
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -12,10 +16,17 @@ import (
 // the seed stories: timelines, inspect and log tables. Set
 // LEASEWAL_UPDATE_GOLDEN=1 to rewrite testdata/golden.
 func TestGoldenOutput(t *testing.T) {
-	t.Setenv("COLUMNS", "80")
 	t.Setenv("NO_COLOR", "")
 	const at = "2026-01-01T00:10:00Z"
 	cases := map[string][]string{
+		"seed000_timeline_60":    {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--timeline", "--now", at, "COLUMNS=60"},
+		"seed000_timeline_200":   {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--timeline", "--now", at, "COLUMNS=200"},
+		"seed000_inspect_T1_60":  {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--now", at, "COLUMNS=60"},
+		"seed000_inspect_T1_200": {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--now", at, "COLUMNS=200"},
+		"seed000_log_60":         {"--wal", seedsDir + "/lease_expiry.wal", "log", "COLUMNS=60"},
+		"seed000_log_200":        {"--wal", seedsDir + "/lease_expiry.wal", "log", "COLUMNS=200"},
+		"seed000_log_tsv":        {"--wal", seedsDir + "/lease_expiry.wal", "log", "-o", "tsv"},
+		"seed000_inspect_wide":   {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "--now", at, "-o", "wide", "--no-headers"},
 		"seed000_timeline":          {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--timeline", "--now", at},
 		"seed000_explicit_timeline": {"--wal", seedsDir + "/lease_expiry_explicit.wal", "inspect", "T1", "--timeline", "--now", at},
 		"seed001_timeline":          {"--wal", seedsDir + "/happy_path.wal", "inspect", "T1", "--timeline", "--now", at},
@@ -28,12 +39,25 @@ func TestGoldenOutput(t *testing.T) {
 	update := os.Getenv("LEASEWAL_UPDATE_GOLDEN") == "1"
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
+			columns := 80
+			if last := args[len(args)-1]; strings.HasPrefix(last, "COLUMNS=") {
+				columns, _ = strconv.Atoi(strings.TrimPrefix(last, "COLUMNS="))
+				args = args[:len(args)-1]
+			}
+			t.Setenv("COLUMNS", strconv.Itoa(columns))
 			var out, errOut bytes.Buffer
 			if code := Main(args, strings.NewReader(""), &out, &errOut); code != 0 {
 				t.Fatalf("exit %d: %s", code, errOut.String())
 			}
 			if bytes.Contains(out.Bytes(), []byte("\x1b[")) {
 				t.Fatal("colors in output that is not a terminal")
+			}
+			if !slices.Contains(args, "wide") && !slices.Contains(args, "tsv") {
+				for _, line := range strings.Split(out.String(), "\n") {
+					if displayWidth(line) > columns {
+						t.Fatalf("a line of %d cells on a %d-column terminal: %q", displayWidth(line), columns, line)
+					}
+				}
 			}
 			golden := filepath.Join("..", "testdata", "golden", name+".txt")
 			if update {
@@ -45,4 +69,31 @@ func TestGoldenOutput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNoLineWiderThanTheTerminal: for random histories and random widths,
+// every line of every table and timeline fits the terminal.
+func TestNoLineWiderThanTheTerminal(t *testing.T) {
+	walPath := historyWAL(t, 600)
+	rng := rand.New(rand.NewPCG(7, 7))
+	lines := 0
+	for range 25 {
+		columns := 40 + rng.IntN(160)
+		t.Setenv("COLUMNS", strconv.Itoa(columns))
+		task := fmt.Sprintf("T%d", 1+rng.IntN(60))
+		for _, args := range [][]string{{"inspect"}, {"inspect", task}, {"inspect", task, "--timeline"}, {"log", "--task", task}, {"worklease", "inspect"}, {"inspect", "--workers"}} {
+			var out, errOut bytes.Buffer
+			code := Main(append([]string{"--wal", walPath, "--now", "2026-11-01T00:00:00Z"}, args...), strings.NewReader(""), &out, &errOut)
+			if code != 0 && code != ExitNotFound {
+				t.Fatalf("%v: exit %d: %s", args, code, errOut.String())
+			}
+			for _, line := range strings.Split(out.String(), "\n") {
+				lines++
+				if displayWidth(line) > columns {
+					t.Fatalf("%v on %d columns: a line of %d: %q", args, columns, displayWidth(line), line)
+				}
+			}
+		}
+	}
+	t.Logf("%d lines of tables and timelines, each within its terminal's width", lines)
 }

@@ -56,7 +56,7 @@ func runHeartbeat(e env, worker string) error {
 			fmt.Fprintf(e.stderr, "leasewal: warning: the worker registry was not updated (%v); it is advisory only\n", err)
 		}
 		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
-			t := newTable(w, "WORKER", "TASK", "LEASE", "EXPIRY")
+			t := newTable(w, p, "WORKER", "TASK", "LEASE", "EXPIRY")
 			for _, l := range v.Leases {
 				_ = t.Append(escape(worker), l.TaskID, l.LeaseID, l.Expiry)
 			}

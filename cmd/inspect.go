@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/olekukonko/tablewriter"
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
@@ -146,6 +145,7 @@ func runInspect(e env, o inspectOptions, ids []string) error {
 	opts := e.storeOptions()
 	var taskRecords []state.Record // the records about the one task named
 	if len(ids) == 1 || o.untilGiven {
+		opts.FullReplay = true
 		opts.OnRecord = func(r state.Record, _ *state.State) error {
 			if len(ids) == 1 && r.TaskID == ids[0] {
 				taskRecords = append(taskRecords, r)
@@ -193,7 +193,11 @@ func runInspect(e env, o inspectOptions, ids []string) error {
 		}
 		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
 			if timelineTask != nil {
-				renderTimeline(w, p, e.terminalWidth(), timelineTask, cancellations(taskRecords), at)
+				width := p.width
+				if width == 0 {
+					width = max(e.terminalWidth(), 200) // wide: room for every note
+				}
+				renderTimeline(w, p, width, timelineTask, cancellations(taskRecords), at)
 				return nil
 			}
 			return renderInspect(w, p, v)
@@ -386,14 +390,15 @@ func renderInspect(w io.Writer, p palette, v inspectView) error {
 	if len(v.Tasks) == 0 {
 		return nil
 	}
-	t := newInspectTable(w)
+	at := parseStamp(v.At)
+	t := newInspectTable(w, p)
 	for _, tv := range v.Tasks {
-		appendTaskRow(t, p, tv)
+		appendTaskRow(t, p, tv, at)
 	}
 	if err := t.Render(); err != nil {
 		return err
 	}
-	if len(v.Tasks) == 1 && len(v.Tasks[0].Records) > 0 {
+	if len(v.Tasks) == 1 && len(v.Tasks[0].Records) > 0 && !p.tsv {
 		return renderLog(w, p, v.Tasks[0].Records, v.Tasks[0].Records[0].Record.At)
 	}
 	return nil
@@ -410,9 +415,9 @@ func (l listing) render(w io.Writer, p palette) error {
 	if listed == 0 {
 		return nil
 	}
-	t := newInspectTable(w)
+	t := newInspectTable(w, p)
 	eachShown(l.tasks, l.at, l.only, func(tv taskView) error {
-		appendTaskRow(t, p, tv)
+		appendTaskRow(t, p, tv, l.at)
 		return nil
 	})
 	return t.Render()
@@ -420,16 +425,19 @@ func (l listing) render(w io.Writer, p palette) error {
 
 // renderInspectHead prints the line of counts and the summary.
 func renderInspectHead(w io.Writer, p palette, v inspectView, listed int) {
-	fmt.Fprintf(w, "at %s:", v.At)
+	if p.tsv {
+		return // TSV is the rows only
+	}
+	head := "at " + v.At + ":"
 	for _, st := range []state.TaskState{state.Waiting, state.Leased, state.Completed, state.Failed, state.Dead} {
 		if n := v.Counts[string(st)]; n > 0 {
-			fmt.Fprintf(w, " %d %s", n, p.word(string(st)))
+			head += fmt.Sprintf(" %d %s", n, p.word(string(st)))
 		}
 	}
 	if listed == 0 {
-		fmt.Fprint(w, " no tasks")
+		head += " no tasks"
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintln(w, p.line(head))
 	if sum := v.Summary; sum != nil {
 		line := fmt.Sprintf("current leases: %d", sum.CurrentLeases)
 		if len(sum.Queues) > 1 || sum.Queues[state.DefaultQueue] == nil && len(sum.Queues) == 1 {
@@ -445,17 +453,20 @@ func renderInspectHead(w io.Writer, p palette, v inspectView, listed int) {
 		if n := sum.NextExpiry; n != nil {
 			line += fmt.Sprintf(" · next to expire: %s on %s at %s", n.LeaseID, n.TaskID, n.Expiry)
 		}
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(w, p.line(line))
 	}
 }
 
-func newInspectTable(w io.Writer) *tablewriter.Table {
-	return newTable(w, "TASK", "STATE", "ATTEMPT", "LEASE", "WORKER", "EXPIRY", "NOT BEFORE", "DEADLINE")
+func newInspectTable(w io.Writer, p palette) *sheet {
+	return newTable(w, p, "TASK", "STATE", "TRY", "LEASE", "WORKER", "EXPIRY", "READY", "DEADLINE", "REASON")
 }
 
-func appendTaskRow(t *tablewriter.Table, p palette, tv taskView) {
+// appendTaskRow draws a task as a row; in a fitted table its times are
+// relative to at ("in 25s", "3m ago"), in a wide one they are timestamps.
+func appendTaskRow(t *sheet, p palette, tv taskView, at int64) {
 	_ = t.Append(escape(tv.TaskID), p.word(tv.State), fmt.Sprintf("%d/%d", tv.Attempt, tv.MaxAttempts),
-		escape(deref(tv.LeaseID)), escape(deref(tv.WorkerID)), deref(tv.Expiry), deref(tv.NotBefore), tv.Deadline)
+		escape(deref(tv.LeaseID)), escape(deref(tv.WorkerID)), p.when(deref(tv.Expiry), at), p.when(deref(tv.NotBefore), at),
+		p.when(tv.Deadline, at), escape(tv.Reason))
 }
 
 type workerView struct {
@@ -497,7 +508,7 @@ func workersAnswer(st *state.State, at int64, reg map[string]int64) answer {
 		v.Workers = append(v.Workers, wv)
 	}
 	return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
-		t := newTable(w, "WORKER", "LAST HEARTBEAT", "AGO", "CURRENT LEASES")
+		t := newTable(w, p, "WORKER", "LAST HEARTBEAT", "AGO", "CURRENT LEASES")
 		for _, wv := range v.Workers {
 			ago := "never"
 			if wv.HeartbeatAge != nil {
@@ -512,7 +523,10 @@ func workersAnswer(st *state.State, at int64, reg map[string]int64) answer {
 		if err := t.Render(); err != nil {
 			return err
 		}
-		_, err := fmt.Fprintln(w, "note: "+v.Note)
+		if p.tsv {
+			return nil
+		}
+		_, err := fmt.Fprintln(w, p.line("note: "+v.Note))
 		return err
 	}}
 }

@@ -156,8 +156,12 @@ func leaseAnswer(e env, tx *store.Tx, req state.LeaseRequest, requestID string, 
 		recovery = "repeat the same lease with --request-id " + requestID + " to get the answer again"
 	}
 	return answer{doc: v, outcome: v.Result, recovery: recovery, table: func(w io.Writer, p palette) error {
+		payload := "" // a payload can be 64 KiB: whole with -o wide, json or tsv only
+		if p.width == 0 {
+			payload = v.Payload
+		}
 		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "worker", v.WorkerID,
-			"attempt", fmt.Sprint(v.Attempt), "expiry", v.Expiry, "duplicate", fmt.Sprint(v.Duplicate), "payload", v.Payload)
+			"attempt", fmt.Sprint(v.Attempt), "expiry", v.Expiry, "duplicate", fmt.Sprint(v.Duplicate), "payload", payload)
 	}}, nil
 }
 

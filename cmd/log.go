@@ -1,9 +1,16 @@
 package cmd
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +30,7 @@ type logOptions struct {
 	since    string
 	until    string
 	absolute bool
+	follow   bool
 }
 
 func (a *app) newLogCmd() *cobra.Command {
@@ -56,6 +64,7 @@ ms, or +DURATION after the first record). Writes nothing.`,
 	f.StringVar(&o.since, "since", "", "only records at or after this time")
 	f.StringVar(&o.until, "until", "", "only records at or before this time")
 	f.BoolVar(&o.absolute, "absolute", false, "show timestamps instead of offsets from the first record")
+	f.BoolVar(&o.follow, "follow", false, "after the records so far, print new ones as they are appended, until interrupted")
 	return c
 }
 
@@ -100,6 +109,10 @@ func newLogFilter(o *logOptions, first int64) (*logFilter, error) {
 
 // logTime reads a --since/--until time: RFC 3339, unix ms, or +DURATION after first.
 func logTime(flag, text string, first int64) (int64, error) {
+	if n, err := strconv.ParseInt(text, 10, 64); err == nil && n >= 0 && n < 1e11 {
+		seq := map[string]string{"since": "from", "until": "to"}[flag]
+		return 0, usageErr("--%s %q is a time, and this looks like a record's seq: did you mean --%s %s?", flag, text, seq, text)
+	}
 	ms, err := parseTime("--"+flag, text, first, first)
 	if err != nil {
 		return 0, usageErr("--%s %q is not a time: use RFC 3339, unix milliseconds, or +DURATION after the first record", flag, text)
@@ -181,11 +194,12 @@ func runLog(e env, o logOptions) error {
 	if err != nil {
 		return err
 	}
-	first := int64(0)
+	first, taskFirst := int64(0), int64(-1)
 	var entries []logEntry
 	lines := &spool{}
 	defer lines.discard()
 	opts := e.storeOptions()
+	opts.FullReplay = true
 	opts.OnRecord = func(r state.Record, st *state.State) error {
 		if r.Seq == 1 {
 			first = r.At
@@ -195,6 +209,9 @@ func runLog(e env, o logOptions) error {
 		}
 		if f.st = st; !f.keep(r) {
 			return nil
+		}
+		if taskFirst < 0 && o.taskID != "" {
+			taskFirst = r.At // a task's story is told from its own first record, as inspect T does
 		}
 		if e.Output == "json" {
 			writeJSON(lines, newLogEntry(r))
@@ -206,30 +223,109 @@ func runLog(e env, o logOptions) error {
 		}
 		return nil
 	}
-	return e.operate(opts, false, func(tx *store.Tx) (answer, error) {
+	var last int64 // the last record of the first pass: following prints what comes after
+	h := store.Open(opts)
+	defer h.Close()
+	err = e.operateOn(h, false, func(tx *store.Tx) (answer, error) {
+		last = tx.State.LastSeq()
 		if o.taskID != "" {
 			if _, err := tx.State.Task(o.taskID); err != nil {
 				return answer{}, err
 			}
 		}
 		base := first
+		if taskFirst >= 0 {
+			base = taskFirst
+		}
 		if o.absolute {
 			base = -1
 		}
 		return answer{doc: lines, outcome: state.ResultOK, table: func(w io.Writer, p palette) error {
-			if len(entries) == 0 {
+			if len(entries) == 0 && !p.tsv {
 				_, err := fmt.Fprintln(w, "no records match")
 				return err
 			}
 			return renderLog(w, p, entries, base)
 		}}, nil
 	})
+	if err != nil || !o.follow {
+		return err
+	}
+	if err := e.needsWallClock("log --follow"); err != nil {
+		return err
+	}
+	return followLog(e, &o, f, first, last)
+}
+
+// followLog prints the records appended after seq last as they come, one
+// line each (a table cannot grow), until SIGINT or SIGTERM. It keeps one
+// handle: each turn reads only what was appended since the last.
+func followLog(e env, o *logOptions, f *logFilter, first, last int64) error {
+	out := bufio.NewWriter(e.stdout)
+	opts := e.storeOptions()
+	opts.OnRecord = func(r state.Record, st *state.State) error {
+		if r.Seq <= last {
+			return nil // printed already, or before a checkpoint's position
+		}
+		last = r.Seq
+		if f.st = st; !f.keep(r) {
+			return nil
+		}
+		entry := newLogEntry(r)
+		if e.Output == "json" {
+			writeJSON(out, entry)
+			return nil
+		}
+		at := entry.At
+		if !o.absolute {
+			at = offset(r.At - first)
+		}
+		cells := []string{fmt.Sprint(r.Seq), at, string(r.Type), escape(r.TaskID), escape(r.LeaseID), escape(r.WorkerID), escape(details(entry)), escape(r.Actor)}
+		if e.Output == "tsv" {
+			for i, c := range cells {
+				cells[i] = tsvCell(c)
+			}
+			fmt.Fprintln(out, strings.Join(cells, "\t"))
+			return nil
+		}
+		fmt.Fprintln(out, e.palette().line(strings.Join(cells, "  ")))
+		return nil
+	}
+	h := store.Open(opts)
+	defer h.Close()
+	watcher, err := h.Watch()
+	if err != nil {
+		return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
+	}
+	defer watcher.Close()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	for {
+		if err := h.Read(func(*store.Tx) error { return nil }); err != nil {
+			return err
+		}
+		if err := out.Flush(); err != nil {
+			if errors.Is(err, syscall.EPIPE) {
+				return nil // the reader went away: 'leasewal log --follow | head'
+			}
+			return fmt.Errorf("writing the records to stdout: %w", err)
+		}
+		select {
+		case <-sigs:
+			return nil
+		default:
+		}
+		if _, err := watcher.Wait(time.Now().Add(250 * time.Millisecond)); err != nil {
+			return err
+		}
+	}
 }
 
 // renderLog draws records as a table. Times are offsets from base, or
 // timestamps when base is negative.
 func renderLog(w io.Writer, p palette, entries []logEntry, base int64) error {
-	t := newTable(w, "SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAILS", "ACTOR")
+	t := newTable(w, p, "SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAILS", "ACTOR")
 	for _, e := range entries {
 		at := e.At
 		if base >= 0 {

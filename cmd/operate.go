@@ -124,7 +124,7 @@ func (e env) print(a answer, committed []state.Record) error {
 	case e.Output == "json":
 		writeJSON(out, a.doc)
 	default:
-		err = a.table(out, palette{on: e.Color})
+		err = a.table(out, e.palette())
 	}
 	if err == nil {
 		err = out.flush()
@@ -155,6 +155,15 @@ func (a answer) recoveryHint() string {
 		return a.recovery
 	}
 	return "'leasewal log --from SEQ' shows what was recorded"
+}
+
+// palette is how this invocation draws human output.
+func (e env) palette() palette {
+	p := palette{on: e.Color && e.Output != "tsv", tsv: e.Output == "tsv", noHeaders: e.NoHeaders}
+	if e.Output == "table" {
+		p.width = e.terminalWidth()
+	}
+	return p
 }
 
 // stickyWriter keeps the first write error and drops everything after it, so

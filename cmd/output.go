@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/fatih/color"
@@ -34,8 +35,15 @@ func writeJSON(w io.Writer, v any) {
 	_ = enc.Encode(v) // a failed write to stdout has nowhere better to be reported
 }
 
-// palette colors words for the table output only; JSON is never colored.
-type palette struct{ on bool }
+// palette is how human output is drawn: colored (on a terminal only; JSON
+// and TSV never are), fitted to a width (0: wide, every cell whole), as TSV,
+// with or without headers.
+type palette struct {
+	on        bool
+	width     int
+	tsv       bool
+	noHeaders bool
+}
 
 func (p palette) paint(s string, attrs ...color.Attribute) string {
 	if !p.on || s == "" {
@@ -61,20 +69,188 @@ func (p palette) word(s string) string {
 	return s
 }
 
-// newTable returns a table in leasewal's style.
-func newTable(w io.Writer, header ...any) *tablewriter.Table {
-	t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAutoWrap(tw.WrapNone))
-	if len(header) > 0 {
-		t.Header(header...)
+// sheet is a table as the output format draws it: a box table fitted to the
+// width, its longest cells cut with "…" (whole with -o wide), or tab-separated
+// rows.
+type sheet struct {
+	w      io.Writer
+	p      palette
+	header []string
+	rows   [][]string // for a box table, drawn at Render
+	err    error      // for TSV, the first write error
+}
+
+// newTable returns a sheet in leasewal's style with these column headers
+// (none for a name/value listing); --no-headers drops them.
+func newTable(w io.Writer, p palette, header ...string) *sheet {
+	s := &sheet{w: w, p: p}
+	if !p.noHeaders {
+		s.header = header
 	}
-	return t
+	if p.tsv && len(s.header) > 0 {
+		s.writeTSV(s.header)
+	}
+	return s
+}
+
+// Append adds a row of cells, already escaped where they come from the WAL.
+func (s *sheet) Append(cells ...string) error {
+	if s.p.tsv {
+		return s.writeTSV(cells)
+	}
+	s.rows = append(s.rows, cells)
+	return nil
+}
+
+func (s *sheet) writeTSV(cells []string) error {
+	if s.err == nil {
+		escaped := make([]string, len(cells))
+		for i, c := range cells {
+			escaped[i] = tsvCell(c)
+		}
+		_, s.err = io.WriteString(s.w, strings.Join(escaped, "\t")+"\n")
+	}
+	return s.err
+}
+
+// Render draws the table (TSV rows are written as they come).
+func (s *sheet) Render() error {
+	if s.p.tsv {
+		return s.err
+	}
+	if s.p.width > 0 {
+		s.fit()
+	}
+	t := tablewriter.NewTable(s.w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAutoWrap(tw.WrapNone))
+	if len(s.header) > 0 {
+		t.Header(anys(s.header)...)
+	}
+	for _, row := range s.rows {
+		if err := t.Append(anys(row)...); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+func anys(cells []string) []any {
+	out := make([]any, len(cells))
+	for i, c := range cells {
+		out[i] = c
+	}
+	return out
+}
+
+// textColumns are the columns of free text: they give way first.
+var textColumns = map[string]bool{"DETAILS": true, "PAYLOAD": true, "REASON": true, "ACTOR": true, "CURRENT LEASES": true,
+	"BACKLOG (FIFO)": true, "PROCESSED": true, "FAILED": true}
+
+// keyColumns are read first: they give way last.
+var keyColumns = map[string]bool{"TASK": true, "STATE": true, "SEQ": true, "TYPE": true, "DOMAIN": true}
+
+// fit cuts cells so that the table is no wider than the width: the widest
+// column of free text gives way first, down to 12 cells; then the widest
+// other column but the key ones, then any, down to 3 cells ("ab…"), and on
+// a very narrow terminal down to 1 ("…").
+func (s *sheet) fit() {
+	columns := len(s.header)
+	for _, row := range s.rows {
+		columns = max(columns, len(row))
+	}
+	widths := make([]int, columns)
+	measure := func(cells []string) {
+		for i, c := range cells {
+			widths[i] = max(widths[i], displayWidth(c))
+		}
+	}
+	measure(s.header)
+	for _, row := range s.rows {
+		measure(row)
+	}
+	total := func() int { // "│ cell " per column, then the closing "│"
+		sum := 1
+		for _, w := range widths {
+			sum += w + 3
+		}
+		return sum
+	}
+	named := func(i int, set map[string]bool) bool { return i < len(s.header) && set[s.header[i]] }
+	widestOf := func(keep func(i int) bool, floor int) int {
+		widest := -1
+		for i, w := range widths {
+			if w > floor && keep(i) && (widest < 0 || w > widths[widest]) {
+				widest = i
+			}
+		}
+		return widest
+	}
+	for total() > s.p.width {
+		widest := widestOf(func(i int) bool { return named(i, textColumns) }, 12)
+		if widest < 0 {
+			widest = widestOf(func(i int) bool { return !named(i, keyColumns) }, 3)
+		}
+		if widest < 0 {
+			widest = widestOf(func(int) bool { return true }, 3)
+		}
+		if widest < 0 { // a very narrow terminal: down to "…"
+			widest = widestOf(func(int) bool { return true }, 1)
+		}
+		if widest < 0 {
+			break // as narrow as it goes
+		}
+		widths[widest]--
+	}
+	cut := func(cells []string) {
+		for i, c := range cells {
+			cells[i] = cutTo(c, widths[i])
+		}
+	}
+	cut(s.header)
+	for _, row := range s.rows {
+		cut(row)
+	}
+}
+
+// displayWidth is how many terminal cells s takes: its runes, less the
+// color escapes the palette adds.
+func displayWidth(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		if strings.HasPrefix(s[i:], "\x1b[") {
+			if end := strings.IndexByte(s[i:], 'm'); end > 0 {
+				i += end + 1
+				continue
+			}
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		n++
+	}
+	return n
+}
+
+// cutTo shortens s to width cells, its last one "…". A colored word is left
+// whole: cutting it would cut its color codes.
+func cutTo(s string, width int) string {
+	if displayWidth(s) <= width || strings.Contains(s, "\x1b[") {
+		return s
+	}
+	runes := []rune(s)
+	return string(runes[:max(0, width-1)]) + "…"
+}
+
+// tsvCell escapes what would break a TSV row: tabs, newlines and backslashes
+// (as \t, \n, \\), and control characters as escape does.
+func tsvCell(c string) string {
+	c = strings.NewReplacer("\\", "\\\\", "\t", "\\t", "\n", "\\n", "\r", "\\r").Replace(c)
+	return escape(c)
 }
 
 // fields prints name/value pairs as a two-column table, skipping empty values.
 // Values are escaped (they may come from the WAL), then a result or a state
 // is colored.
 func fields(w io.Writer, p palette, pairs ...string) error {
-	t := newTable(w)
+	t := newTable(w, p)
 	for i := 0; i+1 < len(pairs); i += 2 {
 		key, value := pairs[i], escape(pairs[i+1])
 		if value == "" {
@@ -160,4 +336,31 @@ func (s *spool) discard() {
 		s.file.Close()
 	}
 	s.mem.Reset()
+}
+
+// when renders a timestamp of a view for a table: as it is in a wide table
+// or TSV, relative to at in a fitted one ("in 25s", "3m ago", "now").
+func (p palette) when(stamp string, at int64) string {
+	if p.width == 0 || stamp == "" {
+		return stamp
+	}
+	ms := parseStamp(stamp)
+	if ms == 0 {
+		return stamp
+	}
+	switch d := ms - at; {
+	case d > 0:
+		return "in " + age(d)
+	case d < 0:
+		return age(-d) + " ago"
+	}
+	return "now"
+}
+
+// line fits one line of prose to a fitted table's width.
+func (p palette) line(s string) string {
+	if p.width == 0 {
+		return s
+	}
+	return cutLine(s, p.width)
 }

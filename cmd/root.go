@@ -30,7 +30,8 @@ import (
 // It is read once, before a verb runs, and passed by value from then on.
 type Config struct {
 	WAL         string
-	Output      string // table or json
+	Output      string // table, wide, json or tsv
+	NoHeaders   bool
 	Color       bool
 	LockTimeout time.Duration
 	Actor       string
@@ -98,6 +99,7 @@ func (a *app) newRoot() *cobra.Command {
 		Long: `leasewal hands tasks to workers under leases, one command per invocation.
 Every invocation locks the WAL, replays it, decides one operation at --now,
 appends its checksummed records with one fsync, prints the outcome and exits.`,
+		Version:                    version(),
 		SilenceErrors:              true,
 		SilenceUsage:               true,
 		SuggestionsMinimumDistance: 2,
@@ -123,7 +125,8 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	pf := root.PersistentFlags()
 	pf.String("wal", "leasewal.wal", "the WAL file (env LEASEWAL_WAL); created on the first write")
 	pf.String("now", "", "logical time: RFC 3339, unix ms, or +DURATION after the last record (env LEASEWAL_NOW; default: the wall clock)")
-	pf.StringP("output", "o", "table", "table or json (env LEASEWAL_OUTPUT)")
+	pf.StringP("output", "o", "table", "table (fitted to the terminal), wide (every cell whole), json, or tsv (env LEASEWAL_OUTPUT)")
+	pf.BoolVar(&a.env.NoHeaders, "no-headers", false, "no header row in table and tsv output")
 	pf.BoolVar(&a.noColor, "no-color", false, "plain text (also when NO_COLOR is set or stdout is not a terminal)")
 	pf.StringVar(&a.configFile, "config", "", "YAML config file (env LEASEWAL_CONFIG; default ./leasewal.yaml if present)")
 	pf.String("lock-timeout", "10s", "how long to wait for the WAL lock (env LEASEWAL_LOCK_TIMEOUT)")
@@ -190,8 +193,10 @@ func (a *app) resolve() error {
 		c.WAL = filepath.Join(configDir, c.WAL) // a path in a config file is relative to the file
 	}
 	c.Output = strings.ToLower(a.v.GetString("output"))
-	if c.Output != "table" && c.Output != "json" {
-		return usageErr("--output must be table or json, got %q", c.Output)
+	switch c.Output {
+	case "table", "wide", "json", "tsv":
+	default:
+		return usageErr("--output must be table, wide, json or tsv, got %q", c.Output)
 	}
 	timeout, err := time.ParseDuration(strings.TrimSpace(a.v.GetString("lock_timeout")))
 	if err != nil || timeout < 0 {
@@ -361,4 +366,20 @@ func (a *app) outputBeforeResolve() string {
 		}
 	}
 	return strings.ToLower(out)
+}
+
+// version is this build's module version, its VCS revision when the build
+// recorded one, and the Go release.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := info.Main.Version
+	for _, setting := range info.Settings {
+		if setting.Key == "vcs.revision" && len(setting.Value) >= 12 {
+			v += " rev " + setting.Value[:12]
+		}
+	}
+	return v + ", " + info.GoVersion
 }

@@ -382,7 +382,7 @@ func (r *runner) start(j *job) {
 	cmd.Args[0] = "leasewal" // the name a test binary dispatches on; the path is the real one
 	cmd.Stdin = stdin
 	cmd.Stdout = r.e.stdout
-	if r.e.Output != "table" {
+	if r.e.Output == "json" || r.e.Output == "tsv" {
 		cmd.Stdout = r.e.stderr // run's stdout holds only its own lines
 	}
 	cmd.Stderr = j.stderr
@@ -583,10 +583,17 @@ func (r *runner) print(line runLine) {
 	if r.outErr != nil {
 		return
 	}
-	if r.e.Output == "json" {
+	switch r.e.Output {
+	case "json":
 		b, _ := json.Marshal(line)
 		r.out.Write(append(b, '\n'))
-	} else {
+	case "tsv":
+		exit := ""
+		if line.Exit != nil {
+			exit = strconv.Itoa(*line.Exit)
+		}
+		fmt.Fprintf(r.out, "%s\t%s\t%d\t%s\t%s\t%.3f\n", tsvCell(line.TaskID), tsvCell(line.LeaseID), line.Attempt, line.Outcome, exit, line.Seconds)
+	default:
 		exit := "-"
 		if line.Exit != nil {
 			exit = strconv.Itoa(*line.Exit)

@@ -1,11 +1,13 @@
 package cmd
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fatih/color"
 	"golang.org/x/sys/unix"
@@ -93,7 +95,9 @@ func endColor(end string) []color.Attribute {
 
 // renderTimeline draws task t as it stands at now; cancelled lists the
 // TaskCancelled records about it.
-func renderTimeline(w io.Writer, p palette, width int, t *state.Task, cancelled []state.Record, now int64) {
+func renderTimeline(out io.Writer, p palette, width int, t *state.Task, cancelled []state.Record, now int64) {
+	w := &lineCutter{w: out, width: width}
+	defer w.flush()
 	c := t.At(now)
 	g := asciiGlyphs
 	if p.on {
@@ -123,7 +127,7 @@ func renderTimeline(w io.Writer, p palette, width int, t *state.Task, cancelled 
 	if deadline > tl.end {
 		dl += " (beyond the axis)"
 	}
-	fmt.Fprintf(w, "%s %s · attempt %d/%d · created %s · %s\n", c.ID, p.word(string(c.State)), c.Attempt, c.Policy.MaxAttempts, formatTime(c.CreatedAt), dl)
+	fmt.Fprintf(w, "%s %s%s · attempt %d/%d · created %s · %s\n", c.ID, p.word(string(c.State)), tl.since(c, now), c.Attempt, c.Policy.MaxAttempts, formatTime(c.CreatedAt), dl)
 	tl.axis()
 	for _, a := range c.Attempts {
 		tl.attempt(a, now)
@@ -225,4 +229,86 @@ func (tl *timeline) legend() []string {
 		g.end[state.EndExpired] + " expired", g.end[state.EndRetry] + " failed, retried", g.end[state.EndFailed] + " failed",
 		g.end[state.EndAborted] + " aborted", g.current + " current until expiry", g.mark + " late completion cancelled", g.deadline + " deadline",
 	}
+}
+
+// since says how long a WAITING task has waited, and when a DEAD one died.
+func (tl *timeline) since(c *state.Task, now int64) string {
+	var last *state.Attempt
+	if len(c.Attempts) > 0 {
+		last = &c.Attempts[len(c.Attempts)-1]
+	}
+	switch c.State {
+	case state.Waiting:
+		from := c.AvailableAt
+		if last != nil {
+			from = last.EndedAt
+		}
+		return fmt.Sprintf(" for %s", age(now-from))
+	case state.Dead:
+		at := c.Deadline()
+		if c.EndCause != state.BecauseWindowClosed && last != nil {
+			at = last.EndedAt
+		}
+		return fmt.Sprintf(" at %s (%s)", tl.offset(at), c.EndReason)
+	}
+	return ""
+}
+
+// lineCutter writes lines no wider than width terminal cells, cutting a
+// longer one with "…" (color escapes pass through and count for nothing).
+type lineCutter struct {
+	w     io.Writer
+	width int
+	buf   []byte
+}
+
+func (l *lineCutter) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		nl := bytes.IndexByte(l.buf, '\n')
+		if nl < 0 {
+			return len(p), nil
+		}
+		if _, err := io.WriteString(l.w, cutLine(string(l.buf[:nl]), l.width)+"\n"); err != nil {
+			return 0, err
+		}
+		l.buf = l.buf[nl+1:]
+	}
+}
+
+func (l *lineCutter) flush() {
+	if len(l.buf) > 0 {
+		_, _ = io.WriteString(l.w, cutLine(string(l.buf), l.width))
+	}
+}
+
+// cutLine cuts s to width visible cells, keeping its color escapes.
+func cutLine(s string, width int) string {
+	if displayWidth(s) <= width {
+		return s
+	}
+	var b strings.Builder
+	visible, colored := 0, false
+	for i := 0; i < len(s); {
+		if strings.HasPrefix(s[i:], "\x1b[") {
+			if end := strings.IndexByte(s[i:], 'm'); end > 0 {
+				b.WriteString(s[i : i+end+1])
+				i += end + 1
+				colored = true
+				continue
+			}
+		}
+		if visible == width-1 {
+			break
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		b.WriteRune(r)
+		i += size
+		visible++
+	}
+	b.WriteString("…")
+	if colored {
+		b.WriteString("\x1b[0m")
+	}
+	return b.String()
 }

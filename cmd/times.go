@@ -110,3 +110,12 @@ func offset(ms int64) string {
 	}
 	return fmt.Sprintf("%s%d.%03ds", sign, ms/1000, ms%1000)
 }
+
+// parseStamp reads a time formatTime wrote (0 if it is not one).
+func parseStamp(stamp string) int64 {
+	t, err := time.Parse(time.RFC3339Nano, stamp)
+	if err != nil {
+		return 0
+	}
+	return t.UnixMilli()
+}

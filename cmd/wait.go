@@ -96,11 +96,12 @@ func runWait(e env, o waitOptions, ids []string) error {
 			}
 		}
 		next = tx.State.NextEventAt(tx.Now)
+		now := tx.Now
 		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
 			fmt.Fprintln(w, p.word(string(v.Result)))
-			t := newInspectTable(w)
+			t := newInspectTable(w, p)
 			for _, tv := range v.Tasks {
-				appendTaskRow(t, p, tv)
+				appendTaskRow(t, p, tv, now)
 			}
 			return t.Render()
 		}}, nil

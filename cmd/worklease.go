@@ -224,7 +224,7 @@ func runWorkInspect(e env, only string) error {
 			return answer{}, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("unknown domain %q; 'leasewal worklease inspect' lists the domains", only)}
 		}
 		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
-			t := newTable(w, "DOMAIN", "IN FLIGHT", "TOKEN", "ACQUIRED AT", "RETRIES", "BACKLOG (FIFO)", "PROCESSED", "FAILED")
+			t := newTable(w, p, "DOMAIN", "IN FLIGHT", "TOKEN", "ACQUIRED AT", "RETRIES", "BACKLOG (FIFO)", "PROCESSED", "FAILED")
 			for _, d := range v.Domains {
 				inFlight, token, at, retries := "-", "", "", ""
 				if l := d.Lease; l != nil {

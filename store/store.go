@@ -35,10 +35,12 @@ type Options struct {
 	Fault       *wal.Fault
 	// FullReplay never starts from the checkpoint: every record is replayed.
 	FullReplay bool
-	// OnRecord, if set, sees each record of a full replay right after it is
-	// applied, with the state as of that record (commands that read the
-	// records themselves: log, inspect of one task, --until). ErrStop ends
-	// the replay there. It implies FullReplay.
+	// OnRecord, if set, sees each record the operation applies (all of them
+	// with FullReplay; else those after the checkpoint or the handle's last
+	// position) right after it is applied, with the state as of that record.
+	// Commands that read the records themselves (log, inspect of one task,
+	// --until) set FullReplay too; log --follow does not. ErrStop ends the
+	// replay there.
 	OnRecord func(state.Record, *state.State) error
 	// BeforeRecord, if set, sees each record of a full replay just before it
 	// is applied, with the state as of the record before (verify --expect
@@ -195,7 +197,7 @@ func (tx *Tx) end() {
 
 // fullReplay reports whether every operation must replay every record.
 func (h *Handle) fullReplay() bool {
-	return h.opts.FullReplay || h.opts.OnRecord != nil || h.opts.BeforeRecord != nil || h.opts.Verifier != nil || h.forceFull
+	return h.opts.FullReplay || h.opts.BeforeRecord != nil || h.opts.Verifier != nil || h.forceFull
 }
 
 // begin locks the WAL and catches the state up with it.
@@ -290,8 +292,8 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 				log.Torn.Length, log.Torn.Offset, h.opts.Path, log.Torn.Offset)
 		}
 	}
-	if h.opts.Verifier != nil || h.opts.OnRecord != nil || h.opts.BeforeRecord != nil {
-		h.cache = nil // a verifier's or a reader's state is its own
+	if h.opts.Verifier != nil || h.opts.FullReplay || h.opts.BeforeRecord != nil {
+		h.cache = nil // a verifier's, or a full replay's, state is its own
 	}
 	return tx, nil
 }
