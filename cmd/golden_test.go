@@ -19,14 +19,14 @@ func TestGoldenOutput(t *testing.T) {
 	t.Setenv("NO_COLOR", "")
 	const at = "2026-01-01T00:10:00Z"
 	cases := map[string][]string{
-		"seed000_timeline_60":    {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--timeline", "--now", at, "COLUMNS=60"},
-		"seed000_timeline_200":   {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--timeline", "--now", at, "COLUMNS=200"},
-		"seed000_inspect_T1_60":  {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--now", at, "COLUMNS=60"},
-		"seed000_inspect_T1_200": {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--now", at, "COLUMNS=200"},
-		"seed000_log_60":         {"--wal", seedsDir + "/lease_expiry.wal", "log", "COLUMNS=60"},
-		"seed000_log_200":        {"--wal", seedsDir + "/lease_expiry.wal", "log", "COLUMNS=200"},
-		"seed000_log_tsv":        {"--wal", seedsDir + "/lease_expiry.wal", "log", "-o", "tsv"},
-		"seed000_inspect_wide":   {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "--now", at, "-o", "wide", "--no-headers"},
+		"seed000_timeline_60":       {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--timeline", "--now", at, "COLUMNS=60"},
+		"seed000_timeline_200":      {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--timeline", "--now", at, "COLUMNS=200"},
+		"seed000_inspect_T1_60":     {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--now", at, "COLUMNS=60"},
+		"seed000_inspect_T1_200":    {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--now", at, "COLUMNS=200"},
+		"seed000_log_60":            {"--wal", seedsDir + "/lease_expiry.wal", "log", "COLUMNS=60"},
+		"seed000_log_200":           {"--wal", seedsDir + "/lease_expiry.wal", "log", "COLUMNS=200"},
+		"seed000_log_tsv":           {"--wal", seedsDir + "/lease_expiry.wal", "log", "-o", "tsv"},
+		"seed000_inspect_wide":      {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "--now", at, "-o", "wide", "--no-headers"},
 		"seed000_timeline":          {"--wal", seedsDir + "/lease_expiry.wal", "inspect", "T1", "--timeline", "--now", at},
 		"seed000_explicit_timeline": {"--wal", seedsDir + "/lease_expiry_explicit.wal", "inspect", "T1", "--timeline", "--now", at},
 		"seed001_timeline":          {"--wal", seedsDir + "/happy_path.wal", "inspect", "T1", "--timeline", "--now", at},
