@@ -1,11 +1,13 @@
 package scenarios
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -205,6 +207,12 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 		if err := porcupine.VisualizePath(model, info, f.Name()); err != nil {
 			t.Logf("writing the visualization: %v", err)
 		}
+		slices.SortFunc(history, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+		for _, op := range history {
+			t.Logf("client %d [%d, %d] %+v -> %+v", op.ClientId, op.Call/1e6, op.Return/1e6, op.Input, op.Output)
+		}
+		_, records, _ := run(t, walPath, nil, "log", "-o", "tsv", "--no-headers", "--absolute")
+		t.Logf("the WAL:\n%s", records)
 		t.Fatalf("round %d: the history of %d operations is %s; see %s", round, len(history), res, f.Name())
 	}
 	return len(history)

@@ -137,6 +137,20 @@ func (m *Model) Key() string {
 	return s
 }
 
+// tentative runs a call and keeps what it did only if it wrote a record. A
+// call decides at its own time, settling the tasks it looks at; when it
+// writes nothing, that time is recorded nowhere, and a later call may
+// decide at an earlier one (time never runs backwards in the WAL, only in
+// records). The state is a pure function of the records and the time asked.
+func (m *Model) tentative(call func() Answer) Answer {
+	before := m.Clone()
+	a := call()
+	if len(a.Written) == 0 {
+		*m = *before
+	}
+	return a
+}
+
 func (t *task) deadline() int64 { return t.available + t.window }
 
 func terminal(state string) bool { return state == "COMPLETED" || state == "FAILED" || state == "DEAD" }
@@ -181,6 +195,10 @@ func refused(kind string) Answer { return Answer{Result: "ERROR", Error: kind} }
 
 // Submit creates a task (or repeats the answer for a known request id).
 func (m *Model) Submit(now int64, s Spec) Answer {
+	return m.tentative(func() Answer { return m.submit(now, s) })
+}
+
+func (m *Model) submit(now int64, s Spec) Answer {
 	if s.Queue == "" {
 		s.Queue = "default"
 	}
@@ -250,6 +268,10 @@ func inQueues(t *task, queues []string) bool {
 // Lease grants the eligible task of highest priority, oldest first, among
 // queues (all when none), or taskID, to worker for d ms.
 func (m *Model) Lease(now int64, worker string, d int64, taskID, req string, queues []string) Answer {
+	return m.tentative(func() Answer { return m.lease(now, worker, d, taskID, req, queues) })
+}
+
+func (m *Model) lease(now int64, worker string, d int64, taskID, req string, queues []string) Answer {
 	if worker == "" || d <= 0 {
 		return refused("InvalidInput")
 	}
@@ -312,6 +334,10 @@ func (m *Model) Lease(now int64, worker string, d int64, taskID, req string, que
 
 // Abort ends a WAITING or LEASED task: DEAD, its lease (if any) fenced.
 func (m *Model) Abort(now int64, taskID, reason string) Answer {
+	return m.tentative(func() Answer { return m.abort(now, taskID, reason) })
+}
+
+func (m *Model) abort(now int64, taskID, reason string) Answer {
 	if reason == "" {
 		return refused("InvalidInput")
 	}
@@ -346,6 +372,10 @@ func (t *task) abortedLease(m *Model) string {
 
 // Requeue creates a new task from a FAILED or DEAD one, eligible at once.
 func (m *Model) Requeue(now int64, taskID, req string) Answer {
+	return m.tentative(func() Answer { return m.requeue(now, taskID, req) })
+}
+
+func (m *Model) requeue(now int64, taskID, req string) Answer {
 	t, ok := m.byID[taskID]
 	if !ok {
 		return refused("NotFound")
@@ -380,6 +410,10 @@ func (m *Model) grantedFor(taskID, leaseID string) (*task, *lease, bool) {
 
 // Extend moves a current lease's expiry to now+d, capped at the deadline.
 func (m *Model) Extend(now int64, taskID, leaseID string, d int64) Answer {
+	return m.tentative(func() Answer { return m.extend(now, taskID, leaseID, d) })
+}
+
+func (m *Model) extend(now int64, taskID, leaseID string, d int64) Answer {
 	if d <= 0 {
 		return refused("InvalidInput")
 	}
@@ -397,6 +431,10 @@ func (m *Model) Extend(now int64, taskID, leaseID string, d int64) Answer {
 
 // Complete commits the task under its current lease.
 func (m *Model) Complete(now int64, taskID, leaseID string) Answer {
+	return m.tentative(func() Answer { return m.complete(now, taskID, leaseID) })
+}
+
+func (m *Model) complete(now int64, taskID, leaseID string) Answer {
 	t, l, ok := m.grantedFor(taskID, leaseID)
 	if !ok {
 		return refused("NotFound")
@@ -415,6 +453,10 @@ func (m *Model) Complete(now int64, taskID, leaseID string) Answer {
 
 // Fail reports a failed attempt under the current lease.
 func (m *Model) Fail(now int64, taskID, leaseID string, permanent bool) Answer {
+	return m.tentative(func() Answer { return m.fail(now, taskID, leaseID, permanent) })
+}
+
+func (m *Model) fail(now int64, taskID, leaseID string, permanent bool) Answer {
 	t, l, ok := m.grantedFor(taskID, leaseID)
 	if !ok {
 		return refused("NotFound")
@@ -445,7 +487,9 @@ func (m *Model) Fail(now int64, taskID, leaseID string, permanent bool) Answer {
 // LeaseExpired for every lease no record has ended whose expiry has passed,
 // and a TaskDead for every task no record has ended whose window has closed,
 // unless its lease's lapse ended it.
-func (m *Model) Expire(now int64) Answer {
+func (m *Model) Expire(now int64) Answer { return m.tentative(func() Answer { return m.expire(now) }) }
+
+func (m *Model) expire(now int64) Answer {
 	a := Answer{Result: "OK"}
 	for _, t := range m.tasks {
 		if !t.recordedOpen {
@@ -472,8 +516,10 @@ func (m *Model) Expire(now int64) Answer {
 	return a
 }
 
-// Views is every task as it stands at now, in creation order.
+// Views is every task as it stands at now, in creation order. It changes
+// nothing: looking is not deciding.
 func (m *Model) Views(now int64) []View {
+	m = m.Clone()
 	out := make([]View, 0, len(m.tasks))
 	for _, t := range m.tasks {
 		m.settle(t, now)
