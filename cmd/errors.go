@@ -131,10 +131,13 @@ func classify(err error) class {
 		notFile  *store.NotRegularError
 		mismatch *expectMismatch
 		lost     *answerLostError
+		unknown  *unknownOutcome
 	)
 	switch {
 	case errors.As(err, &usage):
 		return class{code: ExitUsage, kind: "Usage"}
+	case errors.As(err, &unknown):
+		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
 	case errors.As(err, &lost):
 		return class{code: ExitAnswerLost, kind: "AnswerLost", seq: &lost.first}
 	case errors.As(err, &refusal):

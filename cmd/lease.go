@@ -96,8 +96,6 @@ func runLease(e env, o leaseOptions) error {
 		}
 	}
 	req := state.LeaseRequest{Worker: o.worker, Duration: d, TaskID: o.taskID, RequestID: o.requestID, Queues: queues}
-	h := store.Open(e.storeOptions())
-	defer h.Close()
 	var next int64 // when time alone next changes what is eligible
 	decide := func(tx *store.Tx) (answer, error) {
 		a, err := leaseAnswer(e, tx, req, o.requestID, wait == 0)
@@ -105,8 +103,10 @@ func runLease(e env, o leaseOptions) error {
 		return a, err
 	}
 	if wait == 0 {
-		return e.operateOn(h, true, decide)
+		return e.operate(e.storeOptions(), true, decide)
 	}
+	h := store.Open(e.storeOptions())
+	defer h.Close()
 	watcher, err := h.Watch()
 	if err != nil {
 		return fmt.Errorf("watching %s for changes: %w", e.WAL, err)

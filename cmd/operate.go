@@ -53,7 +53,18 @@ func (e env) read(decide func(tx *store.Tx) (answer, error)) error {
 // operate opens a handle with opts, runs decide once in it, and prints the
 // answer once the lock is released (the handle stays open until then, since
 // a listing draws from its state).
+//
+// Inside a server (serve), an operation on the plain options joins the
+// server's next batch instead (group commit: one write and one fsync for the
+// batch); one that reads the records itself runs on a handle of its own.
 func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx) (answer, error)) error {
+	if e.batch != nil && opts.OnRecord == nil && opts.BeforeRecord == nil && opts.Verifier == nil && !opts.FullReplay {
+		a, committed, err := e.batch.run(decide)
+		if err != nil {
+			return err
+		}
+		return e.print(a, committed)
+	}
 	h := store.Open(opts)
 	defer h.Close()
 	return e.operateOn(h, writing, decide)

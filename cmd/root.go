@@ -38,6 +38,8 @@ type Config struct {
 	Now         string // --now or LEASEWAL_NOW, unparsed: it is read against the WAL's last record
 	Fault       *store.Fault
 	MaxRetries  int // worklease fail's --max-retries, which the config file may set too
+	Server      string // --server: the commands go to these servers
+	TokenFile   string
 }
 
 // env is what a verb runs with: the configuration and the process's streams.
@@ -46,6 +48,8 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// batch, inside a server, is where operations go to be group-committed.
+	batch *batcher
 }
 
 // app is the command tree's shared shell: cobra's closures reach the
@@ -110,13 +114,19 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 			}
 			return unknownCommand(c, args)
 		},
-		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+		PersistentPreRunE: func(c *cobra.Command, args []string) error {
 			// cobra checks required flags only after this hook; check them
 			// first so that a missing one is reported as bad usage (exit 2).
 			if err := c.ValidateRequiredFlags(); err != nil {
 				return usageErr("%v; see 'leasewal %s --help'", err, c.CommandPath()[len("leasewal "):])
 			}
-			return a.resolve()
+			if err := a.resolve(); err != nil {
+				return err
+			}
+			if a.env.Server != "" && c.Name() != "serve" {
+				return a.remote(c, args)
+			}
+			return nil
 		},
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -131,7 +141,9 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	pf.StringVar(&a.configFile, "config", "", "YAML config file (env LEASEWAL_CONFIG; default ./leasewal.yaml if present)")
 	pf.String("lock-timeout", "10s", "how long to wait for the WAL lock (env LEASEWAL_LOCK_TIMEOUT)")
 	pf.String("actor", "", "who is acting, recorded for audit only (env LEASEWAL_ACTOR; default user@host:pid)")
-	for key, flag := range map[string]string{"wal": "wal", "output": "output", "lock_timeout": "lock-timeout", "actor": "actor", "now": "now"} {
+	pf.String("server", "", "send the command to 'leasewal serve' at this URL (a comma-separated list is tried in order; env LEASEWAL_SERVER)")
+	pf.String("token-file", "", "the bearer token for --server (env LEASEWAL_TOKEN_FILE)")
+	for key, flag := range map[string]string{"wal": "wal", "output": "output", "lock_timeout": "lock-timeout", "actor": "actor", "now": "now", "server": "server", "token_file": "token-file"} {
 		_ = a.v.BindPFlag(key, pf.Lookup(flag)) // the flags exist: a failure here is impossible
 	}
 	a.v.SetEnvPrefix("LEASEWAL")
@@ -143,7 +155,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	root.AddCommand(
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newExpireCmd(),
-		a.newAbortCmd(), a.newRequeueCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(),
+		a.newAbortCmd(), a.newRequeueCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(),
 		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(),
 		a.newWorkleaseCmd(),
 	)
@@ -173,7 +185,8 @@ func unknownCommand(c *cobra.Command, args []string) error {
 }
 
 // The configuration keys a file may set, and the sections holding keys.
-var configKeys = map[string]bool{"wal": true, "output": true, "lock_timeout": true, "actor": true, "worklease.max_retries": true}
+var configKeys = map[string]bool{"wal": true, "output": true, "lock_timeout": true, "actor": true, "worklease.max_retries": true,
+	"server": true, "token_file": true}
 
 // resolve reads the configuration once flags are parsed.
 func (a *app) resolve() error {
@@ -208,6 +221,7 @@ func (a *app) resolve() error {
 		c.Actor = defaultActor()
 	}
 	c.Now = a.v.GetString("now")
+	c.Server, c.TokenFile = a.v.GetString("server"), a.v.GetString("token_file")
 	if c.MaxRetries, err = a.intSetting("worklease.max_retries", 3); err != nil {
 		return err
 	}
@@ -257,7 +271,7 @@ func (a *app) readConfig() (string, error) {
 		return "", usageErr("cannot read config file %s: it is not YAML (%v); fix it or point --config elsewhere", path, err)
 	}
 	if bad := unknownKeys(doc, ""); len(bad) > 0 {
-		return "", usageErr("config file %s: unknown key %q; the keys are wal, output, lock_timeout, actor and worklease.max_retries", path, bad[0])
+		return "", usageErr("config file %s: unknown key %q; the keys are wal, output, lock_timeout, actor, server, token_file and worklease.max_retries", path, bad[0])
 	}
 	a.v.SetConfigFile(path)
 	a.v.SetConfigType("yaml")

@@ -114,6 +114,11 @@ type Tx struct {
 
 	h   *Handle
 	log *wal.Log
+	// staged holds the bodies a batch's commits appended to no file yet:
+	// the batch writes them all at its end (WriteBatch).
+	staging bool
+	staged  [][]byte
+	version int
 }
 
 // Records is how many records the WAL holds.
@@ -237,7 +242,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		step = st.Apply
 	}
 	tx := &Tx{State: st, h: h}
-	p := startPipeline(func(d decoded) error {
+	apply := func(d decoded) error {
 		if h.opts.BeforeRecord != nil {
 			if err := h.opts.BeforeRecord(d.r, st); err != nil {
 				return &hookError{err}
@@ -254,7 +259,16 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 			}
 		}
 		return nil
-	})
+	}
+	// A replay from the start decodes on one core and applies on the other;
+	// a catch-up from a position (a checkpoint, or the handle's own) reads a
+	// short tail, which is not worth a goroutine and its buffers.
+	var p *pipeline
+	add := apply
+	if h.pos.Count == 0 {
+		p = startPipeline(apply)
+		add = p.add
+	}
 	log, err := wal.OpenAt(h.opts.Path, mode, h.opts.LockTimeout, h.pos, func(f wal.Frame) error {
 		r, err := state.DecodeRecord(f.Body)
 		if err == nil && r.FormatVersion() > f.Version {
@@ -263,13 +277,15 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		if err != nil {
 			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
 		}
-		return p.add(decoded{r: r, index: f.Index, offset: f.Offset})
+		return add(decoded{r: r, index: f.Index, offset: f.Offset})
 	})
-	if applyErr := p.finish(); applyErr != nil { // it is about an earlier record than any error of the scan
-		if log != nil {
-			log.Close()
+	if p != nil {
+		if applyErr := p.finish(); applyErr != nil { // it is about an earlier record than any error of the scan
+			if log != nil {
+				log.Close()
+			}
+			log, err = nil, applyErr
 		}
-		log, err = nil, applyErr
 	}
 	switch {
 	case errors.Is(err, ErrStop): // the caller has read what it needs; the file is closed
@@ -354,6 +370,11 @@ func (tx *Tx) Commit(recs []state.Record) error {
 		}
 		stamped, bodies = append(stamped, r), append(bodies, body)
 	}
+	if tx.staging {
+		tx.staged, tx.version = append(tx.staged, bodies...), max(tx.version, version)
+		tx.Committed = append(tx.Committed, stamped...)
+		return nil
+	}
 	if err := tx.append(bodies, version); err != nil {
 		h.forget()
 		return err
@@ -361,6 +382,40 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	h.pos = tx.log.Position
 	tx.Committed = append(tx.Committed, stamped...)
 	return nil
+}
+
+// WriteBatch runs fns one after the other in one operation under the
+// exclusive lock, each deciding against the state that includes the
+// decisions of those before it, and appends every record they committed in
+// one write made durable by one fsync (group commit). It returns each fn's
+// own error and, separately, the batch's: when the write or the fsync
+// fails, nothing of the batch was written, and every fn's answer is void.
+// Committed[i] are the records fns[i] committed, as stamped.
+func (h *Handle) WriteBatch(fns []func(*Tx) error) (errs []error, committed [][]state.Record, err error) {
+	errs, committed = make([]error, len(fns)), make([][]state.Record, len(fns))
+	err = h.Write(func(tx *Tx) error {
+		tx.staging = true
+		for i, fn := range fns {
+			tx.Committed = nil
+			errs[i] = fn(tx)
+			committed[i] = tx.Committed
+			if tx.State.Damage() != nil {
+				tx.Committed = nil // nothing of the batch was written: it runs again from a full replay
+				return errArchiveDamaged
+			}
+		}
+		tx.staging = false
+		if len(tx.staged) == 0 {
+			return nil
+		}
+		if err := tx.append(tx.staged, tx.version); err != nil {
+			h.forget()
+			return err
+		}
+		h.pos = tx.log.Position
+		return nil
+	})
+	return errs, committed, err
 }
 
 // append writes the records' bodies; version is the format version they

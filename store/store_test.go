@@ -338,3 +338,59 @@ func TestArchiveTruncatedInPlaceIsDamageNotACrash(t *testing.T) {
 		t.Fatalf("after truncating the archive in place: %d tasks (want %d), warnings %q", got, want, warnings)
 	}
 }
+
+// failingSync fails every fsync of the WAL (and, so, its rollback too is
+// only a truncate).
+type failingSync struct{ wal.Storage }
+
+func (failingSync) Sync() error { return errors.New("injected: fsync failed") }
+
+type failingSyncFS struct{ store.OS }
+
+func (failingSyncFS) WAL(s wal.Storage) wal.Storage { return failingSync{s} }
+
+// TestGroupCommit: a batch decides its operations one after the other, each
+// against the state that includes the decisions before it, and writes them
+// all in one write and one fsync; when that write fails, nothing of the
+// batch is in the WAL and the batch's error voids every answer.
+func TestGroupCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	fsys := &countingFS{}
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
+	defer h.Close()
+	submit(t, h, "first") // T1
+	fsys.writes, fsys.syncs = 0, 0
+	var leased []string
+	lease := func(tx *store.Tx) error {
+		d, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute}, tx.Now)
+		if err != nil {
+			return err
+		}
+		leased = append(leased, d.TaskID)
+		return tx.Commit(d.Records)
+	}
+	add := func(tx *store.Tx) error {
+		d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+		if err != nil {
+			return err
+		}
+		return tx.Commit(d.Records)
+	}
+	errs, committed, err := h.WriteBatch([]func(*store.Tx) error{lease, add, lease, lease})
+	if err != nil || fsys.writes != 1 || fsys.syncs != 1 {
+		t.Fatalf("batch: %v, %d writes, %d fsyncs", err, fsys.writes, fsys.syncs)
+	}
+	// The second lease sees the task the submit before it created; the third finds nothing.
+	if strings.Join(leased, ",") != "T1,T2," || errs[3] != nil || len(committed[3]) != 0 || committed[2][0].Seq != 4 {
+		t.Fatalf("leased %q, errors %v, committed %v", leased, errs, committed)
+	}
+	before, _ := os.ReadFile(path)
+	broken := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: failingSyncFS{}})
+	defer broken.Close()
+	_, _, err = broken.WriteBatch([]func(*store.Tx) error{add, add})
+	after, _ := os.ReadFile(path)
+	var ae *store.AppendError
+	if !errors.As(err, &ae) || string(after) != string(before) {
+		t.Fatalf("a failed batch: %v; the WAL changed: %v", err, string(after) != string(before))
+	}
+}

@@ -33,6 +33,7 @@ func main() {
 	waiting := flag.Int("waiting", 0, "with -generate: tasks left WAITING at the end")
 	lockPhase := flag.Duration("contention", 0, "measure the lock instead, in phases of this length (readers beside a writer; writers against writers)")
 	workerPhase := flag.Duration("workers", 0, "measure leasewal run instead, in phases of this length (against shell loops; pickup after a lapse)")
+	servePhase := flag.Duration("serve", 0, "measure leasewal serve instead, in phases of this length (16 HTTP clients against 16 process loops)")
 	flag.Parse()
 	if *generate != "" {
 		generateHistory(*generate, *records, *waiting)
@@ -50,6 +51,10 @@ func main() {
 	}
 	if *workerPhase > 0 {
 		workers(dir, *leasewal, *workerPhase)
+		return
+	}
+	if *servePhase > 0 {
+		serveBench(dir, *leasewal, *servePhase)
 		return
 	}
 	fmt.Println("latencies are medians in ms; ratio = leasewal / sqlite3 (one process per command, fsync per transaction)")

@@ -1,0 +1,150 @@
+package cmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// The flags that configure this process, never sent to a server.
+var clientFlags = map[string]bool{"wal": true, "config": true, "output": true, "no-color": true, "no-headers": true,
+	"lock-timeout": true, "server": true, "token-file": true, "payload-file": true, "help": true}
+
+// remote sends the command to a server (--server) and prints and exits as
+// the command would locally. A list of servers is tried in order until one
+// answers; a request whose answer is lost after it was sent is exit 10,
+// never guessed.
+func (a *app) remote(c *cobra.Command, args []string) error {
+	path := strings.ReplaceAll(strings.TrimPrefix(c.CommandPath(), "leasewal "), " ", "/")
+	first := strings.SplitN(path, "/", 2)[0]
+	if localOnly[first] {
+		return usageErr("%s works on the WAL's own machine only: run it there, without --server (or LEASEWAL_SERVER)", first)
+	}
+	if a.env.Now != "" {
+		return usageErr("the server stamps time: drop --now (or LEASEWAL_NOW) with --server")
+	}
+	if follow, _ := c.Flags().GetBool("follow"); follow {
+		return usageErr("log --follow works on the WAL's own machine only, not with --server")
+	}
+	body, err := requestBody(c, args, a.env)
+	if err != nil {
+		return err
+	}
+	var token string
+	if a.env.TokenFile != "" {
+		b, err := os.ReadFile(a.env.TokenFile)
+		if err != nil {
+			return usageErr("cannot read --token-file %s: %v", a.env.TokenFile, unwrapPathErr(err))
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	var lastErr error
+	for _, base := range strings.Split(a.env.Server, ",") {
+		base = strings.TrimRight(strings.TrimSpace(base), "/")
+		req, err := http.NewRequest(http.MethodPost, base+"/v1/"+path, bytes.NewReader(body))
+		if err != nil {
+			return usageErr("--server %q: %v", base, err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Leasewal-Output", a.env.Output)
+		req.Header.Set("Leasewal-Columns", strconv.Itoa(a.env.terminalWidth()))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		client := &http.Client{Timeout: 10 * time.Minute}
+		resp, err := client.Do(req)
+		if err != nil {
+			var op *net.OpError
+			if errors.As(err, &op) && op.Op == "dial" {
+				lastErr = err // nothing was sent: the next server may answer
+				continue
+			}
+			return &unknownOutcome{server: base, err: err}
+		}
+		return a.printRemote(resp, base)
+	}
+	return fmt.Errorf("no server answered (%v); nothing was sent: check --server (or LEASEWAL_SERVER) and that 'leasewal serve' runs", lastErr)
+}
+
+func (a *app) printRemote(resp *http.Response, base string) error {
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return &unknownOutcome{server: base, err: err}
+	}
+	code, err := strconv.Atoi(resp.Header.Get("Leasewal-Exit"))
+	if err != nil {
+		return &unknownOutcome{server: base, err: fmt.Errorf("HTTP %s without an exit code", resp.Status)}
+	}
+	if quoted := resp.Header.Get("Leasewal-Stderr"); quoted != "" {
+		if text, err := strconv.Unquote(quoted); err == nil {
+			io.WriteString(a.env.stderr, text)
+		}
+	} else if resp.StatusCode != http.StatusOK { // the server's own refusal (a bad token, a bad request)
+		var v errorView
+		if json.Unmarshal(out, &v) == nil {
+			fmt.Fprintf(a.env.stderr, "leasewal: %s: %s\n", base, v.Message)
+		}
+	}
+	if _, err := a.env.stdout.Write(out); err != nil && code == ExitOK {
+		return fmt.Errorf("writing the answer to stdout: %w", err)
+	}
+	return &exitStatus{code: code}
+}
+
+// unknownOutcome is a request sent to a server whose answer never came back.
+type unknownOutcome struct {
+	server string
+	err    error
+}
+
+func (e *unknownOutcome) Error() string {
+	return fmt.Sprintf("the request was sent to %s but its answer was lost (%v): the outcome is unknown; repeat it with the same --request-id, or look with 'leasewal inspect'", e.server, e.err)
+}
+
+// requestBody is the command's flags as a JSON object, the positional
+// arguments as "args": what the server turns back into a command line. A
+// --payload-file is read here and sent as --payload: the file is the
+// client's.
+func requestBody(c *cobra.Command, args []string, e env) ([]byte, error) {
+	flags := map[string]any{}
+	var err error
+	c.Flags().Visit(func(f *pflag.Flag) {
+		if clientFlags[f.Name] || err != nil {
+			return
+		}
+		if f.Value.Type() == "stringSlice" {
+			list, _ := c.Flags().GetStringSlice(f.Name)
+			flags[f.Name] = strings.Join(list, ",")
+			return
+		}
+		flags[f.Name] = f.Value.String()
+	})
+	if file, _ := c.Flags().GetString("payload-file"); file != "" && c.Flags().Changed("payload-file") {
+		o := submitOptions{payloadFile: file}
+		payload, perr := o.readPayload(e.stdin)
+		if perr != nil {
+			return nil, perr
+		}
+		flags["payload"] = payload
+	}
+	flags["actor"] = e.Actor
+	if len(args) > 0 {
+		flags["args"] = args
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(flags)
+}

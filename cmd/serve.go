@@ -1,0 +1,369 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"leasewal/state"
+	"leasewal/store"
+)
+
+// The verbs a server does not run for a client: they read or repair the file
+// itself, or are local by nature.
+var localOnly = map[string]bool{"verify": true, "repair": true, "serve": true, "completion": true, "help": true, "run": true}
+
+type serveOptions struct {
+	listen    string
+	tokenFile string
+	maxBatch  int
+}
+
+func (a *app) newServeCmd() *cobra.Command {
+	o := &serveOptions{}
+	c := &cobra.Command{
+		Use:   "serve --listen ADDR [--token-file FILE]",
+		Short: "Answer the same operations over HTTP, with group commit",
+		Long: `A long-lived process that answers every operation over HTTP: POST /v1/<command>
+(/v1/worklease/acquire for a subcommand) with the flags as a JSON object and
+the positional arguments as "args", e.g. {"payload":"x","window":"5m"}; the
+answer is the JSON document the command prints with -o json, its exit code in
+the header Leasewal-Exit, HTTP 200 for every decided outcome (refusals
+included), 400 for a body that does not parse, 401 for a missing or wrong
+token. GET /v1/status answers {"role":"single","leader":URL,"last_seq":N}.
+
+Group commit: requests that arrive together are decided one after the other
+in arrival order, each against the state that includes the earlier ones, their
+records appended in one write with one fsync, and only then answered; if the
+write fails, every request of the batch is answered WriteFailed. Local
+commands on the same WAL keep working beside it. It binds to loopback unless
+told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
+		Example: `  leasewal serve --wal /var/lib/leasewal/q.wal --listen 127.0.0.1:7420
+  LEASEWAL_SERVER=http://127.0.0.1:7420 leasewal submit --payload job-1`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return runServe(a.env, *o) },
+	}
+	c.Flags().StringVar(&o.listen, "listen", "127.0.0.1:7420", "the address to listen on")
+	c.Flags().StringVar(&o.tokenFile, "token-file", "", "refuse requests without 'Authorization: Bearer <this file's content>'")
+	c.Flags().IntVar(&o.maxBatch, "max-batch", 256, "most requests decided in one batch")
+	return c
+}
+
+// batcher decides operations in batches: one lock, one write, one fsync.
+type batcher struct {
+	h     *store.Handle
+	queue chan *pending
+	max   int
+}
+
+type pending struct {
+	decide    func(tx *store.Tx) (answer, error)
+	a         answer
+	committed []state.Record
+	err       error
+	done      chan struct{}
+}
+
+// run queues decide for the next batch and waits for its answer.
+func (b *batcher) run(decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
+	p := &pending{decide: decide, done: make(chan struct{})}
+	b.queue <- p
+	<-p.done
+	return p.a, p.committed, p.err
+}
+
+// loop takes what has queued, decides it as one batch, and answers it,
+// until the queue is closed.
+func (b *batcher) loop() {
+	for first := range b.queue {
+		batch := []*pending{first}
+	gather:
+		for len(batch) < b.max {
+			select {
+			case p, ok := <-b.queue:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, p)
+			default:
+				break gather
+			}
+		}
+		fns := make([]func(*store.Tx) error, len(batch))
+		for i, p := range batch {
+			fns[i] = func(tx *store.Tx) error {
+				var err error
+				p.a, err = p.decide(tx)
+				return err
+			}
+		}
+		errs, committed, err := b.h.WriteBatch(fns)
+		for i, p := range batch {
+			p.err, p.committed = errs[i], committed[i]
+			if err != nil {
+				p.err, p.committed = err, nil // nothing of the batch was written
+			}
+			close(p.done)
+		}
+	}
+}
+
+func runServe(e env, o serveOptions) error {
+	if e.Now != "" {
+		return usageErr("serve stamps records with the wall clock: drop --now (or LEASEWAL_NOW)")
+	}
+	var token string
+	if o.tokenFile != "" {
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return usageErr("cannot read --token-file %s: %v", o.tokenFile, unwrapPathErr(err))
+		}
+		if token = strings.TrimSpace(string(b)); token == "" {
+			return usageErr("--token-file %s is empty", o.tokenFile)
+		}
+	}
+	if o.maxBatch < 1 {
+		return usageErr("--max-batch %d: give 1 or more", o.maxBatch)
+	}
+	h := store.Open(e.storeOptions())
+	defer h.Close()
+	b := &batcher{h: h, queue: make(chan *pending, 4096), max: o.maxBatch}
+	loopDone := make(chan struct{})
+	go func() { b.loop(); close(loopDone) }()
+	listener, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return usageErr("cannot listen on %s: %v", o.listen, err)
+	}
+	s := &server{e: e, batch: b, token: token, url: "http://" + listener.Addr().String()}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 5 * time.Minute, IdleTimeout: time.Minute}
+	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, s.url)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(listener) }()
+	select {
+	case err := <-served:
+		return err
+	case <-sigs:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = srv.Shutdown(ctx) // in-flight requests finish and are answered
+	close(b.queue)
+	<-loopDone
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// server answers the HTTP API.
+type server struct {
+	e     env
+	batch *batcher
+	token string
+	url   string
+}
+
+// The most a request body may hold: a 64 KiB payload escaped, and the rest.
+const maxRequestBody = 1 << 20
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.token != "" && r.Header.Get("Authorization") != "Bearer "+s.token {
+		httpError(w, http.StatusUnauthorized, "Unauthorized", "a missing or wrong token: send 'Authorization: Bearer <token>'")
+		return
+	}
+	path, ok := strings.CutPrefix(r.URL.Path, "/v1/")
+	switch {
+	case !ok:
+		httpError(w, http.StatusNotFound, "NotFound", "the API is under /v1/")
+		return
+	case path == "status" && r.Method == http.MethodGet:
+		s.status(w)
+		return
+	case r.Method != http.MethodPost:
+		httpError(w, http.StatusMethodNotAllowed, "Usage", "POST /v1/<command>")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	if err != nil {
+		httpError(w, http.StatusRequestEntityTooLarge, "Usage", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
+		return
+	}
+	argv, err := requestArgs(path, body)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, "Usage", err.Error())
+		return
+	}
+	output := r.Header.Get("Leasewal-Output")
+	if output == "" {
+		output = "json"
+	}
+	columns := r.Header.Get("Leasewal-Columns")
+	var stdout, stderr bytes.Buffer
+	code := s.e.serveOne(argv, output, columns, &stdout, &stderr)
+	w.Header().Set("Leasewal-Exit", strconv.Itoa(code))
+	if stderr.Len() > 0 {
+		w.Header().Set("Leasewal-Stderr", strconv.Quote(stderr.String()))
+	}
+	if output == "json" {
+		w.Header().Set("Content-Type", "application/json")
+	} else {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	_, _ = w.Write(stdout.Bytes()) // a client gone away: the decision stands, a retry with its request id gets it
+}
+
+func (s *server) status(w http.ResponseWriter) {
+	var last int64
+	err := s.batch.h.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil })
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, "Internal", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	writeJSON(w, map[string]any{"role": "single", "leader": s.url, "last_seq": last})
+}
+
+func httpError(w http.ResponseWriter, status int, kind, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Leasewal-Exit", strconv.Itoa(ExitUsage))
+	w.WriteHeader(status)
+	writeJSON(w, errorView{Result: "ERROR", Error: kind, Message: msg})
+}
+
+// requestArgs turns a request (the command's path, and its flags as a JSON
+// object with the positional arguments as "args") into a command line.
+func requestArgs(path string, body []byte) ([]string, error) {
+	words := strings.Split(path, "/")
+	for _, w := range words {
+		if w == "" || strings.HasPrefix(w, "-") {
+			return nil, fmt.Errorf("%q is not a command path", path)
+		}
+	}
+	if localOnly[words[0]] {
+		return nil, fmt.Errorf("%s works on the WAL's own machine only: run it there, without --server", words[0])
+	}
+	var flags map[string]any
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		if err := dec.Decode(&flags); err != nil {
+			return nil, fmt.Errorf("the body is not a JSON object of flags: %v", err)
+		}
+	}
+	argv := slices.Clone(words)
+	var positional []string
+	for _, name := range slices.Sorted(mapKeys(flags)) {
+		v := flags[name]
+		if name == "args" {
+			list, ok := v.([]any)
+			if !ok {
+				return nil, errors.New(`"args" must be a list of strings`)
+			}
+			for _, a := range list {
+				str, ok := a.(string)
+				if !ok {
+					return nil, errors.New(`"args" must be a list of strings`)
+				}
+				positional = append(positional, str)
+			}
+			continue
+		}
+		switch name {
+		case "now", "wal", "config", "output", "o", "lock-timeout", "no-color", "server":
+			return nil, fmt.Errorf("flag %q is the server's to set, not a request's", name)
+		}
+		value, err := flagValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("flag %q: %v", name, err)
+		}
+		argv = append(argv, "--"+name+"="+value)
+	}
+	if len(positional) > 0 {
+		argv = append(argv, "--")
+		argv = append(argv, positional...)
+	}
+	return argv, nil
+}
+
+func mapKeys(m map[string]any) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func flagValue(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case json.Number:
+		return x.String(), nil
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			s, err := flagValue(e)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = s
+		}
+		return strings.Join(parts, ","), nil
+	}
+	return "", fmt.Errorf("%v is not a string, number, boolean or list", v)
+}
+
+// serveOne runs one request's command line inside the server: with the
+// server's WAL and configuration, the wall clock, the client's output
+// format, and the server's batcher.
+func (e env) serveOne(argv []string, output, columns string, stdout, stderr io.Writer) int {
+	a := &app{v: viper.New(), args: argv, env: env{stdin: strings.NewReader(""), stdout: stdout, stderr: stderr,
+		getenv: func(k string) string {
+			if k == "COLUMNS" {
+				return columns
+			}
+			return ""
+		}, batch: e.batch}}
+	a.resolved = true
+	a.env.Config = e.Config
+	a.env.Output = output
+	a.env.Color = false
+	a.root = a.newRoot()
+	a.root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if err := c.ValidateRequiredFlags(); err != nil {
+			return usageErr("%v; see 'leasewal %s --help'", err, c.CommandPath()[len("leasewal "):])
+		}
+		if actor, _ := c.Flags().GetString("actor"); actor != "" && c.Flags().Changed("actor") {
+			a.env.Actor = actor // the client's, for audit
+		}
+		return nil
+	}
+	a.root.SetArgs(argv)
+	a.root.SetIn(a.env.stdin)
+	a.root.SetOut(stdout)
+	a.root.SetErr(stderr)
+	return a.finish(a.root.Execute())
+}
