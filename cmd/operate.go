@@ -127,7 +127,7 @@ func (e env) needsWallClock(what string) error {
 // were), quiet when stdout was closed on a command that wrote nothing
 // ('leasewal log | head -1'), and exit 1 otherwise.
 func (e env) print(a answer, committed []state.Record) error {
-	out := &stickyWriter{w: bufio.NewWriterSize(e.stdout, 64<<10)}
+	out := &stickyWriter{w: bufio.NewWriterSize(e.stdout, 8<<10)}
 	var err error
 	switch s, streams := a.doc.(jsonStreamer); {
 	case e.Output == "json" && streams:

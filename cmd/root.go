@@ -159,7 +159,9 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(),
 		a.newWorkleaseCmd(),
 	)
-	a.registerCompletions(root)
+	if a.env.batch == nil { // a request inside a server completes nothing
+		a.registerCompletions(root)
+	}
 	return root
 }
 

@@ -149,6 +149,7 @@ func runServe(e env, o serveOptions) error {
 	if err != nil {
 		return usageErr("cannot listen on %s: %v", o.listen, err)
 	}
+	e.batch = b // every request's operation joins the batches
 	s := &server{e: e, batch: b, token: token, url: "http://" + listener.Addr().String()}
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 5 * time.Minute, IdleTimeout: time.Minute}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -94,6 +95,7 @@ func httpSubmits(leasewal, wal string, d time.Duration, port int) (float64, time
 			return err
 		}
 		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body) // read whole, so that the connection is reused
 		if resp.Header.Get("Leasewal-Exit") != "0" {
 			return fmt.Errorf("exit %s", resp.Header.Get("Leasewal-Exit"))
 		}
