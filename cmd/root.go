@@ -37,7 +37,7 @@ type Config struct {
 	Actor       string
 	Now         string // --now or LEASEWAL_NOW, unparsed: it is read against the WAL's last record
 	Fault       *store.Fault
-	MaxRetries  int // worklease fail's --max-retries, which the config file may set too
+	MaxRetries  int    // worklease fail's --max-retries, which the config file may set too
 	Server      string // --server: the commands go to these servers
 	TokenFile   string
 }

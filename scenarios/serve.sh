@@ -10,7 +10,7 @@ PORT=$((20000 + RANDOM % 20000))
 echo secret-token >"$DIR/token"
 "$LEASEWAL" --wal "$WAL" serve --listen 127.0.0.1:$PORT --token-file "$DIR/token" 2>"$DIR/serve.err" &
 server=$!
-trap 'kill $server 2>/dev/null; rm -rf "$DIR"' EXIT
+trap 'kill $server 2>/dev/null || true; rm -rf "$DIR" "$ERRFILE"' EXIT
 for _ in $(seq 50); do grep -q serving "$DIR/serve.err" && break; sleep 0.1; done
 export LEASEWAL_SERVER=http://127.0.0.1:$PORT LEASEWAL_TOKEN_FILE=$DIR/token LEASEWAL_WAL=$DIR/not-used.wal
 
