@@ -66,10 +66,10 @@ expect state FAILED reason "permanent failure: exit 65: bad input"
 
 step "an operator aborts a running job: its child is killed, the task LOST"
 run 0 submit --payload long --request-id long
-"$LEASEWAL" -o json run --worker W4 --duration 3s -- sh -c 'sleep 60 | cat # '"$MARK" >"$DIR/abort.out" 2>"$DIR/abort.err" &
+"$LEASEWAL" -o json run --worker W4 --duration 3s -- sh -c 'touch "$0"; sleep 60 | cat # '"$MARK" "$DIR/long.started" >"$DIR/abort.out" 2>"$DIR/abort.err" &
 runner=$!
-for _ in $(seq 50); do [ -n "$(leftovers)" ] && break; sleep 0.1; done
-[ -n "$(leftovers)" ] || fail "the long job did not start"
+for _ in $(seq 50); do [ -f "$DIR/long.started" ] && break; sleep 0.1; done
+[ -f "$DIR/long.started" ] || fail "the long job did not start"
 run 0 abort T12 --reason 'operator: wrong file'
 wait $runner || fail "run exited $? after the abort"
 grep -q '"task_id":"T12".*"outcome":"LOST","exit":null' "$DIR/abort.out" || fail "abort: $(cat "$DIR/abort.out" "$DIR/abort.err")"
@@ -78,10 +78,10 @@ echo "   LOST within one extension; the child and its pipe partner gone"
 
 step "a runner SIGKILLed mid-job leaves no process behind; its task is re-leased after expiry"
 run 0 submit --payload crashy --request-id crashy
-"$LEASEWAL" run --worker W5 --duration 1s -- sh -c 'sleep 60 | cat # '"$MARK" >/dev/null 2>&1 &
+"$LEASEWAL" run --worker W5 --duration 1s -- sh -c 'touch "$0"; sleep 60 | cat # '"$MARK" "$DIR/crashy.started" >/dev/null 2>&1 &
 runner=$!
-for _ in $(seq 50); do [ -n "$(leftovers)" ] && break; sleep 0.1; done
-[ -n "$(leftovers)" ] || fail "the crashy job did not start"
+for _ in $(seq 50); do [ -f "$DIR/crashy.started" ] && break; sleep 0.1; done
+[ -f "$DIR/crashy.started" ] || fail "the crashy job did not start"
 kill -9 $runner
 wait $runner 2>/dev/null || true
 for _ in $(seq 50); do [ -z "$(leftovers)" ] && break; sleep 0.1; done
@@ -90,10 +90,28 @@ worker 0 --worker W6 --wait 3s -- sh -c 'cat >/dev/null # '"$MARK"
 expect task_id T13 attempt 2 outcome COMMITTED
 echo "   no process left; re-leased as attempt 2 after the lease lapsed"
 
+step "a child that floods stdout and never reads its stdin is fine"
+run 0 submit --payload flood --request-id flood
+worker 0 --worker W7 -- sh -c 'head -c 5000000 /dev/zero # '"$MARK"
+expect task_id T14 outcome COMMITTED exit 0
+echo "   5 MB on stdout (to run's stderr with -o json): COMMITTED"
+
+step "a WAL deleted while a runner waits: the runner finds it gone and stops for want of tasks"
+cp "$LEASEWAL_WAL" "$DIR/kept.wal"
+"$LEASEWAL" -o json run --worker W8 --wait 2s -- true >"$DIR/deleted.out" 2>"$DIR/deleted.err" &
+runner=$!
+sleep 0.5
+rm "$LEASEWAL_WAL"
+code=0
+wait $runner || code=$?
+[ "$code" = 4 ] || fail "run exited $code after its WAL was deleted: $(cat "$DIR/deleted.err")"
+mv "$DIR/kept.wal" "$LEASEWAL_WAL"
+echo "   exit 4 (no task leased), nothing written to a WAL that is gone"
+
 step "every record obeys every invariant"
 run 0 verify
 expect result OK
 run 0 inspect
-expect COMPLETED 10 FAILED 2 DEAD 1
+expect COMPLETED 11 FAILED 2 DEAD 1
 rm -rf "$DIR"
 echo "workers: OK"
