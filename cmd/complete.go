@@ -37,11 +37,8 @@ type committedView struct {
 
 func runComplete(e env, o leaseRef) error {
 	return e.write(func(tx *store.Tx) (answer, error) {
-		dec, err := tx.State.DecideComplete(o.taskID, o.leaseID, tx.Now)
+		dec, err := committer(tx)(tx.State.DecideComplete(o.taskID, o.leaseID, tx.Now))
 		if err != nil {
-			return answer{}, err
-		}
-		if err := tx.Commit(dec.Records); err != nil {
 			return answer{}, err
 		}
 		if dec.Outcome == state.ResultCancelled {

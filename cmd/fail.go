@@ -48,11 +48,8 @@ type failView struct {
 
 func runFail(e env, o failOptions) error {
 	return e.write(func(tx *store.Tx) (answer, error) {
-		dec, err := tx.State.DecideFail(o.taskID, o.leaseID, o.reason, o.permanent, tx.Now)
+		dec, err := committer(tx)(tx.State.DecideFail(o.taskID, o.leaseID, o.reason, o.permanent, tx.Now))
 		if err != nil {
-			return answer{}, err
-		}
-		if err := tx.Commit(dec.Records); err != nil {
 			return answer{}, err
 		}
 		if dec.Outcome == state.ResultCancelled {

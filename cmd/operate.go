@@ -70,6 +70,33 @@ func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx)
 	return e.operateOn(h, writing, decide)
 }
 
+// committer commits in tx the records of the decision it is given, or passes
+// its refusal on: committer(tx)(tx.State.DecideX(…)).
+func committer(tx *store.Tx) func(state.Decision, error) (state.Decision, error) {
+	return func(d state.Decision, err error) (state.Decision, error) {
+		if err != nil {
+			return d, err
+		}
+		return d, tx.Commit(d.Records)
+	}
+}
+
+// runAck runs a verb that creates a task (submit, requeue): it commits the
+// decision and answers ACK with the task.
+func (e env) runAck(decide func(st *state.State, now int64) (state.Decision, error)) error {
+	return e.write(func(tx *store.Tx) (answer, error) {
+		d, err := committer(tx)(decide(tx.State, tx.Now))
+		if err != nil {
+			return answer{}, err
+		}
+		t, err := tx.State.Task(d.TaskID)
+		if err != nil {
+			return answer{}, err
+		}
+		return ackAnswer(d, t), nil
+	})
+}
+
 // operateOn is operate on a handle the caller holds.
 func (e env) operateOn(h *store.Handle, writing bool, decide func(tx *store.Tx) (answer, error)) error {
 	a, committed, err := decideOn(h, writing, decide)

@@ -52,11 +52,8 @@ type abortView struct {
 
 func runAbort(e env, taskID, reason string) error {
 	return e.write(func(tx *store.Tx) (answer, error) {
-		d, err := tx.State.DecideAbort(taskID, reason, tx.Now)
+		d, err := committer(tx)(tx.State.DecideAbort(taskID, reason, tx.Now))
 		if err != nil {
-			return answer{}, err
-		}
-		if err := tx.Commit(d.Records); err != nil {
 			return answer{}, err
 		}
 		v := abortView{Result: d.Outcome, TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, LeaseID: orNull(d.LeaseID), Duplicate: d.Duplicate}
@@ -88,19 +85,8 @@ one name space. A live task: exit 2; an unknown task: exit 4.`,
 }
 
 func runRequeue(e env, taskID, requestID string) error {
-	return e.write(func(tx *store.Tx) (answer, error) {
-		d, err := tx.State.DecideRequeue(taskID, requestID, tx.Now)
-		if err != nil {
-			return answer{}, err
-		}
-		if err := tx.Commit(d.Records); err != nil {
-			return answer{}, err
-		}
-		t, err := tx.State.Task(d.TaskID)
-		if err != nil {
-			return answer{}, err
-		}
-		return ackAnswer(d, t), nil
+	return e.runAck(func(st *state.State, now int64) (state.Decision, error) {
+		return st.DecideRequeue(taskID, requestID, now)
 	})
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/state"
-	"leasewal/store"
 )
 
 type submitOptions struct {
@@ -174,18 +173,5 @@ func runSubmit(e env, o submitOptions) error {
 	if err != nil {
 		return err
 	}
-	return e.write(func(tx *store.Tx) (answer, error) {
-		d, err := tx.State.DecideSubmit(cmd, tx.Now)
-		if err != nil {
-			return answer{}, err
-		}
-		if err := tx.Commit(d.Records); err != nil {
-			return answer{}, err
-		}
-		t, err := tx.State.Task(d.TaskID)
-		if err != nil {
-			return answer{}, err
-		}
-		return ackAnswer(d, t), nil
-	})
+	return e.runAck(func(st *state.State, now int64) (state.Decision, error) { return st.DecideSubmit(cmd, now) })
 }
