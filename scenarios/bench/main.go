@@ -34,6 +34,7 @@ func main() {
 	lockPhase := flag.Duration("contention", 0, "measure the lock instead, in phases of this length (readers beside a writer; writers against writers)")
 	workerPhase := flag.Duration("workers", 0, "measure leasewal run instead, in phases of this length (against shell loops; pickup after a lapse)")
 	servePhase := flag.Duration("serve", 0, "measure leasewal serve instead, in phases of this length (16 HTTP clients against 16 process loops)")
+	backlogOnly := flag.Bool("backlog", false, "measure per-command latency against the number of waiting tasks instead")
 	flag.Parse()
 	if *generate != "" {
 		generateHistory(*generate, *records, *waiting)
@@ -55,6 +56,10 @@ func main() {
 	}
 	if *servePhase > 0 {
 		serveBench(dir, *leasewal, *servePhase)
+		return
+	}
+	if *backlogOnly {
+		backlog(dir, *leasewal, *reps)
 		return
 	}
 	fmt.Println("latencies are medians in ms; ratio = leasewal / sqlite3 (one process per command, fsync per transaction)")
