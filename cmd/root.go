@@ -83,6 +83,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return a.finish(a.root.Execute())
 }
 
+// Help lists commands in the order of a task's life, not alphabetically.
+// It is cobra's global, set once: a server builds a command tree per request.
+func init() { cobra.EnableCommandSorting = false }
+
 // tuneGC lets the collector run less often than Go's default: a command is a
 // short-lived process whose heap is mostly the replayed state, all of it live.
 // A soft memory limit keeps the peak bounded on a very large WAL. GOGC and
@@ -150,8 +154,6 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	a.v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
 	a.v.AutomaticEnv()
 
-	// Help lists commands in the order of a task's life, not alphabetically.
-	cobra.EnableCommandSorting = false
 	root.AddCommand(
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newExpireCmd(),

@@ -142,15 +142,11 @@ func runServe(e env, o serveOptions) error {
 	}
 	h := store.Open(e.storeOptions())
 	defer h.Close()
-	b := &batcher{h: h, queue: make(chan *pending, 4096), max: o.maxBatch}
-	loopDone := make(chan struct{})
-	go func() { b.loop(); close(loopDone) }()
 	listener, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return usageErr("cannot listen on %s: %v", o.listen, err)
 	}
-	e.batch = b // every request's operation joins the batches
-	s := &server{e: e, batch: b, token: token, url: "http://" + listener.Addr().String()}
+	s, stopBatches := newServer(e, h, token, o.maxBatch, "http://"+listener.Addr().String())
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 5 * time.Minute, IdleTimeout: time.Minute}
 	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, s.url)
@@ -167,12 +163,22 @@ func runServe(e env, o serveOptions) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = srv.Shutdown(ctx) // in-flight requests finish and are answered
-	close(b.queue)
-	<-loopDone
+	stopBatches()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// newServer is the HTTP API over h: every request's operation joins the
+// batches of one batcher (group commit). stop drains the batcher once no
+// request is under way.
+func newServer(e env, h *store.Handle, token string, maxBatch int, url string) (s *server, stop func()) {
+	b := &batcher{h: h, queue: make(chan *pending, 4096), max: maxBatch}
+	done := make(chan struct{})
+	go func() { b.loop(); close(done) }()
+	e.batch = b
+	return &server{e: e, batch: b, token: token, url: url}, func() { close(b.queue); <-done }
 }
 
 // server answers the HTTP API.
