@@ -41,40 +41,82 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	resp, base, err := a.env.post(path, body, a.env.Output)
+	if err != nil {
+		return err
+	}
+	return a.printRemote(resp, base)
+}
+
+// post sends a request to the first server of --server that answers. A
+// server that cannot be reached is skipped (nothing was sent); one that took
+// the request but whose answer was lost is an unknown outcome (exit 10).
+func (e env) post(path string, body []byte, output string) (*http.Response, string, error) {
 	var token string
-	if a.env.TokenFile != "" {
-		b, err := os.ReadFile(a.env.TokenFile)
+	if e.TokenFile != "" {
+		b, err := os.ReadFile(e.TokenFile)
 		if err != nil {
-			return usageErr("cannot read --token-file %s: %v", a.env.TokenFile, unwrapPathErr(err))
+			return nil, "", usageErr("cannot read --token-file %s: %v", e.TokenFile, unwrapPathErr(err))
 		}
 		token = strings.TrimSpace(string(b))
 	}
 	var lastErr error
-	for _, base := range strings.Split(a.env.Server, ",") {
+	for _, base := range strings.Split(e.Server, ",") {
 		base = strings.TrimRight(strings.TrimSpace(base), "/")
 		req, err := http.NewRequest(http.MethodPost, base+"/v1/"+path, bytes.NewReader(body))
 		if err != nil {
-			return usageErr("--server %q: %v", base, err)
+			return nil, "", usageErr("--server %q: %v", base, err)
 		}
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Leasewal-Output", a.env.Output)
-		req.Header.Set("Leasewal-Columns", strconv.Itoa(a.env.terminalWidth()))
+		req.Header.Set("Leasewal-Output", output)
+		if output != "json" { // a table is fitted to this terminal, not the server's
+			req.Header.Set("Leasewal-Columns", strconv.Itoa(e.terminalWidth()))
+		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		client := &http.Client{Timeout: 10 * time.Minute}
-		resp, err := client.Do(req)
+		resp, err := serverClient.Do(req)
 		if err != nil {
 			var op *net.OpError
 			if errors.As(err, &op) && op.Op == "dial" {
 				lastErr = err // nothing was sent: the next server may answer
 				continue
 			}
-			return &unknownOutcome{server: base, err: err}
+			return nil, "", &unknownOutcome{server: base, err: err}
 		}
-		return a.printRemote(resp, base)
+		return resp, base, nil
 	}
-	return fmt.Errorf("no server answered (%v); nothing was sent: check --server (or LEASEWAL_SERVER) and that 'leasewal serve' runs", lastErr)
+	return nil, "", fmt.Errorf("no server answered (%v); nothing was sent: check --server (or LEASEWAL_SERVER) and that 'leasewal serve' runs", lastErr)
+}
+
+// serverClient is the HTTP client of --server: one, so that connections are reused.
+var serverClient = &http.Client{Timeout: 10 * time.Minute}
+
+// call sends one operation to the server and returns its JSON answer and exit code.
+func (e env) call(path string, flags map[string]any) (map[string]any, int, error) {
+	flags["actor"] = e.Actor
+	body, err := json.Marshal(flags)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, base, err := e.post(path, body, "json")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, 0, &unknownOutcome{server: base, err: err}
+	}
+	code, err := strconv.Atoi(resp.Header.Get("Leasewal-Exit"))
+	if err != nil {
+		return nil, 0, &unknownOutcome{server: base, err: fmt.Errorf("HTTP %s without an exit code", resp.Status)}
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, code, fmt.Errorf("%s answered something that is not JSON: %.200s", base, raw)
+	}
+	return doc, code, nil
 }
 
 func (a *app) printRemote(resp *http.Response, base string) error {

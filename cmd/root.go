@@ -127,7 +127,8 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 			if err := a.resolve(); err != nil {
 				return err
 			}
-			if a.env.Server != "" && c.Name() != "serve" {
+			// serve is the server; run is a client of its own (runcoord.go)
+			if a.env.Server != "" && c.Name() != "serve" && c.CommandPath() != "leasewal run" {
 				return a.remote(c, args)
 			}
 			return nil

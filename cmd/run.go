@@ -3,7 +3,6 @@ package cmd
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,7 +51,9 @@ death by a signal fails it; a command that cannot start fails it permanently.
 When the lease is lost (CANCELLED: it lapsed, the window closed, an operator
 aborted the task), the child's whole process group gets SIGTERM, SIGKILL after
 --kill-grace, and the task is reported LOST. A child and everything it started
-die with their runner, even a SIGKILLed one.
+die with their runner, even a SIGKILLed one. With --server the leases are
+taken through the server and the children get LEASEWAL_SERVER instead of
+LEASEWAL_WAL.
 
 It stops when nothing runs and nothing has become leasable for --wait (default
 0: at once), or after --max-tasks leases have finished; --forever never stops.
@@ -212,7 +213,7 @@ type runLine struct {
 type runner struct {
 	e       env
 	p       runPlan
-	h       *store.Handle
+	c       coordinator
 	spawn   chan spawnRequest
 	ends    chan jobEnd
 	running map[string]*job
@@ -250,37 +251,28 @@ func runRun(e env, o runOptions, argv []string) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	r := &runner{e: e, p: p, h: store.Open(e.storeOptions()), spawn: spawner(), ends: make(chan jobEnd),
-		running: map[string]*job{}, out: bufio.NewWriter(e.stdout)}
-	defer r.h.Close()
-	watcher, err := r.h.Watch()
-	if err != nil {
-		return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
+	var c coordinator
+	if e.Server != "" {
+		if c, err = newRemoteCoordinator(e); err != nil {
+			return err
+		}
+	} else {
+		c = localCoordinator{h: store.Open(e.storeOptions()), wal: e.WAL}
 	}
-	defer watcher.Close()
-	woken := make(chan struct{}, 1)
+	defer c.close()
+	r := &runner{e: e, p: p, c: c, spawn: spawner(), ends: make(chan jobEnd),
+		running: map[string]*job{}, out: bufio.NewWriter(e.stdout)}
 	quit := make(chan struct{})
 	defer close(quit)
-	go func() { // turns WAL changes into wake-ups of the loop
-		for {
-			select {
-			case <-quit:
-				return
-			default:
-			}
-			if changed, _ := watcher.Wait(time.Now().Add(200 * time.Millisecond)); changed {
-				select {
-				case woken <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
+	woken, err := c.wakeups(quit)
+	if err != nil {
+		return err
+	}
 	idleUntil := time.Now().Add(p.wait)
 	var next int64 // when time alone next makes a task eligible
 	for {
 		for r.stopped == nil && len(r.running) < p.jobs && (p.maxTasks == 0 || r.leased < p.maxTasks) {
-			j, nextEvent, err := r.lease()
+			j, nextEvent, err := r.c.lease(state.LeaseRequest{Worker: p.worker, Duration: p.duration, Queues: p.queues})
 			next = nextEvent
 			if err != nil {
 				fmt.Fprintf(e.stderr, "leasewal: run: could not lease (%v); trying again\n", withAdvice(err))
@@ -336,30 +328,6 @@ func runRun(e env, o runOptions, argv []string) error {
 	return nil
 }
 
-// lease takes one lease (nil when nothing is eligible) and says when time
-// alone next makes a task eligible.
-func (r *runner) lease() (*job, int64, error) {
-	var j *job
-	var next int64
-	err := r.h.Write(func(tx *store.Tx) error {
-		d, err := tx.State.DecideLease(state.LeaseRequest{Worker: r.p.worker, Duration: r.p.duration, Queues: r.p.queues}, tx.Now)
-		next = tx.State.NextEventAt(tx.Now)
-		if err != nil || d.Outcome != state.ResultLeased {
-			return err
-		}
-		if err := tx.Commit(d.Records); err != nil {
-			return err
-		}
-		t, err := tx.State.Task(d.TaskID)
-		if err != nil {
-			return err
-		}
-		j = &job{taskID: d.TaskID, leaseID: d.LeaseID, attempt: d.Attempt, payload: d.Payload, deadline: t.Deadline(), expiry: d.Expiry}
-		return nil
-	})
-	return j, next, err
-}
-
 // start runs the job's child under a supervisor; a child that cannot start
 // ends at once.
 func (r *runner) start(j *job) {
@@ -387,8 +355,16 @@ func (r *runner) start(j *job) {
 	}
 	cmd.Stderr = j.stderr
 	cmd.ExtraFiles = []*os.File{statusW}
-	cmd.Env = append(os.Environ(), "LEASEWAL_WAL="+r.p.walPath, "LEASEWAL_TASK="+j.taskID, "LEASEWAL_LEASE="+j.leaseID,
-		"LEASEWAL_ATTEMPT="+strconv.Itoa(j.attempt), "LEASEWAL_WORKER="+r.p.worker, "LEASEWAL_DEADLINE="+formatTime(j.deadline))
+	where := "LEASEWAL_WAL=" + r.p.walPath
+	if r.e.Server != "" {
+		where = "LEASEWAL_SERVER=" + r.e.Server // the child's own commands reach the same server
+	}
+	deadline := ""
+	if j.deadline != 0 {
+		deadline = formatTime(j.deadline)
+	}
+	cmd.Env = append(os.Environ(), where, "LEASEWAL_TASK="+j.taskID, "LEASEWAL_LEASE="+j.leaseID,
+		"LEASEWAL_ATTEMPT="+strconv.Itoa(j.attempt), "LEASEWAL_WORKER="+r.p.worker, "LEASEWAL_DEADLINE="+deadline)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	cmd.WaitDelay = r.p.grace + 5*time.Second
 	done := make(chan error, 1)
@@ -452,18 +428,7 @@ func (r *runner) extendDue() {
 		if j.lost || now.Before(j.nextExtend) {
 			continue
 		}
-		var outcome state.Outcome
-		err := r.h.Write(func(tx *store.Tx) error {
-			d, err := tx.State.DecideExtend(j.taskID, j.leaseID, r.p.duration, tx.Now)
-			if err != nil {
-				return err
-			}
-			outcome = d.Outcome
-			if d.Outcome == state.ResultExtended {
-				j.expiry = d.Expiry
-			}
-			return tx.Commit(d.Records)
-		})
+		outcome, err := r.c.extend(j, r.p.duration)
 		switch {
 		case err == nil && outcome == state.ResultExtended:
 			j.nextExtend = now.Add(r.p.duration / 3)
@@ -529,49 +494,28 @@ func (r *runner) finish(end jobEnd) {
 	case j.lost:
 		line.Outcome = "LOST"
 	case line.Exit != nil && *line.Exit == 0:
-		line.Outcome = r.verdict(j, func(tx *store.Tx) (state.Decision, error) {
-			return tx.State.DecideComplete(j.taskID, j.leaseID, tx.Now)
-		})
+		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.complete(j) })
 	default:
 		if r.stopped != nil {
 			reason, permanent = "worker stopped", false
 		}
-		line.Outcome = r.verdict(j, func(tx *store.Tx) (state.Decision, error) {
-			d, err := tx.State.DecideFail(j.taskID, j.leaseID, reason, permanent, tx.Now)
-			if err != nil || d.Outcome == state.ResultCancelled {
-				return d, err
-			}
-			if err := tx.Commit(d.Records); err != nil {
-				return d, err
-			}
-			d.Records = nil
-			return tx.State.FailAnswer(j.taskID, j.leaseID)
-		})
+		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.fail(j, reason, permanent) })
 	}
 	r.print(line)
 }
 
 // verdict writes a completion or a failure, retrying a failed write while
 // the lease lasts; CANCELLED, or a lease that lapsed meanwhile, is LOST.
-func (r *runner) verdict(j *job, decide func(tx *store.Tx) (state.Decision, error)) string {
+func (r *runner) verdict(j *job, settle func() (state.Outcome, error)) string {
 	for {
-		var outcome state.Outcome
-		err := r.h.Write(func(tx *store.Tx) error {
-			d, err := decide(tx)
-			if err != nil {
-				return err
-			}
-			outcome = d.Outcome
-			return tx.Commit(d.Records)
-		})
+		outcome, err := settle()
 		if err == nil {
 			if outcome == state.ResultCancelled {
 				return "LOST"
 			}
 			return string(outcome)
 		}
-		var refusal *state.Error
-		if errors.As(err, &refusal) || time.Now().UnixMilli() >= j.expiry {
+		if isRefusal(err) || time.Now().UnixMilli() >= j.expiry {
 			fmt.Fprintf(r.e.stderr, "leasewal: run: %s under %s: %v\n", j.taskID, j.leaseID, withAdvice(err))
 			return "LOST"
 		}

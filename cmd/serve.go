@@ -25,8 +25,10 @@ import (
 )
 
 // The verbs a server does not run for a client: they read or repair the file
-// itself, or are local by nature.
-var localOnly = map[string]bool{"verify": true, "repair": true, "serve": true, "completion": true, "help": true, "run": true}
+// itself, or are local by nature. run is not among them for a client, which
+// runs its children itself and leases through the server (runcoord.go); a
+// server never starts a client's children.
+var localOnly = map[string]bool{"verify": true, "repair": true, "serve": true, "completion": true, "help": true}
 
 type serveOptions struct {
 	listen    string
@@ -264,6 +266,9 @@ func requestArgs(path string, body []byte) ([]string, error) {
 		if w == "" || strings.HasPrefix(w, "-") {
 			return nil, fmt.Errorf("%q is not a command path", path)
 		}
+	}
+	if words[0] == "run" {
+		return nil, errors.New("a server does not start children: 'leasewal --server URL run' runs them on the client and leases through /v1/lease")
 	}
 	if localOnly[words[0]] {
 		return nil, fmt.Errorf("%s works on the WAL's own machine only: run it there, without --server", words[0])

@@ -2,8 +2,10 @@ package cmd
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"leasewal/state"
 	"leasewal/store"
 	"leasewal/wal"
 )
@@ -104,4 +107,96 @@ func TestServerGroupCommits(t *testing.T) {
 		t.Fatalf("no token: HTTP %d", resp.StatusCode)
 	}
 	t.Logf("%d concurrent submits: %d fsyncs of the WAL", requests, syncs.Load())
+}
+
+// TestRunThroughServer: run --server takes, extends and settles leases
+// through the server, and its children find the server in their environment.
+func TestRunThroughServer(t *testing.T) {
+	dir := t.TempDir()
+	walPath := filepath.Join(dir, "q.wal")
+	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
+	h := store.Open(e.storeOptions())
+	defer h.Close()
+	s, stop := newServer(e, h, "secret", 64, "http://test")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	defer stop()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, payload := range []string{"good", "bad"} {
+		if code, _, stderr := cli("--wal", walPath, "submit", "--payload", payload, "--max-attempts", "1"); code != 0 {
+			t.Fatal(stderr)
+		}
+	}
+	child := `[ "$(cat)" = good ] && [ "$LEASEWAL_SERVER" = "$1" ] && [ -n "$LEASEWAL_DEADLINE" ] && sleep 1.5`
+	code, stdout, stderr := cli("--server", ts.URL, "--token-file", tokenFile, "-o", "tsv",
+		"run", "--worker", "W", "--duration", "1s", "--", "sh", "-c", child, "child", ts.URL)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	var outcomes []string
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		f := strings.Split(line, "\t")
+		outcomes = append(outcomes, f[0]+" "+f[3])
+	}
+	if got := strings.Join(outcomes, ", "); got != "T1 COMMITTED, T2 FAILED" {
+		t.Fatalf("run printed %q, want T1 COMMITTED, T2 FAILED\n%s", got, stderr)
+	}
+	code, log, _ := cli("--wal", walPath, "log", "--task", "T1", "-o", "tsv")
+	if code != 0 || !strings.Contains(log, "LeaseExtended") {
+		t.Fatalf("a 1.5s child under a 1s lease was never extended:\n%s", log)
+	}
+	if code, _, stderr := cli("--wal", walPath, "verify"); code != 0 {
+		t.Fatal(stderr)
+	}
+}
+
+// TestRunLeaseAnswerLost: when the answer to run's lease is lost, the next
+// request repeats its request id and gets the same lease back rather than a
+// second one.
+func TestRunLeaseAnswerLost(t *testing.T) {
+	walPath := filepath.Join(t.TempDir(), "q.wal")
+	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
+	h := store.Open(e.storeOptions())
+	defer h.Close()
+	s, stop := newServer(e, h, "", 64, "http://test")
+	defer stop()
+	var dropped atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/lease" && dropped.CompareAndSwap(false, true) {
+			s.ServeHTTP(httptest.NewRecorder(), r) // decided and recorded, never answered
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		s.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	for range 2 {
+		if code, _, stderr := cli("--wal", walPath, "submit", "--payload", "p"); code != 0 {
+			t.Fatal(stderr)
+		}
+	}
+	c, err := newRemoteCoordinator(env{Config: Config{Server: ts.URL, Actor: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := state.LeaseRequest{Worker: "W", Duration: time.Minute}
+	_, _, err = c.lease(req)
+	var unknown *unknownOutcome
+	if !errors.As(err, &unknown) {
+		t.Fatalf("a lost answer gave %v, want an unknown outcome", err)
+	}
+	j, _, err := c.lease(req)
+	if err != nil || j == nil || j.taskID != "T1" || j.leaseID != "L1" {
+		t.Fatalf("the repeat gave %+v, %v; want T1 under L1 again", j, err)
+	}
+	j, _, err = c.lease(req)
+	if err != nil || j == nil || j.taskID != "T2" || j.leaseID != "L2" {
+		t.Fatalf("the next lease gave %+v, %v; want T2 under L2", j, err)
+	}
 }

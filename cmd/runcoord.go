@@ -1,0 +1,288 @@
+package cmd
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"leasewal/state"
+	"leasewal/store"
+)
+
+// coordinator is where run takes and settles its leases: the WAL itself, or
+// a server (--server). Both decide with the same state rules; only the way
+// there differs.
+type coordinator interface {
+	// lease takes one lease (nil when nothing is eligible) and says when
+	// time alone next makes a task eligible (0: unknown or never).
+	lease(req state.LeaseRequest) (*job, int64, error)
+	// extend renews j's lease for d, updating j.expiry when EXTENDED.
+	extend(j *job, d time.Duration) (state.Outcome, error)
+	complete(j *job) (state.Outcome, error)
+	fail(j *job, reason string, permanent bool) (state.Outcome, error)
+	// wakeups signals when a task may have become leasable, until quit closes.
+	wakeups(quit <-chan struct{}) (<-chan struct{}, error)
+	close()
+}
+
+// isRefusal says whether err is the state rules saying no (the lease is not
+// the authority, the task is not there): repeating the request cannot help.
+func isRefusal(err error) bool {
+	var refusal *state.Error
+	var remote *remoteError
+	return errors.As(err, &refusal) || (errors.As(err, &remote) && (remote.code == ExitContract || remote.code == ExitNotFound))
+}
+
+// localCoordinator decides under the WAL's lock, in this process.
+type localCoordinator struct {
+	h   *store.Handle
+	wal string
+}
+
+func (c localCoordinator) lease(req state.LeaseRequest) (*job, int64, error) {
+	var j *job
+	var next int64
+	err := c.h.Write(func(tx *store.Tx) error {
+		d, err := tx.State.DecideLease(req, tx.Now)
+		next = tx.State.NextEventAt(tx.Now)
+		if err != nil || d.Outcome != state.ResultLeased {
+			return err
+		}
+		if err := tx.Commit(d.Records); err != nil {
+			return err
+		}
+		t, err := tx.State.Task(d.TaskID)
+		if err != nil {
+			return err
+		}
+		j = &job{taskID: d.TaskID, leaseID: d.LeaseID, attempt: d.Attempt, payload: d.Payload, deadline: t.Deadline(), expiry: d.Expiry}
+		return nil
+	})
+	return j, next, err
+}
+
+func (c localCoordinator) extend(j *job, d time.Duration) (state.Outcome, error) {
+	var outcome state.Outcome
+	err := c.h.Write(func(tx *store.Tx) error {
+		dec, err := tx.State.DecideExtend(j.taskID, j.leaseID, d, tx.Now)
+		if err != nil {
+			return err
+		}
+		outcome = dec.Outcome
+		if dec.Outcome == state.ResultExtended {
+			j.expiry = dec.Expiry
+		}
+		return tx.Commit(dec.Records)
+	})
+	return outcome, err
+}
+
+func (c localCoordinator) complete(j *job) (state.Outcome, error) {
+	return c.settle(func(tx *store.Tx) (state.Decision, error) {
+		return tx.State.DecideComplete(j.taskID, j.leaseID, tx.Now)
+	})
+}
+
+func (c localCoordinator) fail(j *job, reason string, permanent bool) (state.Outcome, error) {
+	return c.settle(func(tx *store.Tx) (state.Decision, error) {
+		d, err := tx.State.DecideFail(j.taskID, j.leaseID, reason, permanent, tx.Now)
+		if err != nil || d.Outcome == state.ResultCancelled {
+			return d, err
+		}
+		if err := tx.Commit(d.Records); err != nil {
+			return d, err
+		}
+		d.Records = nil
+		return tx.State.FailAnswer(j.taskID, j.leaseID)
+	})
+}
+
+func (c localCoordinator) settle(decide func(tx *store.Tx) (state.Decision, error)) (state.Outcome, error) {
+	var outcome state.Outcome
+	err := c.h.Write(func(tx *store.Tx) error {
+		d, err := decide(tx)
+		if err != nil {
+			return err
+		}
+		outcome = d.Outcome
+		return tx.Commit(d.Records)
+	})
+	return outcome, err
+}
+
+// wakeups turns changes of the WAL into wake-ups.
+func (c localCoordinator) wakeups(quit <-chan struct{}) (<-chan struct{}, error) {
+	watcher, err := c.h.Watch()
+	if err != nil {
+		return nil, fmt.Errorf("watching %s for changes: %w", c.wal, err)
+	}
+	woken := make(chan struct{}, 1)
+	go func() {
+		defer watcher.Close()
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if changed, _ := watcher.Wait(time.Now().Add(200 * time.Millisecond)); changed {
+				select {
+				case woken <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return woken, nil
+}
+
+func (c localCoordinator) close() { c.h.Close() }
+
+// remotePoll is how often run --server asks again while nothing is eligible:
+// a server's WAL cannot be watched from here.
+const remotePoll = 500 * time.Millisecond
+
+// remoteCoordinator sends each decision to a server as the matching
+// command would. Leases carry a request id that is repeated until a request
+// gets a definite answer, so that a lease whose answer was lost is returned
+// again instead of being taken twice.
+type remoteCoordinator struct {
+	e         env
+	nonce     string
+	requests  int
+	pendingID string
+}
+
+func newRemoteCoordinator(e env) (*remoteCoordinator, error) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	return &remoteCoordinator{e: e, nonce: hex.EncodeToString(b)}, nil
+}
+
+// remoteError is a server's refusal or error, with the exit code the
+// command would have had.
+type remoteError struct {
+	code      int
+	kind, msg string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+
+// call sends one operation and returns its answer when its result is one of
+// want; any other answer is an error.
+func (c *remoteCoordinator) call(path string, flags map[string]any, want ...state.Outcome) (map[string]any, state.Outcome, error) {
+	doc, code, err := c.e.call(path, flags)
+	if err != nil {
+		return nil, "", err
+	}
+	result, _ := doc["result"].(string)
+	for _, w := range want {
+		if result == string(w) {
+			return doc, w, nil
+		}
+	}
+	kind, _ := doc["error"].(string)
+	msg, _ := doc["message"].(string)
+	if msg == "" {
+		msg = fmt.Sprintf("%s answered %s (exit %d)", path, result, code)
+	}
+	return nil, "", &remoteError{code: code, kind: kind, msg: msg}
+}
+
+func (c *remoteCoordinator) lease(req state.LeaseRequest) (*job, int64, error) {
+	if c.pendingID == "" {
+		c.requests++
+		c.pendingID = fmt.Sprintf("%s-run-%s-%d", req.Worker, c.nonce, c.requests)
+	}
+	flags := map[string]any{"worker": req.Worker, "duration": req.Duration.String(), "request-id": c.pendingID}
+	if len(req.Queues) > 0 {
+		flags["queue"] = strings.Join(req.Queues, ",")
+	}
+	doc, outcome, err := c.call("lease", flags, state.ResultLeased, state.ResultEmpty)
+	var unknown *unknownOutcome
+	if !errors.As(err, &unknown) {
+		c.pendingID = "" // a definite answer: the next lease is a new request
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if outcome == state.ResultEmpty {
+		next, _ := doc["next_eligible_at"].(string)
+		return nil, stampOrZero(next), nil
+	}
+	j := &job{taskID: str(doc, "task_id"), leaseID: str(doc, "lease_id"), payload: str(doc, "payload"), expiry: stampOrZero(str(doc, "expiry"))}
+	if n, ok := doc["attempt"].(float64); ok {
+		j.attempt = int(n)
+	}
+	// The lease's answer has no deadline; the task's own view does. Without
+	// it the child sees LEASEWAL_DEADLINE empty rather than a guess.
+	if view, _, err := c.call("inspect", map[string]any{"args": []string{j.taskID}}, state.ResultOK); err == nil {
+		if tasks, _ := view["tasks"].([]any); len(tasks) == 1 {
+			task, _ := tasks[0].(map[string]any)
+			j.deadline = stampOrZero(str(task, "deadline"))
+		}
+	}
+	return j, 0, nil
+}
+
+func (c *remoteCoordinator) extend(j *job, d time.Duration) (state.Outcome, error) {
+	doc, outcome, err := c.call("extend", map[string]any{"task": j.taskID, "lease": j.leaseID, "duration": d.String()},
+		state.ResultExtended, state.ResultCancelled)
+	if err == nil && outcome == state.ResultExtended {
+		j.expiry = stampOrZero(str(doc, "expiry"))
+	}
+	return outcome, err
+}
+
+func (c *remoteCoordinator) complete(j *job) (state.Outcome, error) {
+	_, outcome, err := c.call("complete", map[string]any{"task": j.taskID, "lease": j.leaseID},
+		state.ResultCommitted, state.ResultCancelled)
+	return outcome, err
+}
+
+func (c *remoteCoordinator) fail(j *job, reason string, permanent bool) (state.Outcome, error) {
+	_, outcome, err := c.call("fail", map[string]any{"task": j.taskID, "lease": j.leaseID, "reason": reason, "permanent": permanent},
+		state.ResultRetry, state.ResultFailed, state.ResultCancelled)
+	return outcome, err
+}
+
+func (c *remoteCoordinator) wakeups(quit <-chan struct{}) (<-chan struct{}, error) {
+	woken := make(chan struct{}, 1)
+	go func() {
+		tick := time.NewTicker(remotePoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				select {
+				case woken <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return woken, nil
+}
+
+func (c *remoteCoordinator) close() {}
+
+func str(doc map[string]any, key string) string {
+	s, _ := doc[key].(string)
+	return s
+}
+
+// stampOrZero reads a time as the commands print it; "" or anything else is 0.
+func stampOrZero(text string) int64 {
+	t, err := time.Parse("2006-01-02T15:04:05.000Z", text)
+	if err != nil {
+		return 0
+	}
+	return t.UnixMilli()
+}
