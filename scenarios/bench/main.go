@@ -59,7 +59,7 @@ func main() {
 		return
 	}
 	if *backlogOnly {
-		backlog(dir, *leasewal, *reps)
+		backlog(dir, *leasewal, *floor, *reps)
 		return
 	}
 	fmt.Println("latencies are medians in ms; ratio = leasewal / sqlite3 (one process per command, fsync per transaction)")
@@ -75,7 +75,7 @@ func main() {
 		if n >= 1_000_000 {
 			r = min(r, 5)
 		}
-		benchSize(dir, *leasewal, sqlite, n, r)
+		benchSize(dir, *leasewal, *floor, sqlite, n, r)
 	}
 }
 
@@ -154,7 +154,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 var leaseRE = regexp.MustCompile(`"task_id":"(T\d+)","lease_id":"(L\d+)"`)
 
-func benchSize(dir, leasewal, sqlite string, n, reps int) {
+func benchSize(dir, leasewal, floor, sqlite string, n, reps int) {
 	walPath := filepath.Join(dir, fmt.Sprintf("h%d.wal", n))
 	// A child process writes the history: the kernel counts the peak memory
 	// of this process in every child's maximum RSS (Go starts children with
@@ -175,14 +175,21 @@ func benchSize(dir, leasewal, sqlite string, n, reps int) {
 	}
 	verifyRSS := maxRSS
 	v := slices.Min(verify)
+	reads := map[string]time.Duration{}
 	for _, args := range [][]string{{"inspect"}, {"inspect", "-o", "json"}, {"inspect", "T1", "-o", "json"}, {"log", "-o", "json"}} {
-		maxRSS = max(maxRSS, executeTo(false, leasewal, append([]string{"--wal", walPath}, args...)...).rssKB)
+		r := executeTo(false, leasewal, append([]string{"--wal", walPath}, args...)...)
+		maxRSS = max(maxRSS, r.rssKB)
+		reads[strings.Join(args, " ")] = r.elapsed
 	}
 	first := execute(leasewal, "--wal", walPath, "submit", "--payload", "first", "-o", "json")
 	maxRSS = max(maxRSS, first.rssKB)
 	lw := map[string][]time.Duration{}
 	cmdRSS := int64(0)
+	floorFile := filepath.Join(dir, fmt.Sprintf("floor%d.log", n))
 	for i := range reps {
+		if floor != "" {
+			lw["floor"] = append(lw["floor"], execute(floor, floorFile).elapsed)
+		}
 		r := execute(leasewal, "--wal", walPath, "submit", "--payload", "bench "+strconv.Itoa(i), "-o", "json")
 		lw["submit"] = append(lw["submit"], r.elapsed)
 		r = execute(leasewal, "--wal", walPath, "lease", "--worker", "B", "-o", "json")
@@ -207,6 +214,14 @@ func benchSize(dir, leasewal, sqlite string, n, reps int) {
 	fmt.Printf("%9d %8.1f | %8.3f %10.0f %7.1f %7.1f | %8.1f | %-21s %-21s %-21s | %8.1f\n", records, float64(info.Size())/1e6,
 		v.Seconds(), float64(records)/v.Seconds(), float64(info.Size())/1e6/v.Seconds(), float64(verifyRSS)/1024, ms(first.elapsed),
 		cell("submit"), cell("lease"), cell("complete"), float64(max(cmdRSS, maxRSS))/1024)
+	fmt.Printf("%9s   targets: verify %.2f M records/s (>= 2) at %.0f MB (<= 250); inspect -o json %.2f s (<= 1 at 1M), log -o json %.2f s (<= 2.5 at 1M), inspect table %.2f s",
+		"", float64(records)/v.Seconds()/1e6, float64(verifyRSS)/1024, reads["inspect -o json"].Seconds(), reads["log -o json"].Seconds(), reads["inspect"].Seconds())
+	if len(lw["floor"]) > 0 {
+		fl := median(lw["floor"])
+		fmt.Printf("; against the I/O floor (%.2f ms: open, lock, read, append, fsync) submit %.2fx, lease %.2fx, complete %.2fx (<= 1.15)",
+			ms(fl), float64(median(lw["submit"]))/float64(fl), float64(median(lw["lease"]))/float64(fl), float64(median(lw["complete"]))/float64(fl))
+	}
+	fmt.Println()
 }
 
 // sqliteLatencies times the sqlite3 CLI doing the equivalent of submit, lease
