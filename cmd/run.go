@@ -221,6 +221,8 @@ type runner struct {
 	out     *bufio.Writer
 	outErr  error
 	stopped os.Signal
+	// leaseFailure is the last failure to lease, until a lease succeeds.
+	leaseFailure string
 }
 
 // spawnRequest asks the spawning thread to start a supervisor.
@@ -275,8 +277,17 @@ func runRun(e env, o runOptions, argv []string) error {
 			j, nextEvent, err := r.c.lease(state.LeaseRequest{Worker: p.worker, Duration: p.duration, Queues: p.queues})
 			next = nextEvent
 			if err != nil {
-				fmt.Fprintf(e.stderr, "leasewal: run: could not lease (%v); trying again\n", withAdvice(err))
+				// Said once per distinct failure: a server that is down is
+				// asked again every poll, and would fill the log otherwise.
+				if msg := withAdvice(err); msg != r.leaseFailure {
+					fmt.Fprintf(e.stderr, "leasewal: run: could not lease (%s); trying again\n", msg)
+					r.leaseFailure = msg
+				}
 				break
+			}
+			if r.leaseFailure != "" {
+				fmt.Fprintln(e.stderr, "leasewal: run: leasing again")
+				r.leaseFailure = ""
 			}
 			if j == nil {
 				break
