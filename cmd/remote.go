@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -9,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -34,24 +37,24 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 	if a.env.Now != "" {
 		return usageErr("the server stamps time: drop --now (or LEASEWAL_NOW) with --server")
 	}
-	if follow, _ := c.Flags().GetBool("follow"); follow {
-		return usageErr("log --follow works on the WAL's own machine only, not with --server")
-	}
 	body, err := requestBody(c, args, a.env)
 	if err != nil {
 		return err
 	}
-	resp, base, err := a.env.post(path, body, a.env.Output)
+	if follow, _ := c.Flags().GetBool("follow"); follow {
+		return a.env.followRemote(body)
+	}
+	resp, base, err := a.env.send(http.MethodPost, path, body, a.env.Output)
 	if err != nil {
 		return err
 	}
 	return a.printRemote(resp, base)
 }
 
-// post sends a request to the first server of --server that answers. A
+// send sends a request to the first server of --server that answers. A
 // server that cannot be reached is skipped (nothing was sent); one that took
 // the request but whose answer was lost is an unknown outcome (exit 10).
-func (e env) post(path string, body []byte, output string) (*http.Response, string, error) {
+func (e env) send(method, path string, body []byte, output string) (*http.Response, string, error) {
 	var token string
 	if e.TokenFile != "" {
 		b, err := os.ReadFile(e.TokenFile)
@@ -63,7 +66,7 @@ func (e env) post(path string, body []byte, output string) (*http.Response, stri
 	var lastErr error
 	for _, base := range strings.Split(e.Server, ",") {
 		base = strings.TrimRight(strings.TrimSpace(base), "/")
-		req, err := http.NewRequest(http.MethodPost, base+"/v1/"+path, bytes.NewReader(body))
+		req, err := http.NewRequest(method, base+"/v1/"+path, bytes.NewReader(body))
 		if err != nil {
 			return nil, "", usageErr("--server %q: %v", base, err)
 		}
@@ -99,7 +102,7 @@ func (e env) call(path string, flags map[string]any) (map[string]any, int, error
 	if err != nil {
 		return nil, 0, err
 	}
-	resp, base, err := e.post(path, body, "json")
+	resp, base, err := e.send(http.MethodPost, path, body, "json")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -189,4 +192,159 @@ func requestBody(c *cobra.Command, args []string, e env) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(flags)
+}
+
+// followRemote is log --follow through a server: the records so far as the
+// server prints them, then each new record as one line, asked for every
+// 0.5 s (a server's WAL cannot be watched from another host), until SIGINT
+// or SIGTERM. body is the request of the command line, follow included.
+func (e env) followRemote(body []byte) error {
+	var flags map[string]any
+	if err := json.Unmarshal(body, &flags); err != nil {
+		return err
+	}
+	delete(flags, "follow")
+	absolute := flags["absolute"] == "true"
+	last, err := e.serverLastSeq()
+	if err != nil {
+		return err
+	}
+	var first int64 // the first record's time: the lines' offsets count from it
+	if last > 0 {
+		doc, _, err := e.call("log", map[string]any{"from": 1, "to": 1})
+		if err != nil {
+			return err
+		}
+		first = stampOrZero(str(doc, "at"))
+		if _, ok := flags["to"]; !ok {
+			flags["to"] = last // what comes after is followed, never printed twice
+		}
+		b, err := json.Marshal(flags)
+		if err != nil {
+			return err
+		}
+		resp, base, err := e.send(http.MethodPost, "log", b, e.Output)
+		if err != nil {
+			return err
+		}
+		a := &app{env: e}
+		var status *exitStatus
+		if err := a.printRemote(resp, base); !errors.As(err, &status) || status.code != ExitOK {
+			return err
+		}
+	}
+	delete(flags, "to")
+	flags["absolute"], flags["no-headers"] = true, true
+	output := "tsv" // one record a line, its cells apart, whatever the client prints
+	if e.Output == "json" {
+		output = "json"
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	out := bufio.NewWriter(e.stdout)
+	p := e.palette()
+	for {
+		flags["from"] = last + 1
+		lines, err := e.recordsSince(flags, output)
+		if err != nil {
+			return err
+		}
+		for _, line := range lines {
+			seq, cells, err := followedLine(line, output)
+			if err != nil {
+				return err
+			}
+			last = seq
+			if first == 0 && seq == 1 && output == "tsv" {
+				first = stampOrZero(cells[1])
+			}
+			switch {
+			case output == "json":
+				fmt.Fprintln(out, line)
+			case e.Output == "tsv":
+				if !absolute {
+					cells[1] = offset(stampOrZero(cells[1]) - first)
+				}
+				fmt.Fprintln(out, strings.Join(cells, "\t"))
+			default:
+				if !absolute {
+					cells[1] = offset(stampOrZero(cells[1]) - first)
+				}
+				fmt.Fprintln(out, p.line(strings.Join(cells, "  ")))
+			}
+		}
+		if err := out.Flush(); err != nil {
+			if errors.Is(err, syscall.EPIPE) {
+				return &exitStatus{code: ExitOK} // the reader went away: 'leasewal log --follow | head'
+			}
+			return fmt.Errorf("writing the records to stdout: %w", err)
+		}
+		select {
+		case <-sigs:
+			return &exitStatus{code: ExitOK} // an exit status ends the command here, before its local run
+		case <-time.After(remotePoll):
+		}
+	}
+}
+
+// followedLine reads one line of log's JSON or TSV: its seq, and its cells.
+func followedLine(line, output string) (int64, []string, error) {
+	if output == "json" {
+		var r struct {
+			Seq int64 `json:"seq"`
+		}
+		err := json.Unmarshal([]byte(line), &r)
+		return r.Seq, nil, err
+	}
+	cells := strings.Split(line, "\t")
+	seq, err := strconv.ParseInt(cells[0], 10, 64)
+	if err != nil || len(cells) < 2 {
+		return 0, nil, fmt.Errorf("the server's log line %q does not start with a seq and a time", line)
+	}
+	return seq, cells, nil
+}
+
+// recordsSince asks the server for log's lines under flags.
+func (e env) recordsSince(flags map[string]any, output string) ([]string, error) {
+	flags["actor"] = e.Actor
+	body, err := json.Marshal(flags)
+	if err != nil {
+		return nil, err
+	}
+	resp, base, err := e.send(http.MethodPost, "log", body, output)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the records from %s: %w", base, err)
+	}
+	if code := resp.Header.Get("Leasewal-Exit"); code != "0" {
+		var doc map[string]any
+		_ = json.Unmarshal(raw, &doc)
+		return nil, fmt.Errorf("%s answered log with exit %s: %s", base, code, str(doc, "message"))
+	}
+	text := strings.TrimRight(string(raw), "\n")
+	if text == "" {
+		return nil, nil
+	}
+	return strings.Split(text, "\n"), nil
+}
+
+// serverLastSeq asks the server for its WAL's last record.
+func (e env) serverLastSeq() (int64, error) {
+	resp, base, err := e.send(http.MethodGet, "status", nil, "json")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var status struct {
+		LastSeq *int64 `json:"last_seq"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil || status.LastSeq == nil {
+		return 0, fmt.Errorf("%s/v1/status did not say its last record (HTTP %s)", base, resp.Status)
+	}
+	return *status.LastSeq, nil
 }

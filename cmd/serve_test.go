@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,19 +111,25 @@ func TestServerGroupCommits(t *testing.T) {
 	t.Logf("%d concurrent submits: %d fsyncs of the WAL", requests, syncs.Load())
 }
 
+// testServer is a server over a new WAL in a temporary directory, stopped
+// at the end of the test; the test serves it as it needs.
+func testServer(t *testing.T, token string) (walPath string, s *server) {
+	t.Helper()
+	walPath = filepath.Join(t.TempDir(), "q.wal")
+	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
+	h := store.Open(e.storeOptions())
+	s, stop := newServer(e, h, token, 64, "http://test")
+	t.Cleanup(func() { stop(); h.Close() })
+	return walPath, s
+}
+
 // TestRunThroughServer: run --server takes, extends and settles leases
 // through the server, and its children find the server in their environment.
 func TestRunThroughServer(t *testing.T) {
-	dir := t.TempDir()
-	walPath := filepath.Join(dir, "q.wal")
-	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
-	h := store.Open(e.storeOptions())
-	defer h.Close()
-	s, stop := newServer(e, h, "secret", 64, "http://test")
+	walPath, s := testServer(t, "secret")
 	ts := httptest.NewServer(s)
 	defer ts.Close()
-	defer stop()
-	tokenFile := filepath.Join(dir, "token")
+	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -157,12 +165,7 @@ func TestRunThroughServer(t *testing.T) {
 // request repeats its request id and gets the same lease back rather than a
 // second one.
 func TestRunLeaseAnswerLost(t *testing.T) {
-	walPath := filepath.Join(t.TempDir(), "q.wal")
-	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
-	h := store.Open(e.storeOptions())
-	defer h.Close()
-	s, stop := newServer(e, h, "", 64, "http://test")
-	defer stop()
+	walPath, s := testServer(t, "")
 	var dropped atomic.Bool
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/lease" && dropped.CompareAndSwap(false, true) {
@@ -198,5 +201,80 @@ func TestRunLeaseAnswerLost(t *testing.T) {
 	j, _, err = c.lease(req)
 	if err != nil || j == nil || j.taskID != "T2" || j.leaseID != "L2" {
 		t.Fatalf("the next lease gave %+v, %v; want T2 under L2", j, err)
+	}
+}
+
+// closingReader keeps what is written to it until it has seen want, then
+// fails like a pipe whose reader went away.
+type closingReader struct {
+	mu   sync.Mutex
+	got  bytes.Buffer
+	want string
+}
+
+func (c *closingReader) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.got.Write(p)
+	if strings.Contains(c.got.String(), c.want) {
+		return 0, syscall.EPIPE
+	}
+	return len(p), nil
+}
+
+func (c *closingReader) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.got.String()
+}
+
+// TestFollowThroughServer: log --follow with --server prints the records so
+// far once, then a record appended afterwards as one line, and stops quietly
+// when its reader goes away.
+func TestFollowThroughServer(t *testing.T) {
+	walPath, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	for _, payload := range []string{"one", "two"} {
+		if code, _, stderr := cli("--wal", walPath, "submit", "--payload", payload); code != 0 {
+			t.Fatal(stderr)
+		}
+	}
+	out := &closingReader{want: `payload="three"`}
+	done := make(chan string, 1)
+	go func() {
+		code, stderr := cliTo(nil, out, "--server", ts.URL, "-o", "tsv", "log", "--follow", "--type", "TaskCreated")
+		done <- fmt.Sprintf("exit %d %s", code, stderr)
+	}()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), `payload="two"`); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the records so far never came:\n%s", out.String())
+		}
+	}
+	if code, _, stderr := cli("--wal", walPath, "lease", "--worker", "W"); code != 0 {
+		t.Fatal(stderr) // a record the filter leaves out
+	}
+	if code, _, stderr := cli("--wal", walPath, "submit", "--payload", "three"); code != 0 {
+		t.Fatal(stderr)
+	}
+	select {
+	case end := <-done:
+		if end != "exit 0 " {
+			t.Fatalf("follow ended with %s", end)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("follow did not stop when its reader went away")
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var got []string
+	for _, l := range lines {
+		f := strings.Split(l, "\t")
+		if len(f) < 4 || !strings.HasPrefix(f[1], "+") && f[1] != "AT" {
+			t.Fatalf("line %q is not seq, offset, type, task", l)
+		}
+		got = append(got, f[0]+" "+f[3])
+	}
+	if want := "SEQ TASK, 1 T1, 2 T2, 4 T3"; strings.Join(got, ", ") != want {
+		t.Fatalf("followed %q, want %q:\n%s", strings.Join(got, ", "), want, out.String())
 	}
 }
