@@ -37,12 +37,16 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 	if a.env.Now != "" {
 		return usageErr("the server stamps time: drop --now (or LEASEWAL_NOW) with --server")
 	}
-	body, err := requestBody(c, args, a.env)
+	flags, err := requestFlags(c, args, a.env)
 	if err != nil {
 		return err
 	}
 	if follow, _ := c.Flags().GetBool("follow"); follow {
-		return a.env.followRemote(body)
+		return a.env.followRemote(flags)
+	}
+	body, err := json.Marshal(flags)
+	if err != nil {
+		return err
 	}
 	resp, base, err := a.env.send(http.MethodPost, path, body, a.env.Output)
 	if err != nil {
@@ -55,13 +59,9 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 // server that cannot be reached is skipped (nothing was sent); one that took
 // the request but whose answer was lost is an unknown outcome (exit 10).
 func (e env) send(method, path string, body []byte, output string) (*http.Response, string, error) {
-	var token string
-	if e.TokenFile != "" {
-		b, err := os.ReadFile(e.TokenFile)
-		if err != nil {
-			return nil, "", usageErr("cannot read --token-file %s: %v", e.TokenFile, unwrapPathErr(err))
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := readToken(e.TokenFile)
+	if err != nil {
+		return nil, "", err
 	}
 	var lastErr error
 	for _, base := range strings.Split(e.Server, ",") {
@@ -90,6 +90,18 @@ func (e env) send(method, path string, body []byte, output string) (*http.Respon
 		return resp, base, nil
 	}
 	return nil, "", fmt.Errorf("no server answered (%v); nothing was sent: check --server (or LEASEWAL_SERVER) and that 'leasewal serve' runs", lastErr)
+}
+
+// readToken reads a --token-file ("" for none), server's or client's alike.
+func readToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", usageErr("cannot read --token-file %s: %v", path, unwrapPathErr(err))
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // serverClient is the HTTP client of --server: one, so that connections are reused.
@@ -158,15 +170,14 @@ func (e *unknownOutcome) Error() string {
 	return fmt.Sprintf("the request was sent to %s but its answer was lost (%v): the outcome is unknown; repeat it with the same --request-id, or look with 'leasewal inspect'", e.server, e.err)
 }
 
-// requestBody is the command's flags as a JSON object, the positional
-// arguments as "args": what the server turns back into a command line. A
-// --payload-file is read here and sent as --payload: the file is the
-// client's.
-func requestBody(c *cobra.Command, args []string, e env) ([]byte, error) {
+// requestFlags is the command's flags as a request's JSON object holds
+// them, the positional arguments as "args": what the server turns back into
+// a command line. A --payload-file is read here and sent as --payload: the
+// file is the client's.
+func requestFlags(c *cobra.Command, args []string, e env) (map[string]any, error) {
 	flags := map[string]any{}
-	var err error
 	c.Flags().Visit(func(f *pflag.Flag) {
-		if clientFlags[f.Name] || err != nil {
+		if clientFlags[f.Name] {
 			return
 		}
 		if f.Value.Type() == "stringSlice" {
@@ -178,9 +189,9 @@ func requestBody(c *cobra.Command, args []string, e env) ([]byte, error) {
 	})
 	if file, _ := c.Flags().GetString("payload-file"); file != "" && c.Flags().Changed("payload-file") {
 		o := submitOptions{payloadFile: file}
-		payload, perr := o.readPayload(e.stdin)
-		if perr != nil {
-			return nil, perr
+		payload, err := o.readPayload(e.stdin)
+		if err != nil {
+			return nil, err
 		}
 		flags["payload"] = payload
 	}
@@ -188,21 +199,14 @@ func requestBody(c *cobra.Command, args []string, e env) ([]byte, error) {
 	if len(args) > 0 {
 		flags["args"] = args
 	}
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(flags)
+	return flags, nil
 }
 
 // followRemote is log --follow through a server: the records so far as the
 // server prints them, then each new record as one line, asked for every
 // 0.5 s (a server's WAL cannot be watched from another host), until SIGINT
-// or SIGTERM. body is the request of the command line, follow included.
-func (e env) followRemote(body []byte) error {
-	var flags map[string]any
-	if err := json.Unmarshal(body, &flags); err != nil {
-		return err
-	}
+// or SIGTERM. flags are the command line's, follow included.
+func (e env) followRemote(flags map[string]any) error {
 	delete(flags, "follow")
 	absolute := flags["absolute"] == "true"
 	last, err := e.serverLastSeq()
@@ -259,18 +263,16 @@ func (e env) followRemote(body []byte) error {
 			if first == 0 && seq == 1 && output == "tsv" {
 				first = stampOrZero(cells[1])
 			}
-			switch {
-			case output == "json":
+			if output == "json" {
 				fmt.Fprintln(out, line)
-			case e.Output == "tsv":
-				if !absolute {
-					cells[1] = offset(stampOrZero(cells[1]) - first)
-				}
+				continue
+			}
+			if !absolute {
+				cells[1] = offset(stampOrZero(cells[1]) - first)
+			}
+			if e.Output == "tsv" {
 				fmt.Fprintln(out, strings.Join(cells, "\t"))
-			default:
-				if !absolute {
-					cells[1] = offset(stampOrZero(cells[1]) - first)
-				}
+			} else {
 				fmt.Fprintln(out, p.line(strings.Join(cells, "  ")))
 			}
 		}

@@ -129,15 +129,12 @@ func runServe(e env, o serveOptions) error {
 	if e.Now != "" {
 		return usageErr("serve stamps records with the wall clock: drop --now (or LEASEWAL_NOW)")
 	}
-	var token string
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return usageErr("cannot read --token-file %s: %v", o.tokenFile, unwrapPathErr(err))
-		}
-		if token = strings.TrimSpace(string(b)); token == "" {
-			return usageErr("--token-file %s is empty", o.tokenFile)
-		}
+	token, err := readToken(o.tokenFile)
+	if err != nil {
+		return err
+	}
+	if o.tokenFile != "" && token == "" {
+		return usageErr("--token-file %s is empty", o.tokenFile)
 	}
 	if o.maxBatch < 1 {
 		return usageErr("--max-batch %d: give 1 or more", o.maxBatch)
