@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"leasewal/cluster"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -132,12 +133,18 @@ func classify(err error) class {
 		mismatch *expectMismatch
 		lost     *answerLostError
 		unknown  *unknownOutcome
+		proposal *cluster.UnknownOutcomeError
+		owned    *store.NodeOwnedError
 	)
 	switch {
 	case errors.As(err, &usage):
 		return class{code: ExitUsage, kind: "Usage"}
-	case errors.As(err, &unknown):
+	case errors.As(err, &unknown), errors.As(err, &proposal):
 		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
+	case errors.Is(err, cluster.ErrNotLeader):
+		return class{code: ExitUnknownSent, kind: "NotLeader"}
+	case errors.As(err, &owned):
+		return class{code: ExitUsage, kind: "NodeOwned"}
 	case errors.As(err, &lost):
 		return class{code: ExitAnswerLost, kind: "AnswerLost", seq: &lost.first}
 	case errors.As(err, &refusal):

@@ -57,40 +57,60 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 
 // send sends a request to the first server of --server that answers. A
 // server that cannot be reached is skipped (nothing was sent); one that took
-// the request but whose answer was lost is an unknown outcome (exit 10).
+// the request but whose answer was lost is an unknown outcome (exit 10). A
+// cluster node that answers 503 knows no leader yet (an election is under
+// way; nothing was decided): the list is tried again for up to
+// electionWait.
 func (e env) send(method, path string, body []byte, output string) (*http.Response, string, error) {
 	token, err := readToken(e.TokenFile)
 	if err != nil {
 		return nil, "", err
 	}
 	var lastErr error
-	for _, base := range strings.Split(e.Server, ",") {
-		base = strings.TrimRight(strings.TrimSpace(base), "/")
-		req, err := http.NewRequest(method, base+"/v1/"+path, bytes.NewReader(body))
-		if err != nil {
-			return nil, "", usageErr("--server %q: %v", base, err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Leasewal-Output", output)
-		if output != "json" { // a table is fitted to this terminal, not the server's
-			req.Header.Set("Leasewal-Columns", strconv.Itoa(e.terminalWidth()))
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := serverClient.Do(req)
-		if err != nil {
-			var op *net.OpError
-			if errors.As(err, &op) && op.Op == "dial" {
-				lastErr = err // nothing was sent: the next server may answer
+	deadline := time.Now().Add(electionWait)
+	for {
+		electing := false
+		for _, base := range strings.Split(e.Server, ",") {
+			base = strings.TrimRight(strings.TrimSpace(base), "/")
+			req, err := http.NewRequest(method, base+"/v1/"+path, bytes.NewReader(body))
+			if err != nil {
+				return nil, "", usageErr("--server %q: %v", base, err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Leasewal-Output", output)
+			if output != "json" { // a table is fitted to this terminal, not the server's
+				req.Header.Set("Leasewal-Columns", strconv.Itoa(e.terminalWidth()))
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := serverClient.Do(req)
+			if err != nil {
+				var op *net.OpError
+				if errors.As(err, &op) && op.Op == "dial" {
+					lastErr = err // nothing was sent: the next server may answer
+					continue
+				}
+				return nil, "", &unknownOutcome{server: base, err: err}
+			}
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				resp.Body.Close()
+				electing, lastErr = true, fmt.Errorf("%s knows no leader yet", base)
 				continue
 			}
-			return nil, "", &unknownOutcome{server: base, err: err}
+			return resp, base, nil
 		}
-		return resp, base, nil
+		if !electing || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	return nil, "", fmt.Errorf("no server answered (%v); nothing was sent: check --server (or LEASEWAL_SERVER) and that 'leasewal serve' runs", lastErr)
 }
+
+// electionWait is how long a client keeps asking a cluster that is electing
+// a leader: a few election timeouts.
+const electionWait = 20 * time.Second
 
 // readToken reads a --token-file ("" for none), server's or client's alike.
 func readToken(path string) (string, error) {

@@ -14,12 +14,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"leasewal/cluster"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -32,8 +34,11 @@ var localOnly = map[string]bool{"verify": true, "repair": true, "serve": true, "
 
 type serveOptions struct {
 	listen    string
+	advertise string
 	tokenFile string
 	maxBatch  int
+	raft      cluster.Config
+	join      string
 }
 
 func (a *app) newServeCmd() *cobra.Command {
@@ -56,21 +61,77 @@ write fails, every request of the batch is answered WriteFailed. Local
 commands on the same WAL keep working beside it. It binds to loopback unless
 told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
 		Example: `  leasewal serve --wal /var/lib/leasewal/q.wal --listen 127.0.0.1:7420
-  LEASEWAL_SERVER=http://127.0.0.1:7420 leasewal submit --payload job-1`,
+  LEASEWAL_SERVER=http://127.0.0.1:7420 leasewal submit --payload job-1
+
+  # a node of a raft cluster; the others add --join with a member's URL
+  leasewal serve --wal n1.wal --listen 127.0.0.1:7421 --raft-id n1 --raft-dir n1.raft --raft-bind 127.0.0.1:7521`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runServe(a.env, *o) },
 	}
 	c.Flags().StringVar(&o.listen, "listen", "127.0.0.1:7420", "the address to listen on")
 	c.Flags().StringVar(&o.tokenFile, "token-file", "", "refuse requests without 'Authorization: Bearer <this file's content>'")
 	c.Flags().IntVar(&o.maxBatch, "max-batch", 256, "most requests decided in one batch")
+	c.Flags().StringVar(&o.advertise, "advertise", "", "the URL other nodes and clients reach this server at (default: http://<the --listen address>)")
+	c.Flags().StringVar(&o.raft.ID, "raft-id", "", "run as this node of a raft cluster (with --raft-dir and --raft-bind)")
+	c.Flags().StringVar(&o.raft.Dir, "raft-dir", "", "the node's raft log and snapshots")
+	c.Flags().StringVar(&o.raft.Bind, "raft-bind", "", "the address raft listens on for the other nodes")
+	c.Flags().StringVar(&o.join, "join", "", "join the cluster a member at this URL belongs to, instead of founding one")
 	return c
 }
 
 // batcher decides operations in batches: one lock, one write, one fsync.
 type batcher struct {
-	h     *store.Handle
+	back  backend
 	queue chan *pending
 	max   int
+}
+
+// backend is where a server's batches are decided and made durable: the WAL
+// itself (a single server), or a raft cluster through this node.
+type backend interface {
+	commit(fns []func(*store.Tx) error) (errs []error, committed [][]state.Record, err error)
+	status() (statusView, error)
+}
+
+// statusView is GET /v1/status.
+type statusView struct {
+	Role    string `json:"role"`
+	Leader  string `json:"leader"`
+	LastSeq int64  `json:"last_seq"`
+}
+
+// walBackend is a single server's: one handle, shared by the batches and
+// the status under mu.
+type walBackend struct {
+	mu  sync.Mutex
+	h   *store.Handle
+	url string
+}
+
+func (b *walBackend) commit(fns []func(*store.Tx) error) ([]error, [][]state.Record, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.h.WriteBatch(fns)
+}
+
+func (b *walBackend) status() (statusView, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var last int64
+	err := b.h.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil })
+	return statusView{Role: "single", Leader: b.url, LastSeq: last}, err
+}
+
+// nodeBackend is a raft node's: the leader decides and proposes.
+type nodeBackend struct{ n *cluster.Node }
+
+func (b nodeBackend) commit(fns []func(*store.Tx) error) ([]error, [][]state.Record, error) {
+	return b.n.Commit(fns)
+}
+
+func (b nodeBackend) status() (statusView, error) {
+	last, err := b.n.LastSeq()
+	return statusView{Role: b.n.Role(), Leader: b.n.Leader(), LastSeq: last}, err
 }
 
 type pending struct {
@@ -114,7 +175,7 @@ func (b *batcher) loop() {
 				return err
 			}
 		}
-		errs, committed, err := b.h.WriteBatch(fns)
+		errs, committed, err := b.back.commit(fns)
 		for i, p := range batch {
 			p.err, p.committed = errs[i], committed[i]
 			if err != nil {
@@ -139,53 +200,148 @@ func runServe(e env, o serveOptions) error {
 	if o.maxBatch < 1 {
 		return usageErr("--max-batch %d: give 1 or more", o.maxBatch)
 	}
-	h := store.Open(e.storeOptions())
-	defer h.Close()
+	clustered := o.raft.ID != "" || o.raft.Dir != "" || o.raft.Bind != "" || o.join != ""
+	if clustered && (o.raft.ID == "" || o.raft.Dir == "" || o.raft.Bind == "") {
+		return usageErr("a raft node needs all of --raft-id, --raft-dir and --raft-bind")
+	}
 	listener, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return usageErr("cannot listen on %s: %v", o.listen, err)
 	}
-	s, stopBatches := newServer(e, h, token, o.maxBatch, "http://"+listener.Addr().String())
+	defer listener.Close()
+	url := strings.TrimRight(o.advertise, "/")
+	if url == "" {
+		url = "http://" + listener.Addr().String()
+	}
+	var (
+		back   backend
+		node   *cluster.Node
+		failed <-chan error
+	)
+	if clustered {
+		cfg := o.raft
+		cfg.URL, cfg.Join, cfg.Log = url, o.join != "", e.stderr
+		if node, err = cluster.Start(cfg, e.storeOptions()); err != nil {
+			return usageErr("%v", err)
+		}
+		defer node.Shutdown()
+		back, failed = nodeBackend{node}, node.Failed()
+	} else {
+		h := store.Open(e.storeOptions())
+		defer h.Close()
+		back = &walBackend{h: h, url: url}
+	}
+	s, stopBatches := newServer(e, back, node, token, o.maxBatch)
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 5 * time.Minute, IdleTimeout: time.Minute}
-	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, s.url)
+	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, url)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(listener) }()
+	joined := make(chan error, 1)
+	if o.join != "" {
+		go func() { joined <- joinCluster(o.join, token, cfgJoin(o.raft, url)) }()
+	}
+	var stopErr error
 	select {
 	case err := <-served:
 		return err
+	case err := <-failed:
+		stopErr = err
+	case err := <-joined:
+		if err == nil {
+			fmt.Fprintf(e.stderr, "leasewal: node %s joined the cluster of %s\n", o.raft.ID, o.join)
+			select {
+			case err := <-served:
+				return err
+			case stopErr = <-failed:
+			case <-sigs:
+			}
+		} else {
+			stopErr = err
+		}
 	case <-sigs:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = srv.Shutdown(ctx) // in-flight requests finish and are answered
 	stopBatches()
+	if stopErr != nil {
+		return stopErr
+	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
 
-// newServer is the HTTP API over h: every request's operation joins the
-// batches of one batcher (group commit). stop drains the batcher once no
-// request is under way.
-func newServer(e env, h *store.Handle, token string, maxBatch int, url string) (s *server, stop func()) {
-	b := &batcher{h: h, queue: make(chan *pending, 4096), max: maxBatch}
+// joinRequest is POST /v1/cluster/join: a node asking to be added.
+type joinRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	URL      string `json:"url"`
+}
+
+func cfgJoin(cfg cluster.Config, url string) joinRequest {
+	return joinRequest{ID: cfg.ID, RaftAddr: cfg.Bind, URL: url}
+}
+
+// joinCluster asks the member at base to add this node, until it is added
+// or a minute has passed (the cluster may be electing a leader).
+func joinCluster(base, token string, req joinRequest) error {
+	body, _ := json.Marshal(req) // three strings always marshal
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r, err := http.NewRequest(http.MethodPost, strings.TrimRight(base, "/")+"/v1/cluster/join", bytes.NewReader(body))
+		if err != nil {
+			return usageErr("--join %q: %v", base, err)
+		}
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := serverClient.Do(r)
+		if err == nil {
+			answer, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch resp.StatusCode {
+			case http.StatusOK:
+				return nil
+			case http.StatusServiceUnavailable:
+				err = errors.New("no leader yet")
+			default:
+				var v errorView
+				_ = json.Unmarshal(answer, &v)
+				return fmt.Errorf("joining the cluster of %s: %s: %s", base, resp.Status, v.Message)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("joining the cluster of %s: %v; check --join and that the member runs", base, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// newServer is the HTTP API over back: every request's operation joins the
+// batches of one batcher (group commit). node is the raft node behind back,
+// nil for a single server. stop drains the batcher once no request is under
+// way.
+func newServer(e env, back backend, node *cluster.Node, token string, maxBatch int) (s *server, stop func()) {
+	b := &batcher{back: back, queue: make(chan *pending, 4096), max: maxBatch}
 	done := make(chan struct{})
 	go func() { b.loop(); close(done) }()
 	e.batch = b
-	return &server{e: e, batch: b, token: token, url: url}, func() { close(b.queue); <-done }
+	return &server{e: e, back: back, node: node, batch: b, token: token}, func() { close(b.queue); <-done }
 }
 
 // server answers the HTTP API.
 type server struct {
 	e     env
+	back  backend
+	node  *cluster.Node // nil: a single server
 	batch *batcher
 	token string
-	url   string
 }
 
 // The most a request body may hold: a 64 KiB payload escaped, and the rest.
@@ -213,6 +369,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusRequestEntityTooLarge, "Usage", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
 		return
 	}
+	if path == "cluster/join" {
+		s.join(w, r, body)
+		return
+	}
+	if s.node != nil && !s.node.Leading() {
+		s.forward(w, r, body)
+		return
+	}
 	argv, err := requestArgs(path, body)
 	if err != nil {
 		httpError(w, http.StatusBadRequest, "Usage", err.Error())
@@ -238,19 +402,91 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) status(w http.ResponseWriter) {
-	var last int64
-	err := s.batch.h.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil })
+	v, err := s.back.status()
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, "Internal", err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	writeJSON(w, map[string]any{"role": "single", "leader": s.url, "last_seq": last})
+	writeJSON(w, v)
+}
+
+// join adds a node to the cluster, on the leader.
+func (s *server) join(w http.ResponseWriter, r *http.Request, body []byte) {
+	var req joinRequest
+	switch {
+	case s.node == nil:
+		httpError(w, http.StatusBadRequest, "Usage", "this server is not a raft node: start it with --raft-id, --raft-dir and --raft-bind")
+		return
+	case !s.node.Leading():
+		s.forward(w, r, body)
+		return
+	case json.Unmarshal(body, &req) != nil:
+		httpError(w, http.StatusBadRequest, "Usage", `the body is not {"id":…,"raft_addr":…,"url":…}`)
+		return
+	}
+	if err := s.node.Join(req.ID, req.RaftAddr, req.URL); errors.Is(err, cluster.ErrNotLeader) {
+		httpError(w, http.StatusServiceUnavailable, "NotLeader", err.Error())
+		return
+	} else if err != nil {
+		httpError(w, http.StatusBadRequest, "Usage", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	writeJSON(w, map[string]string{"result": "JOINED", "id": req.ID})
+}
+
+// forwardClient carries a follower's requests to the leader.
+var forwardClient = &http.Client{Timeout: 10 * time.Minute}
+
+// forward sends a request that reached a follower to the leader, and its
+// answer back. Nothing is decided here: with no leader known it is 503, which
+// a client answers by trying again; an answer lost on the way is exit 10.
+func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	leader := s.node.Leader()
+	if leader == "" || r.Header.Get("Leasewal-Forwarded") != "" {
+		httpError(w, http.StatusServiceUnavailable, "NoLeader", "no leader is known yet (an election is under way): send the request again shortly")
+		return
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, leader+r.URL.Path, bytes.NewReader(body))
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, "Internal", err.Error())
+		return
+	}
+	for _, name := range []string{"Authorization", "Content-Type", "Leasewal-Output", "Leasewal-Columns"} {
+		if v := r.Header.Get(name); v != "" {
+			req.Header.Set(name, v)
+		}
+	}
+	req.Header.Set("Leasewal-Forwarded", "1")
+	resp, err := forwardClient.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			httpError(w, http.StatusServiceUnavailable, "NoLeader", fmt.Sprintf("the leader %s cannot be reached: send the request again shortly", leader))
+			return
+		}
+		httpErrorExit(w, http.StatusBadGateway, ExitUnknownSent, "OutcomeUnknown",
+			fmt.Sprintf("the request was forwarded to the leader %s but its answer was lost (%v): the outcome is unknown; repeat it with the same --request-id", leader, err))
+		return
+	}
+	defer resp.Body.Close()
+	for _, name := range []string{"Content-Type", "Leasewal-Exit", "Leasewal-Stderr"} {
+		if v := resp.Header.Get(name); v != "" {
+			w.Header().Set(name, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
 }
 
 func httpError(w http.ResponseWriter, status int, kind, msg string) {
+	httpErrorExit(w, status, ExitUsage, kind, msg)
+}
+
+func httpErrorExit(w http.ResponseWriter, status, exit int, kind, msg string) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Leasewal-Exit", strconv.Itoa(ExitUsage))
+	w.Header().Set("Leasewal-Exit", strconv.Itoa(exit))
 	w.WriteHeader(status)
 	writeJSON(w, errorView{Result: "ERROR", Error: kind, Message: msg})
 }

@@ -56,7 +56,7 @@ func TestServerGroupCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, stop := newServer(e, h, "secret", 64, "http://test")
+	s, stop := newServer(e, &walBackend{h: h, url: "http://test"}, nil, "secret", 64)
 	ts := httptest.NewServer(s)
 	defer ts.Close()
 	const requests = 16
@@ -118,7 +118,7 @@ func testServer(t *testing.T, token string) (walPath string, s *server) {
 	walPath = filepath.Join(t.TempDir(), "q.wal")
 	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
 	h := store.Open(e.storeOptions())
-	s, stop := newServer(e, h, token, 64, "http://test")
+	s, stop := newServer(e, &walBackend{h: h, url: "http://test"}, nil, token, 64)
 	t.Cleanup(func() { stop(); h.Close() })
 	return walPath, s
 }

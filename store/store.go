@@ -53,6 +53,9 @@ type Options struct {
 	// a cache that could not be written); nil drops them.
 	Warn func(string)
 	FS   FS // nil: OS
+	// Node opens the handle as the raft node that owns the WAL: the one
+	// handle that may write it (see NodeMark).
+	Node bool
 }
 
 // Handle is an open store. It is not safe for concurrent use; one process may
@@ -207,6 +210,15 @@ func (h *Handle) fullReplay() bool {
 
 // begin locks the WAL and catches the state up with it.
 func (h *Handle) begin(mode wal.Mode) (*Tx, error) {
+	if mode == wal.Write && !h.opts.Node {
+		mark, err := h.ownedBy()
+		if err != nil {
+			return nil, err
+		}
+		if mark != nil {
+			return nil, &NodeOwnedError{Path: h.opts.Path, Mark: *mark}
+		}
+	}
 	if h.cache == nil && !h.fullReplay() {
 		if st, pos, release, ok := h.loadCheckpoint(); ok {
 			h.cache, h.pos, h.checkpointed, h.release = st, pos, pos.Count, release
@@ -395,14 +407,8 @@ func (h *Handle) WriteBatch(fns []func(*Tx) error) (errs []error, committed [][]
 	errs, committed = make([]error, len(fns)), make([][]state.Record, len(fns))
 	err = h.Write(func(tx *Tx) error {
 		tx.staging = true
-		for i, fn := range fns {
-			tx.Committed = nil
-			errs[i] = fn(tx)
-			committed[i] = tx.Committed
-			if tx.State.Damage() != nil {
-				tx.Committed = nil // nothing of the batch was written: it runs again from a full replay
-				return errArchiveDamaged
-			}
+		if err := tx.decideEach(fns, errs, committed); err != nil {
+			return err
 		}
 		tx.staging = false
 		if len(tx.staged) == 0 {
@@ -416,6 +422,21 @@ func (h *Handle) WriteBatch(fns []func(*Tx) error) (errs []error, committed [][]
 		return nil
 	})
 	return errs, committed, err
+}
+
+// decideEach runs a batch's fns in order, each deciding against the state
+// that includes the decisions before it, with their commits staged.
+func (tx *Tx) decideEach(fns []func(*Tx) error, errs []error, committed [][]state.Record) error {
+	for i, fn := range fns {
+		tx.Committed = nil
+		errs[i] = fn(tx)
+		committed[i] = tx.Committed
+		if tx.State.Damage() != nil {
+			tx.Committed = nil // nothing of the batch was written: it runs again from a full replay
+			return errArchiveDamaged
+		}
+	}
+	return nil
 }
 
 // append writes the records' bodies; version is the format version they

@@ -1,0 +1,196 @@
+package cluster
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"leasewal/state"
+	"leasewal/store"
+)
+
+// A raft entry is one of two kinds, told apart by its first byte: records a
+// leader decided (each a record body as the WAL frames it, length-prefixed),
+// or a member's URL (JSON), which followers need to forward to the leader.
+const (
+	entryRecords byte = 'R'
+	entryMember  byte = 'M'
+)
+
+func recordsEntry(recs []state.Record) ([]byte, error) {
+	out := []byte{entryRecords}
+	for _, r := range recs {
+		body, err := state.EncodeRecord(r)
+		if err != nil {
+			return nil, fmt.Errorf("encoding record %d: %w", r.Seq, err)
+		}
+		out = binary.AppendUvarint(out, uint64(len(body)))
+		out = append(out, body...)
+	}
+	return out, nil
+}
+
+func decodeRecords(b []byte) ([]state.Record, error) {
+	var recs []state.Record
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return nil, errors.New("a records entry is cut short")
+		}
+		r, err := state.DecodeRecord(b[k : k+int(n)])
+		if err != nil {
+			return nil, err
+		}
+		recs, b = append(recs, r), b[k+int(n):]
+	}
+	return recs, nil
+}
+
+type member struct {
+	ID  string `json:"id"`
+	URL string `json:"url"`
+}
+
+func memberEntry(id, url string) []byte {
+	b, _ := json.Marshal(member{ID: id, URL: url}) // two strings always marshal
+	return append([]byte{entryMember}, b...)
+}
+
+// fsm applies committed entries to the node's WAL.
+type fsm struct {
+	n *Node
+
+	mu      sync.Mutex
+	end     int64             // the WAL's length once the applied entries are in it
+	members map[string]string // node id → URL
+}
+
+func (f *fsm) setEnd(end int64) {
+	f.mu.Lock()
+	f.end = end
+	f.mu.Unlock()
+}
+
+func (f *fsm) member(id string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	url, ok := f.members[id]
+	return url, ok
+}
+
+// Apply appends a committed entry's records to the WAL. An entry that cannot
+// be applied stops the node (Failed): raft has committed it, so skipping it
+// would fork this node's WAL from the others'.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand || len(l.Data) == 0 {
+		return nil
+	}
+	switch l.Data[0] {
+	case entryMember:
+		var m member
+		if err := json.Unmarshal(l.Data[1:], &m); err != nil {
+			return f.failed(l.Index, err)
+		}
+		f.mu.Lock()
+		f.members[m.ID] = m.URL
+		f.mu.Unlock()
+		return nil
+	case entryRecords:
+		recs, err := decodeRecords(l.Data[1:])
+		if err != nil {
+			return f.failed(l.Index, err)
+		}
+		f.n.mu.Lock()
+		end, err := f.n.h.Replicate(recs)
+		f.n.mu.Unlock()
+		if err != nil {
+			return f.failed(l.Index, err)
+		}
+		f.setEnd(end)
+		return nil
+	}
+	return f.failed(l.Index, fmt.Errorf("unknown entry kind %q", l.Data[0]))
+}
+
+func (f *fsm) failed(index uint64, err error) error {
+	err = fmt.Errorf("node %s cannot apply raft entry %d: %w", f.n.cfg.ID, index, err)
+	f.n.fail(err)
+	return err
+}
+
+// Snapshot captures the WAL's length and the members; Persist copies that
+// much of the WAL, which is append-only, while entries go on being applied.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	members := make(map[string]string, len(f.members))
+	for id, url := range f.members {
+		members[id] = url
+	}
+	return &snapshot{h: f.n.h, header: snapshotHeader{Members: members, WALBytes: f.end}}, nil
+}
+
+// snapshotHeader is the first line of a snapshot; the WAL's bytes follow.
+type snapshotHeader struct {
+	Members  map[string]string `json:"members"`
+	WALBytes int64             `json:"wal_bytes"`
+}
+
+type snapshot struct {
+	h      *store.Handle
+	header snapshotHeader
+}
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	err := json.NewEncoder(sink).Encode(s.header)
+	if err == nil {
+		err = s.h.WALBytes(sink, s.header.WALBytes)
+	}
+	if err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("writing a raft snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}
+
+// Restore makes the node's WAL the snapshot's (keeping a WAL that already
+// begins with it).
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	r := bufio.NewReader(rc)
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("reading a raft snapshot: %w", err)
+	}
+	var header snapshotHeader
+	if err := json.Unmarshal(line, &header); err != nil || header.WALBytes < 0 {
+		return errors.New("a raft snapshot without its header")
+	}
+	data := make([]byte, header.WALBytes)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return fmt.Errorf("reading a raft snapshot's WAL: %w", err)
+	}
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	if _, err := f.n.h.Install(data); err != nil {
+		return fmt.Errorf("installing a raft snapshot's WAL: %w", err)
+	}
+	if err := f.n.h.Read(func(*store.Tx) error { return nil }); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.members, f.end = header.Members, f.n.h.End()
+	if f.members == nil {
+		f.members = map[string]string{}
+	}
+	f.mu.Unlock()
+	return nil
+}

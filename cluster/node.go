@@ -1,0 +1,438 @@
+// Package cluster runs one node of a leasewal cluster on hashicorp/raft
+// (SPEC §9). The leader decides a batch against its WAL (store.DecideBatch),
+// stamps its records and proposes them as one raft entry; every node,
+// the leader included, applies committed entries through the same
+// state.Apply and appends their records to its own leasewal WAL
+// (store.Replicate), so every node's WAL holds the same records, byte for
+// byte, and verify, log and inspect work on each. A raft snapshot carries
+// the WAL's bytes.
+//
+// cluster knows raft and the store; what a request means is cmd's.
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"leasewal/state"
+	"leasewal/store"
+)
+
+// Config says how a node starts.
+type Config struct {
+	ID   string // the node's raft id, stable across restarts
+	Dir  string // raft's log, stable store and snapshots
+	Bind string // the raft transport's address (TCP), unless Transport is set
+	URL  string // where the node's HTTP API answers: followers forward there
+	// Join starts the node without founding a cluster: a member adds it
+	// (Node.Join, which a joining serve asks for over HTTP).
+	Join bool
+	// Transport, if set, replaces TCP on Bind (tests: raft.InmemTransport).
+	Transport raft.Transport
+	// Timing tunes raft; the zero value is Timing{}.withDefaults().
+	Timing Timing
+	// Log receives raft's own log lines; nil discards them.
+	Log io.Writer
+}
+
+// Timing is raft's clock. The defaults tolerate a loaded 2-core machine and
+// the race detector: a leader is suspected after 2 s of silence.
+type Timing struct {
+	Heartbeat         time.Duration
+	Election          time.Duration
+	LeaderLease       time.Duration
+	Apply             time.Duration // how long a proposal may wait to commit
+	SnapshotThreshold uint64        // entries between raft snapshots
+	TrailingLogs      uint64        // entries kept after a snapshot
+}
+
+func (t Timing) withDefaults() Timing {
+	def := Timing{Heartbeat: 2 * time.Second, Election: 2 * time.Second, LeaderLease: time.Second,
+		Apply: 10 * time.Second, SnapshotThreshold: 8192, TrailingLogs: 10240}
+	if t.Heartbeat == 0 {
+		t.Heartbeat = def.Heartbeat
+	}
+	if t.Election == 0 {
+		t.Election = def.Election
+	}
+	if t.LeaderLease == 0 {
+		t.LeaderLease = def.LeaderLease
+	}
+	if t.Apply == 0 {
+		t.Apply = def.Apply
+	}
+	if t.SnapshotThreshold == 0 {
+		t.SnapshotThreshold = def.SnapshotThreshold
+	}
+	if t.TrailingLogs == 0 {
+		t.TrailingLogs = def.TrailingLogs
+	}
+	return t
+}
+
+// ErrNotLeader is a request that reached a node that cannot decide it: it
+// is not the leader, or has not yet caught up with its term. Nothing was
+// decided; the client may send it again.
+var ErrNotLeader = errors.New("this node is not the cluster's leader (or is still catching up after its election): nothing was decided; send the request again")
+
+// UnknownOutcomeError is a proposal whose fate the leader cannot know: it
+// lost its leadership before the entry committed, and a new leader may yet
+// commit it. A retry with the same request id gets the answer either way.
+type UnknownOutcomeError struct{ Err error }
+
+func (e *UnknownOutcomeError) Error() string {
+	return fmt.Sprintf("the cluster's leader changed before the decision was known to be committed (%v): the outcome is unknown; repeat it with the same --request-id", e.Err)
+}
+
+func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
+
+// Node is one running member.
+type Node struct {
+	cfg    Config
+	timing Timing
+	raft   *raft.Raft
+	fsm    *fsm
+	bolt   *raftboltdb.BoltStore
+	trans  raft.Transport
+
+	// mu serializes the leader's decisions with the application of
+	// committed entries: both use h, which is not safe for concurrent use.
+	mu sync.Mutex
+	h  *store.Handle
+
+	ready  atomic.Bool // the leader has applied every entry of earlier terms
+	notify chan bool
+	stop   chan struct{}
+	done   chan struct{}
+	failed chan error
+	once   sync.Once
+}
+
+// identity is what <raft dir>/leasewal-node.json holds, so that a raft dir
+// is never used for another node or another WAL.
+type identity struct {
+	ID  string `json:"id"`
+	WAL string `json:"wal"`
+}
+
+// Start opens the node's raft state in cfg.Dir and its WAL with opts, and
+// joins raft: it founds a one-node cluster when the dir is new and Join is
+// false.
+func Start(cfg Config, opts store.Options) (*Node, error) {
+	if cfg.ID == "" || cfg.Dir == "" || (cfg.Bind == "" && cfg.Transport == nil) {
+		return nil, errors.New("a raft node needs --raft-id, --raft-dir and --raft-bind")
+	}
+	if err := state.ValidateID("--raft-id", cfg.ID); err != nil {
+		return nil, err
+	}
+	walPath, err := filepath.Abs(opts.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the raft dir: %w", err)
+	}
+	if err := claim(cfg.Dir, identity{ID: cfg.ID, WAL: walPath}); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, timing: cfg.Timing.withDefaults(), notify: make(chan bool, 16),
+		stop: make(chan struct{}), done: make(chan struct{}), failed: make(chan error, 1)}
+	opts.Node = true
+	n.h = store.Open(opts)
+	n.fsm = &fsm{n: n, members: map[string]string{}}
+	if err := n.open(); err != nil {
+		n.h.Close()
+		return nil, err
+	}
+	go n.lead()
+	return n, nil
+}
+
+// claim checks that dir is new or this node's own, and makes it this node's.
+func claim(dir string, id identity) error {
+	path := filepath.Join(dir, "leasewal-node.json")
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		b, _ = json.Marshal(id)
+		return os.WriteFile(path, append(b, '\n'), 0o600)
+	case err != nil:
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	var have identity
+	if err := json.Unmarshal(b, &have); err != nil {
+		return fmt.Errorf("%s is not a leasewal node's: give another --raft-dir", dir)
+	}
+	if have != id {
+		return fmt.Errorf("the raft dir %s belongs to node %s of the WAL %s, not to node %s of %s: give each node its own --raft-dir", dir, have.ID, have.WAL, id.ID, id.WAL)
+	}
+	return nil
+}
+
+func (n *Node) open() error {
+	logw := n.cfg.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	bolt, err := raftboltdb.NewBoltStore(filepath.Join(n.cfg.Dir, "raft.db"))
+	if err != nil {
+		return fmt.Errorf("opening the raft log in %s: %w", n.cfg.Dir, err)
+	}
+	n.bolt = bolt
+	snaps, err := raft.NewFileSnapshotStore(n.cfg.Dir, 2, logw)
+	if err != nil {
+		bolt.Close()
+		return fmt.Errorf("opening the raft snapshots in %s: %w", n.cfg.Dir, err)
+	}
+	existing, err := raft.HasExistingState(bolt, bolt, snaps)
+	if err != nil {
+		bolt.Close()
+		return err
+	}
+	if !existing {
+		if err := n.requireEmptyWAL(); err != nil {
+			bolt.Close()
+			return err
+		}
+	}
+	if err := n.h.MarkNode(store.NodeMark{ID: n.cfg.ID, URL: n.cfg.URL}); err != nil {
+		bolt.Close()
+		return fmt.Errorf("marking the WAL as node %s's: %w", n.cfg.ID, err)
+	}
+	n.trans = n.cfg.Transport
+	if n.trans == nil {
+		tcp, err := raft.NewTCPTransport(n.cfg.Bind, nil, 3, 10*time.Second, logw)
+		if err != nil {
+			bolt.Close()
+			return fmt.Errorf("cannot listen for raft on %s: %w", n.cfg.Bind, err)
+		}
+		n.trans = tcp
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.cfg.ID)
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = n.timing.Heartbeat, n.timing.Election, n.timing.LeaderLease
+	rc.SnapshotThreshold, rc.TrailingLogs = n.timing.SnapshotThreshold, n.timing.TrailingLogs
+	rc.NotifyCh = n.notify
+	rc.LogOutput, rc.LogLevel = logw, "WARN"
+	if err := n.readEnd(); err != nil {
+		bolt.Close()
+		return err
+	}
+	r, err := raft.NewRaft(rc, n.fsm, bolt, bolt, snaps, n.trans)
+	if err != nil {
+		bolt.Close()
+		return fmt.Errorf("starting raft: %w", err)
+	}
+	n.raft = r
+	if !existing && !n.cfg.Join {
+		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: n.trans.LocalAddr()}}}
+		if err := r.BootstrapCluster(boot).Error(); err != nil {
+			r.Shutdown()
+			bolt.Close()
+			return fmt.Errorf("founding the cluster: %w", err)
+		}
+	}
+	return nil
+}
+
+// requireEmptyWAL refuses to found or join a cluster with a WAL that holds
+// records: they are in no raft log, so no other node would ever hold them.
+func (n *Node) requireEmptyWAL() error {
+	var records int
+	err := n.h.Read(func(tx *store.Tx) error { records = tx.Records(); return nil })
+	if err != nil {
+		return err
+	}
+	if records > 0 {
+		return fmt.Errorf("the WAL %s already holds %d records, and a new node starts from an empty WAL: give a new --wal (moving a WAL into a cluster is not supported yet)", n.h.Path(), records)
+	}
+	return nil
+}
+
+// readEnd learns the WAL's length, which a snapshot copies.
+func (n *Node) readEnd() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	err := n.h.Read(func(*store.Tx) error { return nil })
+	n.fsm.setEnd(n.h.End())
+	return err
+}
+
+// lead follows the node's leadership: after winning an election the leader
+// waits for Barrier (every entry of earlier terms applied to its WAL) before
+// it decides anything, and makes sure its URL is the one followers forward to.
+func (n *Node) lead() {
+	defer close(n.done)
+	for {
+		select {
+		case <-n.stop:
+			return
+		case leader := <-n.notify:
+			n.ready.Store(false)
+			for leader && n.raft.State() == raft.Leader {
+				if err := n.catchUpTerm(); err == nil {
+					n.ready.Store(true)
+					break
+				}
+				select {
+				case <-n.stop:
+					return
+				case leader = <-n.notify:
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+	}
+}
+
+func (n *Node) catchUpTerm() error {
+	if err := n.raft.Barrier(n.timing.Apply).Error(); err != nil {
+		return err
+	}
+	if url, _ := n.fsm.member(n.cfg.ID); url != n.cfg.URL {
+		return n.propose(memberEntry(n.cfg.ID, n.cfg.URL))
+	}
+	return nil
+}
+
+// Leading reports whether this node decides requests now.
+func (n *Node) Leading() bool { return n.ready.Load() && n.raft.State() == raft.Leader }
+
+// Leader is the leader's HTTP URL, "" while none is known.
+func (n *Node) Leader() string {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return ""
+	}
+	url, _ := n.fsm.member(string(id))
+	return url
+}
+
+// Role is "leader", "follower" or "candidate".
+func (n *Node) Role() string {
+	switch n.raft.State() {
+	case raft.Leader:
+		return "leader"
+	case raft.Candidate:
+		return "candidate"
+	}
+	return "follower"
+}
+
+// LastSeq is the last seq of the node's WAL.
+func (n *Node) LastSeq() (int64, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var last int64
+	err := n.h.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil })
+	return last, err
+}
+
+// Commit is group commit on the leader: fns decide one after the other
+// against the WAL plus the decisions before them, their records go to the
+// cluster as one entry, and Commit returns once it is committed and applied
+// to this node's WAL. err is the batch's: when it is set, no answer of the
+// batch stands.
+func (n *Node) Commit(fns []func(*store.Tx) error) (errs []error, committed [][]state.Record, err error) {
+	if !n.Leading() {
+		return make([]error, len(fns)), make([][]state.Record, len(fns)), ErrNotLeader
+	}
+	n.mu.Lock()
+	errs, committed, err = n.h.DecideBatch(fns)
+	n.mu.Unlock()
+	if err != nil {
+		return errs, committed, err
+	}
+	var all []state.Record
+	for _, recs := range committed {
+		all = append(all, recs...)
+	}
+	if len(all) == 0 {
+		return errs, committed, nil
+	}
+	entry, err := recordsEntry(all)
+	if err != nil {
+		return errs, committed, err
+	}
+	return errs, committed, n.propose(entry)
+}
+
+func (n *Node) propose(entry []byte) error {
+	f := n.raft.Apply(entry, n.timing.Apply)
+	if err := f.Error(); errors.Is(err, raft.ErrNotLeader) {
+		return ErrNotLeader
+	} else if err != nil {
+		return &UnknownOutcomeError{Err: err}
+	}
+	if err, ok := f.Response().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// Join adds a node as a voter, on the leader; adding a node already in the
+// cluster at the same address changes nothing.
+func (n *Node) Join(id, raftAddr, url string) error {
+	if !n.Leading() {
+		return ErrNotLeader
+	}
+	if err := state.ValidateID("node id", id); err != nil {
+		return err
+	}
+	if raftAddr == "" || url == "" {
+		return errors.New("a joining node gives its raft address and its URL")
+	}
+	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.timing.Apply).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return ErrNotLeader
+		}
+		return fmt.Errorf("adding node %s: %w", id, err)
+	}
+	if have, _ := n.fsm.member(id); have == url {
+		return nil
+	}
+	return n.propose(memberEntry(id, url))
+}
+
+// Failed delivers the error that stopped the node applying entries (its
+// disk failed): the node must stop; on restart raft hands it the entries
+// again.
+func (n *Node) Failed() <-chan error { return n.failed }
+
+func (n *Node) fail(err error) {
+	select {
+	case n.failed <- err:
+	default:
+	}
+}
+
+// Shutdown stops raft and closes the WAL and the raft log.
+func (n *Node) Shutdown() error {
+	var err error
+	n.once.Do(func() {
+		close(n.stop)
+		<-n.done
+		err = n.raft.Shutdown().Error()
+		if c, ok := n.trans.(io.Closer); ok {
+			_ = c.Close()
+		}
+		if cerr := n.bolt.Close(); err == nil {
+			err = cerr
+		}
+		n.mu.Lock()
+		n.h.Close()
+		n.mu.Unlock()
+	})
+	return err
+}
