@@ -53,13 +53,14 @@ type Timing struct {
 	Election          time.Duration
 	LeaderLease       time.Duration
 	Apply             time.Duration // how long a proposal may wait to commit
+	SnapshotInterval  time.Duration // how often raft considers a snapshot
 	SnapshotThreshold uint64        // entries between raft snapshots
 	TrailingLogs      uint64        // entries kept after a snapshot
 }
 
 func (t Timing) withDefaults() Timing {
 	def := Timing{Heartbeat: 2 * time.Second, Election: 2 * time.Second, LeaderLease: time.Second,
-		Apply: 10 * time.Second, SnapshotThreshold: 8192, TrailingLogs: 10240}
+		Apply: 10 * time.Second, SnapshotInterval: 2 * time.Minute, SnapshotThreshold: 8192, TrailingLogs: 10240}
 	if t.Heartbeat == 0 {
 		t.Heartbeat = def.Heartbeat
 	}
@@ -71,6 +72,9 @@ func (t Timing) withDefaults() Timing {
 	}
 	if t.Apply == 0 {
 		t.Apply = def.Apply
+	}
+	if t.SnapshotInterval == 0 {
+		t.SnapshotInterval = def.SnapshotInterval
 	}
 	if t.SnapshotThreshold == 0 {
 		t.SnapshotThreshold = def.SnapshotThreshold
@@ -222,7 +226,7 @@ func (n *Node) open() error {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.cfg.ID)
 	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = n.timing.Heartbeat, n.timing.Election, n.timing.LeaderLease
-	rc.SnapshotThreshold, rc.TrailingLogs = n.timing.SnapshotThreshold, n.timing.TrailingLogs
+	rc.SnapshotInterval, rc.SnapshotThreshold, rc.TrailingLogs = n.timing.SnapshotInterval, n.timing.SnapshotThreshold, n.timing.TrailingLogs
 	rc.NotifyCh = n.notify
 	rc.LogOutput, rc.LogLevel = logw, "WARN"
 	if err := n.readEnd(); err != nil {

@@ -2,19 +2,25 @@ package cmd
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/hashicorp/raft"
 
 	"leasewal/cluster"
+	"leasewal/internal/lincheck"
 )
 
 // testNode is one node of a cluster the tests run in one process: raft over
@@ -39,11 +45,19 @@ type testCluster struct {
 	now   atomic.Int64
 	// timing applies to every node; SnapshotThreshold low makes snapshots.
 	timing cluster.Timing
+	// step, when set, makes the clock the last record's time plus step, and
+	// batches one request each: every decision's time follows from the
+	// order of the records alone, as the linearizability model computes it.
+	step int64
 }
 
 func newTestCluster(t *testing.T, n int, timing cluster.Timing) *testCluster {
+	return newSteppedCluster(t, n, timing, 0)
+}
+
+func newSteppedCluster(t *testing.T, n int, timing cluster.Timing, step int64) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, timing: timing}
+	c := &testCluster{t: t, timing: timing, step: step}
 	c.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	root := t.TempDir()
 	for i := range n {
@@ -96,13 +110,22 @@ func (c *testCluster) start(tn *testNode, join bool) {
 	c.t.Helper()
 	e := env{Config: Config{WAL: tn.wal, Output: "json", LockTimeout: time.Minute, Actor: "seed"}, stderr: os.Stderr}
 	opts := e.storeOptions()
-	opts.Clock = func(lastAt int64) (int64, error) { return max(c.now.Load(), lastAt), nil }
+	opts.Clock = func(lastAt int64) (int64, error) {
+		if c.step > 0 && lastAt > 0 {
+			return lastAt + c.step, nil
+		}
+		return max(c.now.Load(), lastAt), nil
+	}
 	node, err := cluster.Start(cluster.Config{ID: tn.id, Dir: tn.dir, URL: tn.http.URL, Join: join,
 		Transport: tn.trans, Timing: c.timing}, opts)
 	if err != nil {
 		c.t.Fatalf("starting %s: %v", tn.id, err)
 	}
-	s, stop := newServer(e, nodeBackend{node}, node, "", 64)
+	maxBatch := 64
+	if c.step > 0 {
+		maxBatch = 1
+	}
+	s, stop := newServer(e, nodeBackend{node}, node, "", maxBatch)
 	tn.node, tn.stop = node, stop
 	tn.srv.Store(s)
 }
@@ -249,3 +272,250 @@ func TestClusterNodeOwnsItsWAL(t *testing.T) {
 	}
 }
 
+// restart stops a node and starts it again on the same files.
+func (c *testCluster) restart(tn *testNode) {
+	c.halt(tn)
+	tn.trans = nil
+	tn.addr, tn.trans = raft.NewInmemTransport(tn.addr)
+	c.connectAll()
+	c.start(tn, true)
+}
+
+// add starts a new node and has the leader add it.
+func (c *testCluster) add(id string) *testNode {
+	c.t.Helper()
+	root := filepath.Dir(c.nodes[0].wal)
+	tn := &testNode{id: id, wal: filepath.Join(root, id+".wal"), dir: filepath.Join(root, id+".raft")}
+	tn.addr, tn.trans = raft.NewInmemTransport("")
+	tn.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s := tn.srv.Load(); s != nil {
+			s.ServeHTTP(w, r)
+			return
+		}
+		httpError(w, http.StatusServiceUnavailable, "NoLeader", "starting")
+	}))
+	c.nodes = append(c.nodes, tn)
+	c.connectAll()
+	c.start(tn, true)
+	if err := c.leader().node.Join(tn.id, string(tn.addr), tn.http.URL); err != nil {
+		c.t.Fatalf("join %s: %v", tn.id, err)
+	}
+	return tn
+}
+
+// snapshotted waits until the node's raft dir holds a snapshot.
+func (c *testCluster) snapshotted(tn *testNode) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if found, _ := filepath.Glob(filepath.Join(tn.dir, "snapshots", "*", "meta.json")); len(found) > 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("%s took no raft snapshot within 30 s", tn.id)
+}
+
+// TestClusterRestartAndSnapshotInstall: a node stopped while the others go
+// on, restarted after the leader compacted its raft log, and a node added
+// after that (installed from a snapshot that carries the WAL's bytes) end
+// with the same WAL bytes as the leader; a restarted node's replayed entries
+// add nothing twice.
+func TestClusterRestartAndSnapshotInstall(t *testing.T) {
+	c := newTestCluster(t, 3, cluster.Timing{SnapshotInterval: 100 * time.Millisecond, SnapshotThreshold: 4, TrailingLogs: 2})
+	submit := func(n int) {
+		for range n {
+			if code, out, stderr := cli("--server", c.urls(0), "submit", "--payload", "x"); code != 0 {
+				t.Fatalf("submit: exit %d\n%s%s", code, out, stderr)
+			}
+		}
+	}
+	submit(5)
+	stopped := c.nodes[2]
+	if stopped == c.leader() {
+		stopped = c.nodes[1]
+	}
+	c.halt(stopped)
+	submit(12)
+	if code, out, stderr := cli("--server", c.urls(0), "lease", "--worker", "W", "--duration", "1h"); code != 0 {
+		t.Fatalf("lease: exit %d\n%s%s", code, out, stderr)
+	}
+	leader := c.leader()
+	c.snapshotted(leader)
+	submit(6) // past the snapshot: the log the stopped node needs is gone
+	c.restart(stopped)
+	added := c.add("n4")
+	submit(2)
+	wals := c.converge()
+	for i, wal := range wals {
+		if !bytes.Equal(wal, wals[0]) {
+			t.Fatalf("%s's WAL differs from %s's:\n%s\nwant\n%s", c.nodes[i].id, c.nodes[0].id, wal, wals[0])
+		}
+	}
+	if code, out, _ := cli("--wal", added.wal, "log", "-o", "tsv", "--no-headers"); code != 0 || strings.Count(out, "\n") != 26 {
+		t.Fatalf("the added node's log: exit %d, %d lines, want 26\n%s", code, strings.Count(out, "\n"), out)
+	}
+	c.restart(leader)
+	submit(1)
+	for i, wal := range c.converge() {
+		if !bytes.Equal(wal, c.converge()[0]) || bytes.Count(wal, []byte("\n")) != 28 {
+			t.Fatalf("after restarting the old leader, %s's WAL:\n%s", c.nodes[i].id, wal)
+		}
+	}
+}
+
+// isolate cuts a node off from the others, both ways.
+func (c *testCluster) isolate(tn *testNode) {
+	tn.trans.DisconnectAll()
+	for _, o := range c.nodes {
+		if o != tn {
+			o.trans.Disconnect(tn.addr)
+		}
+	}
+}
+
+// definite sends a command to the cluster until it has a definite answer:
+// an unknown outcome (exit 10) or no node answering is sent again, as it
+// may be with a request id (or, for complete and fail, with the same lease).
+func (c *testCluster) definite(first int, args ...string) (int, string) {
+	c.t.Helper()
+	var code int
+	var out, stderr string
+	for range 100 {
+		code, out, stderr = cli(append([]string{"--server", c.urls(first)}, args...)...)
+		if code != ExitUnknownSent && !(code == ExitInternal && strings.Contains(stderr, "no server answered")) {
+			return code, out
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Fatalf("%v: no definite answer after 100 tries: exit %d %s%s", args, code, out, stderr)
+	return 0, ""
+}
+
+// TestClusterFailover: clients lease, complete and fail through a
+// three-node cluster while its leader is cut off mid-run. The history is
+// linearizable (porcupine against the reference model), lease ids keep
+// increasing in the WAL, every node's WAL is the same and passes verify, a
+// completion under a lease granted before the failover and superseded after
+// it is CANCELLED, and blind retries with request ids answer duplicate.
+func TestClusterFailover(t *testing.T) {
+	const step = 300 // ms between records: a 1 s lease lapses four records later
+	c := newSteppedCluster(t, 3, cluster.Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond}, step)
+	start := c.now.Load()
+	if code, out := c.definite(0, lincheck.Input{Op: "submit", Req: "first"}.Args(false)...); code != 0 {
+		t.Fatalf("submit: exit %d %s", code, out)
+	}
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		calls   atomic.Int32
+		wg      sync.WaitGroup
+	)
+	began := time.Now()
+	// A lease granted before the failover, for the late completion below.
+	early := lincheck.Input{Op: "lease", Worker: "early", Req: "early", Offset: step * time.Millisecond}
+	code, out := c.definite(0, early.Args(false)...)
+	var earlyOut lincheck.Output
+	if err := json.Unmarshal([]byte(out), &earlyOut); code != 0 || err != nil || earlyOut.Result != "LEASED" {
+		t.Fatalf("the early lease: exit %d %s", code, out)
+	}
+	history = append(history, porcupine.Operation{ClientId: 3, Input: early, Output: earlyOut, Return: time.Since(began).Nanoseconds()})
+	for client := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(client), 11))
+			worker := "W" + strconv.Itoa(client)
+			var task, lease string
+			for i := range 10 {
+				in := lincheck.Input{Op: "lease", Worker: worker, Offset: step * time.Millisecond,
+					Req: fmt.Sprintf("c%d-%d", client, i)}
+				switch k := rng.IntN(10); {
+				case k < 3:
+					in.Op = "submit"
+				case lease != "" && k < 7:
+					in.Op, in.Task, in.Lease, in.Req = "complete", task, lease, ""
+				case lease != "" && k < 9:
+					in.Op, in.Task, in.Lease, in.Req = "fail", task, lease, ""
+				}
+				call := time.Since(began).Nanoseconds()
+				_, stdout := c.definite(client, in.Args(false)...)
+				ret := time.Since(began).Nanoseconds()
+				calls.Add(1)
+				var got lincheck.Output
+				if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+					t.Errorf("%v: no JSON: %q", in.Args(false), stdout)
+					return
+				}
+				got = got.Normalize(in)
+				if in.Op == "lease" && got.Result == "LEASED" {
+					task, lease = got.Task, got.Lease
+				} else if in.Op == "complete" || in.Op == "fail" {
+					task, lease = "", ""
+				}
+				mu.Lock()
+				history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: got, Return: ret})
+				mu.Unlock()
+			}
+		}()
+	}
+	for calls.Load() < 8 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	old := c.leader()
+	c.isolate(old)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if c.leader() == old {
+		t.Fatal("the cut-off leader still leads")
+	}
+	c.connectAll()
+	wals := c.converge()
+	if res, info := porcupine.CheckOperationsVerbose(lincheck.Model(start), history, 30*time.Second); res != porcupine.Ok {
+		f, _ := os.CreateTemp("", "leasewal-cluster-linearizability-*.html")
+		f.Close()
+		_ = porcupine.VisualizePath(lincheck.Model(start), info, f.Name())
+		t.Fatalf("the history of %d calls across the failover is %s; see %s\n%s", len(history), res, f.Name(), wals[0])
+	}
+	for i, wal := range wals {
+		if !bytes.Equal(wal, wals[0]) {
+			t.Fatalf("%s's WAL differs from %s's", c.nodes[i].id, c.nodes[0].id)
+		}
+		if code, _, stderr := cli("--wal", c.nodes[i].wal, "verify"); code != 0 {
+			t.Fatalf("verify on %s: exit %d: %s", c.nodes[i].id, code, stderr)
+		}
+	}
+	last := 0
+	for _, line := range strings.Split(string(wals[0]), "\n")[1:] {
+		var r struct {
+			Type  string `json:"type"`
+			Lease string `json:"lease_id"`
+		}
+		if _, body, ok := strings.Cut(line, " "); ok && json.Unmarshal([]byte(body), &r) == nil && r.Type == "LeaseGranted" {
+			n, err := strconv.Atoi(strings.TrimPrefix(r.Lease, "L"))
+			if err != nil || n <= last {
+				t.Fatalf("lease %s granted after L%d", r.Lease, last)
+			}
+			last = n
+		}
+	}
+	if code, out := c.definite(0, "complete", "--task", earlyOut.Task, "--lease", earlyOut.Lease, "-o", "json"); code != ExitCancelled || !strings.Contains(out, "CANCELLED") {
+		t.Fatalf("a completion under the lease granted before the failover: exit %d %s", code, out)
+	}
+	code, out = c.definite(1, lincheck.Input{Op: "submit", Req: "first"}.Args(false)...)
+	if code != 0 || !strings.Contains(out, `"duplicate":true`) || !strings.Contains(out, `"task_id":"T1"`) {
+		t.Fatalf("a blind retry of the first submit, sent before the failover: exit %d %s", code, out)
+	}
+	if code, out = c.definite(0, "submit", "--payload", "late", "--priority", "9", "-o", "json"); code != 0 {
+		t.Fatalf("submit: exit %d %s", code, out)
+	}
+	for i := range 2 {
+		code, out = c.definite(i, "lease", "--worker", "late", "--duration", "1m", "--request-id", "late", "-o", "json")
+		if code != 0 || strings.Contains(out, `"duplicate":true`) != (i == 1) {
+			t.Fatalf("lease request 'late', try %d: exit %d %s", i+1, code, out)
+		}
+	}
+	t.Logf("%d calls from 3 clients across a failover from %s: linearizable; %d leases granted", len(history), old.id, last)
+}

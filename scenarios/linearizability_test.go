@@ -3,7 +3,6 @@ package scenarios
 import (
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,110 +14,12 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"leasewal/internal/refmodel"
+	"leasewal/internal/lincheck"
 )
-
-// lzInput is one client call. Time is "+offset" after the WAL's last record,
-// so that the model can compute the same now in whatever order it linearizes.
-type lzInput struct {
-	Op     string // submit, lease, extend, complete, fail
-	Worker string
-	Task   string
-	Lease  string
-	Offset time.Duration
-}
-
-// lzOutput is what the process answered.
-type lzOutput struct {
-	Result string `json:"result"`
-	Error  string `json:"error"`
-	Task   string `json:"task_id"`
-	Lease  string `json:"lease_id"`
-}
-
-func (in lzInput) args() []string {
-	now := []string{"--now", "+" + in.Offset.String(), "-o", "json"}
-	switch in.Op {
-	case "submit":
-		return append([]string{"submit", "--payload", "job", "--window", "20s", "--max-attempts", "3"}, now...)
-	case "lease":
-		return append([]string{"lease", "--worker", in.Worker, "--duration", "1s"}, now...)
-	case "extend":
-		return append([]string{"extend", "--task", in.Task, "--lease", in.Lease, "--duration", "1s"}, now...)
-	case "complete":
-		return append([]string{"complete", "--task", in.Task, "--lease", in.Lease}, now...)
-	}
-	return append([]string{"fail", "--task", in.Task, "--lease", in.Lease, "--reason", "flaky"}, now...)
-}
-
-// coordinatorModel is the coordinator as a sequential specification: the
-// reference model (internal/refmodel, written from SPEC §2 and sharing no
-// code with package state) and the time of the last record written, so that
-// a call's "+offset" time is computed in whatever order it is linearized.
-// initialAt is the time of the WAL's one record, the first submit.
-func coordinatorModel(initialAt int64) porcupine.Model {
-	type lzState struct {
-		m      *refmodel.Model
-		lastAt int64
-	}
-	return porcupine.Model{
-		Init: func() any {
-			m := refmodel.New()
-			m.Submit(initialAt, lzJob)
-			return lzState{m: m, lastAt: initialAt}
-		},
-		Step: func(s, input, output any) (bool, any) {
-			st, in := s.(lzState), input.(lzInput)
-			now := st.lastAt + in.Offset.Milliseconds()
-			next := lzState{m: st.m.Clone(), lastAt: st.lastAt}
-			a := modelCall(next.m, in, now)
-			if len(a.Written) > 0 {
-				next.lastAt = now
-			}
-			return outputOf(in, a) == output.(lzOutput), next
-		},
-		Equal: func(a, b any) bool {
-			x, y := a.(lzState), b.(lzState)
-			return x.lastAt == y.lastAt && x.m.Key() == y.m.Key()
-		},
-		DescribeOperation: func(in, out any) string { return fmt.Sprintf("%+v -> %+v", in, out) },
-		DescribeState:     func(s any) string { return fmt.Sprintf("last record at %d", s.(lzState).lastAt) },
-	}
-}
-
-// lzJob is the task every submit of the check creates.
-var lzJob = refmodel.Spec{Payload: "job", Window: 20_000, Policy: refmodel.Policy{MaxAttempts: 3}}
-
-// modelCall is what the reference model answers to in at now.
-func modelCall(m *refmodel.Model, in lzInput, now int64) refmodel.Answer {
-	switch in.Op {
-	case "submit":
-		return m.Submit(now, lzJob)
-	case "lease":
-		return m.Lease(now, in.Worker, 1000, "", "", nil)
-	case "extend":
-		return m.Extend(now, in.Task, in.Lease, 1000)
-	case "complete":
-		return m.Complete(now, in.Task, in.Lease)
-	}
-	return m.Fail(now, in.Task, in.Lease, false)
-}
-
-// outputOf is the model's answer as the client saw it.
-func outputOf(in lzInput, a refmodel.Answer) lzOutput {
-	out := lzOutput{Result: a.Result, Error: a.Error, Task: a.Task, Lease: a.Lease}
-	if a.Result == "EMPTY" || a.Result == "ERROR" {
-		out.Task, out.Lease = "", ""
-	}
-	if in.Op == "submit" {
-		out.Lease = ""
-	}
-	return out
-}
 
 // TestLinearizable runs several client processes at once against one WAL,
 // records each call's invocation and response times, and checks the history
-// with porcupine against coordinatorModel, the reference model.
+// with porcupine against the reference model (lincheck.Model).
 //
 // The check is partitioned into rounds, each on a fresh WAL with a history
 // small enough (3 clients of 8 calls) that porcupine decides it in
@@ -150,7 +51,7 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	model := coordinatorModel(start0.UnixMilli())
+	model := lincheck.Model(start0.UnixMilli())
 	var history []porcupine.Operation
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -163,7 +64,7 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 			worker := "W" + strconv.Itoa(c)
 			var task, lease string
 			for range ops {
-				in := lzInput{Op: "lease", Worker: worker, Offset: time.Duration(rng.IntN(400)) * time.Millisecond}
+				in := lincheck.Input{Op: "lease", Worker: worker, Offset: time.Duration(rng.IntN(400)) * time.Millisecond}
 				switch k := rng.IntN(10); {
 				case k < 2:
 					in.Op = "submit"
@@ -175,16 +76,14 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 					in.Op, in.Task, in.Lease = "fail", task, lease
 				}
 				call := time.Since(start).Nanoseconds()
-				code, stdout, stderr := run(t, walPath, nil, in.args()...)
+				code, stdout, stderr := run(t, walPath, nil, in.Args(true)...)
 				ret := time.Since(start).Nanoseconds()
-				var out lzOutput
+				var out lincheck.Output
 				if err := json.Unmarshal([]byte(stdout), &out); err != nil {
-					t.Errorf("%v: exit %d, no JSON: %q %q", in.args(), code, stdout, stderr)
+					t.Errorf("%v: exit %d, no JSON: %q %q", in.Args(true), code, stdout, stderr)
 					return
 				}
-				if in.Op == "submit" {
-					out.Lease = ""
-				}
+				out = out.Normalize(in)
 				if in.Op == "lease" && out.Result == "LEASED" {
 					task, lease = out.Task, out.Lease
 				} else if in.Op == "complete" || in.Op == "fail" {

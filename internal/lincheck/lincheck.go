@@ -1,0 +1,131 @@
+// Package lincheck is the sequential specification the linearizability
+// checks give porcupine: one client call (Input), what the client saw
+// (Output), and Model, which answers each call with the reference model
+// (internal/refmodel, written from SPEC §2 and sharing no code with package
+// state). The local check (scenarios) and the cluster's (cmd) both use it.
+package lincheck
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"leasewal/internal/refmodel"
+)
+
+// Input is one client call. Its time is Offset after the WAL's last record,
+// so that the model computes the same now in whatever order it linearizes.
+// Req, if set, is the call's request id (submit and lease).
+type Input struct {
+	Op     string // submit, lease, extend, complete, fail
+	Worker string
+	Task   string
+	Lease  string
+	Req    string
+	Offset time.Duration
+}
+
+// Output is what the client saw.
+type Output struct {
+	Result string `json:"result"`
+	Error  string `json:"error"`
+	Task   string `json:"task_id"`
+	Lease  string `json:"lease_id"`
+}
+
+// Args is the call as a command line; withNow adds --now +Offset (a server
+// stamps its own time, so a call sent to one has none).
+func (in Input) Args(withNow bool) []string {
+	tail := []string{"-o", "json"}
+	if withNow {
+		tail = append(tail, "--now", "+"+in.Offset.String())
+	}
+	if in.Req != "" {
+		tail = append(tail, "--request-id", in.Req)
+	}
+	switch in.Op {
+	case "submit":
+		return append([]string{"submit", "--payload", Job.Payload, "--window", "20s", "--max-attempts", "3"}, tail...)
+	case "lease":
+		return append([]string{"lease", "--worker", in.Worker, "--duration", "1s"}, tail...)
+	case "extend":
+		return append([]string{"extend", "--task", in.Task, "--lease", in.Lease, "--duration", "1s"}, tail...)
+	case "complete":
+		return append([]string{"complete", "--task", in.Task, "--lease", in.Lease}, tail...)
+	}
+	return append([]string{"fail", "--task", in.Task, "--lease", in.Lease, "--reason", "flaky"}, tail...)
+}
+
+// Job is the task every submit of the check creates.
+var Job = refmodel.Spec{Payload: "job", Window: 20_000, Policy: refmodel.Policy{MaxAttempts: 3}}
+
+// Model is the coordinator as a sequential specification: the reference
+// model and the time of the last record written. initialAt is the time of
+// the WAL's one record, the first submit.
+func Model(initialAt int64) porcupine.Model {
+	type modelState struct {
+		m      *refmodel.Model
+		lastAt int64
+	}
+	return porcupine.Model{
+		Init: func() any {
+			m := refmodel.New()
+			m.Submit(initialAt, Job)
+			return modelState{m: m, lastAt: initialAt}
+		},
+		Step: func(s, input, output any) (bool, any) {
+			st, in := s.(modelState), input.(Input)
+			now := st.lastAt + in.Offset.Milliseconds()
+			next := modelState{m: st.m.Clone(), lastAt: st.lastAt}
+			a := call(next.m, in, now)
+			if len(a.Written) > 0 {
+				next.lastAt = now
+			}
+			return outputOf(in, a) == output.(Output), next
+		},
+		Equal: func(a, b any) bool {
+			x, y := a.(modelState), b.(modelState)
+			return x.lastAt == y.lastAt && x.m.Key() == y.m.Key()
+		},
+		DescribeOperation: func(in, out any) string { return fmt.Sprintf("%+v -> %+v", in, out) },
+		DescribeState:     func(s any) string { return fmt.Sprintf("last record at %d", s.(modelState).lastAt) },
+	}
+}
+
+// call is what the reference model answers to in at now.
+func call(m *refmodel.Model, in Input, now int64) refmodel.Answer {
+	switch in.Op {
+	case "submit":
+		spec := Job
+		spec.Req = in.Req
+		return m.Submit(now, spec)
+	case "lease":
+		return m.Lease(now, in.Worker, 1000, "", in.Req, nil)
+	case "extend":
+		return m.Extend(now, in.Task, in.Lease, 1000)
+	case "complete":
+		return m.Complete(now, in.Task, in.Lease)
+	}
+	return m.Fail(now, in.Task, in.Lease, false)
+}
+
+// outputOf is the model's answer as the client sees it.
+func outputOf(in Input, a refmodel.Answer) Output {
+	out := Output{Result: a.Result, Error: a.Error, Task: a.Task, Lease: a.Lease}
+	if a.Result == "EMPTY" || a.Result == "ERROR" {
+		out.Task, out.Lease = "", ""
+	}
+	if in.Op == "submit" {
+		out.Lease = ""
+	}
+	return out
+}
+
+// Normalize makes a client's output comparable with the model's.
+func (out Output) Normalize(in Input) Output {
+	if in.Op == "submit" {
+		out.Lease = ""
+	}
+	return out
+}
