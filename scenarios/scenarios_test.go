@@ -21,7 +21,7 @@ func TestScenarios(t *testing.T) {
 				"PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
 				"TMPDIR="+t.TempDir(), "LEASEWAL_WAL=", "LEASEWAL_ACTOR=scenario", "NO_COLOR=1")
 			if os.Getenv("LEASEWAL_SOAK") != "1" { // a quick chaos run; .ci/run runs the full one
-				cmd.Env = append(cmd.Env, "CHAOS_TASKS=25", "CHAOS_SECONDS=30")
+				cmd.Env = append(cmd.Env, "CHAOS_TASKS=25", "CHAOS_SECONDS=30", "CLUSTER_KILLS=2", "CLUSTER_TASKS=20")
 			}
 			out, err := cmd.CombinedOutput()
 			if err != nil {
