@@ -147,7 +147,8 @@ func Start(cfg Config, opts store.Options) (*Node, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the raft dir: %w", err)
 	}
-	if err := claim(cfg.Dir, identity{ID: cfg.ID, WAL: walPath}); err != nil {
+	id := identity{ID: cfg.ID, WAL: walPath}
+	if err := checkClaim(cfg.Dir, id); err != nil {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, timing: cfg.Timing.withDefaults(), notify: make(chan bool, 16),
@@ -159,20 +160,25 @@ func Start(cfg Config, opts store.Options) (*Node, error) {
 		n.h.Close()
 		return nil, err
 	}
+	if err := claim(cfg.Dir, id); err != nil {
+		_ = n.Shutdown()
+		return nil, err
+	}
 	go n.lead()
 	return n, nil
 }
 
-// claim checks that dir is new or this node's own, and makes it this node's.
-func claim(dir string, id identity) error {
-	path := filepath.Join(dir, "leasewal-node.json")
-	b, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		b, _ = json.Marshal(id)
-		return os.WriteFile(path, append(b, '\n'), 0o600)
-	case err != nil:
-		return fmt.Errorf("reading %s: %w", path, err)
+// The identity file: <raft dir>/leasewal-node.json.
+const identityFile = "leasewal-node.json"
+
+// checkClaim refuses a raft dir that belongs to another node or another WAL.
+func checkClaim(dir string, id identity) error {
+	b, err := os.ReadFile(filepath.Join(dir, identityFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the raft dir's identity: %w", err)
 	}
 	var have identity
 	if err := json.Unmarshal(b, &have); err != nil {
@@ -182,6 +188,12 @@ func claim(dir string, id identity) error {
 		return fmt.Errorf("the raft dir %s belongs to node %s of the WAL %s, not to node %s of %s: give each node its own --raft-dir", dir, have.ID, have.WAL, id.ID, id.WAL)
 	}
 	return nil
+}
+
+// claim makes a raft dir this node's, once it has started on it.
+func claim(dir string, id identity) error {
+	b, _ := json.Marshal(id) // two strings always marshal
+	return os.WriteFile(filepath.Join(dir, identityFile), append(b, '\n'), 0o600)
 }
 
 func (n *Node) open() error {

@@ -21,6 +21,7 @@ import (
 
 	"leasewal/cluster"
 	"leasewal/internal/lincheck"
+	"leasewal/store"
 )
 
 // testNode is one node of a cluster the tests run in one process: raft over
@@ -49,15 +50,18 @@ type testCluster struct {
 	// batches one request each: every decision's time follows from the
 	// order of the records alone, as the linearizability model computes it.
 	step int64
+	// token is the nodes' bearer token ("" for none).
+	token string
 }
 
 func newTestCluster(t *testing.T, n int, timing cluster.Timing) *testCluster {
-	return newSteppedCluster(t, n, timing, 0)
+	return startCluster(t, n, &testCluster{timing: timing})
 }
 
-func newSteppedCluster(t *testing.T, n int, timing cluster.Timing, step int64) *testCluster {
+// startCluster starts n nodes with c's settings.
+func startCluster(t *testing.T, n int, c *testCluster) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, timing: timing, step: step}
+	c.t = t
 	c.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	root := t.TempDir()
 	for i := range n {
@@ -125,7 +129,7 @@ func (c *testCluster) start(tn *testNode, join bool) {
 	if c.step > 0 {
 		maxBatch = 1
 	}
-	s, stop := newServer(e, nodeBackend{node}, node, "", maxBatch)
+	s, stop := newServer(e, nodeBackend{node}, node, c.token, maxBatch)
 	tn.node, tn.stop = node, stop
 	tn.srv.Store(s)
 }
@@ -400,7 +404,8 @@ func (c *testCluster) definite(first int, args ...string) (int, string) {
 // it is CANCELLED, and blind retries with request ids answer duplicate.
 func TestClusterFailover(t *testing.T) {
 	const step = 300 // ms between records: a 1 s lease lapses four records later
-	c := newSteppedCluster(t, 3, cluster.Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond}, step)
+	c := startCluster(t, 3, &testCluster{step: step,
+		timing: cluster.Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond}})
 	start := c.now.Load()
 	if code, out := c.definite(0, lincheck.Input{Op: "submit", Req: "first"}.Args(false)...); code != 0 {
 		t.Fatalf("submit: exit %d %s", code, out)
@@ -518,4 +523,83 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls from 3 clients across a failover from %s: linearizable; %d leases granted", len(history), old.id, last)
+}
+
+// TestClusterRefusals: a node joining twice changes nothing; a raft dir is
+// one node's and one WAL's; a new node refuses a WAL that already holds
+// records; a follower's status names the leader, and a follower forwards a
+// join; a request with a wrong token is 401 on a follower as on the leader.
+func TestClusterRefusals(t *testing.T) {
+	c := newTestCluster(t, 3, cluster.Timing{})
+	leader := c.leader()
+	var follower *testNode
+	for _, tn := range c.nodes {
+		if tn != leader {
+			follower = tn
+		}
+	}
+	if err := leader.node.Join(follower.id, string(follower.addr), follower.http.URL); err != nil {
+		t.Fatalf("joining twice: %v", err)
+	}
+	body := fmt.Sprintf(`{"id":%q,"raft_addr":%q,"url":%q}`, follower.id, follower.addr, follower.http.URL)
+	resp, err := http.Post(follower.http.URL+"/v1/cluster/join", "application/json", strings.NewReader(body))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a join sent to a follower: %v %v", resp.Status, err)
+	}
+	resp.Body.Close()
+	if code, out, stderr := cli("--server", follower.http.URL, "submit", "--payload", "x", "-o", "json"); code != 0 || !strings.Contains(out, `"T1"`) {
+		t.Fatalf("a submit through a follower after the repeated joins: exit %d %s%s", code, out, stderr)
+	}
+
+	resp, err = http.Get(follower.http.URL + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st statusView
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.Role != "follower" || st.Leader != leader.http.URL {
+		t.Fatalf("a follower's status: %+v %v (leader %s)", st, err, leader.http.URL)
+	}
+	resp.Body.Close()
+
+	other := filepath.Join(t.TempDir(), "other.wal")
+	e := env{Config: Config{WAL: other, LockTimeout: time.Minute}}
+	_, err = cluster.Start(cluster.Config{ID: "n9", Dir: follower.dir, URL: "http://x", Transport: follower.trans}, e.storeOptions())
+	if err == nil || !strings.Contains(err.Error(), "belongs to node "+follower.id) {
+		t.Fatalf("another node on a follower's raft dir: %v", err)
+	}
+	if code, _, stderr := cli("--wal", other, "submit", "--payload", "x"); code != 0 {
+		t.Fatal(stderr)
+	}
+	_, trans := raft.NewInmemTransport("")
+	_, err = cluster.Start(cluster.Config{ID: "n9", Dir: filepath.Join(t.TempDir(), "n9.raft"), URL: "http://x", Transport: trans}, e.storeOptions())
+	if err == nil || !strings.Contains(err.Error(), "already holds 1 records") {
+		t.Fatalf("a new node on a WAL with records: %v", err)
+	}
+	if _, err := os.Stat(other + store.NodeSuffix); err == nil {
+		t.Fatal("the refused node marked the WAL as its own")
+	}
+}
+
+// TestClusterWrongToken: a follower refuses a wrong token itself, and
+// forwards the right one.
+func TestClusterWrongToken(t *testing.T) {
+	c := startCluster(t, 3, &testCluster{token: "secret"})
+	dir := t.TempDir()
+	for name, content := range map[string]string{"good": "secret\n", "bad": "guess\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := c.leader()
+	follower := c.nodes[0]
+	if follower == leader {
+		follower = c.nodes[1]
+	}
+	code, _, stderr := cli("--server", follower.http.URL, "--token-file", filepath.Join(dir, "bad"), "submit", "--payload", "x")
+	if code != ExitUsage || !strings.Contains(stderr, "token") {
+		t.Fatalf("a wrong token through a follower: exit %d %s", code, stderr)
+	}
+	if code, out, stderr := cli("--server", follower.http.URL, "--token-file", filepath.Join(dir, "good"), "submit", "--payload", "x"); code != 0 {
+		t.Fatalf("the right token through a follower: exit %d %s%s", code, out, stderr)
+	}
 }
