@@ -42,7 +42,8 @@ type Config struct {
 	Transport raft.Transport
 	// Timing tunes raft; the zero value is Timing{}.withDefaults().
 	Timing Timing
-	// Log receives raft's own log lines; nil discards them.
+	// Log receives raft's own log lines (each kind at most once per 30 s);
+	// nil discards them.
 	Log io.Writer
 }
 
@@ -197,9 +198,9 @@ func claim(dir string, id identity) error {
 }
 
 func (n *Node) open() error {
-	logw := n.cfg.Log
-	if logw == nil {
-		logw = io.Discard
+	var logw io.Writer = io.Discard
+	if n.cfg.Log != nil {
+		logw = newQuietLog(n.cfg.Log, 30*time.Second)
 	}
 	bolt, err := raftboltdb.NewBoltStore(filepath.Join(n.cfg.Dir, "raft.db"))
 	if err != nil {
