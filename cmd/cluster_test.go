@@ -603,3 +603,36 @@ func TestClusterWrongToken(t *testing.T) {
 		t.Fatalf("the right token through a follower: exit %d %s%s", code, out, stderr)
 	}
 }
+
+// TestClusterLeaseWait: lease --wait through a follower is answered by the
+// leader, woken by a submit that another client sends meanwhile.
+func TestClusterLeaseWait(t *testing.T) {
+	c := newTestCluster(t, 3, cluster.Timing{})
+	c.now.Store(time.Now().UnixMilli()) // a wait runs on the wall clock
+	leader := c.leader()
+	follower := c.nodes[0]
+	if follower == leader {
+		follower = c.nodes[1]
+	}
+	type result struct {
+		code int
+		out  string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, stderr := cli("--server", follower.http.URL, "lease", "--worker", "W", "--wait", "20s", "-o", "json")
+		done <- result{code, out + stderr}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if code, out, stderr := cli("--server", c.urls(2), "submit", "--payload", "late"); code != 0 {
+		t.Fatalf("submit: exit %d %s%s", code, out, stderr)
+	}
+	select {
+	case r := <-done:
+		if r.code != 0 || !strings.Contains(r.out, `"result":"LEASED"`) {
+			t.Fatalf("lease --wait through a follower: exit %d %s", r.code, r.out)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("lease --wait was not woken by the submit")
+	}
+}

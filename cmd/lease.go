@@ -114,7 +114,7 @@ func runLease(e env, o leaseOptions) error {
 	defer watcher.Close()
 	deadline := time.Now().Add(wait)
 	for {
-		a, committed, err := decideOn(h, true, decide)
+		a, committed, err := e.leaseOnce(h, decide)
 		if err != nil || a.outcome != state.ResultEmpty || !time.Now().Before(deadline) {
 			if err != nil {
 				return err
@@ -125,6 +125,15 @@ func runLease(e env, o leaseOptions) error {
 			return err
 		}
 	}
+}
+
+// leaseOnce decides one turn of a waiting lease: on h, or inside a server
+// through its batches, where a raft node's WAL takes no other writer.
+func (e env) leaseOnce(h *store.Handle, decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
+	if e.batch != nil {
+		return e.batch.run(decide)
+	}
+	return decideOn(h, true, decide)
 }
 
 // leaseAnswer decides one lease and its answer; note says whether an EMPTY
