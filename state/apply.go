@@ -38,6 +38,11 @@ type State struct {
 	// touched is the task the record being applied is about, set while
 	// apply runs (subject, applyCreated) and cleared before it returns.
 	touched *Task
+	// unkeyed holds tasks loaded from a snapshot whose request ids are not
+	// yet in submits, and unleased those whose attempts are not yet in
+	// leaseTask and leaseRequests: a command that never looks a key up
+	// never pays for those maps (see keys).
+	unkeyed, unleased []*Task
 
 	domains     map[string]*Domain
 	domainOrder []*Domain
@@ -88,6 +93,7 @@ func (s *State) lookupTask(id string) (*Task, error) {
 
 // submitted returns the task a TaskCreated with request id req created.
 func (s *State) submitted(req string) (*Task, error) {
+	s.keySubmits()
 	if t, ok := s.submits[req]; ok {
 		return t, nil
 	}
@@ -96,6 +102,7 @@ func (s *State) submitted(req string) (*Task, error) {
 
 // leaseOwner returns the id of the task a lease was granted for ("" for none).
 func (s *State) leaseOwner(leaseID string) (string, error) {
+	s.keyLeases()
 	if id, ok := s.leaseTask[leaseID]; ok {
 		return id, nil
 	}
@@ -109,6 +116,7 @@ func (s *State) leaseOwner(leaseID string) (string, error) {
 // leaseRequested returns the lease a lease request id was answered with
 // (a zero leaseRequest for none).
 func (s *State) leaseRequested(req string) (leaseRequest, error) {
+	s.keyLeases()
 	if l, ok := s.leaseRequests[req]; ok {
 		return l, nil
 	}

@@ -234,7 +234,8 @@ func (a *Archive) taskAt(offset uint64) (*Task, uint64) {
 		return nil, 0
 	}
 	d := &snapDecoder{b: body, all: string(body)}
-	t := d.task()
+	t := &Task{}
+	d.task(t)
 	if d.err != nil || len(d.b) != 0 || len(t.Seqs) == 0 {
 		a.damaged("record at %d is not a task", offset)
 		return nil, 0

@@ -78,8 +78,17 @@ func next(s *State, r Record) Record {
 	return r
 }
 
+// keyed puts the keys a loaded snapshot indexes lazily into their maps, so
+// that a loaded state compares with a replayed one field by field.
+func keyed(s *State) *State {
+	s.keySubmits()
+	s.keyLeases()
+	return s
+}
+
 // snapshot renders everything a State holds, for before/after comparisons.
 func snapshot(s *State) string {
+	keyed(s)
 	b, err := json.Marshal(struct {
 		Tasks                      []*Task
 		Submits                    map[string]*Task

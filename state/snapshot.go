@@ -11,7 +11,8 @@ import (
 // because loading it sits on every command's path. It holds exactly what
 // Apply built for the tasks in memory, and names the archive that holds the
 // others (ArchiveFinished), so a loaded state answers as the replayed one
-// does; the indexes (tasks by id, request ids, leases) are rebuilt on load.
+// does; the indexes are rebuilt on load: tasks by id at once, request ids
+// and leases when a lookup first needs them (keySubmits, keyLeases).
 
 const snapshotVersion = 3
 
@@ -249,15 +250,18 @@ func LoadSnapshot(b []byte, archive *Archive) (*State, error) {
 	}
 	if n, isNil := d.length(); !isNil {
 		s.order = make([]*Task, 0, n)
-		s.tasks, s.submits = make(map[string]*Task, n), make(map[string]*Task, n)
-		s.leaseTask = make(map[string]string, n)
-		for range n {
-			t := d.task()
+		s.tasks = make(map[string]*Task, n)
+		loaded := make([]Task, n) // one allocation for all of them
+		for i := range loaded {
+			t := &loaded[i]
+			d.task(t)
 			if d.err != nil {
 				return nil, d.err
 			}
-			s.index(t)
+			s.tasks[t.ID] = t
+			s.order = append(s.order, t)
 		}
+		s.unkeyed, s.unleased = s.order, s.order
 	}
 	if n, isNil := d.length(); !isNil {
 		s.live = make([]*Task, 0, n)
@@ -291,12 +295,45 @@ func LoadSnapshot(b []byte, archive *Archive) (*State, error) {
 	return s, nil
 }
 
-// index adds a loaded task to the state's indexes, as Apply did when it
-// created and leased it.
+// index adds a task read back from the archive to the state's indexes, as
+// Apply did when it created and leased it.
 func (s *State) index(t *Task) {
 	s.tasks[t.ID] = t
 	s.order = append(s.order, t)
+	s.keySubmits()
+	s.keyLeases()
 	s.submits[t.RequestID] = t
+	s.keyAttempts(t)
+}
+
+// keySubmits puts the request ids of the tasks a snapshot loaded into submits.
+func (s *State) keySubmits() {
+	if s.unkeyed == nil {
+		return
+	}
+	for _, t := range s.unkeyed {
+		if s.tasks[t.ID] == t { // not archived since it was loaded
+			s.submits[t.RequestID] = t
+		}
+	}
+	s.unkeyed = nil
+}
+
+// keyLeases puts the leases of the tasks a snapshot loaded into leaseTask
+// and leaseRequests.
+func (s *State) keyLeases() {
+	if s.unleased == nil {
+		return
+	}
+	for _, t := range s.unleased {
+		if s.tasks[t.ID] == t {
+			s.keyAttempts(t)
+		}
+	}
+	s.unleased = nil
+}
+
+func (s *State) keyAttempts(t *Task) {
 	for _, a := range t.Attempts {
 		s.leaseTask[a.LeaseID] = t.ID
 		if a.RequestID != "" {
@@ -305,8 +342,9 @@ func (s *State) index(t *Task) {
 	}
 }
 
-func (d *snapDecoder) task() *Task {
-	t := &Task{ID: d.str(), Payload: d.str(), CreatedAt: d.int(), Window: Duration(d.int())}
+// task decodes one task into t.
+func (d *snapDecoder) task(t *Task) {
+	*t = Task{ID: d.str(), Payload: d.str(), CreatedAt: d.int(), Window: Duration(d.int())}
 	t.Policy = RetryPolicy{MaxAttempts: int(d.int()), Backoff: Duration(d.int()), BackoffMax: Duration(d.int())}
 	t.RequestID = d.str()
 	t.AvailableAt, t.Queue, t.Priority, t.RequeuedFrom = d.int(), d.str(), int(d.int()), d.str()
@@ -325,7 +363,6 @@ func (d *snapDecoder) task() *Task {
 		}
 	}
 	t.Seqs = d.ints()
-	return t
 }
 
 func (d *snapDecoder) domain() *Domain {
