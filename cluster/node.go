@@ -60,30 +60,23 @@ type Timing struct {
 }
 
 func (t Timing) withDefaults() Timing {
-	def := Timing{Heartbeat: 2 * time.Second, Election: 2 * time.Second, LeaderLease: time.Second,
-		Apply: 10 * time.Second, SnapshotInterval: 2 * time.Minute, SnapshotThreshold: 8192, TrailingLogs: 10240}
-	if t.Heartbeat == 0 {
-		t.Heartbeat = def.Heartbeat
+	return Timing{
+		Heartbeat:         orDefault(t.Heartbeat, 2*time.Second),
+		Election:          orDefault(t.Election, 2*time.Second),
+		LeaderLease:       orDefault(t.LeaderLease, time.Second),
+		Apply:             orDefault(t.Apply, 10*time.Second),
+		SnapshotInterval:  orDefault(t.SnapshotInterval, 2*time.Minute),
+		SnapshotThreshold: orDefault(t.SnapshotThreshold, 8192),
+		TrailingLogs:      orDefault(t.TrailingLogs, 10240),
 	}
-	if t.Election == 0 {
-		t.Election = def.Election
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
 	}
-	if t.LeaderLease == 0 {
-		t.LeaderLease = def.LeaderLease
-	}
-	if t.Apply == 0 {
-		t.Apply = def.Apply
-	}
-	if t.SnapshotInterval == 0 {
-		t.SnapshotInterval = def.SnapshotInterval
-	}
-	if t.SnapshotThreshold == 0 {
-		t.SnapshotThreshold = def.SnapshotThreshold
-	}
-	if t.TrailingLogs == 0 {
-		t.TrailingLogs = def.TrailingLogs
-	}
-	return t
+	return v
 }
 
 // ErrNotLeader is a request that reached a node that cannot decide it: it

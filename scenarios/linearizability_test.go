@@ -51,7 +51,7 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	model := lincheck.Model(start0.UnixMilli())
+	initialAt := start0.UnixMilli()
 	var history []porcupine.Operation
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -99,20 +99,14 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 	if t.Failed() {
 		return 0
 	}
-	res, info := porcupine.CheckOperationsVerbose(model, history, 20*time.Second)
-	if res != porcupine.Ok {
-		f, _ := os.CreateTemp("", "leasewal-linearizability-*.html")
-		f.Close()
-		if err := porcupine.VisualizePath(model, info, f.Name()); err != nil {
-			t.Logf("writing the visualization: %v", err)
-		}
+	if res, where := lincheck.Check(initialAt, history, 20*time.Second); res != porcupine.Ok {
 		slices.SortFunc(history, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
 		for _, op := range history {
 			t.Logf("client %d [%d, %d] %+v -> %+v", op.ClientId, op.Call/1e6, op.Return/1e6, op.Input, op.Output)
 		}
 		_, records, _ := run(t, walPath, nil, "log", "-o", "tsv", "--no-headers", "--absolute")
 		t.Logf("the WAL:\n%s", records)
-		t.Fatalf("round %d: the history of %d operations is %s; see %s", round, len(history), res, f.Name())
+		t.Fatalf("round %d: the history of %d operations is %s; see %s", round, len(history), res, where)
 	}
 	return len(history)
 }

@@ -95,14 +95,9 @@ func (h *Handle) Replicate(recs []state.Record) (end int64, err error) {
 			if r.Seq != tx.State.LastSeq()+1 {
 				return fmt.Errorf("a committed record has seq %d but the WAL %s ends at %d: the node's WAL lost records; restore it from another node's copy", r.Seq, h.opts.Path, tx.State.LastSeq())
 			}
-			if err := tx.State.Apply(r); err != nil {
-				h.cache = nil
-				return fmt.Errorf("a committed record was refused (%w); nothing was written", err)
-			}
-			body, err := state.EncodeRecord(r)
+			body, err := tx.applyEncode(r)
 			if err != nil {
-				h.cache = nil
-				return fmt.Errorf("encoding record %d: %w; nothing was written", r.Seq, err)
+				return fmt.Errorf("a committed %w", err)
 			}
 			bodies, version = append(bodies, body), max(version, r.FormatVersion())
 		}

@@ -371,14 +371,9 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	for _, r := range recs {
 		version = max(version, r.FormatVersion())
 		r.Seq, r.At, r.Actor = tx.State.LastSeq()+1, tx.Now, h.opts.Actor
-		if err := tx.State.Apply(r); err != nil {
-			h.cache = nil
-			return fmt.Errorf("internal error: a decided record was refused (%w); nothing was written", err)
-		}
-		body, err := state.EncodeRecord(r)
+		body, err := tx.applyEncode(r)
 		if err != nil {
-			h.cache = nil
-			return fmt.Errorf("encoding record %d: %w; nothing was written", r.Seq, err)
+			return fmt.Errorf("internal error: a decided %w", err)
 		}
 		stamped, bodies = append(stamped, r), append(bodies, body)
 	}
@@ -394,6 +389,22 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	h.pos = tx.log.Position
 	tx.Committed = append(tx.Committed, stamped...)
 	return nil
+}
+
+// applyEncode applies a stamped record to the state (so that a record
+// replay would refuse is never written) and encodes it; on failure the
+// handle forgets its state, which the record may have half changed.
+func (tx *Tx) applyEncode(r state.Record) ([]byte, error) {
+	if err := tx.State.Apply(r); err != nil {
+		tx.h.cache = nil
+		return nil, fmt.Errorf("record %d was refused (%w); nothing was written", r.Seq, err)
+	}
+	body, err := state.EncodeRecord(r)
+	if err != nil {
+		tx.h.cache = nil
+		return nil, fmt.Errorf("record %d does not encode (%w); nothing was written", r.Seq, err)
+	}
+	return body, nil
 }
 
 // WriteBatch runs fns one after the other in one operation under the

@@ -7,6 +7,7 @@ package lincheck
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -128,4 +129,24 @@ func (out Output) Normalize(in Input) Output {
 		out.Lease = ""
 	}
 	return out
+}
+
+// Check checks a history against Model(initialAt) within limit. When it is
+// not linearizable, where names the file porcupine's visualization of it was
+// written to.
+func Check(initialAt int64, history []porcupine.Operation, limit time.Duration) (res porcupine.CheckResult, where string) {
+	model := Model(initialAt)
+	res, info := porcupine.CheckOperationsVerbose(model, history, limit)
+	if res == porcupine.Ok {
+		return res, ""
+	}
+	f, err := os.CreateTemp("", "leasewal-linearizability-*.html")
+	if err != nil {
+		return res, fmt.Sprintf("nowhere (%v)", err)
+	}
+	f.Close()
+	if err := porcupine.VisualizePath(model, info, f.Name()); err != nil {
+		return res, fmt.Sprintf("nowhere (%v)", err)
+	}
+	return res, f.Name()
 }
