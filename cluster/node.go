@@ -369,6 +369,12 @@ func (n *Node) Commit(fns []func(*store.Tx) error) (errs []error, committed [][]
 		all = append(all, recs...)
 	}
 	if len(all) == 0 {
+		// Answers that wrote nothing (a read, an EMPTY lease, a refusal) are
+		// given only once a majority confirms this node still leads: a leader
+		// cut off from the others must not answer from a stale WAL.
+		if err := n.raft.VerifyLeader().Error(); err != nil {
+			return errs, committed, ErrNotLeader
+		}
 		return errs, committed, nil
 	}
 	entry, err := recordsEntry(all)

@@ -99,7 +99,9 @@ func runLease(e env, o leaseOptions) error {
 	var next int64 // when time alone next changes what is eligible
 	decide := func(tx *store.Tx) (answer, error) {
 		a, err := leaseAnswer(e, tx, req, o.requestID, wait == 0)
-		next = tx.State.NextEventAt(tx.Now)
+		if wait > 0 && a.outcome == state.ResultEmpty {
+			next = tx.State.NextEventAt(tx.Now) // it reads every unfinished task: only when the lease will wait
+		}
 		return a, err
 	}
 	if wait == 0 {

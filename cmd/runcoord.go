@@ -47,8 +47,8 @@ func (c localCoordinator) lease(req state.LeaseRequest) (*job, int64, error) {
 	var next int64
 	err := c.h.Write(func(tx *store.Tx) error {
 		d, err := tx.State.DecideLease(req, tx.Now)
-		next = tx.State.NextEventAt(tx.Now)
 		if err != nil || d.Outcome != state.ResultLeased {
+			next = tx.State.NextEventAt(tx.Now) // it reads every unfinished task: only when the runner will wait
 			return err
 		}
 		if err := tx.Commit(d.Records); err != nil {

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,9 +31,13 @@ type State struct {
 	submits       map[string]*Task
 	leaseRequests map[string]leaseRequest
 	leaseTask     map[string]string // every lease ever granted -> its task
-	// archive holds the finished tasks that are not in the maps above
-	// (ArchiveFinished); nil when every task is in memory.
+	// archive holds the finished tasks that are not in the maps above, and
+	// cold the unfinished ones (Compact); nil when every task is in memory.
+	// shadow holds the offsets of the cold tasks that a record has touched
+	// since: their copy in memory is the task.
 	archive *Archive
+	cold    *Archive
+	shadow  map[uint64]bool
 	// touched is the task the record being applied is about, set while
 	// apply runs (subject, applyCreated) and cleared before it returns.
 	touched *Task
@@ -88,7 +91,16 @@ func (s *State) lookupTask(id string) (*Task, error) {
 	if t, ok := s.tasks[id]; ok {
 		return t, nil
 	}
-	return s.archive.find(keyTask, id, func(t *Task) bool { return t.ID == id })
+	return s.find(keyTask, id, func(t *Task) bool { return t.ID == id })
+}
+
+// find looks a key up in the archive, then in the cold set.
+func (s *State) find(kind byte, key string, match func(*Task) bool) (*Task, error) {
+	t, err := s.archive.find(kind, key, match)
+	if t != nil || err != nil {
+		return t, err
+	}
+	return s.cold.find(kind, key, match)
 }
 
 // submitted returns the task a TaskCreated with request id req created.
@@ -97,7 +109,7 @@ func (s *State) submitted(req string) (*Task, error) {
 	if t, ok := s.submits[req]; ok {
 		return t, nil
 	}
-	return s.archive.find(keySubmit, req, func(t *Task) bool { return t.RequestID == req })
+	return s.find(keySubmit, req, func(t *Task) bool { return t.RequestID == req })
 }
 
 // leaseOwner returns the id of the task a lease was granted for ("" for none).
@@ -106,7 +118,7 @@ func (s *State) leaseOwner(leaseID string) (string, error) {
 	if id, ok := s.leaseTask[leaseID]; ok {
 		return id, nil
 	}
-	t, err := s.archive.find(keyLease, leaseID, func(t *Task) bool { return t.AttemptOf(leaseID) != nil })
+	t, err := s.find(keyLease, leaseID, func(t *Task) bool { return t.AttemptOf(leaseID) != nil })
 	if t == nil {
 		return "", err
 	}
@@ -121,7 +133,7 @@ func (s *State) leaseRequested(req string) (leaseRequest, error) {
 		return l, nil
 	}
 	var found leaseRequest
-	_, err := s.archive.find(keyLeaseRequest, req, func(t *Task) bool {
+	_, err := s.find(keyLeaseRequest, req, func(t *Task) bool {
 		for _, a := range t.Attempts {
 			if a.RequestID == req {
 				found = leaseRequest{taskID: t.ID, leaseID: a.LeaseID, worker: a.Worker}
@@ -135,7 +147,7 @@ func (s *State) leaseRequested(req string) (leaseRequest, error) {
 
 // Tasks returns every task in creation order, as the records left them.
 func (s *State) Tasks() ([]*Task, error) {
-	if s.archive == nil {
+	if s.archive == nil && s.cold == nil {
 		return s.order, nil
 	}
 	archived, err := s.archive.all()
@@ -143,14 +155,19 @@ func (s *State) Tasks() ([]*Task, error) {
 		return nil, err
 	}
 	all := slices.DeleteFunc(archived, func(t *Task) bool { _, adopted := s.tasks[t.ID]; return adopted })
+	all = append(all, s.coldLive()...)
+	if err := s.cold.Err(); err != nil {
+		return nil, err
+	}
 	all = append(all, s.order...)
-	slices.SortFunc(all, func(a, b *Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
+	slices.SortFunc(all, byCreation)
 	return all, nil
 }
 
-// Damage reports damage the archive revealed while this state read it: the
-// answers given since may be wrong, and the state must be rebuilt from the WAL.
-func (s *State) Damage() error { return s.archive.Err() }
+// Damage reports damage the archive or the cold set revealed while this
+// state read them: the answers given since may be wrong, and the state must
+// be rebuilt from the WAL.
+func (s *State) Damage() error { return errors.Join(s.archive.Err(), s.cold.Err()) }
 
 // Apply validates r against the state and, if it is allowed, applies it. It is
 // the only place where a record changes the state: live commands and replay
@@ -181,6 +198,9 @@ func (s *State) apply(r Record) (*Task, error) {
 		return nil, re
 	}
 	s.lastSeq, s.lastAt = r.Seq, r.At
+	if t != nil {
+		s.adopt(t)
+	}
 	s.noteEnded(t)
 	return t, nil
 }
@@ -207,7 +227,14 @@ func (s *State) noteEnded(t *Task) {
 
 // Live returns the tasks that were not terminal when the records left them
 // (and possibly some that since ended), in creation order.
-func (s *State) Live() []*Task { return s.live }
+func (s *State) Live() []*Task {
+	if s.cold == nil {
+		return s.live
+	}
+	all := append(s.coldLive(), s.live...)
+	slices.SortFunc(all, byCreation)
+	return all
+}
 
 func (s *State) checkSequence(r Record) error {
 	if r.Seq != s.lastSeq+1 {
@@ -497,7 +524,6 @@ func (s *State) applyCancelled(r Record) error {
 	if t.holds(r.LeaseID, r.At) {
 		return invalid("lease %s is the current valid lease of %s, so nothing was cancelled", r.LeaseID, t.ID)
 	}
-	s.adopt(t)
 	commit(t, t, r.Seq)
 	return nil
 }

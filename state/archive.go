@@ -11,41 +11,48 @@ import (
 	"sort"
 )
 
-// An Archive holds finished tasks outside memory. A finished task changes no
-// more (but for a late TaskCancelled, see adopt), so a command needs one only
-// when it names it (a task id, a request id, a lease id); the archive answers
-// those lookups by reading a few kilobytes where it looks, so that loading a
-// state costs what its unfinished tasks cost, not the whole history. It is
-// pure: it reads bytes the caller provides (the checkpoint code maps its
-// file).
+// An Archive holds tasks outside memory, read where a command looks. There are
+// two. The archive of finished tasks: a finished task changes no more (but
+// for a late TaskCancelled, see adopt), so a command needs one only when it
+// names it (a task id, a request id, a lease id). The cold set (cold.go): the
+// unfinished tasks as of its writing, with their lease order, so that a lease
+// reads the few it picks from. An archive answers by reading a few kilobytes
+// where it looks, so that loading a state costs what the tasks touched since
+// cost, not the whole history nor the whole backlog. It is pure: it reads
+// bytes the caller provides (the checkpoint code maps its files).
 //
 // Layout, integers little endian:
 //
-//	"leasewal-archive v2\n"
-//	header: records length, entries, tasks (uint64 each), CRC32C of the records (uint32)
+//	"leasewal-archive v3\n"
+//	header: records length, entries, tasks, order entries (uint64 each), CRC32C of the records (uint32)
 //	CRC32C of the header and the fence (uint32)
 //	records: one per task, in the order they were archived: uvarint length, CRC32C (uint32), the task as a snapshot encodes it
 //	index: blocks of up to 128 entries {key hash, record offset} (uint64 each), each block followed by its CRC32C
+//	order: blocks of up to 128 entries (orderEntry, 48 bytes each), each block followed by its CRC32C
 //	fence: the first key hash of each index block (uint64 each)
 //
 // Each part is checked where it is read: the header and fence when the
-// archive is opened, an index block or a record when a lookup reads it. A
-// damaged part makes the archive answer nothing more and report the damage
-// (Err), so that the caller can start again from the WAL.
+// archive is opened, an index or order block or a record when a lookup reads
+// it. A damaged part makes the archive answer nothing more and report the
+// damage (Err), so that the caller can start again from the WAL.
 type Archive struct {
 	records []byte
 	index   []byte
+	order   []byte
 	fence   []byte
 	entries int
+	orders  int
 	tasks   int
+	// cold marks the cold set: a task read from it remembers where (Task.coldAt).
+	cold    bool
 	id      uint32 // the CRC32C of header and fence, which names this archive
 	sum     uint32 // the CRC32C of the records, checked before they are copied
 	err     error
 }
 
 const (
-	archiveMagic       = "leasewal-archive v2\n"
-	archiveHeaderSize  = 3*8 + 4
+	archiveMagic       = "leasewal-archive v3\n"
+	archiveHeaderSize  = 4*8 + 4
 	archiveBlockLen    = 128
 	archiveEntrySize   = 16
 	archiveBlockSize   = archiveBlockLen*archiveEntrySize + 4
@@ -53,7 +60,7 @@ const (
 )
 
 // ErrArchive means archive bytes are damaged or not an archive.
-var ErrArchive = errors.New("the archive of finished tasks is damaged")
+var ErrArchive = errors.New("a checkpoint's archive of tasks (<wal>.archive or <wal>.cold) is damaged")
 
 var archiveCRC = crc32.MakeTable(crc32.Castagnoli)
 
@@ -99,23 +106,26 @@ func OpenArchive(b []byte) (*Archive, error) {
 	}
 	header := rest[:archiveHeaderSize]
 	recordsLen, entries, tasks := binary.LittleEndian.Uint64(header), binary.LittleEndian.Uint64(header[8:]), binary.LittleEndian.Uint64(header[16:])
+	orders := binary.LittleEndian.Uint64(header[24:])
 	id := binary.LittleEndian.Uint32(rest[archiveHeaderSize:])
 	rest = rest[archiveHeaderSize+4:]
 	size := uint64(len(rest))
-	if entries > size/archiveEntrySize || tasks > entries || recordsLen > size {
+	if entries > size/archiveEntrySize || tasks > entries || orders > tasks || recordsLen > size {
 		return nil, fmt.Errorf("%w: its sizes do not fit the file", ErrArchive)
 	}
 	blocks := (entries + archiveBlockLen - 1) / archiveBlockLen
 	indexLen := entries*archiveEntrySize + blocks*4
-	if recordsLen+indexLen+blocks*8 != size {
+	orderLen := orders*orderEntrySize + (orders+archiveBlockLen-1)/archiveBlockLen*4
+	if recordsLen+indexLen+orderLen+blocks*8 != size {
 		return nil, fmt.Errorf("%w: its sizes do not fit the file", ErrArchive)
 	}
-	fence := rest[recordsLen+indexLen:]
+	fence := rest[recordsLen+indexLen+orderLen:]
 	if crc32.Update(crc32.Checksum(header, archiveCRC), archiveCRC, fence) != id {
 		return nil, fmt.Errorf("%w: header checksum mismatch", ErrArchive)
 	}
-	return &Archive{records: rest[:recordsLen], index: rest[recordsLen : recordsLen+indexLen], fence: fence,
-		entries: int(entries), tasks: int(tasks), id: id, sum: binary.LittleEndian.Uint32(header[24:])}, nil
+	return &Archive{records: rest[:recordsLen], index: rest[recordsLen : recordsLen+indexLen],
+		order: rest[recordsLen+indexLen : recordsLen+indexLen+orderLen], fence: fence,
+		entries: int(entries), orders: int(orders), tasks: int(tasks), id: id, sum: binary.LittleEndian.Uint32(header[32:])}, nil
 }
 
 // Err reports damage found by a lookup so far (nil for none, and for no archive).
@@ -240,6 +250,10 @@ func (a *Archive) taskAt(offset uint64) (*Task, uint64) {
 		a.damaged("record at %d is not a task", offset)
 		return nil, 0
 	}
+	t.coldAt = 0 // as the state that wrote it knew it; here it is where this copy is
+	if a.cold {
+		t.coldAt = offset + 1
+	}
 	return t, offset + uint64(w) + 4 + n
 }
 
@@ -306,13 +320,13 @@ func (a *Archive) entriesAll() ([]archiveEntry, bool) {
 // of the history is in memory beside the state.
 func buildArchive(old *Archive, add []*Task) ([]byte, error) {
 	if old == nil {
-		return buildOver(nil, add)
+		return buildOver(nil, add, false)
 	}
 	var b []byte
 	var err error
 	func() {
 		defer old.guard(debug.SetPanicOnFault(true))
-		b, err = buildOver(old, add)
+		b, err = buildOver(old, add, false)
 	}()
 	if old.err != nil {
 		return nil, old.err
@@ -320,7 +334,9 @@ func buildArchive(old *Archive, add []*Task) ([]byte, error) {
 	return b, err
 }
 
-func buildOver(old *Archive, add []*Task) ([]byte, error) {
+// buildOver builds an archive of old's records and add's; withOrder gives
+// add's tasks order entries (the cold set, which is built over nothing).
+func buildOver(old *Archive, add []*Task, withOrder bool) ([]byte, error) {
 	if err := old.Err(); err != nil {
 		return nil, err
 	}
@@ -341,6 +357,7 @@ func buildOver(old *Archive, add []*Task) ([]byte, error) {
 	recordsAt := len(out)
 	out = append(out, oldRecords...)
 	var added []archiveEntry
+	var order []orderEntry
 	tasks := old.Len()
 	e := &encoder{}
 	for _, t := range add {
@@ -354,6 +371,9 @@ func buildOver(old *Archive, add []*Task) ([]byte, error) {
 		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(e.b, archiveCRC))
 		out = append(out, e.b...)
 		keysOf(t, func(kind byte, key string) { added = append(added, archiveEntry{keyHash(kind, key), offset}) })
+		if withOrder {
+			order = append(order, orderOf(t, offset))
+		}
 	}
 	records := out[recordsAt:]
 	header := binary.LittleEndian.AppendUint64(nil, uint64(len(records)))
@@ -361,6 +381,7 @@ func buildOver(old *Archive, add []*Task) ([]byte, error) {
 	entries := mergeEntries(oldEntries, added)
 	header = binary.LittleEndian.AppendUint64(header, uint64(len(entries)))
 	header = binary.LittleEndian.AppendUint64(header, uint64(tasks))
+	header = binary.LittleEndian.AppendUint64(header, uint64(len(order)))
 	header = binary.LittleEndian.AppendUint32(header, crc32.Checksum(records, archiveCRC))
 	var fence []byte
 	for start := 0; start < len(entries); start += archiveBlockLen {
@@ -369,6 +390,14 @@ func buildOver(old *Archive, add []*Task) ([]byte, error) {
 		for _, e := range entries[start:min(start+archiveBlockLen, len(entries))] {
 			out = binary.LittleEndian.AppendUint64(out, e.hash)
 			out = binary.LittleEndian.AppendUint64(out, e.offset)
+		}
+		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(out[blockStart:], archiveCRC))
+	}
+	slices.SortFunc(order, compareOrder)
+	for start := 0; start < len(order); start += archiveBlockLen {
+		blockStart := len(out)
+		for _, e := range order[start:min(start+archiveBlockLen, len(order))] {
+			out = e.append(out)
 		}
 		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(out[blockStart:], archiveCRC))
 	}
@@ -407,7 +436,7 @@ func mergeEntries(x, y []archiveEntry) []archiveEntry {
 }
 
 // InMemory counts the tasks held in memory, and how many of them are finished
-// (ArchiveFinished would move those).
+// (Compact with archive would move those).
 func (s *State) InMemory() (tasks, finished int) {
 	for _, t := range s.order {
 		if t.State.Terminal() {
@@ -417,45 +446,20 @@ func (s *State) InMemory() (tasks, finished int) {
 	return len(s.order), finished
 }
 
-// ArchiveFinished moves the finished tasks held in memory into a new archive
-// (the old one's tasks and these) and returns its bytes for the caller to
-// store beside the snapshot that will name it. The state reads those tasks
-// from the archive from then on.
-func (s *State) ArchiveFinished() ([]byte, error) {
-	var finished, kept []*Task
-	for _, t := range s.order {
-		if t.State.Terminal() {
-			finished = append(finished, t)
-		} else {
-			kept = append(kept, t)
-		}
-	}
-	b, err := buildArchive(s.archive, finished)
-	if err != nil {
-		return nil, err
-	}
-	a, err := OpenArchive(b)
-	if err != nil {
-		return nil, fmt.Errorf("internal error: a new archive does not open: %w", err)
-	}
-	for _, t := range finished {
-		delete(s.tasks, t.ID)
-		delete(s.submits, t.RequestID)
-		for _, at := range t.Attempts {
-			delete(s.leaseTask, at.LeaseID)
-			delete(s.leaseRequests, at.RequestID)
-		}
-	}
-	s.order, s.live, s.ended, s.archive = kept, slices.Clone(kept), 0, a
-	return b, nil
-}
-
-// adopt brings an archived task back into memory before a record changes it
-// (only a late TaskCancelled can: it adds a seq to a finished task). The
-// archive keeps the old copy, which the one in memory shadows, and which the
-// next archive's copy supersedes.
+// adopt brings a task a record changed into memory, when it was read from
+// the archive (only a late TaskCancelled changes a finished task: it adds a
+// seq) or from the cold set. The file keeps the old copy, which the one in
+// memory shadows, and which the next Compact supersedes.
 func (s *State) adopt(t *Task) {
-	if _, inMemory := s.tasks[t.ID]; !inMemory {
-		s.index(t)
+	if s.tasks[t.ID] == t {
+		return
+	}
+	s.index(t)
+	if t.coldAt != 0 {
+		if s.shadow == nil {
+			s.shadow = map[uint64]bool{}
+		}
+		s.shadow[t.coldAt-1] = true
+		s.live = append(s.live, t) // it was unfinished when the cold set was written
 	}
 }

@@ -21,10 +21,19 @@ func answers(s *State, names []string, now int64) string {
 	return "tasks " + jsonOf(allTasks(s)) + "\n" + lookups(s, names, now)
 }
 
-// lookups is answers without the listing of every task.
+// lookups is answers without the listing of every task; with the decisions
+// that read every unfinished task (expire, the next event, leases by queue,
+// the live tasks) at now and later.
 func lookups(s *State, names []string, now int64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seq %d at %d\n", s.LastSeq(), s.LastAt())
+	for _, at := range []int64{now, now + 60_000, now + 3_600_000} {
+		fmt.Fprintf(&b, "at %d: expire %s; next event %d; live %s\n", at, jsonOf(s.DecideExpire(at)), s.NextEventAt(at), idsOf(unfinished(s.Live())))
+		for _, queues := range [][]string{nil, {"default"}, {"q1", "q2"}} {
+			d, err := s.DecideLease(LeaseRequest{Worker: "W9", Duration: time.Second, Queues: queues}, at)
+			fmt.Fprintf(&b, "  lease in %v: %s %v\n", queues, jsonOf(d), err)
+		}
+	}
 	for _, d := range s.Domains() {
 		fmt.Fprintf(&b, "domain %s %+v %v %v %v\n", d.Name, d.Lease, d.Backlog, d.Processed.Sorted(), d.Failed.Sorted())
 	}
@@ -36,6 +45,10 @@ func lookups(s *State, names []string, now int64) string {
 		lr, lrErr := s.leaseRequested(name)
 		fmt.Fprintf(&b, "%s: task %v %s; submit %s; lease of %s; lease request %+v; damage %v\n", name, ok, idOf(t), idOf(sub), owner, lr,
 			errors.Join(taskErr, subErr, ownerErr, lrErr) != nil)
+		if ok {
+			w, err := s.Explain(t.ID, now)
+			fmt.Fprintf(&b, "  why %s %v\n", jsonOf(w), err)
+		}
 		d, err := s.DecideSubmit(Submit{Payload: "p0", Window: Duration(time.Minute), Policy: RetryPolicy{MaxAttempts: 1}, RequestID: name}, now)
 		fmt.Fprintf(&b, "  submit %s %v\n", jsonOf(d), err)
 		d, err = s.DecideLease(LeaseRequest{Worker: "W0", Duration: time.Second, RequestID: name}, now)
@@ -56,6 +69,25 @@ func jsonOf(v any) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// unfinished is the tasks that are not terminal: Live may hold ended ones.
+func unfinished(tasks []*Task) []*Task {
+	var out []*Task
+	for _, t := range tasks {
+		if !t.State.Terminal() {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func idsOf(tasks []*Task) string {
+	var ids []string
+	for _, t := range tasks {
+		ids = append(ids, t.ID)
+	}
+	return strings.Join(ids, " ")
 }
 
 func idOf(t *Task) string {
@@ -83,6 +115,29 @@ func namesOf(tasks []*Task) []string {
 	return names
 }
 
+// compact is Compact with the archive, failing the test on an error.
+func compact(t *testing.T, s *State) (archive, cold []byte) {
+	t.Helper()
+	archive, cold, err := s.Compact(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return archive, cold
+}
+
+// load opens an archive and a cold set and loads a snapshot with them.
+func load(snapshot, archiveBytes, coldBytes []byte) (*State, error) {
+	archive, err := OpenArchive(archiveBytes)
+	if err != nil {
+		return nil, err
+	}
+	cold, err := OpenArchive(coldBytes)
+	if err != nil {
+		return nil, err
+	}
+	return LoadSnapshot(snapshot, archive, cold)
+}
+
 func replay(t *testing.T, s *State, recs []Record) {
 	t.Helper()
 	for _, r := range recs {
@@ -93,17 +148,18 @@ func replay(t *testing.T, s *State, recs []Record) {
 }
 
 // TestArchivePlusSnapshotPlusTailEqualsReplay: for random histories, the
-// finished tasks archived at a random record, then again (the new archive
-// copying the first) at a later one, a snapshot taken there and loaded with
-// the archive, then the rest of the records applied, answer every lookup and
+// tasks compacted at a random record (finished ones to the archive, the
+// others to the cold set), then again (the new archive copying the first) at
+// a later one, a snapshot taken there and loaded with both, compacted once
+// more part way through the rest of the records, answer every lookup and
 // decision exactly as a full replay does; and so does the state that did the
-// archiving and went on.
+// compacting and went on.
 func TestArchivePlusSnapshotPlusTailEqualsReplay(t *testing.T) {
 	histories := 300
 	if testing.Short() {
 		histories = 60
 	}
-	archived := 0
+	archived, cold0 := 0, 0
 	for seed := range histories {
 		recs := randomRecords(t, uint64(seed))
 		full := New()
@@ -114,27 +170,23 @@ func TestArchivePlusSnapshotPlusTailEqualsReplay(t *testing.T) {
 
 		s := New()
 		replay(t, s, recs[:first])
-		if _, err := s.ArchiveFinished(); err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
-		}
+		compact(t, s)
 		replay(t, s, recs[first:second])
-		b, err := s.ArchiveFinished()
+		b, cold := compact(t, s)
+		archived, cold0 = archived+s.archive.Len(), cold0+s.cold.Len()
+		if inMemory, _ := s.InMemory(); inMemory != 0 || s.archive.Len()+s.cold.Len() != len(allTasks(s)) {
+			t.Fatalf("seed %d: %d tasks in memory after compacting", seed, inMemory)
+		}
+		loaded, err := load(s.Snapshot(), b, cold)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-		archived += s.archive.Len()
-		if inMemory, finished := s.InMemory(); finished != 0 || inMemory+s.archive.Len() != len(allTasks(s)) {
-			t.Fatalf("seed %d: %d tasks in memory, %d finished, after archiving", seed, inMemory, finished)
-		}
-		archive, err := OpenArchive(b)
-		if err != nil {
+		third := second + rng.IntN(len(recs)-second+1)
+		replay(t, loaded, recs[second:third])
+		if _, _, err := loaded.Compact(rng.IntN(2) == 0); err != nil { // a cold set written over a cold set
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-		loaded, err := LoadSnapshot(s.Snapshot(), archive)
-		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
-		}
-		replay(t, loaded, recs[second:])
+		replay(t, loaded, recs[third:])
 		replay(t, s, recs[second:])
 
 		now := full.LastAt() + 5_000
@@ -149,10 +201,10 @@ func TestArchivePlusSnapshotPlusTailEqualsReplay(t *testing.T) {
 			}
 		}
 	}
-	if archived == 0 {
-		t.Fatal("no history finished a task: the test archived nothing")
+	if archived == 0 || cold0 == 0 {
+		t.Fatalf("the test archived %d tasks and put %d in cold sets: it needs both", archived, cold0)
 	}
-	t.Logf("%d histories, %d tasks archived in all", histories, archived)
+	t.Logf("%d histories, %d tasks archived and %d put in cold sets in all", histories, archived, cold0)
 }
 
 func firstDiff(got, want string) string {
@@ -165,21 +217,17 @@ func firstDiff(got, want string) string {
 	return fmt.Sprintf("%d lines, want %d", len(g), len(w))
 }
 
-// archivedState replays a long random history in two parts and archives the
-// finished tasks after each, so that its archive holds a copied old part.
-func archivedState(t *testing.T, seed uint64) (*State, []byte) {
+// archivedState replays a long random history in two parts and compacts
+// after each, so that its archive holds a copied old part; it returns the
+// archive's bytes and the cold set's.
+func archivedState(t *testing.T, seed uint64) (*State, []byte, []byte) {
 	recs := randomHistory(t, seed, 500)
 	s := New()
 	replay(t, s, recs[:len(recs)/2])
-	if _, err := s.ArchiveFinished(); err != nil {
-		t.Fatal(err)
-	}
+	compact(t, s)
 	replay(t, s, recs[len(recs)/2:])
-	b, err := s.ArchiveFinished()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, b
+	archive, cold := compact(t, s)
+	return s, archive, cold
 }
 
 // TestDamagedArchiveNeverAnswersWrong flips bits all over an archive, one at
@@ -189,7 +237,19 @@ func archivedState(t *testing.T, seed uint64) (*State, []byte) {
 // differently. The checkpoint code relies on this to void a command and
 // replay the WAL.
 func TestDamagedArchiveNeverAnswersWrong(t *testing.T) {
-	s, good := archivedState(t, 1)
+	s, goodArchive, goodCold := archivedState(t, 1)
+	for _, part := range []string{"archive", "cold set"} {
+		t.Run(part, func(t *testing.T) {
+			flipEveryThirdByte(t, s, goodArchive, goodCold, part == "cold set")
+		})
+	}
+}
+
+func flipEveryThirdByte(t *testing.T, s *State, goodArchive, goodCold []byte, flipCold bool) {
+	good := goodArchive
+	if flipCold {
+		good = goodCold
+	}
 	snapshot := s.Snapshot()
 	var probed []*Task // every other task, so that some records are read by no lookup
 	for i, task := range allTasks(s) {
@@ -204,12 +264,11 @@ func TestDamagedArchiveNeverAnswersWrong(t *testing.T) {
 	for i := 0; i < len(good); i += 3 {
 		bad := bytes.Clone(good)
 		bad[i] ^= 1 << (i % 8)
-		archive, err := OpenArchive(bad)
-		if err != nil {
-			refused++
-			continue
+		archive, cold := bad, goodCold
+		if flipCold {
+			archive, cold = goodArchive, bad
 		}
-		loaded, err := LoadSnapshot(snapshot, archive)
+		loaded, err := load(snapshot, archive, cold)
 		if err != nil {
 			refused++
 			continue
@@ -227,30 +286,40 @@ func TestDamagedArchiveNeverAnswersWrong(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d-byte archive of %d tasks, %d flips: %d refused on open, %d detected by a lookup, %d unread by the lookups",
-		len(good), s.archive.Len(), (len(good)+2)/3, refused, detected, unread)
-	if detected == 0 || refused == 0 || unread == 0 {
+	t.Logf("%d bytes, %d flips: %d refused on open, %d detected by a lookup, %d unread by the lookups",
+		len(good), (len(good)+2)/3, refused, detected, unread)
+	// Every record of a cold set is read by the decisions that read every
+	// unfinished task (expire, the listing), so none goes unread there.
+	if detected == 0 || refused == 0 || (unread == 0 && !flipCold) {
 		t.Fatal("the flips did not reach the header, the lookups and the records no lookup reads")
 	}
 }
 
 func TestOpenArchiveRefusesCutsAndGarbage(t *testing.T) {
-	_, good := archivedState(t, 2)
-	for cut := range len(good) {
-		if _, err := OpenArchive(good[:cut]); err == nil {
-			t.Fatalf("an archive cut at %d of %d opened", cut, len(good))
+	_, archive, cold := archivedState(t, 2)
+	for _, good := range [][]byte{archive, cold} {
+		for cut := range len(good) {
+			if _, err := OpenArchive(good[:cut]); err == nil {
+				t.Fatalf("an archive cut at %d of %d opened", cut, len(good))
+			}
+		}
+		if _, err := OpenArchive(append(bytes.Clone(good), 0)); err == nil {
+			t.Fatal("trailing bytes accepted")
 		}
 	}
-	if _, err := OpenArchive(append(bytes.Clone(good), 0)); err == nil {
-		t.Fatal("trailing bytes accepted")
-	}
-	other, _ := archivedState(t, 3)
+	other, otherArchive, otherCold := archivedState(t, 3)
 	other.lastSeq++ // a snapshot that names no archive, or another one
-	if _, err := LoadSnapshot(New().Snapshot(), nil); err != nil {
+	if _, err := LoadSnapshot(New().Snapshot(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadSnapshot(other.Snapshot(), nil); err != ErrArchiveMismatch {
+	if _, err := LoadSnapshot(other.Snapshot(), nil, nil); err != ErrArchiveMismatch {
 		t.Fatalf("a snapshot naming an archive loaded without it: %v", err)
+	}
+	if _, err := load(other.Snapshot(), otherArchive, cold); err != ErrArchiveMismatch {
+		t.Fatalf("a snapshot loaded with another cold set: %v", err)
+	}
+	if _, err := load(other.Snapshot(), otherArchive, otherCold); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -258,18 +327,22 @@ func TestOpenArchiveRefusesCutsAndGarbage(t *testing.T) {
 // records only after checking them against its header, so damage no lookup
 // has read yet is found there instead of being copied on.
 func TestArchivingOverADamagedArchiveFails(t *testing.T) {
-	s, good := archivedState(t, 4)
+	s, good, cold := archivedState(t, 4)
 	bad := bytes.Clone(good)
 	archive, err := OpenArchive(bad)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad[len(archiveMagic)+archiveHeaderSize+4+10] ^= 1 // inside the first record
-	loaded, err := LoadSnapshot(s.Snapshot(), archive)
+	coldSet, err := OpenArchive(cold)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loaded.ArchiveFinished(); !errors.Is(err, ErrArchive) || loaded.Damage() == nil {
+	loaded, err := LoadSnapshot(s.Snapshot(), archive, coldSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := loaded.Compact(true); !errors.Is(err, ErrArchive) || loaded.Damage() == nil {
 		t.Fatalf("archiving over a damaged archive: %v, damage %v", err, loaded.Damage())
 	}
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -360,7 +361,12 @@ func (s *State) FailAnswer(taskID, leaseID string) (Decision, error) {
 // task WAITING past its deadline).
 func (s *State) DecideExpire(now int64) Decision {
 	d := Decision{Outcome: ResultOK}
-	for _, t := range s.live {
+	lapsing := slices.Clone(s.live)
+	if s.cold != nil {
+		lapsing = append(lapsing, s.coldLapsing(now)...)
+	}
+	slices.SortFunc(lapsing, byCreation) // a task read from the cold set joins live out of order
+	for _, t := range lapsing {
 		if t.State.Terminal() {
 			continue
 		}

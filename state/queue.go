@@ -28,26 +28,37 @@ func ahead(a, b *Task) bool {
 	return a.Seqs[0] < b.Seqs[0]
 }
 
-// best is the task lease takes among queues at now (nil for none), when the
-// next one becomes eligible if none is now (0 for never), and how many are live.
+// best is the task lease takes among queues at now (nil for none); when
+// there is none, also when the next one becomes eligible (0 for never) and
+// how many are live.
 func (s *State) best(queues []string, now int64) (pick *Task, next int64, live int) {
-	for _, t := range s.live { // creation order
+	for _, t := range s.live {
+		if t.State.Terminal() || !inQueues(t, queues) {
+			continue
+		}
+		if t.At(now).leasable(now) && (pick == nil || ahead(t, pick)) {
+			pick = t
+		}
+	}
+	if s.cold != nil {
+		if c := s.coldPick(queues, now); c != nil && (pick == nil || ahead(c, pick)) {
+			pick = c
+		}
+	}
+	if pick != nil {
+		return pick, 0, 0
+	}
+	for _, t := range s.Live() {
 		if t.State.Terminal() || !inQueues(t, queues) {
 			continue
 		}
 		c := t.At(now)
 		live += liveCount(c)
-		if c.leasable(now) {
-			if pick == nil || ahead(t, pick) {
-				pick = t
-			}
-			continue
-		}
 		if at := c.nextEligibleAt(now); at != 0 && (next == 0 || at < next) {
 			next = at
 		}
 	}
-	return pick, next, live
+	return nil, next, live
 }
 
 // nextEligibleAt is when the task, as it stands at now, next becomes
@@ -74,7 +85,7 @@ func (s *State) NextEventAt(now int64) int64 {
 			next = at
 		}
 	}
-	for _, t := range s.live {
+	for _, t := range s.Live() {
 		if t.State.Terminal() {
 			continue
 		}
@@ -209,8 +220,8 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 	if len(c.Attempts) > 0 {
 		w.LastEnd = c.current()
 	}
-	for _, o := range s.live {
-		if o != t && !o.State.Terminal() && o.Queue == t.Queue && ahead(o, t) && o.At(now).leasable(now) {
+	for _, o := range s.Live() {
+		if o.ID != t.ID && !o.State.Terminal() && o.Queue == t.Queue && ahead(o, t) && o.At(now).leasable(now) {
 			w.Ahead++
 		}
 	}

@@ -9,12 +9,12 @@ import (
 // Snapshots let a command start from a checkpoint instead of the first record.
 // The encoding is a compact binary one (varints and length-prefixed strings)
 // because loading it sits on every command's path. It holds exactly what
-// Apply built for the tasks in memory, and names the archive that holds the
-// others (ArchiveFinished), so a loaded state answers as the replayed one
+// Apply built for the tasks in memory, and names the archive and the cold set
+// that hold the others (Compact), so a loaded state answers as the replayed one
 // does; the indexes are rebuilt on load: tasks by id at once, request ids
 // and leases when a lookup first needs them (keySubmits, keyLeases).
 
-const snapshotVersion = 3
+const snapshotVersion = 4
 
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
 var ErrSnapshot = errors.New("not a valid state snapshot")
@@ -55,10 +55,12 @@ func (s *State) Snapshot() []byte {
 	for _, v := range []int64{s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum} {
 		e.int(v)
 	}
-	e.bool(s.archive != nil)
-	if s.archive != nil {
-		e.uint(uint64(s.archive.id))
-		e.uint(uint64(s.archive.tasks))
+	for _, a := range []*Archive{s.archive, s.cold} {
+		e.bool(a != nil)
+		if a != nil {
+			e.uint(uint64(a.id))
+			e.uint(uint64(a.tasks))
+		}
 	}
 	index := make(map[*Task]int, len(s.order))
 	e.length(len(s.order), s.order == nil)
@@ -103,6 +105,7 @@ func (e *encoder) task(t *Task) {
 	e.str(t.EndReason)
 	e.str(t.EndCause)
 	e.bool(t.counted)
+	e.uint(t.coldAt)
 	e.length(len(t.Attempts), t.Attempts == nil)
 	for _, a := range t.Attempts {
 		e.int(int64(a.Number))
@@ -227,26 +230,34 @@ func (d *snapDecoder) ints() []int64 {
 	return out
 }
 
-// ErrArchiveMismatch means a snapshot names an archive other than the one
-// given (or none was given).
-var ErrArchiveMismatch = errors.New("the snapshot was taken with another archive")
+// ErrArchiveMismatch means a snapshot names an archive or a cold set other
+// than the one given (or none was given).
+var ErrArchiveMismatch = errors.New("the snapshot was taken with another archive or cold set")
 
 // LoadSnapshot decodes a snapshot and rebuilds the indexes Apply keeps. The
-// archive is the one the snapshot names, when it names one; it is ignored
-// when the snapshot names none.
-func LoadSnapshot(b []byte, archive *Archive) (*State, error) {
+// archive and the cold set are the ones the snapshot names, when it names
+// them; each is ignored when the snapshot names none.
+func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 	d := &snapDecoder{b: b, all: string(b)}
 	if d.uint() != snapshotVersion {
 		return nil, fmt.Errorf("%w: unknown version", ErrSnapshot)
 	}
 	s := New()
 	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
-	if d.bool() {
-		id, tasks := d.uint(), d.uint()
-		if archive == nil || uint64(archive.id) != id || uint64(archive.tasks) != tasks {
-			return nil, ErrArchiveMismatch
+	for _, named := range []struct {
+		given *Archive
+		field **Archive
+	}{{archive, &s.archive}, {cold, &s.cold}} {
+		if d.bool() {
+			id, tasks := d.uint(), d.uint()
+			if a := named.given; a == nil || uint64(a.id) != id || uint64(a.tasks) != tasks {
+				return nil, ErrArchiveMismatch
+			}
+			*named.field = named.given
 		}
-		s.archive = archive
+	}
+	if s.cold != nil {
+		s.cold.cold = true
 	}
 	if n, isNil := d.length(); !isNil {
 		s.order = make([]*Task, 0, n)
@@ -260,6 +271,12 @@ func LoadSnapshot(b []byte, archive *Archive) (*State, error) {
 			}
 			s.tasks[t.ID] = t
 			s.order = append(s.order, t)
+			if t.coldAt != 0 {
+				if s.shadow == nil {
+					s.shadow = map[uint64]bool{}
+				}
+				s.shadow[t.coldAt-1] = true
+			}
 		}
 		s.unkeyed, s.unleased = s.order, s.order
 	}
@@ -352,7 +369,7 @@ func (d *snapDecoder) task(t *Task) {
 	if d.bool() {
 		t.Lease = &Lease{ID: d.str(), Worker: d.str(), Expiry: d.int()}
 	}
-	t.NotBefore, t.EndReason, t.EndCause, t.counted = d.int(), d.str(), d.str(), d.bool()
+	t.NotBefore, t.EndReason, t.EndCause, t.counted, t.coldAt = d.int(), d.str(), d.str(), d.bool(), d.uint()
 	if n, isNil := d.length(); !isNil {
 		t.Attempts = make([]Attempt, n)
 		for i := range t.Attempts {

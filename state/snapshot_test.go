@@ -29,7 +29,7 @@ func TestSnapshotPlusTailEqualsReplay(t *testing.T) {
 		for _, r := range recs[:cut] {
 			prefix.Apply(r)
 		}
-		loaded, err := LoadSnapshot(prefix.Snapshot(), nil)
+		loaded, err := LoadSnapshot(prefix.Snapshot(), nil, nil)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -93,11 +93,11 @@ func TestLoadSnapshotRefusesGarbage(t *testing.T) {
 	}
 	good := s.Snapshot()
 	for cut := 0; cut < len(good); cut++ {
-		if _, err := LoadSnapshot(good[:cut], nil); !errors.Is(err, ErrSnapshot) {
+		if _, err := LoadSnapshot(good[:cut], nil, nil); !errors.Is(err, ErrSnapshot) {
 			t.Fatalf("a snapshot cut at %d of %d loaded: %v", cut, len(good), err)
 		}
 	}
-	if _, err := LoadSnapshot(append(good, 0), nil); !errors.Is(err, ErrSnapshot) {
+	if _, err := LoadSnapshot(append(good, 0), nil, nil); !errors.Is(err, ErrSnapshot) {
 		t.Fatal("trailing bytes accepted")
 	}
 }

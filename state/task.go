@@ -90,7 +90,8 @@ type Task struct {
 	Attempts []Attempt
 	Seqs     []int64 // every record about this task, in order
 
-	counted bool // its end has been counted toward compacting State.live
+	counted bool   // its end has been counted toward compacting State.live
+	coldAt  uint64 // 1 + the offset of the cold set's copy it was read from (0: none)
 }
 
 // Deadline is the end of the task's execution window.

@@ -24,12 +24,13 @@ import (
 // (checkpointDue and archiveDue say when). verify, log and inspect with
 // records always replay from scratch.
 //
-// It is two files. <wal>.checkpoint holds the WAL position and the snapshot
-// of the tasks in memory (the unfinished ones, and those finished since the
-// archive was last written); it is small and read whole. <wal>.archive holds
-// the finished tasks (state.Archive); it is mapped, and a command reads only
-// the few pages its lookups touch, so a command's start-up cost follows the
-// unfinished tasks, not the history.
+// It is three files. <wal>.checkpoint holds the WAL position and the
+// snapshot of the tasks in memory (those a record touched since the last
+// compaction); it is small and read whole. <wal>.archive holds the finished
+// tasks and <wal>.cold the unfinished ones as of the last compaction, with
+// their lease order (state.Archive, state.Compact); they are mapped, and a
+// command reads only the few pages its lookups and its lease touch, so a
+// command's start-up cost follows neither the history nor the backlog.
 //
 // Layout of <wal>.checkpoint: the line "leasewal-checkpoint v3\n", the CRC32C
 // of the rest (4 bytes, little endian), the WAL position as uvarints (count,
@@ -39,6 +40,7 @@ import (
 const (
 	CheckpointSuffix = ".checkpoint"
 	ArchiveSuffix    = ".archive"
+	ColdSuffix       = ".cold"
 )
 
 const (
@@ -47,7 +49,9 @@ const (
 	// behind before a writer rewrites it (see checkpointDue).
 	minCheckpointTail = 100
 	// archiveBatch is how many finished tasks may wait in the checkpoint
-	// before a writer moves them to a new archive (see archiveDue).
+	// before a writer moves them to a new archive (see archiveDue), and the
+	// least number of unfinished ones before it writes a new cold set (see
+	// coldDue).
 	archiveBatch = 256
 )
 
@@ -67,6 +71,16 @@ func checkpointDue(tail, tasksInMemory int) bool {
 // tasks plus the unfinished ones.
 func archiveDue(finishedInMemory int) bool { return finishedInMemory >= archiveBatch }
 
+// coldDue is the cold set's rule: when a checkpoint is rewritten and
+// max(256, cold tasks/128) or more unfinished tasks are in memory, every
+// unfinished task moves to a new cold set. A new cold set rewrites the whole
+// backlog, so it waits for more tasks in memory as the backlog grows: at
+// 100,000 cold tasks, 781 in memory cost a command about what writing the
+// backlog once per 781 of them costs.
+func coldDue(unfinishedInMemory, cold int) bool {
+	return unfinishedInMemory >= max(archiveBatch, cold/128)
+}
+
 var checkpointCRC = crc32.MakeTable(crc32.Castagnoli)
 
 func encodeCheckpoint(st *state.State, pos wal.Position) []byte {
@@ -80,8 +94,8 @@ func encodeCheckpoint(st *state.State, pos wal.Position) []byte {
 }
 
 // decodeCheckpoint returns the state and the WAL position it holds, or false
-// for anything that is not an intact checkpoint paired with archive.
-func decodeCheckpoint(data []byte, archive *state.Archive) (*state.State, wal.Position, bool) {
+// for anything that is not an intact checkpoint paired with archive and cold.
+func decodeCheckpoint(data []byte, archive, cold *state.Archive) (*state.State, wal.Position, bool) {
 	rest, ok := bytes.CutPrefix(data, []byte(checkpointMagic))
 	if !ok || len(rest) < 4 {
 		return nil, wal.Position{}, false
@@ -98,7 +112,7 @@ func decodeCheckpoint(data []byte, archive *state.Archive) (*state.State, wal.Po
 		}
 		fields[i], body = v, body[n:]
 	}
-	st, err := state.LoadSnapshot(body, archive)
+	st, err := state.LoadSnapshot(body, archive, cold)
 	if err != nil || fields[0] == 0 || int64(fields[0]) != st.LastSeq() {
 		return nil, wal.Position{}, false
 	}
@@ -113,18 +127,20 @@ func (h *Handle) loadCheckpoint() (st *state.State, pos wal.Position, release fu
 	if err != nil {
 		return nil, wal.Position{}, nil, false
 	}
-	archive, release := h.mapArchive()
-	if st, pos, ok = decodeCheckpoint(data, archive); !ok {
+	archive, releaseArchive := h.mapArchive(ArchiveSuffix)
+	cold, releaseCold := h.mapArchive(ColdSuffix)
+	release = func() { releaseArchive(); releaseCold() }
+	if st, pos, ok = decodeCheckpoint(data, archive, cold); !ok {
 		release()
 		return nil, wal.Position{}, nil, false
 	}
 	return st, pos, release, true
 }
 
-// mapArchive maps <wal>.archive read-only; a missing or unreadable archive is
-// none (a checkpoint that names one is then not used).
-func (h *Handle) mapArchive() (*state.Archive, func()) {
-	f, err := os.Open(h.side(ArchiveSuffix))
+// mapArchive maps <wal>.archive or <wal>.cold read-only; a missing or
+// unreadable one is none (a checkpoint that names one is then not used).
+func (h *Handle) mapArchive(suffix string) (*state.Archive, func()) {
+	f, err := os.Open(h.side(suffix))
 	if err != nil {
 		return nil, func() {}
 	}
@@ -159,22 +175,31 @@ func (h *Handle) refreshCheckpoint(tx *Tx) {
 	}
 }
 
-// saveCheckpoint applies the archive rule, then writes the checkpoint. A
-// failure costs speed, not correctness, so it is only a warning; a new
-// archive that could not be written leaves the checkpoint as it was, since a
-// checkpoint must never name an archive that is not on disk.
+// saveCheckpoint applies the archive and cold set rules, then writes the
+// checkpoint. A failure costs speed, not correctness, so it is only a
+// warning; a new archive or cold set that could not be written leaves the
+// checkpoint as it was, since a checkpoint must never name one that is not on
+// disk.
 func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 	h.removeLeftovers()
-	if _, finished := st.InMemory(); archiveDue(finished) {
-		archive, err := st.ArchiveFinished()
+	inMemory, finished := st.InMemory()
+	if archive := archiveDue(finished); archive || coldDue(inMemory-finished, st.Cold()) {
+		archiveBytes, coldBytes, err := st.Compact(archive)
 		if errors.Is(err, state.ErrArchive) {
-			h.dropCheckpoint() // the old archive is damaged: the next command replays the WAL and writes a new one
+			h.dropCheckpoint() // the old archive or cold set is damaged: the next command replays the WAL and writes new ones
+		}
+		if err == nil && archiveBytes != nil {
+			if err = h.opts.FS.WriteFile(h.side(ArchiveSuffix), archiveBytes); err != nil {
+				err = fmt.Errorf("could not write the archive %s: %w", h.side(ArchiveSuffix), err)
+			}
 		}
 		if err == nil {
-			err = h.opts.FS.WriteFile(h.side(ArchiveSuffix), archive)
+			if err = h.opts.FS.WriteFile(h.side(ColdSuffix), coldBytes); err != nil {
+				err = fmt.Errorf("could not write the cold set %s: %w", h.side(ColdSuffix), err)
+			}
 		}
 		if err != nil {
-			h.warnCache(fmt.Errorf("could not write the archive %s: %w", h.side(ArchiveSuffix), err))
+			h.warnCache(err)
 			return false
 		}
 	}
@@ -201,7 +226,7 @@ func (h *Handle) dropCheckpoint() {
 // that a crash interrupted. Only a writer, under the exclusive lock, writes
 // those files, so every one found then is a leftover.
 func (h *Handle) removeLeftovers() {
-	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix} {
+	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix, ColdSuffix} {
 		leftovers, _ := filepath.Glob(globEscape(h.side(suffix)) + ".tmp-*")
 		for _, path := range leftovers {
 			_ = h.opts.FS.Remove(path)

@@ -9,7 +9,7 @@ const MinCheckpointTail = minCheckpointTail
 
 // DecodesAsCheckpoint reports whether data is an intact checkpoint.
 func DecodesAsCheckpoint(data []byte) bool {
-	_, _, ok := decodeCheckpoint(data, nil)
+	_, _, ok := decodeCheckpoint(data, nil, nil)
 	return ok
 }
 

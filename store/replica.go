@@ -143,7 +143,7 @@ func (h *Handle) Install(data []byte) (kept bool, err error) {
 		return true, nil
 	}
 	h.forget()
-	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix} {
+	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix, ColdSuffix} {
 		if err := h.opts.FS.Remove(h.side(suffix)); err != nil {
 			return false, err
 		}
