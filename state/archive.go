@@ -44,10 +44,10 @@ type Archive struct {
 	orders  int
 	tasks   int
 	// cold marks the cold set: a task read from it remembers where (Task.coldAt).
-	cold    bool
-	id      uint32 // the CRC32C of header and fence, which names this archive
-	sum     uint32 // the CRC32C of the records, checked before they are copied
-	err     error
+	cold bool
+	id   uint32 // the CRC32C of header and fence, which names this archive
+	sum  uint32 // the CRC32C of the records, checked before they are copied
+	err  error
 }
 
 const (
