@@ -33,11 +33,14 @@ type State struct {
 	leaseTask     map[string]string // every lease ever granted -> its task
 	// archive holds the finished tasks that are not in the maps above, and
 	// cold the unfinished ones (Compact); nil when every task is in memory.
-	// shadow holds the offsets of the cold tasks that a record has touched
-	// since: their copy in memory is the task.
-	archive *Archive
-	cold    *Archive
-	shadow  map[uint64]bool
+	// The cold set's copies of the tasks a record has touched since it was
+	// written are superseded: by the copy in memory, or by the archive's
+	// once that task finished and was archived. Their offsets are in
+	// superseded (as loaded, sorted) and shadow (since).
+	archive    *Archive
+	cold       *Archive
+	superseded []uint64
+	shadow     map[uint64]bool
 	// touched is the task the record being applied is about, set while
 	// apply runs (subject, applyCreated) and cleared before it returns.
 	touched *Task

@@ -456,10 +456,7 @@ func (s *State) adopt(t *Task) {
 	}
 	s.index(t)
 	if t.coldAt != 0 {
-		if s.shadow == nil {
-			s.shadow = map[uint64]bool{}
-		}
-		s.shadow[t.coldAt-1] = true
+		s.supersede(t.coldAt - 1)
 		s.live = append(s.live, t) // it was unfinished when the cold set was written
 	}
 }

@@ -118,7 +118,7 @@ func namesOf(tasks []*Task) []string {
 // compact is Compact with the archive, failing the test on an error.
 func compact(t *testing.T, s *State) (archive, cold []byte) {
 	t.Helper()
-	archive, cold, err := s.Compact(true)
+	archive, cold, err := s.Compact(true, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestArchivePlusSnapshotPlusTailEqualsReplay(t *testing.T) {
 		}
 		third := second + rng.IntN(len(recs)-second+1)
 		replay(t, loaded, recs[second:third])
-		if _, _, err := loaded.Compact(rng.IntN(2) == 0); err != nil { // a cold set written over a cold set
+		if _, _, err := loaded.Compact(rng.IntN(2) == 0, rng.IntN(2) == 0); err != nil { // a cold set written over a cold set, or not
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 		replay(t, loaded, recs[third:])
@@ -342,7 +342,7 @@ func TestArchivingOverADamagedArchiveFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := loaded.Compact(true); !errors.Is(err, ErrArchive) || loaded.Damage() == nil {
+	if _, _, err := loaded.Compact(true, false); !errors.Is(err, ErrArchive) || loaded.Damage() == nil {
 		t.Fatalf("archiving over a damaged archive: %v, damage %v", err, loaded.Damage())
 	}
 }

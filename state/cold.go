@@ -15,7 +15,9 @@ import (
 // reads the cold set's order from the front and decodes the first tasks that
 // can be leased, so that it costs what it touches, not the backlog. Lookups
 // look in memory, then in the archive of finished tasks, then in the cold set:
-// Compact writes both together, so no task is in both.
+// a task the archive holds finished after the cold set was written, so its
+// cold copy is superseded, and every key of that copy is a key of the
+// archived task.
 //
 // What must see every unfinished task (expire, NextEventAt, Live, Explain,
 // the listing) reads the whole cold set: those cost the backlog, as they did.
@@ -102,7 +104,7 @@ func (a *Archive) eachOrder(fn func(orderEntry) bool) {
 // false.
 func (s *State) coldTasks(keep func(orderEntry) bool, fn func(*Task) bool) {
 	s.cold.eachOrder(func(e orderEntry) bool {
-		if s.shadow[e.offset] || !keep(e) {
+		if !keep(e) || s.isSuperseded(e.offset) {
 			return true
 		}
 		t, _ := s.cold.taskAt(e.offset)
@@ -114,6 +116,35 @@ func (s *State) coldTasks(keep func(orderEntry) bool, fn func(*Task) bool) {
 }
 
 func everyEntry(orderEntry) bool { return true }
+
+// supersede records that the cold copy at offset is no longer the task.
+func (s *State) supersede(offset uint64) {
+	if s.shadow == nil {
+		s.shadow = map[uint64]bool{}
+	}
+	s.shadow[offset] = true
+}
+
+func (s *State) isSuperseded(offset uint64) bool {
+	if s.shadow[offset] {
+		return true
+	}
+	_, found := slices.BinarySearch(s.superseded, offset)
+	return found
+}
+
+// supersededSorted is every superseded offset, ascending.
+func (s *State) supersededSorted() []uint64 {
+	if len(s.shadow) == 0 {
+		return s.superseded
+	}
+	all := slices.Clone(s.superseded)
+	for off := range s.shadow {
+		all = append(all, off)
+	}
+	slices.Sort(all)
+	return slices.Compact(all)
+}
 
 // coldLive is every cold task that no hot copy shadows, in creation order.
 func (s *State) coldLive() []*Task {
@@ -160,36 +191,51 @@ func (s *State) coldLapsing(now int64) []*Task {
 	return out
 }
 
-// Cold is how many tasks the cold set holds (0 for none).
-func (s *State) Cold() int { return s.cold.Len() }
+// Cold is how many tasks the cold set holds (0 for none), and how many of
+// those copies are superseded.
+func (s *State) Cold() (tasks, superseded int) {
+	return s.cold.Len(), len(s.supersededSorted())
+}
 
-// Compact moves the tasks in memory out to side files: with archive set,
-// the finished ones into a new archive over the old one; always, every
+// Compact moves tasks out of memory to side files: with archive set, the
+// finished ones into a new archive over the old one; with cold set, every
 // unfinished one (in memory or in the cold set) into a new cold set. It
-// returns the new archive's bytes (nil without archive) and the new cold
-// set's, for the caller to store beside the snapshot that will name them.
-func (s *State) Compact(archive bool) (archiveBytes, coldBytes []byte, err error) {
+// returns the new files' bytes (nil for one not asked for), for the caller to
+// store beside the snapshot that will name them.
+func (s *State) Compact(archive, cold bool) (archiveBytes, coldBytes []byte, err error) {
 	if err := s.Damage(); err != nil {
 		return nil, nil, err
 	}
 	s.keySubmits()
 	s.keyLeases()
-	live := s.coldLive()
-	if err := s.cold.Err(); err != nil {
-		return nil, nil, err
-	}
-	var finished []*Task
-	for _, t := range s.order {
-		switch {
-		case !t.State.Terminal():
-			live = append(live, t)
-		case archive:
-			finished = append(finished, t)
+	var newCold *Archive
+	if cold {
+		live := s.coldLive()
+		if err := s.cold.Err(); err != nil {
+			return nil, nil, err
 		}
+		for _, t := range s.order {
+			if !t.State.Terminal() {
+				live = append(live, t)
+			}
+		}
+		slices.SortFunc(live, byCreation)
+		if coldBytes, err = buildOver(nil, live, true); err != nil {
+			return nil, nil, err
+		}
+		if newCold, err = OpenArchive(coldBytes); err != nil {
+			return nil, nil, err
+		}
+		newCold.cold = true
 	}
-	slices.SortFunc(live, byCreation)
 	var newArchive *Archive
 	if archive {
+		var finished []*Task
+		for _, t := range s.order {
+			if t.State.Terminal() {
+				finished = append(finished, t)
+			}
+		}
 		if archiveBytes, err = buildArchive(s.archive, finished); err != nil {
 			return nil, nil, err
 		}
@@ -197,28 +243,33 @@ func (s *State) Compact(archive bool) (archiveBytes, coldBytes []byte, err error
 			return nil, nil, err
 		}
 	}
-	coldBytes, err = buildOver(nil, live, true)
-	if err == nil {
-		var c *Archive
-		if c, err = OpenArchive(coldBytes); err == nil {
-			c.cold = true
-			s.moveOut(archive, c)
-			if archive {
-				s.archive = newArchive
-			}
+	s.moveOut(func(t *Task) bool {
+		if t.State.Terminal() {
+			return archive
+		}
+		return cold
+	})
+	if cold {
+		s.cold, s.superseded, s.shadow = newCold, nil, nil
+		for _, t := range s.order {
+			t.coldAt = 0 // the new cold set holds no copy of a finished task
 		}
 	}
-	return archiveBytes, coldBytes, err
+	if archive {
+		s.archive = newArchive
+	}
+	return archiveBytes, coldBytes, nil
 }
 
-// moveOut drops from memory every task Compact wrote out: the unfinished
-// ones, and the finished ones too when they were archived.
-func (s *State) moveOut(archived bool, cold *Archive) {
-	var kept []*Task
+// moveOut drops from memory the tasks Compact wrote out.
+func (s *State) moveOut(written func(*Task) bool) {
+	var kept, live []*Task
 	for _, t := range s.order {
-		if t.State.Terminal() && !archived {
-			t.coldAt = 0 // the new cold set does not hold it
+		if !written(t) {
 			kept = append(kept, t)
+			if !t.State.Terminal() {
+				live = append(live, t)
+			}
 			continue
 		}
 		delete(s.tasks, t.ID)
@@ -228,5 +279,6 @@ func (s *State) moveOut(archived bool, cold *Archive) {
 			delete(s.leaseRequests, a.RequestID)
 		}
 	}
-	s.order, s.live, s.ended, s.cold, s.shadow = kept, nil, 0, cold, nil
+	slices.SortFunc(live, byCreation)
+	s.order, s.live, s.ended = kept, live, 0
 }

@@ -73,6 +73,13 @@ func (s *State) Snapshot() []byte {
 		e.uint(uint64(index[t]))
 	}
 	e.int(int64(s.ended))
+	superseded := s.supersededSorted()
+	e.uint(uint64(len(superseded)))
+	prev := uint64(0)
+	for _, off := range superseded { // ascending: each as its distance from the one before
+		e.uint(off - prev)
+		prev = off
+	}
 	e.length(len(s.domainOrder), s.domainOrder == nil)
 	for _, d := range s.domainOrder {
 		e.domain(d)
@@ -105,7 +112,6 @@ func (e *encoder) task(t *Task) {
 	e.str(t.EndReason)
 	e.str(t.EndCause)
 	e.bool(t.counted)
-	e.uint(t.coldAt)
 	e.length(len(t.Attempts), t.Attempts == nil)
 	for _, a := range t.Attempts {
 		e.int(int64(a.Number))
@@ -271,12 +277,6 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 			}
 			s.tasks[t.ID] = t
 			s.order = append(s.order, t)
-			if t.coldAt != 0 {
-				if s.shadow == nil {
-					s.shadow = map[uint64]bool{}
-				}
-				s.shadow[t.coldAt-1] = true
-			}
 		}
 		s.unkeyed, s.unleased = s.order, s.order
 	}
@@ -292,6 +292,17 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 		}
 	}
 	s.ended = int(d.int())
+	if n := d.uint(); n > 0 {
+		if n > uint64(len(d.b)) || s.cold == nil {
+			return nil, ErrSnapshot
+		}
+		s.superseded = make([]uint64, n)
+		prev := uint64(0)
+		for i := range s.superseded {
+			prev += d.uint()
+			s.superseded[i] = prev
+		}
+	}
 	if n, isNil := d.length(); !isNil {
 		s.domainOrder = make([]*Domain, 0, n)
 		for range n {
@@ -369,7 +380,7 @@ func (d *snapDecoder) task(t *Task) {
 	if d.bool() {
 		t.Lease = &Lease{ID: d.str(), Worker: d.str(), Expiry: d.int()}
 	}
-	t.NotBefore, t.EndReason, t.EndCause, t.counted, t.coldAt = d.int(), d.str(), d.str(), d.bool(), d.uint()
+	t.NotBefore, t.EndReason, t.EndCause, t.counted = d.int(), d.str(), d.str(), d.bool()
 	if n, isNil := d.length(); !isNil {
 		t.Attempts = make([]Attempt, n)
 		for i := range t.Attempts {

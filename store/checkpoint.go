@@ -71,14 +71,15 @@ func checkpointDue(tail, tasksInMemory int) bool {
 // tasks plus the unfinished ones.
 func archiveDue(finishedInMemory int) bool { return finishedInMemory >= archiveBatch }
 
-// coldDue is the cold set's rule: when a checkpoint is rewritten and
-// max(256, cold tasks/128) or more unfinished tasks are in memory, every
-// unfinished task moves to a new cold set. A new cold set rewrites the whole
-// backlog, so it waits for more tasks in memory as the backlog grows: at
-// 100,000 cold tasks, 781 in memory cost a command about what writing the
-// backlog once per 781 of them costs.
-func coldDue(unfinishedInMemory, cold int) bool {
-	return unfinishedInMemory >= max(archiveBatch, cold/128)
+// coldDue is the cold set's rule: when a checkpoint is rewritten, every
+// unfinished task moves to a new cold set once max(256, cold tasks/64) of
+// them are in memory, or max(256, cold tasks/16) of the cold set's copies are
+// superseded. A new cold set rewrites the whole backlog, so it waits longer
+// as the backlog grows: what memory holds then costs a command about what
+// rewriting the backlog once per that many tasks costs, and a lease skips at
+// most cold/16 superseded copies at the front of the order.
+func coldDue(unfinishedInMemory, superseded, cold int) bool {
+	return unfinishedInMemory >= max(archiveBatch, cold/64) || superseded >= max(archiveBatch, cold/16)
 }
 
 var checkpointCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -183,8 +184,10 @@ func (h *Handle) refreshCheckpoint(tx *Tx) {
 func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 	h.removeLeftovers()
 	inMemory, finished := st.InMemory()
-	if archive := archiveDue(finished); archive || coldDue(inMemory-finished, st.Cold()) {
-		archiveBytes, coldBytes, err := st.Compact(archive)
+	coldTasks, superseded := st.Cold()
+	archive, cold := archiveDue(finished), coldDue(inMemory-finished, superseded, coldTasks)
+	if archive || cold {
+		archiveBytes, coldBytes, err := st.Compact(archive, cold)
 		if errors.Is(err, state.ErrArchive) {
 			h.dropCheckpoint() // the old archive or cold set is damaged: the next command replays the WAL and writes new ones
 		}
@@ -193,7 +196,7 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 				err = fmt.Errorf("could not write the archive %s: %w", h.side(ArchiveSuffix), err)
 			}
 		}
-		if err == nil {
+		if err == nil && coldBytes != nil {
 			if err = h.opts.FS.WriteFile(h.side(ColdSuffix), coldBytes); err != nil {
 				err = fmt.Errorf("could not write the cold set %s: %w", h.side(ColdSuffix), err)
 			}

@@ -25,8 +25,14 @@ const cpNow = "2026-11-01T00:00:00Z"
 // historyWAL writes a realistic history of about n records to dir/q.wal.
 func historyWAL(t *testing.T, dir string, n int) string {
 	t.Helper()
+	return backlogWAL(t, dir, n, 3)
+}
+
+// backlogWAL is historyWAL with waiting tasks left at its end.
+func backlogWAL(t *testing.T, dir string, n, waiting int) string {
+	t.Helper()
 	path := filepath.Join(dir, "q.wal")
-	if err := histgen.WriteFile(path, histgen.Options{Records: n, Waiting: 3}); err != nil {
+	if err := histgen.WriteFile(path, histgen.Options{Records: n, Waiting: waiting}); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -175,7 +181,7 @@ func TestCheckpointOfADeletedWAL(t *testing.T) {
 // checkpoint and an archive from a writing command, the second none.
 func archivedPair(t *testing.T) (withArchive, plain string) {
 	t.Helper()
-	withArchive = historyWAL(t, t.TempDir(), 3000)
+	withArchive = backlogWAL(t, t.TempDir(), 3000, 300) // enough waiting for a cold set
 	plain = filepath.Join(t.TempDir(), "q.wal")
 	os.WriteFile(plain, mustRead(t, withArchive), 0o644)
 	for _, walPath := range []string{withArchive, plain} {
@@ -186,6 +192,9 @@ func archivedPair(t *testing.T) (withArchive, plain string) {
 	info, err := os.Stat(withArchive + store.ArchiveSuffix)
 	if err != nil {
 		t.Fatalf("3000 records of history wrote no archive: %v", err)
+	}
+	if _, err := os.Stat(withArchive + store.ColdSuffix); err != nil {
+		t.Fatalf("300 tasks waiting wrote no cold set: %v", err)
 	}
 	t.Logf("archive of %d bytes, checkpoint of %d", info.Size(), len(mustRead(t, withArchive+store.CheckpointSuffix)))
 	return withArchive, plain
