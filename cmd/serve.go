@@ -378,6 +378,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	argv, err := requestArgs(path, body)
+	if err == nil {
+		err = parses(argv)
+	}
 	if err != nil {
 		httpError(w, http.StatusBadRequest, "Usage", err.Error())
 		return
@@ -579,6 +582,25 @@ func flagValue(v any) (string, error) {
 		return strings.Join(parts, ","), nil
 	}
 	return "", fmt.Errorf("%v is not a string, number, boolean or list", v)
+}
+
+// parses refuses a request that names no command or a flag the command does
+// not have: a request that does not parse, not a decided refusal.
+func parses(argv []string) error {
+	a := &app{v: viper.New(), env: env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}}
+	root := a.newRoot()
+	c, rest, err := root.Find(argv)
+	if err == nil && (c == root || c.HasSubCommands()) {
+		path := argv[:slices.IndexFunc(append(slices.Clone(argv), "-"), func(w string) bool { return strings.HasPrefix(w, "-") })]
+		err = fmt.Errorf("%q is not a command: POST /v1/<command>, e.g. /v1/submit or /v1/worklease/acquire", strings.Join(path, "/"))
+	}
+	if err == nil {
+		err = c.ParseFlags(rest)
+	}
+	if err != nil {
+		return fmt.Errorf("%v; see 'leasewal help' for the commands and their flags", err)
+	}
+	return nil
 }
 
 // serveOne runs one request's command line inside the server: with the

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -276,5 +277,51 @@ func TestFollowThroughServer(t *testing.T) {
 	}
 	if want := "SEQ TASK, 1 T1, 2 T2, 4 T3"; strings.Join(got, ", ") != want {
 		t.Fatalf("followed %q, want %q:\n%s", strings.Join(got, ", "), want, out.String())
+	}
+}
+
+// TestServerRefusesRequestsThatDoNotParse: a body that is not JSON, an
+// unknown command, a command with subcommands, an unknown flag, a local-only
+// verb, a body over the limit and a wrong token are each refused with their
+// HTTP status and a JSON error, nothing written, and the server serves on.
+func TestServerRefusesRequestsThatDoNotParse(t *testing.T) {
+	walPath, s := testServer(t, "secret")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	post := func(path, body, token string) (int, errorView) {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/"+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v errorView
+		_ = json.NewDecoder(resp.Body).Decode(&v)
+		return resp.StatusCode, v
+	}
+	for _, c := range []struct {
+		path, body, token string
+		status            int
+		says              string
+	}{
+		{"submit", "not json", "secret", http.StatusBadRequest, "not a JSON object"},
+		{"frobnicate", "{}", "secret", http.StatusBadRequest, `"frobnicate" is not a command`},
+		{"worklease", "{}", "secret", http.StatusBadRequest, `"worklease" is not a command`},
+		{"submit", `{"payload":"x","bogus":"1"}`, "secret", http.StatusBadRequest, "unknown flag: --bogus"},
+		{"verify", "{}", "secret", http.StatusBadRequest, "works on the WAL's own machine only"},
+		{"submit", `{"payload":"` + strings.Repeat("x", maxRequestBody) + `"}`, "secret", http.StatusRequestEntityTooLarge, "over"},
+		{"submit", `{"payload":"x"}`, "guess", http.StatusUnauthorized, "token"},
+	} {
+		status, v := post(c.path, c.body, c.token)
+		if status != c.status || v.Result != "ERROR" || !strings.Contains(v.Message, c.says) {
+			t.Errorf("POST /v1/%s %.40s: HTTP %d %+v, want %d saying %q", c.path, c.body, status, v, c.status, c.says)
+		}
+	}
+	if _, err := os.Stat(walPath); err == nil {
+		t.Fatal("a refused request wrote the WAL")
+	}
+	if status, v := post("submit", `{"payload":"x"}`, "secret"); status != http.StatusOK || v.Result != "ACK" {
+		t.Fatalf("after the refusals: HTTP %d %+v", status, v)
 	}
 }
