@@ -10,7 +10,7 @@ source "$(dirname "$0")/lib.sh"
 KILLS=${CLUSTER_KILLS:-5}
 TASKS=${CLUSTER_TASKS:-60}
 DIR=$(mktemp -d)
-BASE=$((20000 + RANDOM % 20000))
+BASE=$((10000 + RANDOM % 20000)) # below Linux's ephemeral ports (32768 on), which other tests' connections take
 declare -a PIDS
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done; rm -rf "$DIR" "$ERRFILE"' EXIT
 

@@ -6,12 +6,13 @@
 source "$(dirname "$0")/lib.sh"
 DIR=$(mktemp -d)
 WAL=$DIR/served.wal
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((10000 + RANDOM % 20000)) # below Linux's ephemeral ports (32768 on), which other tests' connections take
 echo secret-token >"$DIR/token"
 "$LEASEWAL" --wal "$WAL" serve --listen 127.0.0.1:$PORT --token-file "$DIR/token" 2>"$DIR/serve.err" &
 server=$!
 trap 'kill $server 2>/dev/null || true; rm -rf "$DIR" "$ERRFILE"' EXIT
-for _ in $(seq 50); do grep -q serving "$DIR/serve.err" && break; sleep 0.1; done
+for _ in $(seq 200); do grep -q serving "$DIR/serve.err" && break; sleep 0.1; done
+grep -q serving "$DIR/serve.err" || fail "the server did not start: $(cat "$DIR/serve.err")"
 export LEASEWAL_SERVER=http://127.0.0.1:$PORT LEASEWAL_TOKEN_FILE=$DIR/token LEASEWAL_WAL=$DIR/not-used.wal
 
 step "seed 000 through the server: the lease lapses, the task is re-leased, the late completion is cancelled"
