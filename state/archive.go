@@ -320,13 +320,13 @@ func (a *Archive) entriesAll() ([]archiveEntry, bool) {
 // of the history is in memory beside the state.
 func buildArchive(old *Archive, add []*Task) ([]byte, error) {
 	if old == nil {
-		return buildOver(nil, add, false)
+		return buildOver(nil, nil, add, false)
 	}
 	var b []byte
 	var err error
 	func() {
 		defer old.guard(debug.SetPanicOnFault(true))
-		b, err = buildOver(old, add, false)
+		b, err = buildOver(old, nil, add, false)
 	}()
 	if old.err != nil {
 		return nil, old.err
@@ -334,9 +334,13 @@ func buildArchive(old *Archive, add []*Task) ([]byte, error) {
 	return b, err
 }
 
-// buildOver builds an archive of old's records and add's; withOrder gives
-// add's tasks order entries (the cold set, which is built over nothing).
-func buildOver(old *Archive, add []*Task, withOrder bool) ([]byte, error) {
+// buildOver builds an archive of old's records and add's. With keep nil it
+// copies every old record as a block (the archive: a task archived again has
+// two records, the later one wins); with keep set, only the records at the
+// offsets keep accepts, each checked as it is copied, with their index and
+// order entries moved to the new offsets (the cold set, whose superseded
+// copies are dropped). withOrder gives add's tasks order entries too.
+func buildOver(old *Archive, keep func(offset uint64) bool, add []*Task, withOrder bool) ([]byte, error) {
 	if err := old.Err(); err != nil {
 		return nil, err
 	}
@@ -344,7 +348,7 @@ func buildOver(old *Archive, add []*Task, withOrder bool) ([]byte, error) {
 	var oldRecords []byte
 	if old != nil {
 		oldRecords = old.records
-		if !ok || crc32.Checksum(oldRecords, archiveCRC) != old.sum {
+		if !ok || keep == nil && crc32.Checksum(oldRecords, archiveCRC) != old.sum {
 			old.damaged("its records do not match its checksum")
 			return nil, old.err
 		}
@@ -355,13 +359,21 @@ func buildOver(old *Archive, add []*Task, withOrder bool) ([]byte, error) {
 	headerAt := len(out)
 	out = append(out, make([]byte, archiveHeaderSize+4)...)
 	recordsAt := len(out)
-	out = append(out, oldRecords...)
 	var added []archiveEntry
 	var order []orderEntry
 	tasks := old.Len()
+	if keep == nil {
+		out = append(out, oldRecords...)
+	} else {
+		var err error
+		if out, oldEntries, order, tasks, err = copyKept(out, old, keep, oldEntries); err != nil {
+			return nil, err
+		}
+	}
+	oldOrder := len(order)
 	e := &encoder{}
 	for _, t := range add {
-		if old.search(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil {
+		if keep != nil || old.search(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil { // a kept copy is never add's task
 			tasks++
 		}
 		offset := uint64(len(out) - recordsAt)
@@ -393,7 +405,8 @@ func buildOver(old *Archive, add []*Task, withOrder bool) ([]byte, error) {
 		}
 		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(out[blockStart:], archiveCRC))
 	}
-	slices.SortFunc(order, compareOrder)
+	slices.SortFunc(order[oldOrder:], compareOrder)
+	order = mergeOrder(order[:oldOrder], order[oldOrder:])
 	for start := 0; start < len(order); start += archiveBlockLen {
 		blockStart := len(out)
 		for _, e := range order[start:min(start+archiveBlockLen, len(order))] {
@@ -405,6 +418,70 @@ func buildOver(old *Archive, add []*Task, withOrder bool) ([]byte, error) {
 	copy(out[headerAt:], header)
 	binary.LittleEndian.PutUint32(out[headerAt+archiveHeaderSize:], crc32.Update(crc32.Checksum(header, archiveCRC), archiveCRC, fence))
 	return out, nil
+}
+
+// copyKept appends to out the records of old that keep accepts, checking
+// each, and returns old's index and order entries for them at their new
+// offsets (in their order: moving offsets keeps it), and how many there are.
+func copyKept(out []byte, old *Archive, keep func(uint64) bool, entries []archiveEntry) ([]byte, []archiveEntry, []orderEntry, int, error) {
+	recordsAt := len(out)
+	var from, to []uint64 // each kept record's old offset and new one, ascending
+	for off := uint64(0); off < uint64(len(old.records)); {
+		b := old.records[off:]
+		n, w := binary.Uvarint(b)
+		if w <= 0 || n > archiveRecordLimit || uint64(len(b)-w) < 4+n {
+			old.damaged("the record at %d is cut short", off)
+			return nil, nil, nil, 0, old.err
+		}
+		size := uint64(w) + 4 + n
+		if keep(off) {
+			if crc32.Checksum(b[w+4:size], archiveCRC) != binary.LittleEndian.Uint32(b[w:]) {
+				old.damaged("record at %d: checksum mismatch", off)
+				return nil, nil, nil, 0, old.err
+			}
+			from, to = append(from, off), append(to, uint64(len(out)-recordsAt))
+			out = append(out, b[:size]...)
+		}
+		off += size
+	}
+	moved := func(off uint64) (uint64, bool) {
+		i, found := slices.BinarySearch(from, off)
+		if !found {
+			return 0, false
+		}
+		return to[i], true
+	}
+	kept := entries[:0]
+	for _, e := range entries {
+		if off, ok := moved(e.offset); ok {
+			kept = append(kept, archiveEntry{e.hash, off})
+		}
+	}
+	var order []orderEntry
+	old.eachOrder(func(e orderEntry) bool {
+		if off, ok := moved(e.offset); ok {
+			e.offset = off
+			order = append(order, e)
+		}
+		return true
+	})
+	if old.err != nil {
+		return nil, nil, nil, 0, old.err
+	}
+	return out, kept, order, len(from), nil
+}
+
+// mergeOrder merges two runs sorted in lease order.
+func mergeOrder(x, y []orderEntry) []orderEntry {
+	out := make([]orderEntry, 0, len(x)+len(y))
+	for len(x) > 0 && len(y) > 0 {
+		if compareOrder(x[0], y[0]) <= 0 {
+			out, x = append(out, x[0]), x[1:]
+		} else {
+			out, y = append(out, y[0]), y[1:]
+		}
+	}
+	return append(append(out, x...), y...)
 }
 
 func compareEntries(x, y archiveEntry) int {

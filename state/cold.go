@@ -210,17 +210,17 @@ func (s *State) Compact(archive, cold bool) (archiveBytes, coldBytes []byte, err
 	s.keyLeases()
 	var newCold *Archive
 	if cold {
-		live := s.coldLive()
-		if err := s.cold.Err(); err != nil {
-			return nil, nil, err
-		}
+		var add []*Task
 		for _, t := range s.order {
 			if !t.State.Terminal() {
-				live = append(live, t)
+				add = append(add, t)
 			}
 		}
-		slices.SortFunc(live, byCreation)
-		if coldBytes, err = buildOver(nil, live, true); err != nil {
+		var keep func(uint64) bool // the cold copies no record has touched, copied as they are
+		if s.cold != nil {
+			keep = func(offset uint64) bool { return !s.isSuperseded(offset) }
+		}
+		if coldBytes, err = buildOver(s.cold, keep, add, true); err != nil {
 			return nil, nil, err
 		}
 		if newCold, err = OpenArchive(coldBytes); err != nil {

@@ -71,15 +71,17 @@ func checkpointDue(tail, tasksInMemory int) bool {
 // tasks plus the unfinished ones.
 func archiveDue(finishedInMemory int) bool { return finishedInMemory >= archiveBatch }
 
-// coldDue is the cold set's rule: when a checkpoint is rewritten, every
-// unfinished task moves to a new cold set once max(256, cold tasks/64) of
-// them are in memory, or max(256, cold tasks/16) of the cold set's copies are
-// superseded. A new cold set rewrites the whole backlog, so it waits longer
-// as the backlog grows: what memory holds then costs a command about what
-// rewriting the backlog once per that many tasks costs, and a lease skips at
-// most cold/16 superseded copies at the front of the order.
+// coldDue is the cold set's rule: when a checkpoint is rewritten, a new cold
+// set takes the unfinished tasks in memory once max(256, cold tasks/256) of
+// them are there, or once max(256, cold tasks/16) of the cold set's copies
+// are superseded. A new cold set copies the old one's live records as they
+// are and adds those in memory (about 25 ms and 15 MB written for 100,000
+// waiting tasks), so it waits longer as the backlog grows: what memory holds
+// costs every command about what the copy costs once per that many tasks,
+// and a lease skips at most cold/16 superseded copies at the front of the
+// order.
 func coldDue(unfinishedInMemory, superseded, cold int) bool {
-	return unfinishedInMemory >= max(archiveBatch, cold/64) || superseded >= max(archiveBatch, cold/16)
+	return unfinishedInMemory >= max(archiveBatch, cold/256) || superseded >= max(archiveBatch, cold/16)
 }
 
 var checkpointCRC = crc32.MakeTable(crc32.Castagnoli)
