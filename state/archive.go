@@ -390,7 +390,7 @@ func buildOver(old *Archive, keep func(offset uint64) bool, add []*Task, withOrd
 	records := out[recordsAt:]
 	header := binary.LittleEndian.AppendUint64(nil, uint64(len(records)))
 	slices.SortFunc(added, compareEntries)
-	entries := mergeEntries(oldEntries, added)
+	entries := merge(oldEntries, added, compareEntries)
 	header = binary.LittleEndian.AppendUint64(header, uint64(len(entries)))
 	header = binary.LittleEndian.AppendUint64(header, uint64(tasks))
 	header = binary.LittleEndian.AppendUint64(header, uint64(len(order)))
@@ -406,7 +406,7 @@ func buildOver(old *Archive, keep func(offset uint64) bool, add []*Task, withOrd
 		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(out[blockStart:], archiveCRC))
 	}
 	slices.SortFunc(order[oldOrder:], compareOrder)
-	order = mergeOrder(order[:oldOrder], order[oldOrder:])
+	order = merge(order[:oldOrder], order[oldOrder:], compareOrder)
 	for start := 0; start < len(order); start += archiveBlockLen {
 		blockStart := len(out)
 		for _, e := range order[start:min(start+archiveBlockLen, len(order))] {
@@ -471,19 +471,6 @@ func copyKept(out []byte, old *Archive, keep func(uint64) bool, entries []archiv
 	return out, kept, order, len(from), nil
 }
 
-// mergeOrder merges two runs sorted in lease order.
-func mergeOrder(x, y []orderEntry) []orderEntry {
-	out := make([]orderEntry, 0, len(x)+len(y))
-	for len(x) > 0 && len(y) > 0 {
-		if compareOrder(x[0], y[0]) <= 0 {
-			out, x = append(out, x[0]), x[1:]
-		} else {
-			out, y = append(out, y[0]), y[1:]
-		}
-	}
-	return append(append(out, x...), y...)
-}
-
 func compareEntries(x, y archiveEntry) int {
 	if x.hash != y.hash {
 		if x.hash < y.hash {
@@ -500,10 +487,11 @@ func compareEntries(x, y archiveEntry) int {
 	return 0
 }
 
-func mergeEntries(x, y []archiveEntry) []archiveEntry {
-	out := make([]archiveEntry, 0, len(x)+len(y))
+// merge merges two runs sorted by compare.
+func merge[T any](x, y []T, compare func(T, T) int) []T {
+	out := make([]T, 0, len(x)+len(y))
 	for len(x) > 0 && len(y) > 0 {
-		if compareEntries(x[0], y[0]) <= 0 {
+		if compare(x[0], y[0]) <= 0 {
 			out, x = append(out, x[0]), x[1:]
 		} else {
 			out, y = append(out, y[0]), y[1:]
