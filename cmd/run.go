@@ -259,7 +259,9 @@ func runRun(e env, o runOptions, argv []string) error {
 			return err
 		}
 	} else {
-		c = localCoordinator{h: store.Open(e.storeOptions()), wal: e.WAL}
+		opts := e.storeOptions()
+		opts.Resident = true
+		c = localCoordinator{h: store.Open(opts), wal: e.WAL}
 	}
 	defer c.close()
 	r := &runner{e: e, p: p, c: c, spawn: spawner(), ends: make(chan jobEnd),

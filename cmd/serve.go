@@ -227,7 +227,9 @@ func runServe(e env, o serveOptions) error {
 		defer node.Shutdown()
 		back, failed = nodeBackend{node}, node.Failed()
 	} else {
-		h := store.Open(e.storeOptions())
+		opts := e.storeOptions()
+		opts.Resident = true
+		h := store.Open(opts)
 		defer h.Close()
 		back = &walBackend{h: h, url: url}
 	}
@@ -378,9 +380,6 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	argv, err := requestArgs(path, body)
-	if err == nil {
-		err = parses(argv)
-	}
 	if err != nil {
 		httpError(w, http.StatusBadRequest, "Usage", err.Error())
 		return
@@ -391,7 +390,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	columns := r.Header.Get("Leasewal-Columns")
 	var stdout, stderr bytes.Buffer
-	code := s.e.serveOne(argv, output, columns, &stdout, &stderr)
+	code, err := s.e.serveOne(argv, output, columns, &stdout, &stderr)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, "Usage", err.Error())
+		return
+	}
 	w.Header().Set("Leasewal-Exit", strconv.Itoa(code))
 	if stderr.Len() > 0 {
 		w.Header().Set("Leasewal-Stderr", strconv.Quote(stderr.String()))
@@ -584,18 +587,23 @@ func flagValue(v any) (string, error) {
 	return "", fmt.Errorf("%v is not a string, number, boolean or list", v)
 }
 
-// parses refuses a request that names no command or a flag the command does
-// not have: a request that does not parse, not a decided refusal.
-func parses(argv []string) error {
-	a := &app{v: viper.New(), env: env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}}
-	root := a.newRoot()
+// parses refuses a command line that names no command or a flag the
+// command does not have: a request that does not parse, not a decided
+// refusal. argv is as requestArgs makes it: words, then --name=value flags,
+// then -- and the positional arguments.
+func parses(root *cobra.Command, argv []string) error {
 	c, rest, err := root.Find(argv)
 	if err == nil && (c == root || c.HasSubCommands()) {
 		path := argv[:slices.IndexFunc(append(slices.Clone(argv), "-"), func(w string) bool { return strings.HasPrefix(w, "-") })]
 		err = fmt.Errorf("%q is not a command: POST /v1/<command>, e.g. /v1/submit or /v1/worklease/acquire", strings.Join(path, "/"))
 	}
-	if err == nil {
-		err = c.ParseFlags(rest)
+	for _, word := range rest {
+		if err != nil || word == "--" {
+			break
+		}
+		if name, _, _ := strings.Cut(strings.TrimPrefix(word, "--"), "="); c.Flag(name) == nil {
+			err = fmt.Errorf("unknown flag: --%s", name)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%v; see 'leasewal help' for the commands and their flags", err)
@@ -605,8 +613,9 @@ func parses(argv []string) error {
 
 // serveOne runs one request's command line inside the server: with the
 // server's WAL and configuration, the wall clock, the client's output
-// format, and the server's batcher.
-func (e env) serveOne(argv []string, output, columns string, stdout, stderr io.Writer) int {
+// format, and the server's batcher. A command line that does not parse is
+// the error, and nothing ran.
+func (e env) serveOne(argv []string, output, columns string, stdout, stderr io.Writer) (int, error) {
 	a := &app{v: viper.New(), args: argv, env: env{stdin: strings.NewReader(""), stdout: stdout, stderr: stderr,
 		getenv: func(k string) string {
 			if k == "COLUMNS" {
@@ -628,9 +637,12 @@ func (e env) serveOne(argv []string, output, columns string, stdout, stderr io.W
 		}
 		return nil
 	}
+	if err := parses(a.root, argv); err != nil {
+		return 0, err
+	}
 	a.root.SetArgs(argv)
 	a.root.SetIn(a.env.stdin)
 	a.root.SetOut(stdout)
 	a.root.SetErr(stderr)
-	return a.finish(a.root.Execute())
+	return a.finish(a.root.Execute()), nil
 }

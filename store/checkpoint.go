@@ -73,15 +73,22 @@ func archiveDue(finishedInMemory int) bool { return finishedInMemory >= archiveB
 
 // coldDue is the cold set's rule: when a checkpoint is rewritten, a new cold
 // set takes the unfinished tasks in memory once max(256, cold tasks/256) of
-// them are there, or once max(256, cold tasks/16) of the cold set's copies
-// are superseded. A new cold set copies the old one's live records as they
-// are and adds those in memory (about 25 ms and 15 MB written for 100,000
-// waiting tasks), so it waits longer as the backlog grows: what memory holds
-// costs every command about what the copy costs once per that many tasks,
-// and a lease skips at most cold/16 superseded copies at the front of the
-// order.
-func coldDue(unfinishedInMemory, superseded, cold int) bool {
-	return unfinishedInMemory >= max(archiveBatch, cold/256) || superseded >= max(archiveBatch, cold/16)
+// them are there (cold tasks/8 for a resident handle), or once max(256, cold
+// tasks/16) of the cold set's copies are superseded. A new cold set copies the
+// old one's live records as they are and adds those in memory (about 25 ms
+// and 15 MB written for 100,000 waiting tasks), so it waits longer as the
+// backlog grows: what memory holds costs every one-shot command about what
+// the copy costs once per that many tasks. A resident handle loads nothing
+// per operation, so for it the copy is the whole cost: per new task it is
+// the copy of 8 (or 256) tasks; the commands beside it load at most
+// cold/8 tasks. A lease skips at most cold/16 superseded copies at the front
+// of the order.
+func coldDue(unfinishedInMemory, superseded, cold int, resident bool) bool {
+	divisor := 256
+	if resident {
+		divisor = 8
+	}
+	return unfinishedInMemory >= max(archiveBatch, cold/divisor) || superseded >= max(archiveBatch, cold/16)
 }
 
 var checkpointCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -187,7 +194,7 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 	h.removeLeftovers()
 	inMemory, finished := st.InMemory()
 	coldTasks, superseded := st.Cold()
-	archive, cold := archiveDue(finished), coldDue(inMemory-finished, superseded, coldTasks)
+	archive, cold := archiveDue(finished), coldDue(inMemory-finished, superseded, coldTasks, h.opts.Resident)
 	if archive || cold {
 		archiveBytes, coldBytes, err := st.Compact(archive, cold)
 		if errors.Is(err, state.ErrArchive) {

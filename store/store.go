@@ -56,6 +56,10 @@ type Options struct {
 	// Node opens the handle as the raft node that owns the WAL: the one
 	// handle that may write it (see NodeMark).
 	Node bool
+	// Resident says the handle serves many operations and keeps its state
+	// between them (a server, a worker loop): tasks in memory cost it nothing
+	// to load, so it writes a new cold set less often (coldDue).
+	Resident bool
 }
 
 // Handle is an open store. It is not safe for concurrent use; one process may
