@@ -119,9 +119,21 @@ func (s *sheet) Render() error {
 		return s.err
 	}
 	if s.p.width > 0 {
-		s.fit()
+		s.fit(s.measure())
 	}
-	t := tablewriter.NewTable(s.w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAutoWrap(tw.WrapNone))
+	// A stream draws rows as they come, so it is told each column's width:
+	// its widest cell once fitted (a colored word is never cut, so fitting
+	// may leave a column wider than it asked).
+	widths := s.measure()
+	cols := tw.Mapper[int, int]{}
+	for i, w := range widths {
+		cols[i] = w + 2 // a cell's padding, one blank each side
+	}
+	t := tablewriter.NewTable(s.w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAutoWrap(tw.WrapNone),
+		tablewriter.WithStreaming(tw.StreamConfig{Enable: true}), tablewriter.WithColumnWidths(cols))
+	if err := t.Start(); err != nil {
+		return err
+	}
 	if len(s.header) > 0 {
 		t.Header(anys(s.header)...)
 	}
@@ -130,7 +142,26 @@ func (s *sheet) Render() error {
 			return err
 		}
 	}
-	return t.Render()
+	return t.Close()
+}
+
+// measure is each column's width: its widest cell.
+func (s *sheet) measure() []int {
+	columns := len(s.header)
+	for _, row := range s.rows {
+		columns = max(columns, len(row))
+	}
+	widths := make([]int, columns)
+	measure := func(cells []string) {
+		for i, c := range cells {
+			widths[i] = max(widths[i], displayWidth(c))
+		}
+	}
+	measure(s.header)
+	for _, row := range s.rows {
+		measure(row)
+	}
+	return widths
 }
 
 func anys(cells []string) []any {
@@ -152,21 +183,7 @@ var keyColumns = map[string]bool{"TASK": true, "STATE": true, "SEQ": true, "TYPE
 // column of free text gives way first, down to 12 cells; then the widest
 // other column but the key ones, then any, down to 3 cells ("ab…"), and on
 // a very narrow terminal down to 1 ("…").
-func (s *sheet) fit() {
-	columns := len(s.header)
-	for _, row := range s.rows {
-		columns = max(columns, len(row))
-	}
-	widths := make([]int, columns)
-	measure := func(cells []string) {
-		for i, c := range cells {
-			widths[i] = max(widths[i], displayWidth(c))
-		}
-	}
-	measure(s.header)
-	for _, row := range s.rows {
-		measure(row)
-	}
+func (s *sheet) fit(widths []int) {
 	total := func() int { // "│ cell " per column, then the closing "│"
 		sum := 1
 		for _, w := range widths {
