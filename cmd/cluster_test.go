@@ -96,7 +96,29 @@ func startCluster(t *testing.T, n int, c *testCluster) *testCluster {
 			c.halt(tn)
 		}
 	})
+	c.formed()
 	return c
+}
+
+// formed waits until every running node knows the leader's URL: until then a
+// follower answers 503 (which a client retries, and a test need not).
+func (c *testCluster) formed() {
+	c.t.Helper()
+	leader := c.leader()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		known := true
+		for _, tn := range c.nodes {
+			if tn.node != nil && tn.node.Leader() != leader.http.URL {
+				known = false
+			}
+		}
+		if known {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatal("the nodes did not learn the leader's URL within 30 s")
+		}
+	}
 }
 
 func (c *testCluster) connectAll() {
