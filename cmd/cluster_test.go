@@ -54,6 +54,21 @@ type testCluster struct {
 	token string
 }
 
+// newTestNode is a node's files in root, its transport and its HTTP server,
+// which answers 503 while the node is not running.
+func newTestNode(root, id string) *testNode {
+	tn := &testNode{id: id, wal: filepath.Join(root, id+".wal"), dir: filepath.Join(root, id+".raft")}
+	tn.addr, tn.trans = raft.NewInmemTransport("")
+	tn.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s := tn.srv.Load(); s != nil {
+			s.ServeHTTP(w, r)
+			return
+		}
+		httpError(w, http.StatusServiceUnavailable, "NoLeader", "starting")
+	}))
+	return tn
+}
+
 func newTestCluster(t *testing.T, n int, timing cluster.Timing) *testCluster {
 	return startCluster(t, n, &testCluster{timing: timing})
 }
@@ -65,18 +80,7 @@ func startCluster(t *testing.T, n int, c *testCluster) *testCluster {
 	c.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	root := t.TempDir()
 	for i := range n {
-		tn := &testNode{id: fmt.Sprintf("n%d", i+1), wal: filepath.Join(root, fmt.Sprintf("n%d.wal", i+1)),
-			dir: filepath.Join(root, fmt.Sprintf("n%d.raft", i+1))}
-		tn.addr, tn.trans = raft.NewInmemTransport("")
-		tn.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			s := tn.srv.Load()
-			if s == nil {
-				httpError(w, http.StatusServiceUnavailable, "NoLeader", "starting")
-				return
-			}
-			s.ServeHTTP(w, r)
-		}))
-		c.nodes = append(c.nodes, tn)
+		c.nodes = append(c.nodes, newTestNode(root, fmt.Sprintf("n%d", i+1)))
 	}
 	c.connectAll()
 	for i, tn := range c.nodes {
@@ -310,16 +314,7 @@ func (c *testCluster) restart(tn *testNode) {
 // add starts a new node and has the leader add it.
 func (c *testCluster) add(id string) *testNode {
 	c.t.Helper()
-	root := filepath.Dir(c.nodes[0].wal)
-	tn := &testNode{id: id, wal: filepath.Join(root, id+".wal"), dir: filepath.Join(root, id+".raft")}
-	tn.addr, tn.trans = raft.NewInmemTransport("")
-	tn.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s := tn.srv.Load(); s != nil {
-			s.ServeHTTP(w, r)
-			return
-		}
-		httpError(w, http.StatusServiceUnavailable, "NoLeader", "starting")
-	}))
+	tn := newTestNode(filepath.Dir(c.nodes[0].wal), id)
 	c.nodes = append(c.nodes, tn)
 	c.connectAll()
 	c.start(tn, true)

@@ -594,8 +594,11 @@ func flagValue(v any) (string, error) {
 func parses(root *cobra.Command, argv []string) error {
 	c, rest, err := root.Find(argv)
 	if err == nil && (c == root || c.HasSubCommands()) {
-		path := argv[:slices.IndexFunc(append(slices.Clone(argv), "-"), func(w string) bool { return strings.HasPrefix(w, "-") })]
-		err = fmt.Errorf("%q is not a command: POST /v1/<command>, e.g. /v1/submit or /v1/worklease/acquire", strings.Join(path, "/"))
+		words := argv
+		if i := slices.IndexFunc(argv, func(w string) bool { return strings.HasPrefix(w, "-") }); i >= 0 {
+			words = argv[:i] // the path: what comes before the flags
+		}
+		err = fmt.Errorf("%q is not a command: POST /v1/<command>, e.g. /v1/submit or /v1/worklease/acquire", strings.Join(words, "/"))
 	}
 	for _, word := range rest {
 		if err != nil || word == "--" {

@@ -117,10 +117,7 @@ func outputOf(in Input, a refmodel.Answer) Output {
 	if a.Result == "EMPTY" || a.Result == "ERROR" {
 		out.Task, out.Lease = "", ""
 	}
-	if in.Op == "submit" {
-		out.Lease = ""
-	}
-	return out
+	return out.Normalize(in)
 }
 
 // Normalize makes a client's output comparable with the model's.
