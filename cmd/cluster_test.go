@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"leasewal/internal/testwait"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -109,7 +110,7 @@ func startCluster(t *testing.T, n int, c *testCluster) *testCluster {
 func (c *testCluster) formed() {
 	c.t.Helper()
 	leader := c.leader()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testwait.HangGuard); ; time.Sleep(20 * time.Millisecond) {
 		known := true
 		for _, tn := range c.nodes {
 			if tn.node != nil && tn.node.Leader() != leader.http.URL {
@@ -120,7 +121,7 @@ func (c *testCluster) formed() {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatal("the nodes did not learn the leader's URL within 30 s")
+			c.t.Fatalf("hang guard: the nodes did not learn the leader's URL (%s) in %s", leader.http.URL, testwait.HangGuard)
 		}
 	}
 }
@@ -174,7 +175,7 @@ func (c *testCluster) halt(tn *testNode) {
 // leader waits for a node that decides requests.
 func (c *testCluster) leader() *testNode {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testwait.HangGuard)
 	for time.Now().Before(deadline) {
 		for _, tn := range c.nodes {
 			if tn.node != nil && tn.node.Leading() {
@@ -183,7 +184,7 @@ func (c *testCluster) leader() *testNode {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.t.Fatal("no leader within 30 s")
+	c.t.Fatalf("hang guard: no node led in %s", testwait.HangGuard)
 	return nil
 }
 
@@ -200,7 +201,7 @@ func (c *testCluster) urls(i int) string {
 // and returns the WALs' bytes.
 func (c *testCluster) converge() [][]byte {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testwait.HangGuard)
 	for {
 		want, err := c.leader().node.LastSeq()
 		if err != nil {
@@ -219,7 +220,7 @@ func (c *testCluster) converge() [][]byte {
 			break
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("the nodes did not converge: %s", behind)
+			c.t.Fatalf("hang guard: the nodes did not converge in %s: %s", testwait.HangGuard, behind)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -327,14 +328,14 @@ func (c *testCluster) add(id string) *testNode {
 // snapshotted waits until the node's raft dir holds a snapshot.
 func (c *testCluster) snapshotted(tn *testNode) {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testwait.HangGuard)
 	for time.Now().Before(deadline) {
 		if found, _ := filepath.Glob(filepath.Join(tn.dir, "snapshots", "*", "meta.json")); len(found) > 0 {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatalf("%s took no raft snapshot within 30 s", tn.id)
+	c.t.Fatalf("hang guard: %s took no raft snapshot in %s", tn.id, testwait.HangGuard)
 }
 
 // TestClusterRestartAndSnapshotInstall: a node stopped while the others go
@@ -402,14 +403,14 @@ func (c *testCluster) definite(first int, args ...string) (int, string) {
 	c.t.Helper()
 	var code int
 	var out, stderr string
-	for range 100 {
+	for guard := time.Now().Add(testwait.HangGuard); time.Now().Before(guard); {
 		code, out, stderr = cli(append([]string{"--server", c.urls(first)}, args...)...)
 		if code != ExitUnknownSent && !(code == ExitInternal && strings.Contains(stderr, "no server answered")) {
 			return code, out
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	c.t.Fatalf("%v: no definite answer after 100 tries: exit %d %s%s", args, code, out, stderr)
+	c.t.Fatalf("hang guard: %v had no definite answer in %s: exit %d %s%s", args, testwait.HangGuard, code, out, stderr)
 	return 0, ""
 }
 
@@ -481,23 +482,21 @@ func TestClusterFailover(t *testing.T) {
 			}
 		}()
 	}
-	for calls.Load() < 8 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, "8 calls before the cut", func() bool { return calls.Load() >= 8 }, nil)
 	old := c.leader()
 	c.isolate(old)
 	wg.Wait()
 	if t.Failed() {
 		return
 	}
-	for deadline := time.Now().Add(10 * time.Second); old.node.Leading(); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testwait.HangGuard); old.node.Leading(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) { // raft deposes a leader that hears from no majority within its leader lease
-			t.Fatal("the cut-off leader still leads")
+			t.Fatalf("hang guard: the cut-off leader still leads after %s", testwait.HangGuard)
 		}
 	}
 	c.connectAll()
 	wals := c.converge()
-	if res, where := lincheck.Check(start, history, 30*time.Second); res != porcupine.Ok {
+	if res, where := lincheck.Check(start, history, testwait.HangGuard); res != porcupine.Ok {
 		t.Fatalf("the history of %d calls across the failover is %s; see %s\n%s", len(history), res, where, wals[0])
 	}
 	for i, wal := range wals {
@@ -636,7 +635,7 @@ func TestClusterLeaseWait(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, out, stderr := cli("--server", follower.http.URL, "lease", "--worker", "W", "--wait", "20s", "-o", "json")
+		code, out, stderr := cli("--server", follower.http.URL, "lease", "--worker", "W", "--wait", "10m", "-o", "json")
 		done <- result{code, out + stderr}
 	}()
 	time.Sleep(500 * time.Millisecond)
@@ -648,7 +647,7 @@ func TestClusterLeaseWait(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.out, `"result":"LEASED"`) {
 			t.Fatalf("lease --wait through a follower: exit %d %s", r.code, r.out)
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("lease --wait was not woken by the submit")
+	case <-time.After(testwait.HangGuard):
+		t.Fatalf("hang guard: lease --wait was not woken by the submit in %s", testwait.HangGuard)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"leasewal/internal/testwait"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -58,7 +59,8 @@ func TestServerGroupCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, stop := newServer(e, &walBackend{h: h, url: "http://test"}, nil, "secret", 64)
-	ts := httptest.NewServer(s)
+	var arrived atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { arrived.Add(1); s.ServeHTTP(w, r) }))
 	defer ts.Close()
 	const requests = 16
 	var wg sync.WaitGroup
@@ -89,7 +91,8 @@ func TestServerGroupCommits(t *testing.T) {
 	}
 	// Wait until the requests have stopped arriving: the first batch holds
 	// one or a few of them, the queue the rest.
-	for last, stable, deadline := -1, 0, time.Now().Add(time.Minute); stable < 30 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testwait.Until(t, "every request to reach the server", func() bool { return arrived.Load() == requests }, nil)
+	for last, stable := -1, 0; stable < 30; time.Sleep(10 * time.Millisecond) {
 		if n := len(s.batch.queue); n == last && n > 0 {
 			stable++
 		} else {
@@ -139,9 +142,12 @@ func TestRunThroughServer(t *testing.T) {
 			t.Fatal(stderr)
 		}
 	}
-	child := `[ "$(cat)" = good ] && [ "$LEASEWAL_SERVER" = "$1" ] && [ -n "$LEASEWAL_DEADLINE" ] && sleep 1.5`
+	// The good child outlives its first lease: it ends once the WAL shows
+	// the lease extended, however long that takes.
+	child := `[ "$(cat)" = good ] && [ "$LEASEWAL_SERVER" = "$1" ] && [ -n "$LEASEWAL_DEADLINE" ] &&
+		until grep -q LeaseExtended "$2"; do sleep 0.05; done`
 	code, stdout, stderr := cli("--server", ts.URL, "--token-file", tokenFile, "-o", "tsv",
-		"run", "--worker", "W", "--duration", "1s", "--", "sh", "-c", child, "child", ts.URL)
+		"run", "--worker", "W", "--duration", "3s", "--", "sh", "-c", child, "child", ts.URL, walPath)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -155,7 +161,7 @@ func TestRunThroughServer(t *testing.T) {
 	}
 	code, log, _ := cli("--wal", walPath, "log", "--task", "T1", "-o", "tsv")
 	if code != 0 || !strings.Contains(log, "LeaseExtended") {
-		t.Fatalf("a 1.5s child under a 1s lease was never extended:\n%s", log)
+		t.Fatalf("a child that outlived its lease was never extended:\n%s", log)
 	}
 	if code, _, stderr := cli("--wal", walPath, "verify"); code != 0 {
 		t.Fatal(stderr)
@@ -247,11 +253,7 @@ func TestFollowThroughServer(t *testing.T) {
 		code, stderr := cliTo(nil, out, "--server", ts.URL, "-o", "tsv", "log", "--follow", "--type", "TaskCreated")
 		done <- fmt.Sprintf("exit %d %s", code, stderr)
 	}()
-	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), `payload="two"`); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the records so far never came:\n%s", out.String())
-		}
-	}
+	testwait.Until(t, "the records so far", func() bool { return strings.Contains(out.String(), `payload="two"`) }, out.String)
 	if code, _, stderr := cli("--wal", walPath, "lease", "--worker", "W"); code != 0 {
 		t.Fatal(stderr) // a record the filter leaves out
 	}
@@ -263,8 +265,8 @@ func TestFollowThroughServer(t *testing.T) {
 		if end != "exit 0 " {
 			t.Fatalf("follow ended with %s", end)
 		}
-	case <-time.After(time.Minute):
-		t.Fatal("follow did not stop when its reader went away")
+	case <-time.After(testwait.HangGuard):
+		t.Fatalf("hang guard: follow did not stop in %s when its reader went away", testwait.HangGuard)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	var got []string

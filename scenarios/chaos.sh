@@ -8,7 +8,10 @@
 # answer would. At the end it checks the WAL against every answer the workers
 # received and prints a summary line.
 #
-# CHAOS_TASKS (default 100) and CHAOS_SECONDS (default 90) size the run.
+# CHAOS_TASKS (default 100) sizes the run; the killer stops after
+# CHAOS_SECONDS (default 90). The run ends when every task is terminal, which
+# the tasks' 30 s windows bound however slow the machine is; a hang guard of
+# LEASEWAL_HANG_GUARD seconds (default 600) fails it with the counts it saw.
 set -uo pipefail
 LEASEWAL=${LEASEWAL:-leasewal}
 DIR=$(mktemp -d)
@@ -16,6 +19,7 @@ export LEASEWAL_WAL=${LEASEWAL_WAL:-$DIR/chaos.wal}
 export NO_COLOR=1
 TASKS=${CHAOS_TASKS:-100}
 LIMIT=$((SECONDS + ${CHAOS_SECONDS:-90}))
+HANG_GUARD=${LEASEWAL_HANG_GUARD:-600}
 mkdir -p "$DIR/pids" "$DIR/count"
 trap 'touch "$DIR/stop"; wait; rm -rf "$DIR"' EXIT
 
@@ -72,7 +76,7 @@ done
 
 worker() {
 	local w=$1 n=0 task lease
-	while [ ! -e "$DIR/stop" ] && [ $SECONDS -lt $LIMIT ]; do
+	while [ ! -e "$DIR/stop" ]; do
 		n=$((n + 1))
 		call lease --worker "W$w" --duration 1s --request-id "W$w-$n"
 		if [ "$(field result)" != LEASED ]; then
@@ -101,7 +105,7 @@ worker() {
 }
 
 expirer() {
-	while [ ! -e "$DIR/stop" ] && [ $SECONDS -lt $LIMIT ]; do
+	while [ ! -e "$DIR/stop" ]; do
 		call expire
 		sleep 0.5
 	done
@@ -117,14 +121,18 @@ killer() {
 	done
 }
 
-echo "== chaos: 5 workers, an expire loop and a killer"
+echo "== chaos: 5 workers, an expire loop and a killer, until every task is terminal"
 for w in 1 2 3 4 5; do worker "$w" & done
 expirer &
 killer &
-while [ $SECONDS -lt $LIMIT ]; do
+start=$SECONDS
+while :; do
 	sleep 1
 	"$LEASEWAL" inspect -o json >"$DIR/inspect" 2>/dev/null || continue
 	grep -q '"WAITING"\|"LEASED"' "$DIR/inspect" || break
+	if [ $((SECONDS - start)) -ge "$HANG_GUARD" ]; then
+		fail "hang guard: after ${HANG_GUARD}s tasks are still live: $(grep -o '"counts":{[^}]*}' "$DIR/inspect")"
+	fi
 done
 touch "$DIR/stop"
 wait
@@ -135,7 +143,7 @@ echo "== checks"
 "$LEASEWAL" verify -o json >"$DIR/verify" || fail "verify: $(cat "$DIR/verify")"
 "$LEASEWAL" inspect -o json >"$DIR/inspect" || fail "inspect after the run"
 if grep -q '"state":"WAITING"\|"state":"LEASED"' "$DIR/inspect"; then
-	fail "tasks are not all terminal after ${CHAOS_SECONDS:-90}s: $(grep -o '"counts":{[^}]*}' "$DIR/inspect")"
+	fail "a task is live again after the run: $(grep -o '"counts":{[^}]*}' "$DIR/inspect")"
 fi
 grep -o '"type":"TaskCompleted","actor":"[^"]*","task_id":"[^"]*","lease_id":"[^"]*"' "$LEASEWAL_WAL" |
 	sed 's/.*"task_id":"\([^"]*\)","lease_id":"\([^"]*\)"/\1 \2/' | sort >"$DIR/completed"

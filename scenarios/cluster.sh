@@ -36,26 +36,29 @@ status() {
 	printf '%s' "${answer##*$'\r\n\r\n'}"
 }
 
-# leader: the number of the node that says it leads, waiting up to 30 s.
-leader() {
-	for _ in $(seq 300); do
-		for n in 1 2 3; do
-			if status "$n" | grep -q '"role":"leader"'; then
-				echo "$n"
-				return
-			fi
-		done
-		sleep 0.1
+# leading: prints the number of the node that says it leads, if one does.
+leading() {
+	for n in 1 2 3; do
+		if status "$n" | grep -q '"role":"leader"'; then
+			echo "$n"
+			return 0
+		fi
 	done
-	fail "no leader within 30 s: $(tail -n 3 "$DIR"/n*.err)"
+	return 1
+}
+
+# leader: the number of the node that leads, once one does.
+leader() {
+	SHOW="tail -n 3 $DIR/n1.err $DIR/n2.err $DIR/n3.err" wait_for "a leader" leading >/dev/null
+	leading
 }
 
 # definite ARGS...: run a command through the cluster until its outcome is
 # known: exit 10 (unknown) and "no server answered" are sent again, which a
 # request id (or the same lease, for complete) makes safe. Prints stdout.
 definite() {
-	local code out
-	for _ in $(seq 100); do
+	local code out start=$SECONDS
+	while [ $((SECONDS - start)) -lt "$HANG_GUARD" ]; do
 		set +e
 		out=$("$LEASEWAL" "$@" -o json 2>"$DIR/client.err")
 		code=$?
@@ -66,7 +69,7 @@ definite() {
 		fi
 		sleep 0.2
 	done
-	fail "leasewal $* never had a definite answer: $(cat "$DIR/client.err")"
+	fail "hang guard: leasewal $* had no definite answer in ${HANG_GUARD}s: $(cat "$DIR/client.err")"
 }
 
 step "three nodes: n1 founds the cluster, n2 and n3 join it"
@@ -75,8 +78,7 @@ leader >/dev/null
 start 2 --join "$(url 1)"
 start 3 --join "$(url 1)"
 for n in 2 3; do
-	for _ in $(seq 300); do grep -q "joined the cluster" "$DIR/n$n.err" && break; sleep 0.1; done
-	grep -q "joined the cluster" "$DIR/n$n.err" || fail "n$n did not join: $(cat "$DIR/n$n.err")"
+	SHOW="cat $DIR/n$n.err" wait_for "n$n to join" grep -q "joined the cluster" "$DIR/n$n.err"
 done
 export LEASEWAL_SERVER="$(url 1),$(url 2),$(url 3)" LEASEWAL_WAL=$DIR/not-used.wal
 echo "   leader: n$(leader)"
@@ -128,12 +130,13 @@ wait $submitter || fail "the submitter failed"
 wait $worker || fail "the worker failed"
 
 step "every node converges: the same WAL, every acknowledged submit once, nothing completed twice"
-for _ in $(seq 300); do
-	seqs=$(for n in 1 2 3; do status "$n" | grep -o '"last_seq":[0-9]*'; done | sort -u | wc -l)
-	[ "$seqs" = 1 ] && break
-	sleep 0.1
-done
-[ "$seqs" = 1 ] || fail "the nodes did not converge: $(for n in 1 2 3; do status "$n"; done)"
+statuses() { for n in 1 2 3; do status "$n"; echo; done; }
+converged() {
+	local seqs
+	seqs=$(for n in 1 2 3; do status "$n" | grep -o '"last_seq":[0-9]*'; done)
+	[ "$(printf '%s\n' "$seqs" | grep -c .)" = 3 ] && [ "$(printf '%s\n' "$seqs" | sort -u | wc -l)" = 1 ]
+}
+SHOW=statuses wait_for "every node to reach the same last seq" converged
 for n in 1 2 3; do
 	LEASEWAL_SERVER= run 0 --wal "$DIR/n$n.wal" verify
 done

@@ -13,6 +13,29 @@ fail() {
 
 step() { echo "== $*"; }
 
+# HANG_GUARD is how many seconds a wait may last before it is taken for a
+# hang. It is no deadline of the story: every wait below ends at the event it
+# waits for, and the guard only keeps a broken run from hanging for ever.
+HANG_GUARD=${LEASEWAL_HANG_GUARD:-300}
+
+# wait_for WHAT CMD...: run CMD every 0.1 s until it succeeds; after
+# HANG_GUARD seconds, fail saying WHAT was awaited and, when SHOW names a
+# command, what that command prints of the state it saw.
+SHOW=
+wait_for() {
+	local what=$1 start=$SECONDS
+	shift
+	until "$@"; do
+		if [ $((SECONDS - start)) -ge "$HANG_GUARD" ]; then
+			fail "hang guard: waited ${HANG_GUARD}s for $what${SHOW:+; saw: $($SHOW 2>&1)}"
+		fi
+		sleep 0.1
+	done
+}
+
+# has_file PATH: PATH exists (a condition for wait_for).
+has_file() { [ -e "$1" ]; }
+
 # run WANT ARGS...: run leasewal with -o json, require exit code WANT, keep stdout in OUT.
 run() {
 	local want=$1 code

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"cmp"
 	"encoding/json"
+	"leasewal/internal/testwait"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -99,7 +100,7 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 	if t.Failed() {
 		return 0
 	}
-	if res, where := lincheck.Check(initialAt, history, 20*time.Second); res != porcupine.Ok {
+	if res, where := lincheck.Check(initialAt, history, testwait.HangGuard); res != porcupine.Ok {
 		slices.SortFunc(history, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
 		for _, op := range history {
 			t.Logf("client %d [%d, %d] %+v -> %+v", op.ClientId, op.Call/1e6, op.Return/1e6, op.Input, op.Output)

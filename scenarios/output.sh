@@ -40,9 +40,10 @@ echo "   60 and 100 columns fit; a 3000-byte payload stays out of the table"
 step "log --follow prints records as they are appended"
 "$LEASEWAL" log --follow -o json >"$DIR/follow.out" 2>"$DIR/follow.err" &
 follower=$!
-sleep 0.5
+followed() { [ "$(grep -c '"type":"TaskCreated"' "$DIR/follow.out")" = "$1" ]; }
+wait_for "log --follow to print the records so far" followed 4
 run 0 submit --payload 'followed' --request-id followed
-for _ in $(seq 40); do grep -q '"request_id":"followed"' "$DIR/follow.out" && break; sleep 0.1; done
+wait_for "log --follow to print the new record" grep -q '"request_id":"followed"' "$DIR/follow.out"
 kill -INT $follower
 wait $follower || fail "log --follow exited $? on SIGINT: $(cat "$DIR/follow.err")"
 grep -q '"request_id":"followed"' "$DIR/follow.out" || fail "log --follow did not print the new record: $(cat "$DIR/follow.out")"

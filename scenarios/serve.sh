@@ -11,7 +11,8 @@ echo secret-token >"$DIR/token"
 "$LEASEWAL" --wal "$WAL" serve --listen 127.0.0.1:$PORT --token-file "$DIR/token" 2>"$DIR/serve.err" &
 server=$!
 trap 'kill $server 2>/dev/null || true; rm -rf "$DIR" "$ERRFILE"' EXIT
-for _ in $(seq 200); do grep -q serving "$DIR/serve.err" && break; sleep 0.1; done
+serving() { grep -q serving "$DIR/serve.err" || ! kill -0 $server 2>/dev/null; }
+wait_for "the server to start" serving
 grep -q serving "$DIR/serve.err" || fail "the server did not start: $(cat "$DIR/serve.err")"
 export LEASEWAL_SERVER=http://127.0.0.1:$PORT LEASEWAL_TOKEN_FILE=$DIR/token LEASEWAL_WAL=$DIR/not-used.wal
 

@@ -15,6 +15,17 @@ MARK="leasewal-workers-$$" # in every child's command line, to find leftovers
 # leftovers lists the processes whose command line holds MARK (the pattern's
 # brackets keep grep from finding itself).
 leftovers() { grep -l -s "[${MARK:0:1}]${MARK:1}" /proc/[0-9]*/cmdline || true; }
+no_leftovers() { [ -z "$(leftovers)" ]; }
+
+# waiting_on_inotify PID: PID holds an inotify instance, i.e. it is waiting
+# for the WAL to change.
+waiting_on_inotify() {
+	local fd
+	for fd in /proc/"$1"/fd/*; do
+		[ "$(readlink "$fd" 2>/dev/null)" = "anon_inode:inotify" ] && return 0
+	done
+	return 1
+}
 
 # worker WANT ARGS...: 'leasewal -o json run ARGS...' (the flags go before the
 # command, which follows --), requiring exit WANT; its lines in OUT.
@@ -42,12 +53,18 @@ echo "   8 files gzipped; a second run finds nothing: exit 4"
 
 step "a job that outlives its lease duration is extended while it runs"
 run 0 submit --payload slow --request-id slow
-worker 0 --worker W2 --duration 600ms -- sh -c 'sleep 1.5 # '"$MARK"
+# The job runs until its lease has been extended three times (it watches the
+# WAL), however long a loaded machine takes for that.
+worker 0 --worker W2 --duration 2s -- sh -c 'start=$(date +%s)
+until [ "$(grep -c "\"type\":\"LeaseExtended\"" "$LEASEWAL_WAL")" -ge 3 ]; do
+	[ $(($(date +%s) - start)) -lt '"$HANG_GUARD"' ] || { echo "hang guard: no 3 extensions" >&2; exit 1; }
+	sleep 0.1
+done # '"$MARK"
 expect task_id T9 outcome COMMITTED exit 0
 run 0 log --task T9
 extensions=$(printf '%s\n' "$OUT" | grep -c '"type":"LeaseExtended"')
-[ "$extensions" -ge 3 ] || fail "only $extensions extensions for a 1.5 s job under 600 ms leases"
-echo "   1.5 s under a 600 ms lease: $extensions extensions, COMMITTED"
+[ "$extensions" -ge 3 ] || fail "only $extensions extensions for a job that outlived three"
+echo "   a job that outlived a 2 s lease: $extensions extensions, COMMITTED"
 
 step "a flaky job is retried, then FAILED with the last line of its stderr"
 run 0 submit --payload flaky --max-attempts 2 --request-id flaky
@@ -68,25 +85,22 @@ step "an operator aborts a running job: its child is killed, the task LOST"
 run 0 submit --payload long --request-id long
 "$LEASEWAL" -o json run --worker W4 --duration 3s -- sh -c 'touch "$0"; sleep 60 | cat # '"$MARK" "$DIR/long.started" >"$DIR/abort.out" 2>"$DIR/abort.err" &
 runner=$!
-for _ in $(seq 50); do [ -f "$DIR/long.started" ] && break; sleep 0.1; done
-[ -f "$DIR/long.started" ] || fail "the long job did not start"
+wait_for "the long job to start" has_file "$DIR/long.started"
 run 0 abort T12 --reason 'operator: wrong file'
 wait $runner || fail "run exited $? after the abort"
 grep -q '"task_id":"T12".*"outcome":"LOST","exit":null' "$DIR/abort.out" || fail "abort: $(cat "$DIR/abort.out" "$DIR/abort.err")"
-[ -z "$(leftovers)" ] || fail "processes left after the abort: $(leftovers)"
+SHOW=leftovers wait_for "the aborted job's processes to go" no_leftovers
 echo "   LOST within one extension; the child and its pipe partner gone"
 
 step "a runner SIGKILLed mid-job leaves no process behind; its task is re-leased after expiry"
 run 0 submit --payload crashy --request-id crashy
 "$LEASEWAL" run --worker W5 --duration 1s -- sh -c 'touch "$0"; sleep 60 | cat # '"$MARK" "$DIR/crashy.started" >/dev/null 2>&1 &
 runner=$!
-for _ in $(seq 50); do [ -f "$DIR/crashy.started" ] && break; sleep 0.1; done
-[ -f "$DIR/crashy.started" ] || fail "the crashy job did not start"
+wait_for "the crashy job to start" has_file "$DIR/crashy.started"
 kill -9 $runner
 wait $runner 2>/dev/null || true
-for _ in $(seq 50); do [ -z "$(leftovers)" ] && break; sleep 0.1; done
-[ -z "$(leftovers)" ] || fail "processes left behind by a SIGKILLed runner: $(leftovers)"
-worker 0 --worker W6 --wait 3s -- sh -c 'cat >/dev/null # '"$MARK"
+SHOW=leftovers wait_for "the SIGKILLed runner's processes to go" no_leftovers
+worker 0 --worker W6 --wait 5m --max-tasks 1 -- sh -c 'cat >/dev/null # '"$MARK"
 expect task_id T13 attempt 2 outcome COMMITTED
 echo "   no process left; re-leased as attempt 2 after the lease lapsed"
 
@@ -98,13 +112,17 @@ echo "   5 MB on stdout (to run's stderr with -o json): COMMITTED"
 
 step "a WAL deleted while a runner waits: the runner finds it gone and stops for want of tasks"
 cp "$LEASEWAL_WAL" "$DIR/kept.wal"
-"$LEASEWAL" -o json run --worker W8 --wait 2s -- true >"$DIR/deleted.out" 2>"$DIR/deleted.err" &
+"$LEASEWAL" -o json run --worker W8 --wait 3s -- true >"$DIR/deleted.out" 2>"$DIR/deleted.err" &
 runner=$!
-sleep 0.5
+# On a loaded machine the runner may have ended its wait before the WAL goes;
+# either way it must write nothing and leave no WAL behind.
+waiting_or_gone() { waiting_on_inotify "$1" || ! kill -0 "$1" 2>/dev/null; }
+wait_for "the runner to wait on the WAL" waiting_or_gone $runner
 rm "$LEASEWAL_WAL"
 code=0
 wait $runner || code=$?
 [ "$code" = 4 ] || fail "run exited $code after its WAL was deleted: $(cat "$DIR/deleted.err")"
+[ ! -e "$LEASEWAL_WAL" ] || fail "the runner wrote a new WAL after its WAL was deleted"
 mv "$DIR/kept.wal" "$LEASEWAL_WAL"
 echo "   exit 4 (no task leased), nothing written to a WAL that is gone"
 

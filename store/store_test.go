@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"leasewal/internal/testwait"
 	"os"
 	"path/filepath"
 	"strings"
@@ -267,9 +268,9 @@ func TestReplacedWhileWaitingForTheLock(t *testing.T) {
 		})
 		return id, err
 	}
-	first := store.Open(store.Options{Path: path, LockTimeout: 5 * time.Second, Clock: fixedClock(t0)})
+	first := store.Open(store.Options{Path: path, LockTimeout: testwait.HangGuard, Clock: fixedClock(t0)})
 	defer first.Close()
-	second := store.Open(store.Options{Path: path, LockTimeout: 5 * time.Second, Clock: fixedClock(t0)})
+	second := store.Open(store.Options{Path: path, LockTimeout: testwait.HangGuard, Clock: fixedClock(t0)})
 	defer second.Close()
 	hold, held := make(chan struct{}), make(chan struct{})
 	firstDone := make(chan string)
@@ -289,7 +290,7 @@ func TestReplacedWhileWaitingForTheLock(t *testing.T) {
 		}
 		secondDone <- id
 	}()
-	time.Sleep(100 * time.Millisecond) // the second writer is now waiting for the lock
+	testwait.UntilLockWaiters(t, path, 1) // the second writer is now waiting for the lock
 	restored := filepath.Join(dir, "restored.wal")
 	os.WriteFile(restored, backup, 0o644)
 	if err := os.Rename(restored, path); err != nil {

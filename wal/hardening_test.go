@@ -2,6 +2,7 @@ package wal
 
 import (
 	"errors"
+	"leasewal/internal/testwait"
 	"os"
 	"runtime"
 	"strings"
@@ -125,23 +126,23 @@ func TestWaitingWriterGoesBeforeNewReaders(t *testing.T) {
 		defer wg.Done()
 		w := open()
 		defer w.Close()
-		if err := lockFair(w, path, unix.LOCK_EX, 10*time.Second); err != nil {
+		if err := lockFair(w, path, unix.LOCK_EX, testwait.HangGuard); err != nil {
 			t.Error(err)
 		}
 		note("writer")
 		time.Sleep(50 * time.Millisecond)
 	}()
-	time.Sleep(100 * time.Millisecond) // the writer now waits, holding the turnstile
+	testwait.UntilLockWaiters(t, path, 1) // the writer waits for the WAL, holding the turnstile
 	go func() {
 		defer wg.Done()
 		r := open()
 		defer r.Close()
-		if err := lockFair(r, path, unix.LOCK_SH, 10*time.Second); err != nil {
+		if err := lockFair(r, path, unix.LOCK_SH, testwait.HangGuard); err != nil {
 			t.Error(err)
 		}
 		note("later reader")
 	}()
-	time.Sleep(100 * time.Millisecond) // the later reader waits too, behind the writer
+	testwait.UntilLockWaiters(t, path+TurnstileSuffix, 1) // the later reader waits at the turnstile, behind the writer
 	note("first reader done")
 	first.Close()
 	wg.Wait()
