@@ -61,7 +61,11 @@ func runHeartbeat(e env, worker string) error {
 				_ = t.Append(escape(worker), l.TaskID, l.LeaseID, l.Expiry)
 			}
 			if len(v.Leases) == 0 {
-				_ = t.Append(escape(worker), "-", "-", "-")
+				none := "-" // TSV leaves an empty cell empty, as everywhere
+				if p.tsv {
+					none = ""
+				}
+				_ = t.Append(escape(worker), none, none, none)
 			}
 			return t.Render()
 		}}, nil

@@ -167,7 +167,7 @@ func runInspect(e env, o inspectOptions, ids []string) error {
 			at = st.LastAt()
 		}
 		if tx.Missing {
-			fmt.Fprintf(e.stderr, "leasewal: note: the WAL %s does not exist yet: nothing was ever submitted there (check --wal)\n", e.WAL)
+			e.sayWALMissing()
 		}
 		if o.workers {
 			return workersAnswer(st, at, h.Workers()), nil
@@ -387,7 +387,7 @@ func deref(s *string) string {
 
 func renderInspect(w io.Writer, p palette, v inspectView) error {
 	renderInspectHead(w, p, v, len(v.Tasks))
-	if len(v.Tasks) == 0 {
+	if len(v.Tasks) == 0 && !p.tsv { // TSV has its header row even with no rows
 		return nil
 	}
 	at := parseStamp(v.At)
@@ -412,7 +412,7 @@ func (l listing) render(w io.Writer, p palette) error {
 		listed += n
 	}
 	renderInspectHead(w, p, l.head, listed)
-	if listed == 0 {
+	if listed == 0 && !p.tsv { // TSV has its header row even with no rows
 		return nil
 	}
 	t := newInspectTable(w, p)

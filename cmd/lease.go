@@ -1,9 +1,13 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +22,7 @@ type leaseOptions struct {
 	taskID    string
 	requestID string
 	queues    string
+	queueSet  bool // --queue was given, perhaps empty
 	wait      string
 }
 
@@ -39,7 +44,10 @@ expiry, a backoff's end, a delayed task's time); then EMPTY as before.`,
   leasewal lease --worker W2 --queue mail,img
   leasewal lease --worker W3 --wait 30s`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error { return runLease(a.env, *o) },
+		RunE: func(c *cobra.Command, _ []string) error {
+			o.queueSet = c.Flags().Changed("queue")
+			return runLease(a.env, *o)
+		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.worker, "worker", "", "the worker taking the lease (required)")
@@ -76,7 +84,7 @@ func runLease(e env, o leaseOptions) error {
 	if err != nil {
 		return err
 	}
-	queues, err := parseQueues(o.queues)
+	queues, err := parseQueues(o.queues, o.queueSet)
 	if err != nil {
 		return err
 	}
@@ -114,6 +122,12 @@ func runLease(e env, o leaseOptions) error {
 		return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
 	}
 	defer watcher.Close()
+	signalled := func() os.Signal { return nil }
+	if e.batch == nil { // inside a server a request ends with its request, not by a signal
+		var stop func()
+		signalled, stop = interruptOnSignal(watcher)
+		defer stop()
+	}
 	deadline := time.Now().Add(wait)
 	for {
 		a, committed, err := e.leaseOnce(h, decide)
@@ -123,7 +137,10 @@ func runLease(e env, o leaseOptions) error {
 			}
 			return e.print(a, committed)
 		}
-		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil {
+		if sig := signalled(); sig != nil {
+			return e.interrupted(interruptedLease(sig), sig)
+		}
+		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil && !errors.Is(err, store.ErrInterrupted) {
 			return err
 		}
 	}
@@ -148,7 +165,7 @@ func leaseAnswer(e env, tx *store.Tx, req state.LeaseRequest, requestID string, 
 	switch dec.Outcome {
 	case state.ResultEmpty:
 		if tx.Missing && note {
-			fmt.Fprintf(e.stderr, "leasewal: note: the WAL %s does not exist yet: nothing was ever submitted there (check --wal)\n", e.WAL)
+			e.sayWALMissing()
 		}
 		v := emptyView{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: orNull(optTime(dec.NextEligibleAt)), Live: dec.Live}
 		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
@@ -197,7 +214,10 @@ func cancelled(d state.Decision, consequence string) answer {
 
 // parseQueues reads a --queue list: queue names separated by commas, each
 // one a valid name ("" for none given: all queues).
-func parseQueues(list string) ([]string, error) {
+func parseQueues(list string, given bool) ([]string, error) {
+	if list == "" && given { // an unset variable in --queue "$Q" must not mean every queue
+		return nil, usageErr("--queue is empty: name one or more queues, or leave --queue out to take from every queue")
+	}
 	if list == "" {
 		return nil, nil
 	}
@@ -208,4 +228,16 @@ func parseQueues(list string) ([]string, error) {
 		}
 	}
 	return queues, nil
+}
+
+// interruptedLease is lease --wait's answer when a signal ended the wait:
+// nothing was leased.
+func interruptedLease(sig os.Signal) answer {
+	v := struct {
+		Result state.Outcome `json:"result"`
+		Reason string        `json:"reason"`
+	}{resultInterrupted, "stopped by " + unix.SignalName(sig.(syscall.Signal)) + " while waiting; nothing was leased"}
+	return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+		return fields(w, p, "result", string(v.Result), "reason", v.Reason)
+	}}
 }

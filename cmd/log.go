@@ -241,6 +241,14 @@ func runLog(e env, o logOptions) error {
 			base = -1
 		}
 		return answer{doc: lines, outcome: state.ResultOK, table: func(w io.Writer, p palette) error {
+			if o.follow && !p.tsv { // a box cannot grow: the whole stream is aligned lines
+				stream := newLogStream(p, o.absolute)
+				stream.header(w)
+				for _, entry := range entries {
+					stream.line(w, entry, base)
+				}
+				return nil
+			}
 			if len(entries) == 0 && !p.tsv {
 				_, err := fmt.Fprintln(w, "no records match")
 				return err
@@ -254,14 +262,72 @@ func runLog(e env, o logOptions) error {
 	if err := e.needsWallClock("log --follow"); err != nil {
 		return err
 	}
+	if taskFirst >= 0 {
+		first = taskFirst // new records are timed as the ones so far were
+	}
 	return followLog(e, &o, f, first, last)
 }
 
+// logStream draws log --follow's records as lines of fixed columns fitted
+// to the terminal, its header once: the records so far and the ones that
+// follow line up, and an empty cell keeps its column.
+type logStream struct {
+	p      palette
+	widths []int // SEQ, AT, TYPE, TASK, LEASE, WORKER, DETAILS, ACTOR
+}
+
+func newLogStream(p palette, absolute bool) logStream {
+	at := 10
+	if absolute {
+		at = 24
+	}
+	widths := []int{5, at, 14, 6, 6, 8, 0, 16}
+	details := 40 // -o wide: no terminal to fit
+	if p.width > 0 {
+		used := 0
+		for _, w := range widths {
+			used += w + 2
+		}
+		details = max(12, p.width-used)
+	}
+	widths[6] = details
+	return logStream{p: p, widths: widths}
+}
+
+func (s logStream) header(w io.Writer) {
+	if !s.p.noHeaders {
+		s.write(w, []string{"SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAILS", "ACTOR"})
+	}
+}
+
+// line draws one record; times are offsets from base, or timestamps when
+// base is negative.
+func (s logStream) line(w io.Writer, e logEntry, base int64) {
+	at := e.At
+	if base >= 0 {
+		at = offset(e.Record.At - base)
+	}
+	s.write(w, []string{fmt.Sprint(e.Seq), at, string(e.Type), escape(e.TaskID), escape(e.LeaseID), escape(e.WorkerID), escape(details(e)), escape(e.Actor)})
+}
+
+func (s logStream) write(w io.Writer, cells []string) {
+	var b strings.Builder
+	for i, c := range cells {
+		c = cutTo(c, s.widths[i])
+		b.WriteString(c)
+		if i < len(cells)-1 {
+			b.WriteString(strings.Repeat(" ", s.widths[i]-displayWidth(c)+2))
+		}
+	}
+	fmt.Fprintln(w, s.p.line(strings.TrimRight(b.String(), " ")))
+}
+
 // followLog prints the records appended after seq last as they come, one
-// line each (a table cannot grow), until SIGINT or SIGTERM. It keeps one
+// line each in the columns of the records so far, until SIGINT or SIGTERM. It keeps one
 // handle: each turn reads only what was appended since the last.
 func followLog(e env, o *logOptions, f *logFilter, first, last int64) error {
 	out := bufio.NewWriter(e.stdout)
+	stream := newLogStream(e.palette(), o.absolute)
 	opts := e.storeOptions()
 	opts.OnRecord = func(r state.Record, st *state.State) error {
 		if r.Seq <= last {
@@ -272,23 +338,20 @@ func followLog(e env, o *logOptions, f *logFilter, first, last int64) error {
 			return nil
 		}
 		entry := newLogEntry(r)
-		if e.Output == "json" {
+		base := first
+		if o.absolute {
+			base = -1
+		}
+		switch e.Output {
+		case "json":
 			writeJSON(out, entry)
-			return nil
+		case "tsv":
+			p := e.palette()
+			p.noHeaders = true // the header came with the records so far
+			_ = renderLog(out, p, []logEntry{entry}, base)
+		default:
+			stream.line(out, entry, base)
 		}
-		at := entry.At
-		if !o.absolute {
-			at = offset(r.At - first)
-		}
-		cells := []string{fmt.Sprint(r.Seq), at, string(r.Type), escape(r.TaskID), escape(r.LeaseID), escape(r.WorkerID), escape(details(entry)), escape(r.Actor)}
-		if e.Output == "tsv" {
-			for i, c := range cells {
-				cells[i] = tsvCell(c)
-			}
-			fmt.Fprintln(out, strings.Join(cells, "\t"))
-			return nil
-		}
-		fmt.Fprintln(out, e.palette().line(strings.Join(cells, "  ")))
 		return nil
 	}
 	h := store.Open(opts)
@@ -326,6 +389,9 @@ func followLog(e env, o *logOptions, f *logFilter, first, last int64) error {
 // timestamps when base is negative.
 func renderLog(w io.Writer, p palette, entries []logEntry, base int64) error {
 	t := newTable(w, p, "SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAILS", "ACTOR")
+	if base < 0 { // timestamps were asked for: they are kept whole as long as anything else can give way
+		t.keep = map[string]bool{"AT": true}
+	}
 	for _, e := range entries {
 		at := e.At
 		if base >= 0 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"syscall"
 	"time"
 
@@ -139,6 +141,47 @@ func waitUntil(next int64, deadline time.Time) time.Time {
 		return at
 	}
 	return deadline
+}
+
+// resultInterrupted is the answer of a wait ended by SIGINT or SIGTERM.
+const resultInterrupted state.Outcome = "INTERRUPTED"
+
+// interruptOnSignal ends w's waits at the first SIGINT or SIGTERM. signalled
+// says which came (nil: none yet); stop stops listening.
+func interruptOnSignal(w *store.Watcher) (signalled func() os.Signal, stop func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	caught := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			caught <- s
+			w.Interrupt()
+		case <-done:
+		}
+	}()
+	var got os.Signal
+	signalled = func() os.Signal {
+		select {
+		case got = <-caught:
+		default:
+		}
+		return got
+	}
+	return signalled, func() { signal.Stop(sigs); close(done) }
+}
+
+// interrupted prints a's answer as INTERRUPTED and exits as a shell does
+// after the signal: 130 for SIGINT, 143 for SIGTERM.
+func (e env) interrupted(a answer, sig os.Signal) error {
+	if err := e.print(a, nil); err != nil {
+		return err
+	}
+	if sig == syscall.SIGINT {
+		return &exitStatus{code: 130}
+	}
+	return &exitStatus{code: 143}
 }
 
 // needsWallClock refuses an explicit --now for a verb that waits in real time.

@@ -78,6 +78,9 @@ type sheet struct {
 	header []string
 	rows   [][]string // for a box table, drawn at Render
 	err    error      // for TSV, the first write error
+	// keep names more columns that give way last, as the key ones do:
+	// timestamps a reader asked for (log --absolute).
+	keep map[string]bool
 }
 
 // newTable returns a sheet in leasewal's style with these column headers
@@ -119,7 +122,10 @@ func (s *sheet) Render() error {
 		return s.err
 	}
 	if s.p.width > 0 {
+		s.dropEmptyColumns()
 		s.fit(s.measure())
+	} else {
+		s.capWideCells()
 	}
 	// A stream draws rows as they come, so it is told each column's width:
 	// its widest cell once fitted (a colored word is never cut, so fitting
@@ -143,6 +149,84 @@ func (s *sheet) Render() error {
 		}
 	}
 	return t.Close()
+}
+
+// wideCellCap is the most of a cell -o wide shows: a 64 KiB payload drawn
+// whole in a box is mostly borders. JSON has every byte.
+const wideCellCap = 256
+
+// capWideCells cuts every cell longer than wideCellCap, saying in the cell
+// how long it was and where to read it whole.
+func (s *sheet) capWideCells() {
+	for _, row := range s.rows {
+		for i, c := range row {
+			if utf8.RuneCountInString(c) > wideCellCap && !strings.Contains(c, "\x1b[") {
+				row[i] = string([]rune(c)[:wideCellCap]) + fmt.Sprintf("… (%s bytes; -o json for all)", thousands(len(c)))
+			}
+		}
+	}
+}
+
+// thousands writes n with commas: 65,536.
+func thousands(n int) string {
+	digits := strconv.Itoa(n)
+	var b strings.Builder
+	for i, d := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	return b.String()
+}
+
+// dropEmptyColumns removes, from a table too wide for its width, every
+// column empty in every row: before any cell is cut, a column that says
+// nothing gives its room to the ones that do.
+func (s *sheet) dropEmptyColumns() {
+	if len(s.rows) == 0 || s.tableWidth(s.measure()) <= s.p.width {
+		return
+	}
+	keep := func(i int) bool {
+		for _, row := range s.rows {
+			if i < len(row) && row[i] != "" {
+				return true
+			}
+		}
+		return false
+	}
+	var kept []int
+	for i := range s.measure() {
+		if keep(i) {
+			kept = append(kept, i)
+		}
+	}
+	pick := func(cells []string) []string {
+		if len(cells) == 0 {
+			return cells
+		}
+		out := make([]string, 0, len(kept))
+		for _, i := range kept {
+			if i < len(cells) {
+				out = append(out, cells[i])
+			}
+		}
+		return out
+	}
+	s.header = pick(s.header)
+	for r, row := range s.rows {
+		s.rows[r] = pick(row)
+	}
+}
+
+// tableWidth is how wide a box table of these column widths is drawn: "│
+// cell " per column, then the closing "│".
+func (s *sheet) tableWidth(widths []int) int {
+	sum := 1
+	for _, w := range widths {
+		sum += w + 3
+	}
+	return sum
 }
 
 // measure is each column's width: its widest cell.
@@ -184,14 +268,9 @@ var keyColumns = map[string]bool{"TASK": true, "STATE": true, "SEQ": true, "TYPE
 // other column but the key ones, then any, down to 3 cells ("ab…"), and on
 // a very narrow terminal down to 1 ("…").
 func (s *sheet) fit(widths []int) {
-	total := func() int { // "│ cell " per column, then the closing "│"
-		sum := 1
-		for _, w := range widths {
-			sum += w + 3
-		}
-		return sum
-	}
+	total := func() int { return s.tableWidth(widths) }
 	named := func(i int, set map[string]bool) bool { return i < len(s.header) && set[s.header[i]] }
+	isKey := func(i int) bool { return named(i, keyColumns) || named(i, s.keep) }
 	widestOf := func(keep func(i int) bool, floor int) int {
 		widest := -1
 		for i, w := range widths {
@@ -204,7 +283,10 @@ func (s *sheet) fit(widths []int) {
 	for total() > s.p.width {
 		widest := widestOf(func(i int) bool { return named(i, textColumns) }, 12)
 		if widest < 0 {
-			widest = widestOf(func(i int) bool { return !named(i, keyColumns) }, 3)
+			widest = widestOf(func(i int) bool { return !isKey(i) }, 3)
+		}
+		if widest < 0 && len(s.keep) > 0 { // what the reader asked to see goes after the rest is at "x…"
+			widest = widestOf(func(i int) bool { return !isKey(i) }, 2)
 		}
 		if widest < 0 {
 			widest = widestOf(func(int) bool { return true }, 3)

@@ -171,7 +171,17 @@ func (a *app) printRemote(resp *http.Response, base string) error {
 	} else if resp.StatusCode != http.StatusOK { // the server's own refusal (a bad token, a bad request)
 		var v errorView
 		if json.Unmarshal(out, &v) == nil {
-			fmt.Fprintf(a.env.stderr, "leasewal: %s: %s\n", base, v.Message)
+			msg := v.Message
+			if resp.StatusCode == http.StatusUnauthorized {
+				msg = "the server refused the token: give the file holding its token with --token-file F (or LEASEWAL_TOKEN_FILE)"
+				if a.env.TokenFile == "" {
+					msg = "the server needs a token: give the file holding it with --token-file F (or LEASEWAL_TOKEN_FILE)"
+				}
+			}
+			fmt.Fprintf(a.env.stderr, "leasewal: %s: %s\n", base, msg)
+		}
+		if a.env.Output != "json" { // the error document is for scripts; people have the line above
+			return &exitStatus{code: code}
 		}
 	}
 	if _, err := a.env.stdout.Write(out); err != nil && code == ExitOK {

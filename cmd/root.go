@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
 	"os"
 	"os/signal"
 	"os/user"
@@ -50,6 +52,22 @@ type env struct {
 	getenv         func(string) string
 	// batch, inside a server, is where operations go to be group-committed.
 	batch *batcher
+}
+
+// sayWALMissing is the note for a read of a WAL that does not exist, most
+// often a mistyped --wal.
+func (e env) sayWALMissing() {
+	fmt.Fprintf(e.stderr, "leasewal: note: the WAL %s does not exist yet: nothing was ever submitted there (check --wal)\n", e.WAL)
+}
+
+// noteMissingWAL says so when the local WAL does not exist, and reports
+// whether it said so.
+func (e env) noteMissingWAL() bool {
+	if _, err := os.Stat(e.WAL); e.Server != "" || !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	e.sayWALMissing()
+	return true
 }
 
 // app is the command tree's shared shell: cobra's closures reach the
@@ -135,7 +153,26 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 		},
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if word, ok := a.unknownSubcommand(c); ok {
+			return unknownCommand(c, []string{word})
+		}
+		var invalid *pflag.InvalidValueError
+		if errors.As(err, &invalid) { // pflag's own message ends in strconv's
+			return usageErr("--%s %q is not %s; see '%s --help'", invalid.GetFlag().Name, invalid.GetValue(), valueKind(invalid.GetFlag().Value.Type()), c.CommandPath())
+		}
 		return usageErr("%v; see '%s --help'", err, c.CommandPath())
+	})
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			target, rest, err := c.Root().Find(args)
+			if err != nil || len(rest) > 0 {
+				return unknownCommand(target, rest)
+			}
+			return target.Help()
+		},
 	})
 	pf := root.PersistentFlags()
 	pf.String("wal", "leasewal.wal", "the WAL file (env LEASEWAL_WAL); created on the first write")
@@ -189,6 +226,43 @@ func unknownCommand(c *cobra.Command, args []string) error {
 	return usageErr("%s; see '%s --help'", msg, c.CommandPath())
 }
 
+// valueKind names what a flag of a pflag value type takes, for a person.
+func valueKind(typ string) string {
+	switch {
+	case strings.HasPrefix(typ, "int"), strings.HasPrefix(typ, "uint"):
+		return "a whole number (such as 5)"
+	case typ == "bool":
+		return "true or false"
+	case strings.HasPrefix(typ, "float"):
+		return "a number (such as 0.5)"
+	}
+	return "a valid " + typ
+}
+
+// unknownSubcommand is the word standing where c, a command with
+// subcommands, expects one, when a flag failed to parse: a mistyped command
+// followed by its flags fails on the first flag, yet the typo is what to
+// report.
+func (a *app) unknownSubcommand(c *cobra.Command) (string, bool) {
+	if !c.HasAvailableSubCommands() {
+		return "", false
+	}
+	fs := pflag.NewFlagSet("", pflag.ContinueOnError)
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	fs.SetOutput(io.Discard)
+	fs.AddFlagSet(c.Flags())
+	fs.AddFlagSet(c.InheritedFlags())
+	if fs.Parse(a.args) != nil {
+		return "", false
+	}
+	words := fs.Args()
+	depth := len(strings.Fields(c.CommandPath())) - 1 // the words naming c, below the root
+	if len(words) <= depth {
+		return "", false
+	}
+	return words[depth], true
+}
+
 // The configuration keys a file may set, and the sections holding keys.
 var configKeys = map[string]bool{"wal": true, "output": true, "lock_timeout": true, "actor": true, "worklease.max_retries": true,
 	"server": true, "token_file": true}
@@ -216,7 +290,7 @@ func (a *app) resolve() error {
 	default:
 		return usageErr("--output must be table, wide, json or tsv, got %q", c.Output)
 	}
-	timeout, err := time.ParseDuration(strings.TrimSpace(a.v.GetString("lock_timeout")))
+	timeout, err := parseSpan(strings.TrimSpace(a.v.GetString("lock_timeout")))
 	if err != nil || timeout < 0 {
 		return usageErr("--lock-timeout (or LEASEWAL_LOCK_TIMEOUT, or lock_timeout in the config file) must be a duration such as 10s, got %q", a.v.GetString("lock_timeout"))
 	}
@@ -227,6 +301,9 @@ func (a *app) resolve() error {
 	}
 	c.Now = a.v.GetString("now")
 	c.Server, c.TokenFile = a.v.GetString("server"), a.v.GetString("token_file")
+	if err := checkServerURLs(c.Server); err != nil {
+		return err
+	}
 	if c.MaxRetries, err = a.intSetting("worklease.max_retries", 3); err != nil {
 		return err
 	}
@@ -237,6 +314,27 @@ func (a *app) resolve() error {
 	}
 	c.Color = !a.noColor && a.env.getenv("NO_COLOR") == "" && isTerminal(a.env.stdout)
 	a.resolved = true
+	return nil
+}
+
+// checkServerURLs refuses a --server entry that is not an http(s) URL
+// with a host; the most common slip, host:port without a scheme, is named.
+func checkServerURLs(list string) error {
+	if list == "" {
+		return nil
+	}
+	for _, entry := range strings.Split(list, ",") {
+		entry = strings.TrimSpace(entry)
+		u, err := url.Parse(entry)
+		if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+			continue
+		}
+		hint := "give URLs such as http://127.0.0.1:7431, comma-separated"
+		if !strings.Contains(entry, "://") && entry != "" {
+			hint = "add the scheme: --server http://" + entry
+		}
+		return usageErr("--server (or LEASEWAL_SERVER) %q is not an http or https URL; %s", entry, hint)
+	}
 	return nil
 }
 

@@ -32,6 +32,7 @@ type runOptions struct {
 	forever       bool
 	maxTasks      int
 	queues        string
+	queueSet      bool // --queue was given, perhaps empty
 	killGrace     string
 	permanentExit string
 }
@@ -72,6 +73,7 @@ task, lease, attempt, COMMITTED | RETRY | FAILED | LOST, the child's exit code
 			if dash > 0 {
 				return usageErr("unexpected %q before --; the command goes after --", args[0])
 			}
+			o.queueSet = c.Flags().Changed("queue")
 			return runRun(a.env, *o, args[dash:])
 		},
 	}
@@ -135,7 +137,7 @@ func (o runOptions) plan(e env, argv []string) (runPlan, error) {
 	if p.grace, err = parseDuration("kill-grace", o.killGrace); err != nil {
 		return p, err
 	}
-	if p.queues, err = parseQueues(o.queues); err != nil {
+	if p.queues, err = parseQueues(o.queues, o.queueSet); err != nil {
 		return p, err
 	}
 	if p.permanent, err = parseExitCodes(o.permanentExit); err != nil {
@@ -223,6 +225,12 @@ type runner struct {
 	stopped os.Signal
 	// leaseFailure is the last failure to lease, until a lease succeeds.
 	leaseFailure string
+	// unsettled counts the leases that ended LOST or CANCELLED.
+	unsettled int
+	// nextBeat is when the worker's next heartbeat is due; beatFailed, that
+	// the last one failed (said once, until one succeeds).
+	nextBeat   time.Time
+	beatFailed bool
 }
 
 // spawnRequest asks the spawning thread to start a supervisor.
@@ -266,6 +274,9 @@ func runRun(e env, o runOptions, argv []string) error {
 	defer c.close()
 	r := &runner{e: e, p: p, c: c, spawn: spawner(), ends: make(chan jobEnd),
 		running: map[string]*job{}, out: bufio.NewWriter(e.stdout)}
+	if e.Output == "tsv" && !e.NoHeaders { // the header row even when nothing runs, as every TSV
+		fmt.Fprintln(r.out, "TASK\tLEASE\tATTEMPT\tOUTCOME\tEXIT\tSECONDS")
+	}
 	quit := make(chan struct{})
 	defer close(quit)
 	woken, err := c.wakeups(quit)
@@ -310,6 +321,9 @@ func runRun(e env, o runOptions, argv []string) error {
 				wakeAt = j.nextExtend
 			}
 		}
+		if wakeAt.IsZero() || r.nextBeat.Before(wakeAt) {
+			wakeAt = r.nextBeat
+		}
 		var timer <-chan time.Time
 		if !wakeAt.IsZero() {
 			timer = time.After(max(time.Until(wakeAt), time.Millisecond))
@@ -324,6 +338,7 @@ func runRun(e env, o runOptions, argv []string) error {
 		case <-timer:
 		}
 		r.extendDue()
+		r.beat()
 	}
 	if err := r.out.Flush(); err != nil && r.outErr == nil {
 		r.outErr = err
@@ -336,9 +351,39 @@ func runRun(e env, o runOptions, argv []string) error {
 	case r.outErr != nil && r.leased > 0:
 		return &answerLostError{first: 0, last: 0, hint: "'leasewal log --worker " + p.worker + "' shows what this worker did", err: r.outErr}
 	case r.leased == 0:
+		if !e.noteMissingWAL() {
+			fmt.Fprintf(e.stderr, "leasewal: run: no task was eligible%s; 'leasewal why T' says why a task waits\n", waitedFor(p))
+		}
 		return &exitStatus{code: ExitNotFound}
+	case r.unsettled > 0:
+		fmt.Fprintf(e.stderr, "leasewal: run: %d of %d leases ended LOST or CANCELLED: their tasks were not settled by this worker\n", r.unsettled, r.leased)
+		return &exitStatus{code: ExitCancelled}
 	}
 	return nil
+}
+
+// waitedFor says how long run waited for a task, for its closing note.
+func waitedFor(p runPlan) string {
+	if p.wait == 0 {
+		return ""
+	}
+	return " in " + p.wait.String()
+}
+
+// beat sends the worker's heartbeat when one is due (every duration/3, as
+// the extensions), so that 'inspect --workers' lists a runner's worker. The
+// registry is advisory: a failure is said once and never stops the runner.
+func (r *runner) beat() {
+	now := time.Now()
+	if now.Before(r.nextBeat) {
+		return
+	}
+	r.nextBeat = now.Add(r.p.duration / 3)
+	err := r.c.heartbeat(r.p.worker)
+	if err != nil && !r.beatFailed {
+		fmt.Fprintf(r.e.stderr, "leasewal: run: warning: the heartbeat of %s was not recorded (%v); it is advisory only\n", r.p.worker, withAdvice(err))
+	}
+	r.beatFailed = err != nil
 }
 
 // start runs the job's child under a supervisor; a child that cannot start
@@ -458,7 +503,12 @@ func (r *runner) extendDue() {
 
 // lose stops a job whose lease is lost: its child's process group gets
 // SIGTERM, then SIGKILL after the grace (the supervisor sees to both).
+// A child that has already ended is not lost: its end is on its way, and
+// settling it will say CANCELLED.
 func (r *runner) lose(j *job, why string) {
+	if j.childPID <= 0 || unix.Kill(-j.childPID, 0) != nil {
+		return
+	}
 	j.lost = true
 	fmt.Fprintf(r.e.stderr, "leasewal: run: %s under %s: %s; stopping its child\n", j.taskID, j.leaseID, why)
 	_ = j.supervisor.Process.Signal(syscall.SIGTERM)
@@ -514,18 +564,20 @@ func (r *runner) finish(end jobEnd) {
 		}
 		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.fail(j, reason, permanent) })
 	}
+	if line.Outcome == "LOST" || line.Outcome == string(state.ResultCancelled) {
+		r.unsettled++
+	}
 	r.print(line)
 }
 
 // verdict writes a completion or a failure, retrying a failed write while
-// the lease lasts; CANCELLED, or a lease that lapsed meanwhile, is LOST.
+// the lease lasts. A child that finished after its lease stopped being the
+// authority is CANCELLED, as the late completion itself is; a lease that
+// lapsed while the write kept failing is LOST.
 func (r *runner) verdict(j *job, settle func() (state.Outcome, error)) string {
 	for {
 		outcome, err := settle()
 		if err == nil {
-			if outcome == state.ResultCancelled {
-				return "LOST"
-			}
 			return string(outcome)
 		}
 		if isRefusal(err) || time.Now().UnixMilli() >= j.expiry {
@@ -555,8 +607,11 @@ func (r *runner) print(line runLine) {
 		if line.Exit != nil {
 			exit = strconv.Itoa(*line.Exit)
 		}
-		fmt.Fprintf(r.out, "%-8s %-8s attempt %-3d %-9s exit %-4s %7.2fs\n", escape(line.TaskID), escape(line.LeaseID), line.Attempt,
-			palette{on: r.e.Color}.word(line.Outcome), exit, line.Seconds)
+		// The outcome is padded before it is colored: a color's escape
+		// bytes take no columns.
+		outcome := palette{on: r.e.Color}.word(line.Outcome) + strings.Repeat(" ", max(0, 9-len(line.Outcome)))
+		fmt.Fprintf(r.out, "%-8s %-8s attempt %-3d %s exit %-4s %7.2fs\n", escape(line.TaskID), escape(line.LeaseID), line.Attempt,
+			outcome, exit, line.Seconds)
 	}
 	r.outErr = r.out.Flush()
 }

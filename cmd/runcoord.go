@@ -23,6 +23,8 @@ type coordinator interface {
 	extend(j *job, d time.Duration) (state.Outcome, error)
 	complete(j *job) (state.Outcome, error)
 	fail(j *job, reason string, permanent bool) (state.Outcome, error)
+	// heartbeat notes in the soft worker registry that the worker is alive.
+	heartbeat(worker string) error
 	// wakeups signals when a task may have become leasable, until quit closes.
 	wakeups(quit <-chan struct{}) (<-chan struct{}, error)
 	close()
@@ -139,6 +141,10 @@ func (c localCoordinator) wakeups(quit <-chan struct{}) (<-chan struct{}, error)
 	return woken, nil
 }
 
+func (c localCoordinator) heartbeat(worker string) error {
+	return c.h.Heartbeat(worker, time.Now().UnixMilli())
+}
+
 func (c localCoordinator) close() { c.h.Close() }
 
 // remotePoll is how often run --server asks again while nothing is eligible:
@@ -237,6 +243,11 @@ func (c *remoteCoordinator) extend(j *job, d time.Duration) (state.Outcome, erro
 		j.expiry = stampOrZero(str(doc, "expiry"))
 	}
 	return outcome, err
+}
+
+func (c *remoteCoordinator) heartbeat(worker string) error {
+	_, _, err := c.call("heartbeat", map[string]any{"worker": worker}, state.ResultOK)
+	return err
 }
 
 func (c *remoteCoordinator) complete(j *job) (state.Outcome, error) {

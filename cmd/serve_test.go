@@ -146,7 +146,7 @@ func TestRunThroughServer(t *testing.T) {
 	// the lease extended, however long that takes.
 	child := `[ "$(cat)" = good ] && [ "$LEASEWAL_SERVER" = "$1" ] && [ -n "$LEASEWAL_DEADLINE" ] &&
 		until grep -q LeaseExtended "$2"; do sleep 0.05; done`
-	code, stdout, stderr := cli("--server", ts.URL, "--token-file", tokenFile, "-o", "tsv",
+	code, stdout, stderr := cli("--server", ts.URL, "--token-file", tokenFile, "-o", "tsv", "--no-headers",
 		"run", "--worker", "W", "--duration", "3s", "--", "sh", "-c", child, "child", ts.URL, walPath)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)

@@ -25,8 +25,10 @@ type glyphs struct {
 var asciiGlyphs = glyphs{start: "[", fill: "=", ext: "+", rest: "-", current: ">", mark: "!", deadline: "|", rule: "-", tick: "|",
 	end: map[string]string{state.EndCompleted: "]", state.EndExpired: "x", state.EndFailed: "F", state.EndRetry: "R", state.EndDead: "D", state.EndAborted: "A"}}
 
-var unicodeGlyphs = glyphs{start: "├", fill: "━", ext: "╋", rest: "┄", current: "▷", mark: "✗", deadline: "┃", rule: "─", tick: "┼",
-	end: map[string]string{state.EndCompleted: "✔", state.EndExpired: "✘", state.EndFailed: "✘", state.EndRetry: "↻", state.EndDead: "✘", state.EndAborted: "⊘"}}
+// Every mark is distinct, as in the ASCII form: an expiry (✕), a failure
+// (✘), a death (†) and a cancelled late completion (!) read apart.
+var unicodeGlyphs = glyphs{start: "├", fill: "━", ext: "╋", rest: "┄", current: "▷", mark: "!", deadline: "┃", rule: "─", tick: "┼",
+	end: map[string]string{state.EndCompleted: "✔", state.EndExpired: "✕", state.EndFailed: "✘", state.EndRetry: "↻", state.EndDead: "†", state.EndAborted: "⊘"}}
 
 // timeline draws one task's life on a time axis.
 type timeline struct {

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -28,9 +29,9 @@ func optTime(ms int64) string {
 // answer lies in the years 0001 to 9999.
 func parseTime(flag, text string, lastAt, wall int64) (int64, error) {
 	if rest, ok := strings.CutPrefix(text, "+"); ok {
-		d, err := time.ParseDuration(rest)
+		d, err := parseSpan(rest)
 		if err != nil || d < 0 {
-			return 0, usageErr("%s %q: after '+' give a duration such as 30s or 1m30s", flag, text)
+			return 0, usageErr("%s %q: after '+' give a duration such as 30s, 1m30s or 2d", flag, text)
 		}
 		base := lastAt
 		if base == 0 {
@@ -66,11 +67,34 @@ func inRange(flag, text string, ms int64) (int64, error) {
 
 // parseDuration reads a duration flag, with the flag's name in the error.
 func parseDuration(flag, text string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(text))
+	d, err := parseSpan(strings.TrimSpace(text))
 	if err != nil {
-		return 0, usageErr("--%s %q is not a duration: use Go syntax such as 30s, 5m or 1h30m (at most 2562047h)", flag, text)
+		return 0, usageErr("--%s %q is not a duration: use such as 30s, 5m, 1h30m, 5d or 2w (at most 2562047h)", flag, text)
 	}
 	return d, nil
+}
+
+// dayUnits finds the units Go's durations lack but ages print: days and
+// weeks (neither letter is part of a Go unit).
+var dayUnits = regexp.MustCompile(`([0-9]*\.?[0-9]+)([dw])`)
+
+// parseSpan is time.ParseDuration that also reads d (24h) and w (7d), so
+// that what an output prints as an age (4d3h) can be given back as a flag.
+func parseSpan(text string) (time.Duration, error) {
+	var bad error
+	goSyntax := dayUnits.ReplaceAllStringFunc(text, func(m string) string {
+		parts := dayUnits.FindStringSubmatch(m)
+		n, err := strconv.ParseFloat(parts[1], 64)
+		if err != nil {
+			bad = err
+		}
+		hours := map[string]float64{"d": 24, "w": 7 * 24}[parts[2]]
+		return strconv.FormatFloat(n*hours, 'f', -1, 64) + "h"
+	})
+	if bad != nil {
+		return 0, bad
+	}
+	return time.ParseDuration(goSyntax)
 }
 
 // age renders a span of time for a person: 850ms, 42s, 3m12s, 2h5m, 4d3h.

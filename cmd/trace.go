@@ -149,9 +149,21 @@ func parseTrace(list []any) ([]traceStep, error) {
 					if !ok {
 						return nil, fmt.Errorf("step %d: %s.%s: give a map of fields", i+1, key, id)
 					}
-					for name := range f {
-						if (key == "tasks" && traceTaskFields[name] == "") || (key == "domains" && !traceDomainFields[name]) {
-							return nil, fmt.Errorf("step %d: %s.%s: unknown field %q", i+1, key, id, name)
+					for name, value := range f {
+						known := slices.Collect(maps.Keys(traceDomainFields))
+						if key == "tasks" {
+							known = slices.Collect(maps.Keys(traceTaskFields))
+						}
+						if !slices.Contains(known, name) {
+							return nil, fmt.Errorf("step %d: %s.%s: unknown field %q%s", i+1, key, id, name, didYouMean(name, known))
+						}
+						if key == "tasks" && name == "state" { // any case, as inspect --state takes it
+							text, _ := value.(string)
+							st, ok := state.ParseTaskState(text)
+							if !ok {
+								return nil, fmt.Errorf("step %d: tasks.%s.state: %v is not a state (WAITING, LEASED, COMPLETED, FAILED or DEAD)", i+1, id, value)
+							}
+							f[name] = string(st)
 						}
 					}
 					parsed[id] = f
@@ -176,7 +188,8 @@ func parseTrace(list []any) ([]traceStep, error) {
 					s.records = append(s.records, string(typ))
 				}
 			default:
-				return nil, fmt.Errorf("step %d: unknown key %q (use after, at or final, with tasks, domains or records)", i+1, key)
+				return nil, fmt.Errorf("step %d: unknown key %q%s (use after, at or final, with tasks, domains or records)", i+1, key,
+					didYouMean(key, []string{"after", "at", "final", "tasks", "domains", "records"}))
 			}
 		}
 		if points != 1 {
@@ -380,4 +393,40 @@ func jsonMap(v any) map[string]any {
 func (c *traceChecker) hooks(opts *store.Options) {
 	opts.BeforeRecord = c.before
 	opts.OnRecord = c.afterRecord
+}
+
+// didYouMean is "; did you mean X?" for the known word closest to word (at
+// most two edits away), or nothing.
+func didYouMean(word string, known []string) string {
+	best, bestDistance := "", 3
+	for _, k := range slices.Sorted(slices.Values(known)) {
+		if d := editDistance(word, k); d < bestDistance {
+			best, bestDistance = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf("; did you mean %q?", best)
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

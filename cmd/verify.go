@@ -22,14 +22,20 @@ func (a *app) newVerifyCmd() *cobra.Command {
 		Short: "Check that the WAL obeys every rule and invariant",
 		Long: `Replay the whole WAL checking every frame's chained checksum, the sequence, each
 record's preconditions and, after every record, every invariant. Exit 5 names
-the first record that breaks one. --expect FILE also compares the tasks at
---now with FILE, in the form 'inspect -o json' prints. Writes nothing.`,
+the first record that breaks one. Writes nothing.
+
+--expect FILE also checks the WAL against FILE, which is either an expectation
+trace (YAML or JSON: a list of steps, each 'after: SEQ', 'at: TIME' or
+'final: true', with the tasks, domains or records that should hold there; every
+difference is reported) or an 'inspect -o json' document, whose tasks are
+compared at --now.`,
 		Example: `  leasewal verify
-  leasewal verify --expect testdata/seed001_happy.expect.json --now 2026-01-01T00:01:00Z`,
+  leasewal verify --expect testdata/seeds/lease_expiry.trace.yaml --wal testdata/seeds/lease_expiry.wal
+  leasewal verify --expect testdata/seeds/happy_path.expect.json --wal testdata/seeds/happy_path.wal --now 2026-01-01T00:01:00Z`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runVerify(a.env, expect) },
 	}
-	c.Flags().StringVar(&expect, "expect", "", "compare the final tasks with this inspect -o json file")
+	c.Flags().StringVar(&expect, "expect", "", "an expectation trace (YAML/JSON steps) or an 'inspect -o json' file to check the WAL against")
 	return c
 }
 

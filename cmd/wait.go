@@ -1,8 +1,10 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -76,7 +78,7 @@ func runWait(e env, o waitOptions, ids []string) error {
 	}
 	h := store.Open(e.storeOptions())
 	defer h.Close()
-	var next int64
+	var next, lookedAt int64
 	decide := func(tx *store.Tx) (answer, error) {
 		v := waitView{Result: state.ResultOK}
 		for _, id := range ids {
@@ -95,22 +97,20 @@ func runWait(e env, o waitOptions, ids []string) error {
 				v.Result = state.ResultTimeout // not yet: the final answer only if time runs out
 			}
 		}
-		next = tx.State.NextEventAt(tx.Now)
-		now := tx.Now
-		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
-			fmt.Fprintln(w, p.word(string(v.Result)))
-			t := newInspectTable(w, p)
-			for _, tv := range v.Tasks {
-				appendTaskRow(t, p, tv, now)
-			}
-			return t.Render()
-		}}, nil
+		next, lookedAt = tx.State.NextEventAt(tx.Now), tx.Now
+		return waitAnswer(v, tx.Now), nil
 	}
 	var watcher *store.Watcher
+	signalled := func() os.Signal { return nil }
 	for {
 		a, _, err := decideOn(h, false, decide)
 		if err != nil {
 			return err
+		}
+		if sig := signalled(); sig != nil && a.outcome == state.ResultTimeout {
+			v := a.doc.(waitView)
+			v.Result = resultInterrupted
+			return e.interrupted(waitAnswer(v, lookedAt), sig)
 		}
 		if a.outcome != state.ResultTimeout || (!deadline.IsZero() && !time.Now().Before(deadline)) {
 			return e.print(a, nil)
@@ -120,10 +120,26 @@ func runWait(e env, o waitOptions, ids []string) error {
 				return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
 			}
 			defer watcher.Close()
+			var stop func()
+			signalled, stop = interruptOnSignal(watcher)
+			defer stop()
 			continue // look again now that changes are watched: none is missed in between
 		}
-		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil {
+		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil && !errors.Is(err, store.ErrInterrupted) {
 			return err
 		}
 	}
+}
+
+// waitAnswer is wait's answer: the result, then the tasks as inspect shows
+// them at now.
+func waitAnswer(v waitView, now int64) answer {
+	return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+		fmt.Fprintln(w, p.word(string(v.Result)))
+		t := newInspectTable(w, p)
+		for _, tv := range v.Tasks {
+			appendTaskRow(t, p, tv, now)
+		}
+		return t.Render()
+	}}
 }

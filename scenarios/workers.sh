@@ -87,10 +87,12 @@ run 0 submit --payload long --request-id long
 runner=$!
 wait_for "the long job to start" has_file "$DIR/long.started"
 run 0 abort T12 --reason 'operator: wrong file'
-wait $runner || fail "run exited $? after the abort"
+code=0
+wait $runner || code=$?
+[ "$code" = 3 ] || fail "run exited $code after the abort, want 3 (a lease ended LOST)"
 grep -q '"task_id":"T12".*"outcome":"LOST","exit":null' "$DIR/abort.out" || fail "abort: $(cat "$DIR/abort.out" "$DIR/abort.err")"
 SHOW=leftovers wait_for "the aborted job's processes to go" no_leftovers
-echo "   LOST within one extension; the child and its pipe partner gone"
+echo "   LOST within one extension, exit 3; the child and its pipe partner gone"
 
 step "a runner SIGKILLed mid-job leaves no process behind; its task is re-leased after expiry"
 run 0 submit --payload crashy --request-id crashy

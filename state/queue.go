@@ -125,7 +125,11 @@ func (s *State) DecideAbort(taskID, reason string, now int64) (Decision, error) 
 			d.Duplicate = true
 			return d, nil
 		}
-		return Decision{}, refuse(NotAllowed, "task", "%s is already %s (%s); only a WAITING or LEASED task can be aborted", t.ID, c.State, c.EndReason)
+		ended := string(c.State)
+		if c.EndReason != "" {
+			ended += " (" + c.EndReason + ")"
+		}
+		return Decision{}, refuse(NotAllowed, "task", "%s is already %s; only a WAITING or LEASED task can be aborted", t.ID, ended)
 	}
 	if c.Lease != nil {
 		d.LeaseID = c.Lease.ID

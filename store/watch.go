@@ -18,7 +18,13 @@ type Watcher struct {
 	fd   int
 	name string
 	buf  []byte
+	// wake is a pipe whose read end every Wait polls beside the inotify
+	// descriptor, so that Interrupt can end a wait from another goroutine.
+	wake [2]int
 }
+
+// ErrInterrupted is a Wait ended by Interrupt.
+var ErrInterrupted = errors.New("the wait was interrupted")
 
 // Watch starts watching the WAL at path. Close it when done.
 func (h *Handle) Watch() (*Watcher, error) {
@@ -32,11 +38,24 @@ func (h *Handle) Watch() (*Watcher, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	return &Watcher{fd: fd, name: filepath.Base(h.opts.Path), buf: make([]byte, 64<<10)}, nil
+	w := &Watcher{fd: fd, name: filepath.Base(h.opts.Path), buf: make([]byte, 64<<10)}
+	if err := unix.Pipe2(w.wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return w, nil
 }
 
 // Close stops watching.
-func (w *Watcher) Close() { unix.Close(w.fd) }
+func (w *Watcher) Close() {
+	unix.Close(w.fd)
+	unix.Close(w.wake[0])
+	unix.Close(w.wake[1])
+}
+
+// Interrupt ends the current Wait, or the next one, with ErrInterrupted. It
+// may be called from any goroutine while the watcher is open.
+func (w *Watcher) Interrupt() { _, _ = unix.Write(w.wake[1], []byte{1}) }
 
 // Wait blocks until the WAL may have changed (true) or until is reached
 // (false). A zero until waits for a change only.
@@ -53,9 +72,12 @@ func (w *Watcher) Wait(until time.Time) (bool, error) {
 			}
 			timeout = int(min(left.Milliseconds()+1, 1<<30))
 		}
-		fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}}
+		fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}, {Fd: int32(w.wake[0]), Events: unix.POLLIN}}
 		if _, err := unix.Poll(fds, timeout); err != nil && !errors.Is(err, unix.EINTR) {
 			return false, err
+		}
+		if fds[1].Revents != 0 {
+			return false, ErrInterrupted
 		}
 	}
 }

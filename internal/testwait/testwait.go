@@ -69,3 +69,15 @@ func UntilLockWaiters(t testing.TB, path string, n int) {
 		return lastErr == nil && last >= n
 	}, func() string { return fmt.Sprintf("%d waiting (%v)", last, lastErr) })
 }
+
+// HoldsInotify reports whether process pid holds an inotify instance: a
+// leasewal that waits for its WAL to change.
+func HoldsInotify(pid int) bool {
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); link == "anon_inode:inotify" {
+			return true
+		}
+	}
+	return false
+}
