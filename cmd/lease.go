@@ -115,6 +115,11 @@ func runLease(e env, o leaseOptions) error {
 	if wait == 0 {
 		return e.operate(e.storeOptions(), true, decide)
 	}
+	var interrupts *interrupter
+	if e.batch == nil { // inside a server a request ends with its request, not by a signal
+		interrupts = catchInterrupts()
+		defer interrupts.stop()
+	}
 	h := store.Open(e.storeOptions())
 	defer h.Close()
 	watcher, err := h.Watch()
@@ -122,11 +127,8 @@ func runLease(e env, o leaseOptions) error {
 		return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
 	}
 	defer watcher.Close()
-	signalled := func() os.Signal { return nil }
-	if e.batch == nil { // inside a server a request ends with its request, not by a signal
-		var stop func()
-		signalled, stop = interruptOnSignal(watcher)
-		defer stop()
+	if interrupts != nil {
+		interrupts.watch(watcher)
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -137,7 +139,7 @@ func runLease(e env, o leaseOptions) error {
 			}
 			return e.print(a, committed)
 		}
-		if sig := signalled(); sig != nil {
+		if sig := interrupts.signalled(); sig != nil {
 			return e.interrupted(interruptedLease(sig), sig)
 		}
 		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil && !errors.Is(err, store.ErrInterrupted) {

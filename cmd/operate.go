@@ -146,30 +146,51 @@ func waitUntil(next int64, deadline time.Time) time.Time {
 // resultInterrupted is the answer of a wait ended by SIGINT or SIGTERM.
 const resultInterrupted state.Outcome = "INTERRUPTED"
 
-// interruptOnSignal ends w's waits at the first SIGINT or SIGTERM. signalled
-// says which came (nil: none yet); stop stops listening.
-func interruptOnSignal(w *store.Watcher) (signalled func() os.Signal, stop func()) {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	caught := make(chan os.Signal, 1)
-	done := make(chan struct{})
+// interrupter catches SIGINT and SIGTERM for a command that waits, from
+// before its wait can begin (a signal then is kept, not fatal), and ends the
+// wait of the watcher it is given.
+type interrupter struct {
+	sigs   chan os.Signal
+	caught chan os.Signal
+	done   chan struct{}
+	got    os.Signal
+}
+
+func catchInterrupts() *interrupter {
+	i := &interrupter{sigs: make(chan os.Signal, 1), caught: make(chan os.Signal, 1), done: make(chan struct{})}
+	signal.Notify(i.sigs, syscall.SIGINT, syscall.SIGTERM)
+	return i
+}
+
+// watch ends w's waits at the first signal, caught already or to come.
+func (i *interrupter) watch(w *store.Watcher) {
 	go func() {
 		select {
-		case s := <-sigs:
-			caught <- s
+		case s := <-i.sigs:
+			i.caught <- s
 			w.Interrupt()
-		case <-done:
+		case <-i.done:
 		}
 	}()
-	var got os.Signal
-	signalled = func() os.Signal {
-		select {
-		case got = <-caught:
-		default:
-		}
-		return got
+}
+
+// signalled is the signal that came, nil while none has (or for no
+// interrupter: a server's request ends with the request, not by a signal).
+func (i *interrupter) signalled() os.Signal {
+	if i == nil {
+		return nil
 	}
-	return signalled, func() { signal.Stop(sigs); close(done) }
+	select {
+	case i.got = <-i.caught:
+	default:
+	}
+	return i.got
+}
+
+// stop stops catching: the signals' default actions are back.
+func (i *interrupter) stop() {
+	signal.Stop(i.sigs)
+	close(i.done)
 }
 
 // interrupted prints a's answer as INTERRUPTED and exits as a shell does

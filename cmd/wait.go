@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -76,6 +75,8 @@ func runWait(e env, o waitOptions, ids []string) error {
 	if err := e.needsWallClock("wait"); err != nil {
 		return err
 	}
+	interrupts := catchInterrupts()
+	defer interrupts.stop()
 	h := store.Open(e.storeOptions())
 	defer h.Close()
 	var next, lookedAt int64
@@ -101,13 +102,12 @@ func runWait(e env, o waitOptions, ids []string) error {
 		return waitAnswer(v, tx.Now), nil
 	}
 	var watcher *store.Watcher
-	signalled := func() os.Signal { return nil }
 	for {
 		a, _, err := decideOn(h, false, decide)
 		if err != nil {
 			return err
 		}
-		if sig := signalled(); sig != nil && a.outcome == state.ResultTimeout {
+		if sig := interrupts.signalled(); sig != nil && a.outcome == state.ResultTimeout {
 			v := a.doc.(waitView)
 			v.Result = resultInterrupted
 			return e.interrupted(waitAnswer(v, lookedAt), sig)
@@ -120,9 +120,7 @@ func runWait(e env, o waitOptions, ids []string) error {
 				return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
 			}
 			defer watcher.Close()
-			var stop func()
-			signalled, stop = interruptOnSignal(watcher)
-			defer stop()
+			interrupts.watch(watcher)
 			continue // look again now that changes are watched: none is missed in between
 		}
 		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil && !errors.Is(err, store.ErrInterrupted) {
