@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"leasewal/internal/testwait"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +21,7 @@ import (
 
 	"leasewal/cluster"
 	"leasewal/internal/lincheck"
+	"leasewal/internal/testwait"
 	"leasewal/store"
 )
 

@@ -296,7 +296,7 @@ func newLogStream(p palette, absolute bool) logStream {
 
 func (s logStream) header(w io.Writer) {
 	if !s.p.noHeaders {
-		s.write(w, []string{"SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAILS", "ACTOR"})
+		s.write(w, logColumns)
 	}
 }
 
@@ -385,10 +385,13 @@ func followLog(e env, o *logOptions, f *logFilter, first, last int64) error {
 	}
 }
 
+// logColumns are the columns of log's table, TSV and follow lines.
+var logColumns = []string{"SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAILS", "ACTOR"}
+
 // renderLog draws records as a table. Times are offsets from base, or
 // timestamps when base is negative.
 func renderLog(w io.Writer, p palette, entries []logEntry, base int64) error {
-	t := newTable(w, p, "SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAILS", "ACTOR")
+	t := newTable(w, p, logColumns...)
 	if base < 0 { // timestamps were asked for: they are kept whole as long as anything else can give way
 		t.keep = map[string]bool{"AT": true}
 	}

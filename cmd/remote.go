@@ -232,42 +232,24 @@ func requestFlags(c *cobra.Command, args []string, e env) (map[string]any, error
 	return flags, nil
 }
 
-// followRemote is log --follow through a server: the records so far as the
-// server prints them, then each new record as one line, asked for every
-// 0.5 s (a server's WAL cannot be watched from another host), until SIGINT
-// or SIGTERM. flags are the command line's, follow included.
+// followRemote is log --follow through a server: the records so far, then
+// each new record, asked for every 0.5 s (a server's WAL cannot be watched
+// from another host), until SIGINT or SIGTERM, in the one format a local
+// follow prints. flags are the command line's, follow included.
 func (e env) followRemote(flags map[string]any) error {
 	delete(flags, "follow")
+	delete(flags, "to") // following has no end
 	absolute := flags["absolute"] == "true"
-	last, err := e.serverLastSeq()
-	if err != nil {
-		return err
+	var last int64 // the last record printed
+	if from, err := strconv.ParseInt(fmt.Sprint(flags["from"]), 10, 64); err == nil && from > 1 {
+		last = from - 1
 	}
 	var first int64 // the first record's time: the lines' offsets count from it
-	if last > 0 {
-		doc, _, err := e.call("log", map[string]any{"from": 1, "to": 1})
-		if err != nil {
-			return err
-		}
-		first = stampOrZero(str(doc, "at"))
-		if _, ok := flags["to"]; !ok {
-			flags["to"] = last // what comes after is followed, never printed twice
-		}
-		b, err := json.Marshal(flags)
-		if err != nil {
-			return err
-		}
-		resp, base, err := e.send(http.MethodPost, "log", b, e.Output)
-		if err != nil {
-			return err
-		}
-		a := &app{env: e}
-		var status *exitStatus
-		if err := a.printRemote(resp, base); !errors.As(err, &status) || status.code != ExitOK {
-			return err
-		}
+	if doc, _, err := e.call("log", map[string]any{"from": 1, "to": 1}); err != nil {
+		return err
+	} else if at := str(doc, "at"); at != "" {
+		first = stampOrZero(at)
 	}
-	delete(flags, "to")
 	flags["absolute"], flags["no-headers"] = true, true
 	output := "tsv" // one record a line, its cells apart, whatever the client prints
 	if e.Output == "json" {
@@ -277,7 +259,13 @@ func (e env) followRemote(flags map[string]any) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	out := bufio.NewWriter(e.stdout)
-	p := e.palette()
+	stream := newLogStream(e.palette(), absolute)
+	switch {
+	case e.Output == "tsv" && !e.NoHeaders:
+		fmt.Fprintln(out, strings.Join(logColumns, "\t"))
+	case e.Output != "json" && e.Output != "tsv":
+		stream.header(out)
+	}
 	for {
 		flags["from"] = last + 1
 		lines, err := e.recordsSince(flags, output)
@@ -303,7 +291,7 @@ func (e env) followRemote(flags map[string]any) error {
 			if e.Output == "tsv" {
 				fmt.Fprintln(out, strings.Join(cells, "\t"))
 			} else {
-				fmt.Fprintln(out, p.line(strings.Join(cells, "  ")))
+				stream.write(out, cells)
 			}
 		}
 		if err := out.Flush(); err != nil {
@@ -363,20 +351,4 @@ func (e env) recordsSince(flags map[string]any, output string) ([]string, error)
 		return nil, nil
 	}
 	return strings.Split(text, "\n"), nil
-}
-
-// serverLastSeq asks the server for its WAL's last record.
-func (e env) serverLastSeq() (int64, error) {
-	resp, base, err := e.send(http.MethodGet, "status", nil, "json")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var status struct {
-		LastSeq *int64 `json:"last_seq"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil || status.LastSeq == nil {
-		return 0, fmt.Errorf("%s/v1/status did not say its last record (HTTP %s)", base, resp.Status)
-	}
-	return *status.LastSeq, nil
 }

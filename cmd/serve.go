@@ -519,6 +519,9 @@ func requestArgs(path string, body []byte) ([]string, error) {
 		if err := dec.Decode(&flags); err != nil {
 			return nil, fmt.Errorf("the body is not a JSON object of flags: %v", err)
 		}
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, errors.New("the body holds more than one JSON object: send one object of flags")
+		}
 	}
 	argv := slices.Clone(words)
 	var positional []string
@@ -537,10 +540,6 @@ func requestArgs(path string, body []byte) ([]string, error) {
 				positional = append(positional, str)
 			}
 			continue
-		}
-		switch name {
-		case "now", "wal", "config", "output", "o", "lock-timeout", "no-color", "server":
-			return nil, fmt.Errorf("flag %q is the server's to set, not a request's", name)
 		}
 		value, err := flagValue(v)
 		if err != nil {
@@ -587,10 +586,26 @@ func flagValue(v any) (string, error) {
 	return "", fmt.Errorf("%v is not a string, number, boolean or list", v)
 }
 
-// parses refuses a command line that names no command or a flag the
-// command does not have: a request that does not parse, not a decided
-// refusal. argv is as requestArgs makes it: words, then --name=value flags,
-// then -- and the positional arguments.
+// clientSideFlags name files, which a client reads on its own machine
+// (--payload-file is sent as --payload): a server never opens a file for a
+// request.
+var clientSideFlags = map[string]bool{"payload-file": true, "expect": true, "token-file": true}
+
+// requestMay says whether a request may set flag of command c: only the
+// command's own flags (an allowlist: the global ones, the WAL, the clock,
+// the output, are the server's), less the files a client reads, plus the
+// actor, recorded for audit.
+func requestMay(c *cobra.Command, name string) bool {
+	if name == "actor" || name == "no-headers" { // the actor is recorded for audit; no-headers is presentation
+		return true
+	}
+	return name != "help" && !clientSideFlags[name] && c.LocalNonPersistentFlags().Lookup(name) != nil
+}
+
+// parses refuses a command line that names no command, a flag a request may
+// not set, or positional arguments the command does not take: a request that
+// does not parse, not a decided refusal. argv is as requestArgs makes it:
+// words, then --name=value flags, then -- and the positional arguments.
 func parses(root *cobra.Command, argv []string) error {
 	c, rest, err := root.Find(argv)
 	if err == nil && (c == root || c.HasSubCommands()) {
@@ -600,13 +615,27 @@ func parses(root *cobra.Command, argv []string) error {
 		}
 		err = fmt.Errorf("%q is not a command: POST /v1/<command>, e.g. /v1/submit or /v1/worklease/acquire", strings.Join(words, "/"))
 	}
-	for _, word := range rest {
-		if err != nil || word == "--" {
+	var positional []string
+	for i, word := range rest {
+		if err != nil {
 			break
 		}
-		if name, _, _ := strings.Cut(strings.TrimPrefix(word, "--"), "="); c.Flag(name) == nil {
-			err = fmt.Errorf("unknown flag: --%s", name)
+		if word == "--" {
+			positional = rest[i+1:]
+			break
 		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(word, "--"), "=")
+		switch {
+		case c.Flag(name) == nil:
+			err = fmt.Errorf("unknown flag: --%s", name)
+		case clientSideFlags[name]:
+			err = fmt.Errorf("--%s names a file, which the client reads: a server opens no file for a request", name)
+		case !requestMay(c, name):
+			err = fmt.Errorf("--%s is the server's to set, not a request's", name)
+		}
+	}
+	if err == nil {
+		err = c.ValidateArgs(positional)
 	}
 	if err != nil {
 		return fmt.Errorf("%v; see 'leasewal help' for the commands and their flags", err)

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"leasewal/internal/testwait"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"leasewal/internal/testwait"
 	"leasewal/state"
 	"leasewal/store"
 	"leasewal/wal"
@@ -326,4 +327,93 @@ func TestServerRefusesRequestsThatDoNotParse(t *testing.T) {
 	if status, v := post("submit", `{"payload":"x"}`, "secret"); status != http.StatusOK || v.Result != "ACK" {
 		t.Fatalf("after the refusals: HTTP %d %+v", status, v)
 	}
+}
+
+// TestRequestsAskOnlyForWhatTheOperationTakes: a request sets only its
+// command's own flags. A file flag (the server would read the file), a
+// global flag, help, an extra positional argument and trailing data are
+// HTTP 400 with exit 2, and the WAL is left as it was.
+func TestRequestsAskOnlyForWhatTheOperationTakes(t *testing.T) {
+	walPath, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("the server's secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	post := func(path, body string) (int, string, string) {
+		resp, err := http.Post(ts.URL+"/v1/"+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Leasewal-Exit"), string(b)
+	}
+	if status, exit, body := post("submit", `{"payload":"first"}`); status != 200 || exit != "0" {
+		t.Fatalf("a plain submit: HTTP %d exit %s %s", status, exit, body)
+	}
+	before, _ := os.ReadFile(walPath)
+	for _, c := range []struct{ path, body, want string }{
+		{"submit", `{"payload-file":"` + secret + `"}`, "the client reads"},
+		{"submit", `{"payload":"x","token-file":"` + secret + `"}`, "the client reads"},
+		{"verify", `{"expect":"` + secret + `"}`, "own machine"},
+		{"submit", `{"payload":"x","wal":"/tmp/other.wal"}`, "the server's to set"},
+		{"submit", `{"payload":"x","now":"+1h"}`, "the server's to set"},
+		{"submit", `{"payload":"x","lock-timeout":"1h"}`, "the server's to set"},
+		{"submit", `{"payload":"x","help":true}`, "--help"},
+		{"submit", `{"payload":"y","args":["zzz"]}`, "unknown command"},
+		{"extend", `{"task":"T1","lease":"L1","args":["T2"]}`, "unknown command"},
+		{"submit", `{"payload":"a"} {"wal":"x"}`, "more than one JSON object"},
+		{"submit", `{"payload":"a"} trailing`, "more than one JSON object"},
+		{"submit", `{"payloda":"a"}`, "unknown flag"},
+	} {
+		status, exit, body := post(c.path, c.body)
+		if status != http.StatusBadRequest || exit != "2" || !strings.Contains(body, c.want) || strings.Contains(body, "secret\"") {
+			t.Errorf("%s %s: HTTP %d exit %s %s (want 400, exit 2, %q)", c.path, c.body, status, exit, body, c.want)
+		}
+	}
+	if after, _ := os.ReadFile(walPath); !bytes.Equal(before, after) || bytes.Contains(after, []byte("the server's secret")) {
+		t.Fatalf("a refused request changed the WAL:\n%s", after)
+	}
+}
+
+// FuzzServerRequest: whatever a request's body, the server opens no file
+// for it (a secret file's bytes never reach the WAL or an answer), answers
+// a client's error with 4xx, never 5xx, and a request that was not decided
+// leaves the WAL as it was.
+func FuzzServerRequest(f *testing.F) {
+	for _, seed := range []struct{ path, body string }{
+		{"submit", `{"payload":"x"}`}, {"submit", `{"payload-file":"SECRET"}`}, {"submit", `{"payload":"y","args":["zzz"]}`},
+		{"lease", `{"worker":"W","queue":["a","b"]}`}, {"inspect", `{"args":["T1"]}`}, {"log", `{"from":1,"follow":false}`},
+		{"worklease/acquire", `{"domain":"d","offset":1}`}, {"submit", `{"payload":"a"} {"wal":"x"}`}, {"why", `{"args":["T1","T2"]}`},
+		{"submit", `{"payload":"x","expect":"SECRET"}`}, {"verify", `{}`}, {"worklease", `{}`}, {"../x", `{}`},
+	} {
+		f.Add(seed.path, seed.body)
+	}
+	f.Fuzz(func(t *testing.T, path, body string) {
+		walPath, s := testServer(t, "")
+		secret := filepath.Join(filepath.Dir(walPath), "secret")
+		if err := os.WriteFile(secret, []byte("SECRET-BYTES-7f3a"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		body = strings.ReplaceAll(body, "SECRET", secret)
+		if _, _, stderr := cli("--wal", walPath, "submit", "--payload", "first"); stderr != "" {
+			t.Fatal(stderr)
+		}
+		before, _ := os.ReadFile(walPath)
+		req := httptest.NewRequest(http.MethodPost, "/v1/x", strings.NewReader(body))
+		req.URL.Path = "/v1/" + path
+		w := httptest.NewRecorder()
+		returnsBeforeHangGuard(t, "a request", func() { s.ServeHTTP(w, req) })
+		after, _ := os.ReadFile(walPath)
+		switch {
+		case w.Code >= 500:
+			t.Fatalf("%s %q: HTTP %d %s", path, body, w.Code, w.Body.String())
+		case bytes.Contains(after, []byte("SECRET-BYTES")) || strings.Contains(w.Body.String(), "SECRET-BYTES"):
+			t.Fatalf("%s %q: the server read a file for a request", path, body)
+		case w.Code != http.StatusOK && !bytes.Equal(before, after):
+			t.Fatalf("%s %q: HTTP %d, yet the WAL changed", path, body, w.Code)
+		}
+	})
 }

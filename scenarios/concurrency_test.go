@@ -3,7 +3,6 @@ package scenarios
 import (
 	"bytes"
 	"fmt"
-	"leasewal/internal/testwait"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"leasewal/internal/testwait"
 )
 
 // TestLockTimeout: a writer holding the exclusive lock (paused after its

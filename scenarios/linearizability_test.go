@@ -3,7 +3,6 @@ package scenarios
 import (
 	"cmp"
 	"encoding/json"
-	"leasewal/internal/testwait"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"leasewal/internal/lincheck"
+	"leasewal/internal/testwait"
 )
 
 // TestLinearizable runs several client processes at once against one WAL,

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"leasewal/internal/testwait"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"leasewal/internal/testwait"
 	"leasewal/state"
 	"leasewal/store"
 	"leasewal/wal"

@@ -2,7 +2,6 @@ package wal
 
 import (
 	"errors"
-	"leasewal/internal/testwait"
 	"os"
 	"runtime"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"leasewal/internal/testwait"
 )
 
 // TestLongZeroTailIsReadInBoundedMemory: a crash can leave zeros of any
