@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,7 @@ type serveOptions struct {
 	listen    string
 	advertise string
 	tokenFile string
+	insecure  bool
 	maxBatch  int
 	raft      cluster.Config
 	join      string
@@ -69,7 +71,8 @@ told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
 		RunE: func(*cobra.Command, []string) error { return runServe(a.env, *o) },
 	}
 	c.Flags().StringVar(&o.listen, "listen", "127.0.0.1:7420", "the address to listen on")
-	c.Flags().StringVar(&o.tokenFile, "token-file", "", "refuse requests without 'Authorization: Bearer <this file's content>'")
+	c.Flags().StringVar(&o.tokenFile, "token-file", "", "refuse requests without 'Authorization: Bearer <this file's content>' (the file must be private: chmod 600)")
+	c.Flags().BoolVar(&o.insecure, "insecure", false, "serve an address beyond loopback without a token")
 	c.Flags().IntVar(&o.maxBatch, "max-batch", 256, "most requests decided in one batch")
 	c.Flags().StringVar(&o.advertise, "advertise", "", "the URL other nodes and clients reach this server at (default: http://<the --listen address>)")
 	c.Flags().StringVar(&o.raft.ID, "raft-id", "", "run as this node of a raft cluster (with --raft-dir and --raft-bind)")
@@ -204,6 +207,9 @@ func runServe(e env, o serveOptions) error {
 	if clustered && (o.raft.ID == "" || o.raft.Dir == "" || o.raft.Bind == "") {
 		return usageErr("a raft node needs all of --raft-id, --raft-dir and --raft-bind")
 	}
+	if token == "" && !o.insecure && !loopbackOnly(o.listen) {
+		return usageErr("--listen %s reaches beyond this machine, and without a token anyone who can reach it may lease, complete and abort tasks: give --token-file F (and TLS in front), or --insecure to serve it open", o.listen)
+	}
 	listener, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return usageErr("cannot listen on %s: %v", o.listen, err)
@@ -211,7 +217,7 @@ func runServe(e env, o serveOptions) error {
 	defer listener.Close()
 	url := strings.TrimRight(o.advertise, "/")
 	if url == "" {
-		url = "http://" + listener.Addr().String()
+		url = advertised(listener.Addr())
 	}
 	var (
 		back   backend
@@ -346,11 +352,49 @@ type server struct {
 	token string
 }
 
+// loopbackOnly says whether a --listen address is reached from this
+// machine only: localhost or a loopback IP (an empty host is every
+// interface).
+func loopbackOnly(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// advertised is the URL a server tells others to reach it at: its listening
+// address, or this host's name where it listens on every interface
+// (http://[::]:7420 reaches nothing).
+func advertised(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return "http://" + addr.String()
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(tcp.Port))
+}
+
+// bearerIs says whether an Authorization header carries token: the scheme
+// in any case (RFC 9110), the token compared in constant time.
+func bearerIs(header, token string) bool {
+	scheme, given, ok := strings.Cut(header, " ")
+	return ok && strings.EqualFold(scheme, "Bearer") &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(given)), []byte(token)) == 1
+}
+
 // The most a request body may hold: a 64 KiB payload escaped, and the rest.
 const maxRequestBody = 1 << 20
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.token != "" && r.Header.Get("Authorization") != "Bearer "+s.token {
+	if s.token != "" && !bearerIs(r.Header.Get("Authorization"), s.token) {
 		httpError(w, http.StatusUnauthorized, "Unauthorized", "a missing or wrong token: send 'Authorization: Bearer <token>'")
 		return
 	}

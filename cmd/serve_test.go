@@ -417,3 +417,55 @@ func FuzzServerRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestTokenHandling: the scheme in any case, the token compared whole; a
+// token file others can read is refused on both sides; a server reachable
+// beyond loopback without a token refuses to start unless --insecure.
+func TestTokenHandling(t *testing.T) {
+	_, s := testServer(t, "secret")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	for header, want := range map[string]int{"Bearer secret": 200, "bearer secret": 200, "BEARER secret": 200,
+		"Bearer secre": 401, "Bearer secret2": 401, "Basic secret": 401, "secret": 401, "": 401} {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/inspect", strings.NewReader(`{}`))
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: HTTP %d, want %d", header, resp.StatusCode, want)
+		}
+	}
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open")
+	if err := os.WriteFile(open, []byte("secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	walPath := filepath.Join(dir, "q.wal")
+	for _, args := range [][]string{
+		{"--server", ts.URL, "--token-file", open, "inspect"},
+		{"--wal", walPath, "serve", "--listen", "127.0.0.1:0", "--token-file", open},
+	} {
+		if code, _, stderr := cli(args...); code != ExitUsage || !strings.Contains(stderr, "can be read by others") || !strings.Contains(stderr, "chmod 600") {
+			t.Errorf("%v: exit %d %s", args, code, stderr)
+		}
+	}
+	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		code, _, stderr := cli("--wal", walPath, "serve", "--listen", listen)
+		if code != ExitUsage || !strings.Contains(stderr, "--insecure") {
+			t.Errorf("serve --listen %s without a token: exit %d %s", listen, code, stderr)
+		}
+	}
+	if _, err := os.Stat(walPath); err == nil {
+		t.Fatal("a refused serve created the WAL")
+	}
+	for listen, want := range map[string]bool{"127.0.0.1:7420": true, "localhost:7420": true, "[::1]:7420": true, "0.0.0.0:7420": false, ":7420": false, "10.0.0.1:7420": false} {
+		if got := loopbackOnly(listen); got != want {
+			t.Errorf("loopbackOnly(%q) = %v", listen, got)
+		}
+	}
+}

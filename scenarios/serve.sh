@@ -8,6 +8,7 @@ DIR=$(mktemp -d)
 WAL=$DIR/served.wal
 PORT=$((10000 + RANDOM % 20000)) # below Linux's ephemeral ports (32768 on), which other tests' connections take
 echo secret-token >"$DIR/token"
+chmod 600 "$DIR/token"
 "$LEASEWAL" --wal "$WAL" serve --listen 127.0.0.1:$PORT --token-file "$DIR/token" 2>"$DIR/serve.err" &
 server=$!
 trap 'kill $server 2>/dev/null || true; rm -rf "$DIR" "$ERRFILE"' EXIT
@@ -45,6 +46,7 @@ step "refusals: local-only verbs, --now, a wrong token, a body that is not JSON"
 run 2 verify
 run 2 submit --payload x --now +1s
 echo wrong >"$DIR/wrong"
+chmod 600 "$DIR/wrong"
 LEASEWAL_TOKEN_FILE=$DIR/wrong run 2 inspect
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer secret-token" -d 'not json' http://127.0.0.1:$PORT/v1/submit 2>/dev/null || echo none)
 [ "$code" = 400 ] || [ "$code" = none ] || fail "a body that is not JSON: HTTP $code"
