@@ -99,6 +99,9 @@ func runLease(e env, o leaseOptions) error {
 		if wait < 0 {
 			return usageErr("--wait %s is negative", o.wait)
 		}
+		if wait > 0 {
+			wait = e.capWait(wait)
+		}
 		if err := e.needsWallClock("lease --wait"); err != nil {
 			return err
 		}
@@ -127,13 +130,12 @@ func runLease(e env, o leaseOptions) error {
 		return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
 	}
 	defer watcher.Close()
-	if interrupts != nil {
-		interrupts.watch(watcher)
-	}
+	interrupts.watch(watcher)
+	defer e.interruptWhenDone(watcher)()
 	deadline := time.Now().Add(wait)
 	for {
 		a, committed, err := e.leaseOnce(h, decide)
-		if err != nil || a.outcome != state.ResultEmpty || !time.Now().Before(deadline) {
+		if err != nil || a.outcome != state.ResultEmpty || !time.Now().Before(deadline) || e.stopped() {
 			if err != nil {
 				return err
 			}
@@ -145,6 +147,9 @@ func runLease(e env, o leaseOptions) error {
 		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil && !errors.Is(err, store.ErrInterrupted) {
 			return err
 		}
+		if e.context().Err() != nil {
+			return errClientGone
+		}
 	}
 }
 
@@ -152,7 +157,7 @@ func runLease(e env, o leaseOptions) error {
 // through its batches, where a raft node's WAL takes no other writer.
 func (e env) leaseOnce(h *store.Handle, decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
 	if e.batch != nil {
-		return e.batch.run(decide)
+		return e.batch.run(e.context(), decide)
 	}
 	return decideOn(h, true, decide)
 }

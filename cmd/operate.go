@@ -61,7 +61,7 @@ func (e env) read(decide func(tx *store.Tx) (answer, error)) error {
 // batch); one that reads the records itself runs on a handle of its own.
 func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx) (answer, error)) error {
 	if e.batch != nil && opts.OnRecord == nil && opts.BeforeRecord == nil && opts.Verifier == nil && !opts.FullReplay {
-		a, committed, err := e.batch.run(decide)
+		a, committed, err := e.batch.run(e.context(), decide)
 		if err != nil {
 			return err
 		}
@@ -164,6 +164,9 @@ func catchInterrupts() *interrupter {
 
 // watch ends w's waits at the first signal, caught already or to come.
 func (i *interrupter) watch(w *store.Watcher) {
+	if i == nil {
+		return
+	}
 	go func() {
 		select {
 		case s := <-i.sigs:
@@ -189,6 +192,9 @@ func (i *interrupter) signalled() os.Signal {
 
 // stop stops catching: the signals' default actions are back.
 func (i *interrupter) stop() {
+	if i == nil {
+		return
+	}
 	signal.Stop(i.sigs)
 	close(i.done)
 }

@@ -44,6 +44,12 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 	if follow, _ := c.Flags().GetBool("follow"); follow {
 		return a.env.followRemote(flags)
 	}
+	switch _, waits := flags["wait"]; {
+	case path == "lease" && waits:
+		return a.remoteWait(path, "wait", flags, ExitNotFound)
+	case path == "wait":
+		return a.remoteWait(path, "timeout", flags, ExitWaitedOut)
+	}
 	body, err := json.Marshal(flags)
 	if err != nil {
 		return err
@@ -53,6 +59,43 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 		return err
 	}
 	return a.printRemote(resp, base)
+}
+
+// remoteWait sends a command that waits (lease --wait, wait) in slices of at
+// most serverWaitCap, the most a server waits in one request, until its
+// answer is not the "not yet" one (exit notYet) or its own wait (the flag
+// named by flag; none: for ever) has run out. Only the last answer is
+// printed. A lease repeated with its request id is the same lease.
+func (a *app) remoteWait(path, flag string, flags map[string]any, notYet int) error {
+	forever := true
+	var deadline time.Time
+	if text, given := flags[flag].(string); given {
+		d, err := parseDuration(flag, text)
+		if err != nil {
+			return err
+		}
+		forever, deadline = false, time.Now().Add(d)
+	}
+	for {
+		slice := serverWaitCap
+		if !forever {
+			slice = max(0, min(slice, time.Until(deadline)))
+		}
+		flags[flag] = slice.String()
+		body, err := json.Marshal(flags)
+		if err != nil {
+			return err
+		}
+		resp, base, err := a.env.send(http.MethodPost, path, body, a.env.Output)
+		if err != nil {
+			return err
+		}
+		if resp.Header.Get("Leasewal-Exit") == strconv.Itoa(notYet) && (forever || time.Now().Before(deadline)) {
+			resp.Body.Close()
+			continue
+		}
+		return a.printRemote(resp, base)
+	}
 }
 
 // send sends a request to the first server of --server that answers. A

@@ -5,6 +5,7 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -52,6 +53,51 @@ type env struct {
 	getenv         func(string) string
 	// batch, inside a server, is where operations go to be group-committed.
 	batch *batcher
+	// ctx, inside a server, is the request's: a wait ends when its client
+	// goes, and nothing is decided for a client that has gone. nil outside.
+	ctx context.Context
+	// stopping, inside a server, is done once the server stops: its waits
+	// end early, answering what they have.
+	stopping context.Context
+}
+
+// stopped says whether the server this runs in is stopping.
+func (e env) stopped() bool { return e.stopping != nil && e.stopping.Err() != nil }
+
+// interruptWhenDone ends w's waits once the request's client goes or the
+// server stops; the returned function stops watching for either.
+func (e env) interruptWhenDone(w *store.Watcher) func() {
+	stopClient := context.AfterFunc(e.context(), w.Interrupt)
+	stopServer := func() bool { return false }
+	if e.stopping != nil {
+		stopServer = context.AfterFunc(e.stopping, w.Interrupt)
+	}
+	return func() { stopClient(); stopServer() }
+}
+
+// context is the request's context inside a server, else one never done.
+func (e env) context() context.Context {
+	if e.ctx == nil {
+		return context.Background()
+	}
+	return e.ctx
+}
+
+// serverWaitCap is the longest a server waits in one request (lease --wait,
+// wait): below the client's own patience, so that a wait never outlives a
+// client that gave up; the client asks again until its own wait runs out.
+const serverWaitCap = 5 * time.Minute
+
+// errClientGone is a request whose client went away before it was decided.
+var errClientGone = errors.New("the client went away before the request was decided: nothing was decided")
+
+// capWait is how long a wait of d may last here: d, or inside a server at
+// most serverWaitCap (a zero d, for ever, too).
+func (e env) capWait(d time.Duration) time.Duration {
+	if e.batch != nil && (d <= 0 || d > serverWaitCap) {
+		return serverWaitCap
+	}
+	return d
 }
 
 // sayWALMissing is the note for a read of a WAL that does not exist, most

@@ -146,8 +146,15 @@ type pending struct {
 }
 
 // run queues decide for the next batch and waits for its answer.
-func (b *batcher) run(decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
-	p := &pending{decide: decide, done: make(chan struct{})}
+// Nothing is decided for a request whose client has gone (ctx done): the
+// check stands immediately before the decision, in the batch.
+func (b *batcher) run(ctx context.Context, decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
+	p := &pending{decide: func(tx *store.Tx) (answer, error) {
+		if ctx.Err() != nil {
+			return answer{}, errClientGone
+		}
+		return decide(tx)
+	}, done: make(chan struct{})}
 	b.queue <- p
 	<-p.done
 	return p.a, p.committed, p.err
@@ -240,8 +247,14 @@ func runServe(e env, o serveOptions) error {
 		back = &walBackend{h: h, url: url}
 	}
 	s, stopBatches := newServer(e, back, node, token, o.maxBatch)
+	// SIGTERM ends the open waits at once (each answers what it has, as if
+	// its time had run out), so that Shutdown has only short requests to
+	// finish.
+	stopping, stopWaits := context.WithCancel(context.Background())
+	defer stopWaits()
+	s.e.stopping = stopping
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 5 * time.Minute, IdleTimeout: time.Minute}
+		WriteTimeout: serverWaitCap + time.Minute, IdleTimeout: time.Minute}
 	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, url)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -272,6 +285,7 @@ func runServe(e env, o serveOptions) error {
 		}
 	case <-sigs:
 	}
+	stopWaits()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = srv.Shutdown(ctx) // in-flight requests finish and are answered
@@ -434,7 +448,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	columns := r.Header.Get("Leasewal-Columns")
 	var stdout, stderr bytes.Buffer
-	code, err := s.e.serveOne(argv, output, columns, &stdout, &stderr)
+	code, err := s.e.serveOne(r.Context(), argv, output, columns, &stdout, &stderr)
 	if err != nil {
 		httpError(w, http.StatusBadRequest, "Usage", err.Error())
 		return
@@ -674,6 +688,8 @@ func parses(root *cobra.Command, argv []string) error {
 			err = fmt.Errorf("unknown flag: --%s", name)
 		case clientSideFlags[name]:
 			err = fmt.Errorf("--%s names a file, which the client reads: a server opens no file for a request", name)
+		case name == "follow": // a request that never ends would hold the server's resources for ever
+			err = errors.New("--follow is the client's loop: ask for the records after the last one you have (from)")
 		case !requestMay(c, name):
 			err = fmt.Errorf("--%s is the server's to set, not a request's", name)
 		}
@@ -691,14 +707,14 @@ func parses(root *cobra.Command, argv []string) error {
 // server's WAL and configuration, the wall clock, the client's output
 // format, and the server's batcher. A command line that does not parse is
 // the error, and nothing ran.
-func (e env) serveOne(argv []string, output, columns string, stdout, stderr io.Writer) (int, error) {
+func (e env) serveOne(ctx context.Context, argv []string, output, columns string, stdout, stderr io.Writer) (int, error) {
 	a := &app{v: viper.New(), args: argv, env: env{stdin: strings.NewReader(""), stdout: stdout, stderr: stderr,
 		getenv: func(k string) string {
 			if k == "COLUMNS" {
 				return columns
 			}
 			return ""
-		}, batch: e.batch}}
+		}, batch: e.batch, ctx: ctx, stopping: e.stopping}}
 	a.resolved = true
 	a.env.Config = e.Config
 	a.env.Output = output

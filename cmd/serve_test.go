@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -467,5 +468,50 @@ func TestTokenHandling(t *testing.T) {
 		if got := loopbackOnly(listen); got != want {
 			t.Errorf("loopbackOnly(%q) = %v", listen, got)
 		}
+	}
+}
+
+// TestGoneClientGetsNoLease: a lease --wait whose client went away ends
+// with its request and leases nothing: the task submitted afterwards waits
+// for a real worker.
+func TestGoneClientGetsNoLease(t *testing.T) {
+	walPath, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	before := testwait.InotifyCount(os.Getpid())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/lease", strings.NewReader(`{"worker":"ghost","wait":"1h"}`))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	count := func() string { return fmt.Sprint(testwait.InotifyCount(os.Getpid()), " inotify instances") }
+	testwait.Until(t, "the server to wait for a task", func() bool { return testwait.InotifyCount(os.Getpid()) > before }, count)
+	cancel()
+	<-done
+	testwait.Until(t, "the gone client's wait to end", func() bool { return testwait.InotifyCount(os.Getpid()) == before }, count)
+	if code, _, stderr := cli("--wal", walPath, "submit", "--payload", "P"); code != 0 {
+		t.Fatal(stderr)
+	}
+	if code, out, _ := cli("--wal", walPath, "inspect", "T1", "-o", "json"); code != 0 || !strings.Contains(out, `"state":"WAITING"`) || strings.Contains(out, "ghost") {
+		t.Fatalf("after the client went away: %s", out)
+	}
+}
+
+// TestServerCapsAWait: a server waits at most serverWaitCap in one request;
+// the CLI asks again until its own wait runs out (here: a wait shorter than
+// the cap ends as asked).
+func TestServerCapsAWait(t *testing.T) {
+	e := env{batch: &batcher{}}
+	for asked, want := range map[time.Duration]time.Duration{0: serverWaitCap, time.Hour: serverWaitCap, time.Second: time.Second} {
+		if got := e.capWait(asked); got != want {
+			t.Errorf("a server's wait of %s lasts %s, want %s", asked, got, want)
+		}
+	}
+	if got := (env{}).capWait(time.Hour); got != time.Hour {
+		t.Errorf("a local wait of 1h lasts %s", got)
 	}
 }

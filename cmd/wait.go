@@ -70,13 +70,18 @@ func runWait(e env, o waitOptions, ids []string) error {
 		if d < 0 {
 			return usageErr("--timeout %s is negative", o.timeout)
 		}
-		deadline = time.Now().Add(d)
+		deadline = time.Now().Add(e.capWait(d))
+	} else if e.batch != nil {
+		deadline = time.Now().Add(serverWaitCap)
 	}
 	if err := e.needsWallClock("wait"); err != nil {
 		return err
 	}
-	interrupts := catchInterrupts()
-	defer interrupts.stop()
+	var interrupts *interrupter
+	if e.batch == nil { // inside a server a request ends with its request, not by a signal
+		interrupts = catchInterrupts()
+		defer interrupts.stop()
+	}
 	h := store.Open(e.storeOptions())
 	defer h.Close()
 	var next, lookedAt int64
@@ -112,7 +117,7 @@ func runWait(e env, o waitOptions, ids []string) error {
 			v.Result = resultInterrupted
 			return e.interrupted(waitAnswer(v, lookedAt), sig)
 		}
-		if a.outcome != state.ResultTimeout || (!deadline.IsZero() && !time.Now().Before(deadline)) {
+		if a.outcome != state.ResultTimeout || (!deadline.IsZero() && !time.Now().Before(deadline)) || e.stopped() {
 			return e.print(a, nil)
 		}
 		if watcher == nil {
@@ -121,10 +126,14 @@ func runWait(e env, o waitOptions, ids []string) error {
 			}
 			defer watcher.Close()
 			interrupts.watch(watcher)
+			defer e.interruptWhenDone(watcher)()
 			continue // look again now that changes are watched: none is missed in between
 		}
 		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil && !errors.Is(err, store.ErrInterrupted) {
 			return err
+		}
+		if e.context().Err() != nil {
+			return errClientGone
 		}
 	}
 }

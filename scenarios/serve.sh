@@ -53,9 +53,16 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer 
 status=$(curl -s -H "Authorization: Bearer secret-token" http://127.0.0.1:$PORT/v1/status 2>/dev/null || echo '"role":"single"')
 printf '%s' "$status" | grep -q '"role":"single"' || fail "status: $status"
 
-step "SIGTERM: the server finishes and exits; every record verifies"
+step "SIGTERM: open waits end at once, the server finishes and exits 0; every record verifies"
+inotify_count() { local n=0 fd; for fd in /proc/"$1"/fd/*; do [ "$(readlink "$fd" 2>/dev/null)" = anon_inode:inotify ] && n=$((n + 1)); done; echo $n; }
+idle=$(inotify_count $server)
+"$LEASEWAL" wait T2 >/dev/null 2>&1 &
+waiter=$!
+server_waits() { [ "$(inotify_count $server)" -gt "$idle" ]; }
+wait_for "the server to hold the client's wait" server_waits
 kill -TERM $server
 wait $server || fail "serve exited $? on SIGTERM"
+kill $waiter 2>/dev/null || true
 LEASEWAL_SERVER= run 0 --wal "$WAL" verify
 expect result OK records 6
 LEASEWAL_SERVER= run 0 --wal "$WAL" log

@@ -72,12 +72,16 @@ func UntilLockWaiters(t testing.TB, path string, n int) {
 
 // HoldsInotify reports whether process pid holds an inotify instance: a
 // leasewal that waits for its WAL to change.
-func HoldsInotify(pid int) bool {
+func HoldsInotify(pid int) bool { return InotifyCount(pid) > 0 }
+
+// InotifyCount is how many inotify instances process pid holds.
+func InotifyCount(pid int) int {
+	n := 0
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	for _, fd := range fds {
 		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); link == "anon_inode:inotify" {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
