@@ -1,12 +1,15 @@
 package cmd
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +27,14 @@ import (
 // group of its own, and when the runner dies (or asks, with SIGTERM) it sends
 // the whole group SIGTERM, then SIGKILL after the grace. When the child exits
 // it clears the group too, so nothing a task started outlives the task.
+//
+// A descendant that left the group (setsid, setpgid) escapes a group kill.
+// So the supervisor is a child subreaper: such a descendant, orphaned, is
+// re-parented to it rather than to init, and once the child has ended it
+// kills and reaps every process re-parented to it until none is left. What
+// still escapes is a descendant whose parent outlives the supervisor itself
+// (a SIGKILLed supervisor, or a double fork after it ended): that needs a
+// cgroup, which leasewal does not use.
 //
 // It reports on file descriptor 3, one line each: "pid N" once the child is
 // started, then "exit N", "signal NAME" or "cannot-start ERROR".
@@ -44,6 +55,9 @@ func supervise(args []string) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	runtime.LockOSThread() // the child's Pdeathsig is tied to this thread: keep it
+	// A subreaper that cannot be had leaves only the group kill; the task
+	// runs all the same.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	child := exec.Command(args[1], args[2:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -75,10 +89,51 @@ func supervise(args []string) int {
 		}
 	}
 	_ = unix.Kill(-pgid, unix.SIGKILL) // what the child started and left behind
+	killAdopted()
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		report("signal %s", unix.SignalName(ws.Signal()))
 		return 0
 	}
 	report("exit %d", ps.ExitCode())
 	return 0
+}
+
+// killAdopted kills and reaps every process re-parented to this subreaper,
+// and those their deaths re-parent in turn, until it has no child left.
+// The child itself has been reaped already, so nothing here takes its
+// status.
+func killAdopted() {
+	for {
+		for _, pid := range childrenOf(os.Getpid()) {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(-1, &ws, 0, nil); errors.Is(err, unix.ECHILD) {
+			return
+		} else if err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var children []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			children = append(children, child)
+		}
+	}
+	return children
 }

@@ -12,9 +12,10 @@ export LEASEWAL_WAL=$DIR/gzip.wal
 mkdir -p "$DIR/files"
 MARK="leasewal-workers-$$" # in every child's command line, to find leftovers
 
-# leftovers lists the processes whose command line holds MARK (the pattern's
-# brackets keep grep from finding itself).
-leftovers() { grep -l -s "[${MARK:0:1}]${MARK:1}" /proc/[0-9]*/cmdline || true; }
+# leftovers lists the processes whose command line or environment holds
+# MARK (the pattern's brackets keep grep from finding itself; the
+# environment is inherited by whatever a marked process starts).
+leftovers() { grep -l -s "[${MARK:0:1}]${MARK:1}" /proc/[0-9]*/cmdline /proc/[0-9]*/environ || true; }
 no_leftovers() { [ -z "$(leftovers)" ]; }
 
 # waiting_on_inotify PID: PID holds an inotify instance, i.e. it is waiting
@@ -111,6 +112,20 @@ run 0 submit --payload flood --request-id flood
 worker 0 --worker W7 -- sh -c 'head -c 5000000 /dev/zero # '"$MARK"
 expect task_id T14 outcome COMMITTED exit 0
 echo "   5 MB on stdout (to run's stderr with -o json): COMMITTED"
+
+step "a grandchild that leaves the process group (setsid) and ignores SIGTERM dies with its SIGKILLed runner"
+run 0 submit --payload escapee --request-id escapee
+"$LEASEWAL" run --worker W9 --duration 1m --kill-grace 500ms -- sh -c 'trap "" TERM
+MARKED=$1 setsid sh -c "trap \"\" TERM; sleep 300; true" &
+touch "$0"; sleep 300; true' "$DIR/escapee.started" "$MARK" >/dev/null 2>&1 &
+runner=$!
+wait_for "the escapee's parent to start" has_file "$DIR/escapee.started"
+escaped() { grep -q -s "MARKED=[${MARK:0:1}]${MARK:1}" /proc/[0-9]*/environ; }
+wait_for "the setsid grandchild to start" escaped
+kill -9 $runner
+wait $runner 2>/dev/null || true
+SHOW=leftovers wait_for "every process of the runner, the setsid one included, to go" no_leftovers
+echo "   the setsid grandchild ignoring SIGTERM was killed by the child's supervisor (a subreaper)"
 
 step "a WAL deleted while a runner waits: the runner finds it gone and stops for want of tasks"
 cp "$LEASEWAL_WAL" "$DIR/kept.wal"
