@@ -3,6 +3,8 @@ package cmd
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,7 +24,7 @@ import (
 )
 
 // The flags that configure this process, never sent to a server.
-var clientFlags = map[string]bool{"wal": true, "config": true, "output": true, "no-color": true, "no-headers": true,
+var clientFlags = map[string]bool{"wal": true, "ca": true, "config": true, "output": true, "no-color": true, "no-headers": true,
 	"lock-timeout": true, "server": true, "token-file": true, "payload-file": true, "help": true}
 
 // remote sends the command to a server (--server) and prints and exits as
@@ -109,6 +112,10 @@ func (e env) send(method, path string, body []byte, output string) (*http.Respon
 	if err != nil {
 		return nil, "", err
 	}
+	client, err := e.httpClient()
+	if err != nil {
+		return nil, "", err
+	}
 	var lastErr error
 	deadline := time.Now().Add(electionWait)
 	for {
@@ -127,8 +134,12 @@ func (e env) send(method, path string, body []byte, output string) (*http.Respon
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
-			resp, err := serverClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
+				var untrusted *tls.CertificateVerificationError
+				if errors.As(err, &untrusted) { // the handshake failed: nothing was sent
+					return nil, "", usageErr("%s: the server's certificate is not trusted (%v): give the certificate that signs it with --ca FILE (or LEASEWAL_CA)", base, untrusted.Err)
+				}
 				var op *net.OpError
 				if errors.As(err, &op) && op.Op == "dial" {
 					lastErr = err // nothing was sent: the next server may answer
@@ -172,8 +183,33 @@ func readToken(path string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// serverClient is the HTTP client of --server: one, so that connections are reused.
-var serverClient = &http.Client{Timeout: 10 * time.Minute}
+// httpClients holds the HTTP clients of --server, one per --ca, so that
+// connections are reused across the requests of a process.
+var httpClients sync.Map // CA path -> *http.Client
+
+// httpClient is the client for the servers of c: trusting the certificates
+// in --ca, or the system's.
+func (c Config) httpClient() (*http.Client, error) {
+	if client, ok := httpClients.Load(c.CA); ok {
+		return client.(*http.Client), nil
+	}
+	client := &http.Client{Timeout: 10 * time.Minute}
+	if c.CA != "" {
+		pem, err := os.ReadFile(c.CA)
+		if err != nil {
+			return nil, usageErr("cannot read --ca %s: %v", c.CA, unwrapPathErr(err))
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usageErr("--ca %s holds no PEM certificate", c.CA)
+		}
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		client.Transport = transport
+	}
+	actual, _ := httpClients.LoadOrStore(c.CA, client)
+	return actual.(*http.Client), nil
+}
 
 // call sends one operation to the server and returns its JSON answer and exit code.
 func (e env) call(path string, flags map[string]any) (map[string]any, int, error) {

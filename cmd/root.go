@@ -43,6 +43,7 @@ type Config struct {
 	MaxRetries  int    // worklease fail's --max-retries, which the config file may set too
 	Server      string // --server: the commands go to these servers
 	TokenFile   string
+	CA          string // --ca: the certificates that sign an https server's, instead of the system's
 }
 
 // env is what a verb runs with: the configuration and the process's streams.
@@ -231,7 +232,8 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	pf.String("actor", "", "who is acting, recorded for audit only (env LEASEWAL_ACTOR; default user@host:pid)")
 	pf.String("server", "", "send the command to 'leasewal serve' at this URL (a comma-separated list is tried in order; env LEASEWAL_SERVER)")
 	pf.String("token-file", "", "the bearer token for --server (env LEASEWAL_TOKEN_FILE)")
-	for key, flag := range map[string]string{"wal": "wal", "output": "output", "lock_timeout": "lock-timeout", "actor": "actor", "now": "now", "server": "server", "token_file": "token-file"} {
+	pf.String("ca", "", "PEM certificates to trust for an https --server, instead of the system's (env LEASEWAL_CA)")
+	for key, flag := range map[string]string{"wal": "wal", "output": "output", "lock_timeout": "lock-timeout", "actor": "actor", "now": "now", "server": "server", "token_file": "token-file", "ca": "ca"} {
 		_ = a.v.BindPFlag(key, pf.Lookup(flag)) // the flags exist: a failure here is impossible
 	}
 	a.v.SetEnvPrefix("LEASEWAL")
@@ -311,7 +313,7 @@ func (a *app) unknownSubcommand(c *cobra.Command) (string, bool) {
 
 // The configuration keys a file may set, and the sections holding keys.
 var configKeys = map[string]bool{"wal": true, "output": true, "lock_timeout": true, "actor": true, "worklease.max_retries": true,
-	"server": true, "token_file": true}
+	"server": true, "token_file": true, "ca": true}
 
 // resolve reads the configuration once flags are parsed.
 func (a *app) resolve() error {
@@ -346,7 +348,7 @@ func (a *app) resolve() error {
 		c.Actor = defaultActor()
 	}
 	c.Now = a.v.GetString("now")
-	c.Server, c.TokenFile = a.v.GetString("server"), a.v.GetString("token_file")
+	c.Server, c.TokenFile, c.CA = a.v.GetString("server"), a.v.GetString("token_file"), a.v.GetString("ca")
 	if err := checkServerURLs(c.Server); err != nil {
 		return err
 	}

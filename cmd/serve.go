@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +39,8 @@ type serveOptions struct {
 	advertise string
 	tokenFile string
 	insecure  bool
+	tlsCert   string
+	tlsKey    string
 	maxBatch  int
 	raft      cluster.Config
 	join      string
@@ -73,6 +76,8 @@ told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
 	c.Flags().StringVar(&o.listen, "listen", "127.0.0.1:7420", "the address to listen on")
 	c.Flags().StringVar(&o.tokenFile, "token-file", "", "refuse requests without 'Authorization: Bearer <this file's content>' (the file must be private: chmod 600)")
 	c.Flags().BoolVar(&o.insecure, "insecure", false, "serve an address beyond loopback without a token")
+	c.Flags().StringVar(&o.tlsCert, "tls-cert", "", "serve https with this PEM certificate (chain); needs --tls-key")
+	c.Flags().StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	c.Flags().IntVar(&o.maxBatch, "max-batch", 256, "most requests decided in one batch")
 	c.Flags().StringVar(&o.advertise, "advertise", "", "the URL other nodes and clients reach this server at (default: http://<the --listen address>)")
 	c.Flags().StringVar(&o.raft.ID, "raft-id", "", "run as this node of a raft cluster (with --raft-dir and --raft-bind)")
@@ -217,6 +222,17 @@ func runServe(e env, o serveOptions) error {
 	if token == "" && !o.insecure && !loopbackOnly(o.listen) {
 		return usageErr("--listen %s reaches beyond this machine, and without a token anyone who can reach it may lease, complete and abort tasks: give --token-file F (and TLS in front), or --insecure to serve it open", o.listen)
 	}
+	var tlsConfig *tls.Config
+	if o.tlsCert != "" || o.tlsKey != "" {
+		if o.tlsCert == "" || o.tlsKey == "" {
+			return usageErr("give both --tls-cert and --tls-key, or neither")
+		}
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return usageErr("--tls-cert %s, --tls-key %s: %v", o.tlsCert, o.tlsKey, err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	listener, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return usageErr("cannot listen on %s: %v", o.listen, err)
@@ -225,6 +241,12 @@ func runServe(e env, o serveOptions) error {
 	url := strings.TrimRight(o.advertise, "/")
 	if url == "" {
 		url = advertised(listener.Addr())
+	}
+	if tlsConfig != nil {
+		listener = tls.NewListener(listener, tlsConfig)
+		if o.advertise == "" {
+			url = "https://" + strings.TrimPrefix(url, "http://")
+		}
 	}
 	var (
 		back   backend
@@ -263,7 +285,11 @@ func runServe(e env, o serveOptions) error {
 	go func() { served <- srv.Serve(listener) }()
 	joined := make(chan error, 1)
 	if o.join != "" {
-		go func() { joined <- joinCluster(o.join, token, cfgJoin(o.raft, url)) }()
+		client, err := e.httpClient()
+		if err != nil {
+			return err
+		}
+		go func() { joined <- joinCluster(client, o.join, token, cfgJoin(o.raft, url)) }()
 	}
 	var stopErr error
 	select {
@@ -312,7 +338,7 @@ func cfgJoin(cfg cluster.Config, url string) joinRequest {
 
 // joinCluster asks the member at base to add this node, until it is added
 // or a minute has passed (the cluster may be electing a leader).
-func joinCluster(base, token string, req joinRequest) error {
+func joinCluster(client *http.Client, base, token string, req joinRequest) error {
 	body, _ := json.Marshal(req) // three strings always marshal
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -323,7 +349,7 @@ func joinCluster(base, token string, req joinRequest) error {
 		if token != "" {
 			r.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := serverClient.Do(r)
+		resp, err := client.Do(r)
 		if err == nil {
 			answer, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -500,9 +526,6 @@ func (s *server) join(w http.ResponseWriter, r *http.Request, body []byte) {
 	writeJSON(w, map[string]string{"result": "JOINED", "id": req.ID})
 }
 
-// forwardClient carries a follower's requests to the leader.
-var forwardClient = &http.Client{Timeout: 10 * time.Minute}
-
 // forward sends a request that reached a follower to the leader, and its
 // answer back. Nothing is decided here: with no leader known it is 503, which
 // a client answers by trying again; an answer lost on the way is exit 10.
@@ -523,7 +546,12 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 		}
 	}
 	req.Header.Set("Leasewal-Forwarded", "1")
-	resp, err := forwardClient.Do(req)
+	client, err := s.e.httpClient()
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, "Internal", err.Error())
+		return
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
