@@ -40,6 +40,8 @@ type Config struct {
 	Join bool
 	// Transport, if set, replaces TCP on Bind (tests: raft.InmemTransport).
 	Transport raft.Transport
+	// TLS, if set, makes the transport on Bind mutual TLS.
+	TLS *TLS
 	// Timing tunes raft; the zero value is Timing{}.withDefaults().
 	Timing Timing
 	// Log receives raft's own log lines (each kind at most once per 30 s);
@@ -222,12 +224,16 @@ func (n *Node) open() error {
 	}
 	n.trans = n.cfg.Transport
 	if n.trans == nil {
-		tcp, err := raft.NewTCPTransport(n.cfg.Bind, nil, 3, 10*time.Second, logw)
+		var err error
+		if n.cfg.TLS != nil {
+			n.trans, err = NewTLSTransport(n.cfg.Bind, *n.cfg.TLS, logw)
+		} else {
+			n.trans, err = raft.NewTCPTransport(n.cfg.Bind, nil, 3, 10*time.Second, logw)
+		}
 		if err != nil {
 			bolt.Close()
 			return fmt.Errorf("cannot listen for raft on %s: %w", n.cfg.Bind, err)
 		}
-		n.trans = tcp
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.cfg.ID)

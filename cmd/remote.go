@@ -187,6 +187,19 @@ func readToken(path string) (string, error) {
 // connections are reused across the requests of a process.
 var httpClients sync.Map // CA path -> *http.Client
 
+// loadCA reads the PEM certificates of --ca.
+func loadCA(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErr("cannot read --ca %s: %v", path, unwrapPathErr(err))
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usageErr("--ca %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
 // httpClient is the client for the servers of c: trusting the certificates
 // in --ca, or the system's.
 func (c Config) httpClient() (*http.Client, error) {
@@ -195,13 +208,9 @@ func (c Config) httpClient() (*http.Client, error) {
 	}
 	client := &http.Client{Timeout: 10 * time.Minute}
 	if c.CA != "" {
-		pem, err := os.ReadFile(c.CA)
+		pool, err := loadCA(c.CA)
 		if err != nil {
-			return nil, usageErr("cannot read --ca %s: %v", c.CA, unwrapPathErr(err))
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usageErr("--ca %s holds no PEM certificate", c.CA)
+			return nil, err
 		}
 		transport := http.DefaultTransport.(*http.Transport).Clone()
 		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}

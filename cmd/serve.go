@@ -219,6 +219,9 @@ func runServe(e env, o serveOptions) error {
 	if clustered && (o.raft.ID == "" || o.raft.Dir == "" || o.raft.Bind == "") {
 		return usageErr("a raft node needs all of --raft-id, --raft-dir and --raft-bind")
 	}
+	if _, port, err := net.SplitHostPort(o.raft.Bind); clustered && (err != nil || port == "0") {
+		return usageErr("--raft-bind %q: give host:port with a fixed port, which the other nodes are told", o.raft.Bind)
+	}
 	if token == "" && !o.insecure && !loopbackOnly(o.listen) {
 		return usageErr("--listen %s reaches beyond this machine, and without a token anyone who can reach it may lease, complete and abort tasks: give --token-file F (and TLS in front), or --insecure to serve it open", o.listen)
 	}
@@ -256,6 +259,16 @@ func runServe(e env, o serveOptions) error {
 	if clustered {
 		cfg := o.raft
 		cfg.URL, cfg.Join, cfg.Log = url, o.join != "", e.stderr
+		if tlsConfig != nil { // raft speaks mutual TLS too: only the CA's nodes may send it entries
+			if e.CA == "" {
+				return usageErr("a raft node serving TLS needs --ca: the certificate that signs every node's")
+			}
+			pool, err := loadCA(e.CA)
+			if err != nil {
+				return err
+			}
+			cfg.TLS = &cluster.TLS{Cert: tlsConfig.Certificates[0], CA: pool}
+		}
 		if node, err = cluster.Start(cfg, e.storeOptions()); err != nil {
 			return usageErr("%v", err)
 		}

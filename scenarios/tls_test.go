@@ -2,61 +2,26 @@ package scenarios
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
-	"time"
 
+	"leasewal/internal/testcert"
 	"leasewal/internal/testwait"
 )
 
-// selfSigned writes a certificate for 127.0.0.1 and its key, made here.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+// startServe starts leasewal serve with args and returns it once it says
+// where it serves, with that URL and what it says on stderr from then on.
+func startServe(t *testing.T, args ...string) (*exec.Cmd, string, *lockedBuffer) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "leasewal test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
-	return certFile, keyFile
-}
-
-// TestServeOverTLS: serve --tls-cert/--tls-key answers https; a client that
-// trusts the certificate (--ca) is answered, one that does not is told so
-// (exit 2, nothing sent), and plain http to it gets nothing decided.
-func TestServeOverTLS(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := selfSigned(t, dir)
-	token := filepath.Join(dir, "token")
-	os.WriteFile(token, []byte("s3cret\n"), 0o600)
-	walPath := filepath.Join(dir, "q.wal")
-	server := exec.Command(binary(), "--wal", walPath, "serve", "--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--token-file", token)
+	server := exec.Command(binary(), args...)
 	stderr, err := server.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -64,23 +29,64 @@ func TestServeOverTLS(t *testing.T) {
 	if err := server.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer server.Process.Kill()
+	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
 	lines := bufio.NewScanner(stderr)
 	var url string
-	for url == "" && lines.Scan() { // the server says where it serves once it does
+	for url == "" && lines.Scan() { // it says where it serves once it does
 		if _, after, ok := strings.Cut(lines.Text(), " on "); ok && strings.Contains(lines.Text(), "serving") {
 			url = after
 		}
 	}
+	if url == "" {
+		t.Fatalf("serve %v ended without serving", args)
+	}
+	rest := &lockedBuffer{}
+	go func() {
+		for lines.Scan() {
+			rest.WriteString(lines.Text() + "\n")
+		}
+	}()
+	return server, url, rest
+}
+
+// lockedBuffer is a strings.Builder safe for one writer and many readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) WriteString(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(s)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServeOverTLS: serve --tls-cert/--tls-key answers https; a client that
+// trusts the certificate (--ca) is answered, one that does not is told so
+// (exit 2, nothing sent), and plain http to it gets nothing decided.
+func TestServeOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewAuthority(t, "test CA")
+	_, certFile, keyFile := ca.Issue(t, "server", dir)
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	os.WriteFile(token, []byte("s3cret\n"), 0o600)
+	walPath := filepath.Join(dir, "q.wal")
+	server, url, _ := startServe(t, "--wal", walPath, "serve", "--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--token-file", token)
 	if !strings.HasPrefix(url, "https://127.0.0.1:") {
 		t.Fatalf("the server said %q", url)
 	}
-	go func() {
-		for lines.Scan() {
-		}
-	}()
 	client := []string{"LEASEWAL_SERVER=" + url, "LEASEWAL_TOKEN_FILE=" + token}
-	if code, out, errOut := run(t, walPath, append(client, "LEASEWAL_CA="+certFile), "submit", "--payload", "over tls", "-o", "json"); code != 0 || !strings.Contains(out, `"result":"ACK"`) {
+	if code, out, errOut := run(t, walPath, append(client, "LEASEWAL_CA="+caFile), "submit", "--payload", "over tls", "-o", "json"); code != 0 || !strings.Contains(out, `"result":"ACK"`) {
 		t.Fatalf("a client trusting the certificate: exit %d %s %s", code, out, errOut)
 	}
 	if code, _, errOut := run(t, walPath, client, "inspect"); code != 2 || !strings.Contains(errOut, "certificate is not trusted") || !strings.Contains(errOut, "--ca") {
@@ -111,4 +117,57 @@ func TestServeOverTLS(t *testing.T) {
 	if code, out, _ := run(t, walPath, nil, "log", "-o", "json"); code != 0 || strings.Count(out, "TaskCreated") != 1 || strings.Contains(out, "in clear") {
 		t.Fatalf("the WAL holds:\n%s", out)
 	}
+}
+
+// TestClusterOverTLS: three serve processes whose HTTP and raft both speak
+// TLS with certificates from one CA form a cluster (joins over https), a
+// submit through a follower is forwarded to the leader, and every node's
+// WAL ends the same.
+func TestClusterOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewAuthority(t, "cluster CA")
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	var logs []*lockedBuffer
+	// Raft's addresses are given, not taken from the system: a joining node
+	// tells the leader its --raft-bind. Below Linux's ephemeral ports, as
+	// cluster.sh's, so that no test's outgoing connection holds one.
+	base := 10000 + rand.IntN(20000)
+	for i, name := range []string{"n1", "n2", "n3"} {
+		_, cert, key := ca.Issue(t, name, dir)
+		args := []string{"--wal", filepath.Join(dir, name+".wal"), "--ca", caFile, "serve", "--listen", "127.0.0.1:0",
+			"--tls-cert", cert, "--tls-key", key, "--raft-id", name, "--raft-dir", filepath.Join(dir, name+".raft"),
+			"--raft-bind", fmt.Sprintf("127.0.0.1:%d", base+i)}
+		if i > 0 {
+			args = append(args, "--join", urls[0])
+		}
+		_, url, log := startServe(t, args...)
+		urls, logs = append(urls, url), append(logs, log)
+		if i == 0 { // the founder leads before anyone joins
+			testwait.Until(t, "n1 to lead", func() bool {
+				_, out, _ := run(t, "", []string{"LEASEWAL_SERVER=" + url, "LEASEWAL_CA=" + caFile}, "submit", "--payload", "first", "--request-id", "first")
+				return strings.Contains(out, "ACK")
+			}, log.String)
+		}
+	}
+	for i, log := range logs[1:] {
+		testwait.Until(t, fmt.Sprintf("n%d to join over https", i+2), func() bool { return strings.Contains(log.String(), "joined the cluster") }, log.String)
+	}
+	follower := []string{"LEASEWAL_SERVER=" + urls[2], "LEASEWAL_CA=" + caFile}
+	if code, out, errOut := run(t, "", follower, "submit", "--payload", "through a follower", "-o", "json"); code != 0 || !strings.Contains(out, "ACK") {
+		t.Fatalf("a submit through n3: exit %d %s %s", code, out, errOut)
+	}
+	same := func() bool {
+		a, _ := os.ReadFile(filepath.Join(dir, "n1.wal"))
+		for _, name := range []string{"n2", "n3"} {
+			if b, _ := os.ReadFile(filepath.Join(dir, name+".wal")); string(a) != string(b) || !strings.Contains(string(b), "through a follower") {
+				return false
+			}
+		}
+		return true
+	}
+	testwait.Until(t, "every node's WAL to hold both records", same, func() string { return logs[0].String() + logs[1].String() + logs[2].String() })
 }
