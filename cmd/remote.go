@@ -53,15 +53,21 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 	case path == "wait":
 		return a.remoteWait(path, "timeout", flags, ExitWaitedOut)
 	}
-	body, err := json.Marshal(flags)
-	if err != nil {
-		return err
-	}
-	resp, base, err := a.env.send(http.MethodPost, path, body, a.env.Output)
+	resp, base, err := a.env.sendFlags(path, flags)
 	if err != nil {
 		return err
 	}
 	return a.printRemote(resp, base)
+}
+
+// sendFlags sends a command's flags to the server, asking for this
+// client's output format.
+func (e env) sendFlags(path string, flags map[string]any) (*http.Response, string, error) {
+	body, err := json.Marshal(flags)
+	if err != nil {
+		return nil, "", err
+	}
+	return e.send(http.MethodPost, path, body, e.Output)
 }
 
 // remoteWait sends a command that waits (lease --wait, wait) in slices of at
@@ -85,11 +91,7 @@ func (a *app) remoteWait(path, flag string, flags map[string]any, notYet int) er
 			slice = max(0, min(slice, time.Until(deadline)))
 		}
 		flags[flag] = slice.String()
-		body, err := json.Marshal(flags)
-		if err != nil {
-			return err
-		}
-		resp, base, err := a.env.send(http.MethodPost, path, body, a.env.Output)
+		resp, base, err := a.env.sendFlags(path, flags)
 		if err != nil {
 			return err
 		}

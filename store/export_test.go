@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 // What the tests of package store_test reach inside the package.
 
@@ -36,4 +40,12 @@ func LoadCheckpoint(path string) (int, bool) {
 	}
 	defer release()
 	return pos.Count, pos.Count == int(st.LastSeq())
+}
+
+// PollEvery is pollEvery.
+const PollEvery = pollEvery
+
+// WatchWithoutInotify is Watch where inotify cannot be had.
+func (h *Handle) WatchWithoutInotify() (*Watcher, error) {
+	return h.watchWith(&hub{fd: -1, init: func(int) (int, error) { return -1, unix.EMFILE }})
 }

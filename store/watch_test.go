@@ -1,6 +1,7 @@
-package store
+package store_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,35 +10,19 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"leasewal/internal/testwait"
-	"leasewal/state"
+	"leasewal/store"
 )
-
-func appendOne(t *testing.T, h *Handle) {
-	t.Helper()
-	err := h.Write(func(tx *Tx) error {
-		d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
-		if err != nil {
-			return err
-		}
-		return tx.Commit(d.Records)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestWaitersShareOneInotify: fifty waiters on a WAL hold one inotify
 // instance between them, an append wakes every one, and the instance is
 // closed with the last of them.
 func TestWaitersShareOneInotify(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
-	h := Open(Options{Path: path, LockTimeout: time.Minute})
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
 	defer h.Close()
 	before := testwait.InotifyCount(os.Getpid())
-	var watchers []*Watcher
+	var watchers []*store.Watcher
 	for range 50 {
 		w, err := h.Watch()
 		if err != nil {
@@ -48,7 +33,7 @@ func TestWaitersShareOneInotify(t *testing.T) {
 	if got := testwait.InotifyCount(os.Getpid()) - before; got != 1 {
 		t.Fatalf("50 waiters hold %d inotify instances, want 1", got)
 	}
-	appendOne(t, h)
+	submit(t, h, "p")
 	var wg sync.WaitGroup
 	for _, w := range watchers {
 		wg.Add(1)
@@ -75,10 +60,9 @@ func TestWaitersShareOneInotify(t *testing.T) {
 func TestWatchFallsBackToPolling(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
 	var warnings []string
-	h := Open(Options{Path: path, LockTimeout: time.Minute, Warn: func(m string) { warnings = append(warnings, m) }})
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Warn: func(m string) { warnings = append(warnings, m) }})
 	defer h.Close()
-	full := &hub{fd: -1, init: func(int) (int, error) { return -1, unix.EMFILE }}
-	w, err := h.watchWith(full)
+	w, err := h.WatchWithoutInotify()
 	if err != nil {
 		t.Fatalf("no inotify is an error: %v", err)
 	}
@@ -86,15 +70,15 @@ func TestWatchFallsBackToPolling(t *testing.T) {
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "looking at it every") {
 		t.Fatalf("warnings: %q", warnings)
 	}
-	if changed, _ := w.Wait(time.Now().Add(2 * pollEvery)); changed {
+	if changed, _ := w.Wait(time.Now().Add(2 * store.PollEvery)); changed {
 		t.Fatal("woken with nothing appended")
 	}
-	appendOne(t, h)
+	submit(t, h, "p")
 	if changed, err := w.Wait(time.Now().Add(testwait.HangGuard)); !changed || err != nil {
 		t.Fatalf("the append was not seen: %v %v", changed, err)
 	}
 	w.Interrupt()
-	if _, err := w.Wait(time.Time{}); err != ErrInterrupted {
+	if _, err := w.Wait(time.Time{}); !errors.Is(err, store.ErrInterrupted) {
 		t.Fatalf("Interrupt: %v", err)
 	}
 }
