@@ -478,7 +478,7 @@ func TestGoneClientGetsNoLease(t *testing.T) {
 	walPath, s := testServer(t, "")
 	ts := httptest.NewServer(s)
 	defer ts.Close()
-	before := testwait.InotifyCount(os.Getpid())
+	before := store.Waiting()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -488,11 +488,11 @@ func TestGoneClientGetsNoLease(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	count := func() string { return fmt.Sprint(testwait.InotifyCount(os.Getpid()), " inotify instances") }
-	testwait.Until(t, "the server to wait for a task", func() bool { return testwait.InotifyCount(os.Getpid()) > before }, count)
+	count := func() string { return fmt.Sprint(store.Waiting(), " waiting, ", before, " before") }
+	testwait.Until(t, "the server to wait for a task", func() bool { return store.Waiting() > before }, count)
 	cancel()
 	<-done
-	testwait.Until(t, "the gone client's wait to end", func() bool { return testwait.InotifyCount(os.Getpid()) == before }, count)
+	testwait.Until(t, "the gone client's wait to end", func() bool { return store.Waiting() == before }, count)
 	if code, _, stderr := cli("--wal", walPath, "submit", "--payload", "P"); code != 0 {
 		t.Fatal(stderr)
 	}

@@ -130,6 +130,18 @@ func (w *Watcher) statChanged() bool {
 	return a.Ino != b.Ino || a.Dev != b.Dev || now.Size() != before.Size() || !now.ModTime().Equal(before.ModTime())
 }
 
+// Waiting is how many Watchers of this process are open on inotify now:
+// how many commands or requests wait for a WAL to change.
+func Waiting() int {
+	watchHub.mu.Lock()
+	defer watchHub.mu.Unlock()
+	n := 0
+	for _, subs := range watchHub.subs {
+		n += len(subs)
+	}
+	return n
+}
+
 // notify tells w its WAL may have changed.
 func (w *Watcher) notify() {
 	select {
