@@ -35,15 +35,16 @@ import (
 var localOnly = map[string]bool{"verify": true, "repair": true, "serve": true, "completion": true, "help": true}
 
 type serveOptions struct {
-	listen    string
-	advertise string
-	tokenFile string
-	insecure  bool
-	tlsCert   string
-	tlsKey    string
-	maxBatch  int
-	raft      cluster.Config
-	join      string
+	listen        string
+	advertise     string
+	tokenFile     string
+	readTokenFile string
+	insecure      bool
+	tlsCert       string
+	tlsKey        string
+	maxBatch      int
+	raft          cluster.Config
+	join          string
 }
 
 func (a *app) newServeCmd() *cobra.Command {
@@ -75,6 +76,7 @@ told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
 	}
 	c.Flags().StringVar(&o.listen, "listen", "127.0.0.1:7420", "the address to listen on")
 	c.Flags().StringVar(&o.tokenFile, "token-file", "", "refuse requests without 'Authorization: Bearer <this file's content>' (the file must be private: chmod 600)")
+	c.Flags().StringVar(&o.readTokenFile, "read-token-file", "", "a second token, which may only read: status, inspect, log, why, wait, worklease inspect")
 	c.Flags().BoolVar(&o.insecure, "insecure", false, "serve an address beyond loopback without a token")
 	c.Flags().StringVar(&o.tlsCert, "tls-cert", "", "serve https with this PEM certificate (chain); needs --tls-key")
 	c.Flags().StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
@@ -212,6 +214,15 @@ func runServe(e env, o serveOptions) error {
 	if o.tokenFile != "" && token == "" {
 		return usageErr("--token-file %s is empty", o.tokenFile)
 	}
+	readOnly, err := readToken(o.readTokenFile)
+	switch {
+	case err != nil:
+		return err
+	case o.readTokenFile != "" && (readOnly == "" || token == ""):
+		return usageErr("--read-token-file needs a token in it and a --token-file beside it (for the writers)")
+	case readOnly != "" && readOnly == token:
+		return usageErr("--read-token-file and --token-file hold the same token: give the readers a token of their own")
+	}
 	if o.maxBatch < 1 {
 		return usageErr("--max-batch %d: give 1 or more", o.maxBatch)
 	}
@@ -282,6 +293,7 @@ func runServe(e env, o serveOptions) error {
 		back = &walBackend{h: h, url: url}
 	}
 	s, stopBatches := newServer(e, back, node, token, o.maxBatch)
+	s.readToken = readOnly
 	// SIGTERM ends the open waits at once (each answers what it has, as if
 	// its time had run out), so that Shutdown has only short requests to
 	// finish.
@@ -403,6 +415,8 @@ type server struct {
 	node  *cluster.Node // nil: a single server
 	batch *batcher
 	token string
+	// readToken, if set, may ask for readOnlyPaths only.
+	readToken string
 }
 
 // loopbackOnly says whether a --listen address is reached from this
@@ -446,12 +460,21 @@ func bearerIs(header, token string) bool {
 // The most a request body may hold: a 64 KiB payload escaped, and the rest.
 const maxRequestBody = 1 << 20
 
+// readOnlyPaths are what a read-only token may ask for: what writes nothing.
+var readOnlyPaths = map[string]bool{"status": true, "inspect": true, "log": true, "why": true, "wait": true, "worklease/inspect": true}
+
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.token != "" && !bearerIs(r.Header.Get("Authorization"), s.token) {
-		httpError(w, http.StatusUnauthorized, "Unauthorized", "a missing or wrong token: send 'Authorization: Bearer <token>'")
-		return
-	}
 	path, ok := strings.CutPrefix(r.URL.Path, "/v1/")
+	if auth := r.Header.Get("Authorization"); s.token != "" && !bearerIs(auth, s.token) {
+		switch {
+		case s.readToken == "" || !bearerIs(auth, s.readToken):
+			httpError(w, http.StatusUnauthorized, "Unauthorized", "a missing or wrong token: send 'Authorization: Bearer <token>'")
+			return
+		case !readOnlyPaths[path]:
+			httpError(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("this token may only read (status, inspect, log, why, wait, worklease inspect), not %s: use a full token", path))
+			return
+		}
+	}
 	switch {
 	case !ok:
 		httpError(w, http.StatusNotFound, "NotFound", "the API is under /v1/")

@@ -515,3 +515,44 @@ func TestServerCapsAWait(t *testing.T) {
 		t.Errorf("a local wait of 1h lasts %s", got)
 	}
 }
+
+// TestReadOnlyToken: a server's read-only token may read (inspect, log,
+// why, wait, status) and nothing else (403, the WAL untouched); the full
+// token may do all.
+func TestReadOnlyToken(t *testing.T) {
+	walPath, s := testServer(t, "writer")
+	s.readToken = "viewer"
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	dir := t.TempDir()
+	tokens := map[string]string{}
+	for _, name := range []string{"writer", "viewer"} {
+		tokens[name] = filepath.Join(dir, name)
+		if err := os.WriteFile(tokens[name], []byte(name+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as := func(who string, args ...string) (int, string, string) {
+		return cli(append([]string{"--server", ts.URL, "--token-file", tokens[who]}, args...)...)
+	}
+	if code, _, stderr := as("writer", "submit", "--payload", "P"); code != 0 {
+		t.Fatal(stderr)
+	}
+	before, _ := os.ReadFile(walPath)
+	for _, args := range [][]string{{"inspect"}, {"log"}, {"why", "T1"}, {"wait", "T1", "--for", "WAITING"}, {"worklease", "inspect"}} {
+		if code, _, stderr := as("viewer", args...); code != 0 {
+			t.Errorf("a reader's %v: exit %d %s", args, code, stderr)
+		}
+	}
+	for _, args := range [][]string{{"submit", "--payload", "Q"}, {"lease", "--worker", "W"}, {"abort", "T1", "--reason", "x"}, {"expire"}} {
+		if code, out, stderr := as("viewer", args...); code != ExitUsage || !strings.Contains(stderr, "may only read") || out != "" {
+			t.Errorf("a reader's %v: exit %d %q %s", args, code, out, stderr)
+		}
+	}
+	if after, _ := os.ReadFile(walPath); !bytes.Equal(before, after) {
+		t.Fatal("a read-only token changed the WAL")
+	}
+	if code, _, stderr := as("writer", "lease", "--worker", "W"); code != 0 {
+		t.Fatalf("the full token: %s", stderr)
+	}
+}
