@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -94,6 +95,8 @@ type batcher struct {
 	back  backend
 	queue chan *pending
 	max   int
+	// received counts the requests ever handed to the batcher.
+	received atomic.Int64
 }
 
 // backend is where a server's batches are decided and made durable: the WAL
@@ -163,6 +166,7 @@ func (b *batcher) run(ctx context.Context, decide func(tx *store.Tx) (answer, er
 		return decide(tx)
 	}, done: make(chan struct{})}
 	b.queue <- p
+	b.received.Add(1)
 	<-p.done
 	return p.a, p.committed, p.err
 }

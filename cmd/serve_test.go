@@ -61,8 +61,7 @@ func TestServerGroupCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, stop := newServer(e, &walBackend{h: h, url: "http://test"}, nil, "secret", 64)
-	var arrived atomic.Int64
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { arrived.Add(1); s.ServeHTTP(w, r) }))
+	ts := httptest.NewServer(s)
 	defer ts.Close()
 	const requests = 16
 	var wg sync.WaitGroup
@@ -91,16 +90,10 @@ func TestServerGroupCommits(t *testing.T) {
 			mu.Unlock()
 		}()
 	}
-	// Wait until the requests have stopped arriving: the first batch holds
+	// Wait until every request is with the batcher: the first batch holds
 	// one or a few of them, the queue the rest.
-	testwait.Until(t, "every request to reach the server", func() bool { return arrived.Load() == requests }, nil)
-	for last, stable := -1, 0; stable < 30; time.Sleep(10 * time.Millisecond) {
-		if n := len(s.batch.queue); n == last && n > 0 {
-			stable++
-		} else {
-			last, stable = n, 0
-		}
-	}
+	testwait.Until(t, "every request to reach the batcher", func() bool { return s.batch.received.Load() == requests },
+		func() string { return fmt.Sprint(s.batch.received.Load(), " received") })
 	held.Close()
 	wg.Wait()
 	stop()
