@@ -1,9 +1,7 @@
 package cmd
 
 import (
-	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"leasewal/state"
 	"leasewal/store"
@@ -118,20 +117,13 @@ func runLease(e env, o leaseOptions) error {
 	if wait == 0 {
 		return e.operate(e.storeOptions(), true, decide)
 	}
-	var interrupts *interrupter
-	if e.batch == nil { // inside a server a request ends with its request, not by a signal
-		interrupts = catchInterrupts()
-		defer interrupts.stop()
-	}
 	h := store.Open(e.storeOptions())
 	defer h.Close()
-	watcher, err := h.Watch()
+	waiter, err := e.newWaiter(h)
 	if err != nil {
-		return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
+		return err
 	}
-	defer watcher.Close()
-	interrupts.watch(watcher)
-	defer e.interruptWhenDone(watcher)()
+	defer waiter.close()
 	deadline := time.Now().Add(wait)
 	for {
 		a, committed, err := e.leaseOnce(h, decide)
@@ -141,14 +133,11 @@ func runLease(e env, o leaseOptions) error {
 			}
 			return e.print(a, committed)
 		}
-		if sig := interrupts.signalled(); sig != nil {
+		if sig := waiter.signalled(); sig != nil {
 			return e.interrupted(interruptedLease(sig), sig)
 		}
-		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil && !errors.Is(err, store.ErrInterrupted) {
+		if err := waiter.wait(waitUntil(next, deadline)); err != nil {
 			return err
-		}
-		if e.context().Err() != nil {
-			return errClientGone
 		}
 	}
 }

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -197,6 +198,59 @@ func (i *interrupter) stop() {
 	}
 	signal.Stop(i.sigs)
 	close(i.done)
+}
+
+// waiter is what a command that waits (wait, lease --wait) waits with: the
+// WAL's watcher, whose waits end early at SIGINT or SIGTERM for a local
+// command (caught from before the watch exists, so a signal is never
+// fatal), or inside a server when the request's client goes or the server
+// stops.
+type waiter struct {
+	watcher    *store.Watcher
+	interrupts *interrupter // nil inside a server: a request ends with its request, not by a signal
+	ctx        context.Context
+	release    func()
+}
+
+func (e env) newWaiter(h *store.Handle) (*waiter, error) {
+	var interrupts *interrupter
+	if e.batch == nil {
+		interrupts = catchInterrupts()
+	}
+	w, err := h.Watch()
+	if err != nil {
+		interrupts.stop()
+		return nil, fmt.Errorf("watching %s for changes: %w", e.WAL, err)
+	}
+	interrupts.watch(w)
+	return &waiter{watcher: w, interrupts: interrupts, ctx: e.context(), release: e.interruptWhenDone(w)}, nil
+}
+
+// wait blocks until the WAL may have changed, until is reached, or a
+// signal came; errClientGone once the request's client has gone.
+func (x *waiter) wait(until time.Time) error {
+	if _, err := x.watcher.Wait(until); err != nil && !errors.Is(err, store.ErrInterrupted) {
+		return err
+	}
+	if x.ctx.Err() != nil {
+		return errClientGone
+	}
+	return nil
+}
+
+// signalled is the signal that came, nil while none has (and before the
+// waiter exists).
+func (x *waiter) signalled() os.Signal {
+	if x == nil {
+		return nil
+	}
+	return x.interrupts.signalled()
+}
+
+func (x *waiter) close() {
+	x.release()
+	x.interrupts.stop()
+	x.watcher.Close()
 }
 
 // interrupted prints a's answer as INTERRUPTED and exits as a shell does

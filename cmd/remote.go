@@ -173,14 +173,14 @@ func readToken(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
+	// A secret that others can read is no secret: refused, as ssh refuses
+	// such a key, rather than trusted in silence (and before it is read).
+	if info, err := os.Stat(path); err == nil && info.Mode().Perm()&0o077 != 0 {
+		return "", usageErr("--token-file %s can be read by others (mode %04o): make it private with 'chmod 600 %s'", path, info.Mode().Perm(), path)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", usageErr("cannot read --token-file %s: %v", path, unwrapPathErr(err))
-	}
-	// A secret that others can read is no secret: refused, as ssh refuses
-	// such a key, rather than trusted in silence.
-	if info, err := os.Stat(path); err == nil && info.Mode().Perm()&0o077 != 0 {
-		return "", usageErr("--token-file %s can be read by others (mode %04o): make it private with 'chmod 600 %s'", path, info.Mode().Perm(), path)
 	}
 	return strings.TrimSpace(string(b)), nil
 }

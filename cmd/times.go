@@ -88,8 +88,10 @@ func parseSpan(text string) (time.Duration, error) {
 		if err != nil {
 			bad = err
 		}
-		hours := map[string]float64{"d": 24, "w": 7 * 24}[parts[2]]
-		return strconv.FormatFloat(n*hours, 'f', -1, 64) + "h"
+		if parts[2] == "w" {
+			n *= 7
+		}
+		return strconv.FormatFloat(n*24, 'f', -1, 64) + "h"
 	})
 	if bad != nil {
 		return 0, bad

@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -77,11 +76,6 @@ func runWait(e env, o waitOptions, ids []string) error {
 	if err := e.needsWallClock("wait"); err != nil {
 		return err
 	}
-	var interrupts *interrupter
-	if e.batch == nil { // inside a server a request ends with its request, not by a signal
-		interrupts = catchInterrupts()
-		defer interrupts.stop()
-	}
 	h := store.Open(e.storeOptions())
 	defer h.Close()
 	var next, lookedAt int64
@@ -106,13 +100,13 @@ func runWait(e env, o waitOptions, ids []string) error {
 		next, lookedAt = tx.State.NextEventAt(tx.Now), tx.Now
 		return waitAnswer(v, tx.Now), nil
 	}
-	var watcher *store.Watcher
+	var waiter *waiter
 	for {
 		a, _, err := decideOn(h, false, decide)
 		if err != nil {
 			return err
 		}
-		if sig := interrupts.signalled(); sig != nil && a.outcome == state.ResultTimeout {
+		if sig := waiter.signalled(); sig != nil && a.outcome == state.ResultTimeout {
 			v := a.doc.(waitView)
 			v.Result = resultInterrupted
 			return e.interrupted(waitAnswer(v, lookedAt), sig)
@@ -120,20 +114,15 @@ func runWait(e env, o waitOptions, ids []string) error {
 		if a.outcome != state.ResultTimeout || (!deadline.IsZero() && !time.Now().Before(deadline)) || e.stopped() {
 			return e.print(a, nil)
 		}
-		if watcher == nil {
-			if watcher, err = h.Watch(); err != nil {
-				return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
+		if waiter == nil {
+			if waiter, err = e.newWaiter(h); err != nil {
+				return err
 			}
-			defer watcher.Close()
-			interrupts.watch(watcher)
-			defer e.interruptWhenDone(watcher)()
+			defer waiter.close()
 			continue // look again now that changes are watched: none is missed in between
 		}
-		if _, err := watcher.Wait(waitUntil(next, deadline)); err != nil && !errors.Is(err, store.ErrInterrupted) {
+		if err := waiter.wait(waitUntil(next, deadline)); err != nil {
 			return err
-		}
-		if e.context().Err() != nil {
-			return errClientGone
 		}
 	}
 }
