@@ -34,7 +34,10 @@ type Config struct {
 	ID   string // the node's raft id, stable across restarts
 	Dir  string // raft's log, stable store and snapshots
 	Bind string // the raft transport's address (TCP), unless Transport is set
-	URL  string // where the node's HTTP API answers: followers forward there
+	// Advertise is the address the other nodes dial ("" for Bind): a proxy,
+	// a NAT or a name in front of Bind.
+	Advertise string
+	URL       string // where the node's HTTP API answers: followers forward there
 	// Join starts the node without founding a cluster: a member adds it
 	// (Node.Join, which a joining serve asks for over HTTP).
 	Join bool
@@ -225,12 +228,7 @@ func (n *Node) open() error {
 	n.trans = n.cfg.Transport
 	if n.trans == nil {
 		var err error
-		if n.cfg.TLS != nil {
-			n.trans, err = NewTLSTransport(n.cfg.Bind, *n.cfg.TLS, logw)
-		} else {
-			n.trans, err = raft.NewTCPTransport(n.cfg.Bind, nil, 3, 10*time.Second, logw)
-		}
-		if err != nil {
+		if n.trans, err = NewTransport(n.cfg.Bind, n.cfg.Advertise, n.cfg.TLS, logw); err != nil {
 			bolt.Close()
 			return fmt.Errorf("cannot listen for raft on %s: %w", n.cfg.Bind, err)
 		}
@@ -334,6 +332,9 @@ func (n *Node) Leader() string {
 	url, _ := n.fsm.member(string(id))
 	return url
 }
+
+// RaftAddr is the address the other nodes dial for this node's raft.
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 
 // Role is "leader", "follower" or "candidate".
 func (n *Node) Role() string {

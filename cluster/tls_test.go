@@ -20,7 +20,7 @@ func TestRaftOverMutualTLS(t *testing.T) {
 	certB, _, _ := ca.Issue(t, "b", dir)
 	certRogue, _, _ := rogueCA.Issue(t, "rogue", dir)
 	transport := func(pair TLS) raft.Transport {
-		tr, err := NewTLSTransport("127.0.0.1:0", pair, io.Discard)
+		tr, err := NewTransport("127.0.0.1:0", "", &pair, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestRaftOverMutualTLS(t *testing.T) {
 	if err := rogue.AppendEntries("a", a.LocalAddr(), &raft.AppendEntriesRequest{Term: 8}, &resp); err == nil || resp.Success {
 		t.Fatalf("a node outside the cluster's CA was answered: %v %+v", err, resp)
 	}
-	if _, err := NewTLSTransport("127.0.0.1:0", TLS{Cert: certA}, io.Discard); err == nil {
+	if _, err := NewTransport("127.0.0.1:0", "", &TLS{Cert: certA}, io.Discard); err == nil {
 		t.Fatal("raft over TLS without a CA started")
 	}
 }

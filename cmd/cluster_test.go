@@ -21,6 +21,7 @@ import (
 
 	"leasewal/cluster"
 	"leasewal/internal/lincheck"
+	"leasewal/internal/nemesis"
 	"leasewal/internal/testwait"
 	"leasewal/store"
 )
@@ -37,6 +38,8 @@ type testNode struct {
 	stop  func()
 	http  *httptest.Server
 	srv   atomic.Pointer[server]
+	// skew is how far (ms) the node's clock runs ahead of the test's.
+	skew atomic.Int64
 }
 
 // testCluster is three (or n) nodes whose leaders stamp records with the
@@ -53,6 +56,9 @@ type testCluster struct {
 	step int64
 	// token is the nodes' bearer token ("" for none).
 	token string
+	// net, when set, carries the nodes' raft messages with its faults.
+	net   *nemesis.Net
+	names nemesis.Names
 }
 
 // newTestNode is a node's files in root, its transport and its HTTP server,
@@ -145,10 +151,15 @@ func (c *testCluster) start(tn *testNode, join bool) {
 		if c.step > 0 && lastAt > 0 {
 			return lastAt + c.step, nil
 		}
-		return max(c.now.Load(), lastAt), nil
+		return max(c.now.Load()+tn.skew.Load(), lastAt), nil
+	}
+	var trans raft.Transport = tn.trans
+	if c.net != nil {
+		c.names.Name(tn.addr, tn.id)
+		trans = c.net.Wrap(tn.id, tn.trans, &c.names)
 	}
 	node, err := cluster.Start(cluster.Config{ID: tn.id, Dir: tn.dir, URL: tn.http.URL, Join: join,
-		Transport: tn.trans, Timing: c.timing}, opts)
+		Transport: trans, Timing: c.timing}, opts)
 	if err != nil {
 		c.t.Fatalf("starting %s: %v", tn.id, err)
 	}
@@ -432,7 +443,6 @@ func TestClusterFailover(t *testing.T) {
 		mu      sync.Mutex
 		history []porcupine.Operation
 		calls   atomic.Int32
-		wg      sync.WaitGroup
 	)
 	began := time.Now()
 	// A lease granted before the failover, for the late completion below.
@@ -443,49 +453,11 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("the early lease: exit %d %s", code, out)
 	}
 	history = append(history, porcupine.Operation{ClientId: 3, Input: early, Output: earlyOut, Return: time.Since(began).Nanoseconds()})
-	for client := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(client), 11))
-			worker := "W" + strconv.Itoa(client)
-			var task, lease string
-			for i := range 10 {
-				in := lincheck.Input{Op: "lease", Worker: worker, Offset: step * time.Millisecond,
-					Req: fmt.Sprintf("c%d-%d", client, i)}
-				switch k := rng.IntN(10); {
-				case k < 3:
-					in.Op = "submit"
-				case lease != "" && k < 7:
-					in.Op, in.Task, in.Lease, in.Req = "complete", task, lease, ""
-				case lease != "" && k < 9:
-					in.Op, in.Task, in.Lease, in.Req = "fail", task, lease, ""
-				}
-				call := time.Since(began).Nanoseconds()
-				_, stdout := c.definite(client, in.Args(false)...)
-				ret := time.Since(began).Nanoseconds()
-				calls.Add(1)
-				var got lincheck.Output
-				if err := json.Unmarshal([]byte(stdout), &got); err != nil {
-					t.Errorf("%v: no JSON: %q", in.Args(false), stdout)
-					return
-				}
-				got = got.Normalize(in)
-				if in.Op == "lease" && got.Result == "LEASED" {
-					task, lease = got.Task, got.Lease
-				} else if in.Op == "complete" || in.Op == "fail" {
-					task, lease = "", ""
-				}
-				mu.Lock()
-				history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: got, Return: ret})
-				mu.Unlock()
-			}
-		}()
-	}
+	clientsDone := c.runClients(3, func(int) bool { return false }, 10, began, &calls, &mu, &history)
 	testwait.Until(t, "8 calls before the cut", func() bool { return calls.Load() >= 8 }, nil)
 	old := c.leader()
 	c.isolate(old)
-	wg.Wait()
+	<-clientsDone
 	if t.Failed() {
 		return
 	}
@@ -650,4 +622,56 @@ func TestClusterLeaseWait(t *testing.T) {
 	case <-time.After(testwait.HangGuard):
 		t.Fatalf("hang guard: lease --wait was not woken by the submit in %s", testwait.HangGuard)
 	}
+}
+
+// runClients runs clients goroutines, each sending lincheck's calls to the
+// cluster (from node client on) with definite answers, and appending them to
+// history: at least ops calls each, and on while more(i) says so for call i.
+// calls counts the calls answered. The channel closes when every client is
+// done.
+func (c *testCluster) runClients(clients int, more func(i int) bool, ops int, began time.Time, calls *atomic.Int32, mu *sync.Mutex, history *[]porcupine.Operation) <-chan struct{} {
+	t := c.t
+	var wg sync.WaitGroup
+	for client := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(client), 11))
+			worker := "W" + strconv.Itoa(client)
+			var task, lease string
+			for i := 0; i < ops || more(i); i++ {
+				in := lincheck.Input{Op: "lease", Worker: worker, Offset: time.Duration(c.step) * time.Millisecond,
+					Req: fmt.Sprintf("c%d-%d", client, i)}
+				switch k := rng.IntN(10); {
+				case k < 3:
+					in.Op = "submit"
+				case lease != "" && k < 7:
+					in.Op, in.Task, in.Lease, in.Req = "complete", task, lease, ""
+				case lease != "" && k < 9:
+					in.Op, in.Task, in.Lease, in.Req = "fail", task, lease, ""
+				}
+				call := time.Since(began).Nanoseconds()
+				_, stdout := c.definite(client, in.Args(false)...)
+				ret := time.Since(began).Nanoseconds()
+				var got lincheck.Output
+				if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+					t.Errorf("%v: no JSON: %q", in.Args(false), stdout)
+					return
+				}
+				got = got.Normalize(in)
+				if in.Op == "lease" && got.Result == "LEASED" {
+					task, lease = got.Task, got.Lease
+				} else if in.Op == "complete" || in.Op == "fail" {
+					task, lease = "", ""
+				}
+				mu.Lock()
+				*history = append(*history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: got, Return: ret})
+				mu.Unlock()
+				calls.Add(1)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
 }

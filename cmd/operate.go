@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -357,7 +358,10 @@ func (s *stickyWriter) failed() bool { return s.err != nil }
 // backwards inside a WAL. The wall clock behind the last record is taken as
 // the last record's time, with a warning when it is behind by over a second.
 func (e env) clock(lastAt int64) (int64, error) {
-	wall := time.Now().UnixMilli()
+	wall, err := e.wallClock()
+	if err != nil {
+		return 0, err
+	}
 	if e.Now == "" {
 		if lastAt-wall > 1000 {
 			fmt.Fprintf(e.stderr, "leasewal: warning: the clock (%s) is %s behind the last record's time (%s); using that time, so no lease expires until the clock catches up: check the clock, or the time of the records written with --now\n",
@@ -373,4 +377,29 @@ func (e env) clock(lastAt int64) (int64, error) {
 		return 0, usageErr("--now %s is before the last record's time %s; time never runs backwards in a WAL: give a later time or +DURATION", e.Now, formatTime(lastAt))
 	}
 	return now, nil
+}
+
+// wallClock is the time now in unix ms: the machine's, or what the test
+// clock file says: +D or -D moves the machine's clock by D (a node whose
+// clock runs fast), a time stands in for it (a clock that stands still).
+// The file is read at every call, so that a test can move a running
+// server's clock.
+func (e env) wallClock() (int64, error) {
+	wall := time.Now().UnixMilli()
+	if e.TestClock == "" {
+		return wall, nil
+	}
+	b, err := os.ReadFile(e.TestClock)
+	if err != nil {
+		return 0, fmt.Errorf("LEASEWAL_TEST_CLOCK: %w", err)
+	}
+	text := strings.TrimSpace(string(b))
+	if rest, ok := strings.CutPrefix(text, "-"); ok {
+		d, err := parseSpan(rest)
+		if err != nil {
+			return 0, usageErr("LEASEWAL_TEST_CLOCK %s holds %q: give +D, -D or a time", e.TestClock, text)
+		}
+		return wall - d.Milliseconds(), nil
+	}
+	return parseTime("LEASEWAL_TEST_CLOCK "+e.TestClock, text, 0, wall)
 }

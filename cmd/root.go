@@ -44,6 +44,9 @@ type Config struct {
 	Server      string // --server: the commands go to these servers
 	TokenFile   string
 	CA          string // --ca: the certificates that sign an https server's, instead of the system's
+	// TestClock is LEASEWAL_TEST_CLOCK: a file whose content moves this
+	// process's wall clock (a test's hook, honoured beside LEASEWAL_TESTING=1).
+	TestClock string
 }
 
 // env is what a verb runs with: the configuration and the process's streams.
@@ -354,6 +357,9 @@ func (a *app) resolve() error {
 	}
 	if c.MaxRetries, err = a.intSetting("worklease.max_retries", 3); err != nil {
 		return err
+	}
+	if c.TestClock = a.env.getenv("LEASEWAL_TEST_CLOCK"); c.TestClock != "" && a.env.getenv("LEASEWAL_TESTING") != "1" {
+		return usageErr("LEASEWAL_TEST_CLOCK is a hook for tests and is honoured only beside LEASEWAL_TESTING=1: unset it")
 	}
 	if spec := a.env.getenv("LEASEWAL_FAILPOINT"); spec != "" {
 		if c.Fault, err = store.ParseFault(spec); err != nil {

@@ -86,6 +86,7 @@ told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
 	c.Flags().StringVar(&o.raft.ID, "raft-id", "", "run as this node of a raft cluster (with --raft-dir and --raft-bind)")
 	c.Flags().StringVar(&o.raft.Dir, "raft-dir", "", "the node's raft log and snapshots")
 	c.Flags().StringVar(&o.raft.Bind, "raft-bind", "", "the address raft listens on for the other nodes")
+	c.Flags().StringVar(&o.raft.Advertise, "raft-advertise", "", "the address the other nodes dial for raft (default: --raft-bind), when a proxy, NAT or name stands in front of it")
 	c.Flags().StringVar(&o.join, "join", "", "join the cluster a member at this URL belongs to, instead of founding one")
 	return c
 }
@@ -318,7 +319,7 @@ func runServe(e env, o serveOptions) error {
 		if err != nil {
 			return err
 		}
-		go func() { joined <- joinCluster(client, o.join, token, cfgJoin(o.raft, url)) }()
+		go func() { joined <- joinCluster(client, o.join, token, cfgJoin(node, o.raft.ID, url)) }()
 	}
 	var stopErr error
 	select {
@@ -361,8 +362,8 @@ type joinRequest struct {
 	URL      string `json:"url"`
 }
 
-func cfgJoin(cfg cluster.Config, url string) joinRequest {
-	return joinRequest{ID: cfg.ID, RaftAddr: cfg.Bind, URL: url}
+func cfgJoin(node *cluster.Node, id, url string) joinRequest {
+	return joinRequest{ID: id, RaftAddr: node.RaftAddr(), URL: url}
 }
 
 // joinCluster asks the member at base to add this node, until it is added
