@@ -115,6 +115,12 @@ type Node struct {
 	h  *store.Handle
 
 	ready  atomic.Bool // the leader has applied every entry of earlier terms
+	// leaderChanged is closed, and replaced, when the node learns of another
+	// leader (or of none).
+	leaderMu      sync.Mutex
+	leaderChanged chan struct{}
+	observed      chan raft.Observation
+	observer      *raft.Observer
 	notify chan bool
 	stop   chan struct{}
 	done   chan struct{}
@@ -151,7 +157,8 @@ func Start(cfg Config, opts store.Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, timing: cfg.Timing.withDefaults(), notify: make(chan bool, 16),
-		stop: make(chan struct{}), done: make(chan struct{}), failed: make(chan error, 1)}
+		stop: make(chan struct{}), done: make(chan struct{}), failed: make(chan error, 1),
+		leaderChanged: make(chan struct{}), observed: make(chan raft.Observation, 16)}
 	opts.Node = true
 	n.h = store.Open(opts)
 	n.fsm = &fsm{n: n, members: map[string]string{}}
@@ -163,8 +170,28 @@ func Start(cfg Config, opts store.Options) (*Node, error) {
 		_ = n.Shutdown()
 		return nil, err
 	}
+	n.observer = raft.NewObserver(n.observed, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(n.observer)
 	go n.lead()
 	return n, nil
+}
+
+// LeaderChanged is closed once the node learns of a leader other than the
+// one it knows now (or learns that there is none).
+func (n *Node) LeaderChanged() <-chan struct{} {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	return n.leaderChanged
+}
+
+func (n *Node) announceLeaderChange() {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	close(n.leaderChanged)
+	n.leaderChanged = make(chan struct{})
 }
 
 // The identity file: <raft dir>/leasewal-node.json.
@@ -292,6 +319,8 @@ func (n *Node) lead() {
 		select {
 		case <-n.stop:
 			return
+		case <-n.observed:
+			n.announceLeaderChange()
 		case leader := <-n.notify:
 			n.ready.Store(false)
 			for leader && n.raft.State() == raft.Leader {
@@ -444,6 +473,7 @@ func (n *Node) fail(err error) {
 func (n *Node) Shutdown() error {
 	var err error
 	n.once.Do(func() {
+		n.raft.DeregisterObserver(n.observer)
 		close(n.stop)
 		<-n.done
 		err = n.raft.Shutdown().Error()

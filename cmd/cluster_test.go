@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -440,7 +438,6 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("submit: exit %d %s", code, out)
 	}
 	var (
-		mu      sync.Mutex
 		history []porcupine.Operation
 		calls   atomic.Int32
 	)
@@ -453,11 +450,11 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("the early lease: exit %d %s", code, out)
 	}
 	history = append(history, porcupine.Operation{ClientId: 3, Input: early, Output: earlyOut, Return: time.Since(began).Nanoseconds()})
-	clientsDone := c.runClients(3, func(int) bool { return false }, 10, began, &calls, &mu, &history)
+	clientsDone := c.runClients(3, 10, began, func() bool { return false }, &calls)
 	testwait.Until(t, "8 calls before the cut", func() bool { return calls.Load() >= 8 }, nil)
 	old := c.leader()
 	c.isolate(old)
-	<-clientsDone
+	history = append(history, <-clientsDone...)
 	if t.Failed() {
 		return
 	}
@@ -624,54 +621,21 @@ func TestClusterLeaseWait(t *testing.T) {
 	}
 }
 
-// runClients runs clients goroutines, each sending lincheck's calls to the
-// cluster (from node client on) with definite answers, and appending them to
-// history: at least ops calls each, and on while more(i) says so for call i.
-// calls counts the calls answered. The channel closes when every client is
-// done.
-func (c *testCluster) runClients(clients int, more func(i int) bool, ops int, began time.Time, calls *atomic.Int32, mu *sync.Mutex, history *[]porcupine.Operation) <-chan struct{} {
-	t := c.t
-	var wg sync.WaitGroup
-	for client := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(client), 11))
-			worker := "W" + strconv.Itoa(client)
-			var task, lease string
-			for i := 0; i < ops || more(i); i++ {
-				in := lincheck.Input{Op: "lease", Worker: worker, Offset: time.Duration(c.step) * time.Millisecond,
-					Req: fmt.Sprintf("c%d-%d", client, i)}
-				switch k := rng.IntN(10); {
-				case k < 3:
-					in.Op = "submit"
-				case lease != "" && k < 7:
-					in.Op, in.Task, in.Lease, in.Req = "complete", task, lease, ""
-				case lease != "" && k < 9:
-					in.Op, in.Task, in.Lease, in.Req = "fail", task, lease, ""
-				}
-				call := time.Since(began).Nanoseconds()
-				_, stdout := c.definite(client, in.Args(false)...)
-				ret := time.Since(began).Nanoseconds()
-				var got lincheck.Output
-				if err := json.Unmarshal([]byte(stdout), &got); err != nil {
-					t.Errorf("%v: no JSON: %q", in.Args(false), stdout)
-					return
-				}
-				got = got.Normalize(in)
-				if in.Op == "lease" && got.Result == "LEASED" {
-					task, lease = got.Task, got.Lease
-				} else if in.Op == "complete" || in.Op == "fail" {
-					task, lease = "", ""
-				}
-				mu.Lock()
-				*history = append(*history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: got, Return: ret})
-				mu.Unlock()
-				calls.Add(1)
-			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+// runClients runs lincheck's clients against the cluster (client i from
+// node i on), each call retried until its answer is definite, and sends
+// their history once they are done.
+func (c *testCluster) runClients(clients, ops int, began time.Time, more func() bool, calls *atomic.Int32) <-chan []porcupine.Operation {
+	done := make(chan []porcupine.Operation, 1)
+	go func() {
+		history, err := lincheck.Clients(clients, ops, time.Duration(c.step)*time.Millisecond, began, more, calls,
+			func(client int, args []string) (string, error) {
+				_, out := c.definite(client, args...)
+				return out, nil
+			})
+		if err != nil {
+			c.t.Error(err)
+		}
+		done <- history
+	}()
 	return done
 }

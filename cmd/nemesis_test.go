@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,13 +37,10 @@ func TestClusterNemesis(t *testing.T) {
 		t.Fatalf("submit: exit %d %s", code, out)
 	}
 	var (
-		mu      sync.Mutex
-		history []porcupine.Operation
-		calls   atomic.Int32
-		over    atomic.Bool
+		calls atomic.Int32
+		over  atomic.Bool
 	)
-	began := time.Now()
-	clientsDone := c.runClients(3, func(int) bool { return !over.Load() }, 4, began, &calls, &mu, &history)
+	clientsDone := c.runClients(3, 4, time.Now(), func() bool { return !over.Load() }, &calls)
 	others := func(tn *testNode) (ids []string) {
 		for _, o := range c.nodes {
 			if o != tn {
@@ -113,7 +109,7 @@ func TestClusterNemesis(t *testing.T) {
 		t.Logf("%s: the clients went on (%d answers so far)", p.name, calls.Load())
 	}
 	over.Store(true)
-	<-clientsDone
+	history := <-clientsDone
 	if t.Failed() {
 		return
 	}
@@ -121,12 +117,7 @@ func TestClusterNemesis(t *testing.T) {
 	if res, where := lincheck.Check(start, history, testwait.HangGuard); res != porcupine.Ok {
 		t.Fatalf("the history of %d calls under the nemesis is %s; see %s\n%s", len(history), res, where, wals[0])
 	}
-	var acked []string
-	for _, op := range history {
-		if in, out := op.Input.(lincheck.Input), op.Output.(lincheck.Output); in.Op == "submit" && out.Result == "ACK" {
-			acked = append(acked, in.Req)
-		}
-	}
+	acked := lincheck.Acked(history)
 	var sum nemesis.Summary
 	for i, wal := range wals {
 		if !bytes.Equal(wal, wals[0]) {

@@ -569,14 +569,27 @@ func (s *server) join(w http.ResponseWriter, r *http.Request, body []byte) {
 
 // forward sends a request that reached a follower to the leader, and its
 // answer back. Nothing is decided here: with no leader known it is 503, which
-// a client answers by trying again; an answer lost on the way is exit 10.
+// a client answers by trying again; an answer lost on the way is exit 10. A
+// forward ends when its client goes, and when the cluster's leader changes
+// (the leader it went to may be paused or cut off, and would answer only
+// once it is back, if ever): that is exit 10 too.
 func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	changed := s.node.LeaderChanged()
 	leader := s.node.Leader()
 	if leader == "" || r.Header.Get("Leasewal-Forwarded") != "" {
 		httpError(w, http.StatusServiceUnavailable, "NoLeader", "no leader is known yet (an election is under way): send the request again shortly")
 		return
 	}
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, leader+r.URL.Path, bytes.NewReader(body))
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	req, err := http.NewRequestWithContext(ctx, r.Method, leader+r.URL.Path, bytes.NewReader(body))
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, "Internal", err.Error())
 		return
@@ -599,8 +612,12 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 			httpError(w, http.StatusServiceUnavailable, "NoLeader", fmt.Sprintf("the leader %s cannot be reached: send the request again shortly", leader))
 			return
 		}
+		cause := err.Error()
+		if ctx.Err() != nil && r.Context().Err() == nil {
+			cause = "the cluster's leader changed meanwhile"
+		}
 		httpErrorExit(w, http.StatusBadGateway, ExitUnknownSent, "OutcomeUnknown",
-			fmt.Sprintf("the request was forwarded to the leader %s but its answer was lost (%v): the outcome is unknown; repeat it with the same --request-id", leader, err))
+			fmt.Sprintf("the request was forwarded to the leader %s but its answer was lost (%s): the outcome is unknown; repeat it with the same --request-id", leader, cause))
 		return
 	}
 	defer resp.Body.Close()

@@ -21,7 +21,14 @@ import (
 // where it serves, with that URL and what it says on stderr from then on.
 func startServe(t *testing.T, args ...string) (*exec.Cmd, string, *lockedBuffer) {
 	t.Helper()
+	return startServeEnv(t, nil, args...)
+}
+
+// startServeEnv is startServe with env added to the process's environment.
+func startServeEnv(t *testing.T, env []string, args ...string) (*exec.Cmd, string, *lockedBuffer) {
+	t.Helper()
 	server := exec.Command(binary(), args...)
+	server.Env = append(os.Environ(), env...)
 	stderr, err := server.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

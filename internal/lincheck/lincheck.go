@@ -6,8 +6,14 @@
 package lincheck
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -146,4 +152,78 @@ func Check(initialAt int64, history []porcupine.Operation, limit time.Duration) 
 		return res, fmt.Sprintf("nowhere (%v)", err)
 	}
 	return res, f.Name()
+}
+
+// Clients runs n clients at once, each making at least ops calls and going
+// on while more() says so: a random mix of submits, leases (each with a
+// request id) and completions or failures of the lease it holds, each call
+// Offset after the last record. send makes client i's call with args and
+// returns what it printed, a definite answer (the caller retries unknown
+// outcomes). Times are since began; answered counts the calls answered so
+// far. Clients returns the history once every client is done, or the first
+// error of send.
+func Clients(n, ops int, offset time.Duration, began time.Time, more func() bool, answered *atomic.Int32, send func(client int, args []string) (string, error)) ([]porcupine.Operation, error) {
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+		first   error
+		wg      sync.WaitGroup
+	)
+	for client := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(client), 11))
+			worker := "W" + strconv.Itoa(client)
+			var task, lease string
+			for i := 0; i < ops || more(); i++ {
+				in := Input{Op: "lease", Worker: worker, Offset: offset, Req: fmt.Sprintf("c%d-%d", client, i)}
+				switch k := rng.IntN(10); {
+				case k < 3:
+					in.Op = "submit"
+				case lease != "" && k < 7:
+					in.Op, in.Task, in.Lease, in.Req = "complete", task, lease, ""
+				case lease != "" && k < 9:
+					in.Op, in.Task, in.Lease, in.Req = "fail", task, lease, ""
+				}
+				call := time.Since(began).Nanoseconds()
+				stdout, err := send(client, in.Args(false))
+				ret := time.Since(began).Nanoseconds()
+				var got Output
+				if err == nil {
+					if jerr := json.Unmarshal([]byte(stdout), &got); jerr != nil {
+						err = fmt.Errorf("%v answered no JSON: %q", in.Args(false), stdout)
+					}
+				}
+				mu.Lock()
+				if err != nil {
+					first = cmp.Or(first, err)
+					mu.Unlock()
+					return
+				}
+				got = got.Normalize(in)
+				history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: got, Return: ret})
+				mu.Unlock()
+				answered.Add(1)
+				if in.Op == "lease" && got.Result == "LEASED" {
+					task, lease = got.Task, got.Lease
+				} else if in.Op == "complete" || in.Op == "fail" {
+					task, lease = "", ""
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return history, first
+}
+
+// Acked is the request ids of the history's acknowledged submits.
+func Acked(history []porcupine.Operation) []string {
+	var ids []string
+	for _, op := range history {
+		if in, out := op.Input.(Input), op.Output.(Output); in.Op == "submit" && out.Result == "ACK" {
+			ids = append(ids, in.Req)
+		}
+	}
+	return ids
 }
