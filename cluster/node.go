@@ -114,18 +114,18 @@ type Node struct {
 	mu sync.Mutex
 	h  *store.Handle
 
-	ready  atomic.Bool // the leader has applied every entry of earlier terms
+	ready atomic.Bool // the leader has applied every entry of earlier terms
 	// leaderChanged is closed, and replaced, when the node learns of another
 	// leader (or of none).
 	leaderMu      sync.Mutex
 	leaderChanged chan struct{}
 	observed      chan raft.Observation
 	observer      *raft.Observer
-	notify chan bool
-	stop   chan struct{}
-	done   chan struct{}
-	failed chan error
-	once   sync.Once
+	notify        chan bool
+	stop          chan struct{}
+	done          chan struct{}
+	failed        chan error
+	once          sync.Once
 }
 
 // identity is what <raft dir>/leasewal-node.json holds, so that a raft dir
