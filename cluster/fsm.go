@@ -17,7 +17,8 @@ import (
 
 // A raft entry is one of two kinds, told apart by its first byte: records a
 // leader decided (each a record body as the WAL frames it, length-prefixed),
-// or a member's URL (JSON), which followers need to forward to the leader.
+// or a member's URL (JSON), which followers need to forward to the leader;
+// an empty URL is a member removed, kept so that a repeated removal knows it.
 const (
 	entryRecords byte = 'R'
 	entryMember  byte = 'M'
@@ -68,7 +69,17 @@ type fsm struct {
 
 	mu      sync.Mutex
 	end     int64             // the WAL's length once the applied entries are in it
-	members map[string]string // node id → URL
+	members map[string]string // node id → URL ("" once removed)
+	// covered is the last seq that came through raft (an entry, or the WAL
+	// of a snapshot): a WAL that holds more holds records no other node has,
+	// which only a founding node moved into the cluster has (Node.importWAL).
+	covered int64
+}
+
+func (f *fsm) coveredSeq() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.covered
 }
 
 func (f *fsm) setEnd(end int64) {
@@ -112,7 +123,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 		if err != nil {
 			return f.failed(l.Index, err)
 		}
-		f.setEnd(end)
+		f.mu.Lock()
+		f.end = end
+		if len(recs) > 0 {
+			f.covered = max(f.covered, recs[len(recs)-1].Seq)
+		}
+		f.mu.Unlock()
 		return nil
 	}
 	return f.failed(l.Index, fmt.Errorf("unknown entry kind %q", l.Data[0]))
@@ -183,11 +199,12 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if _, err := f.n.h.Install(data); err != nil {
 		return fmt.Errorf("installing a raft snapshot's WAL: %w", err)
 	}
-	if err := f.n.h.Read(func(*store.Tx) error { return nil }); err != nil {
+	var last int64
+	if err := f.n.h.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil {
 		return err
 	}
 	f.mu.Lock()
-	f.members, f.end = header.Members, f.n.h.End()
+	f.members, f.end, f.covered = header.Members, f.n.h.End(), last
 	if f.members == nil {
 		f.members = map[string]string{}
 	}

@@ -106,6 +106,7 @@ type Node struct {
 	timing Timing
 	raft   *raft.Raft
 	fsm    *fsm
+	opts   store.Options // the WAL's, as given
 	bolt   *raftboltdb.BoltStore
 	trans  raft.Transport
 
@@ -159,6 +160,7 @@ func Start(cfg Config, opts store.Options) (*Node, error) {
 	n := &Node{cfg: cfg, timing: cfg.Timing.withDefaults(), notify: make(chan bool, 16),
 		stop: make(chan struct{}), done: make(chan struct{}), failed: make(chan error, 1),
 		leaderChanged: make(chan struct{}), observed: make(chan raft.Observation, 16)}
+	n.opts = opts
 	opts.Node = true
 	n.h = store.Open(opts)
 	n.fsm = &fsm{n: n, members: map[string]string{}}
@@ -242,7 +244,7 @@ func (n *Node) open() error {
 		bolt.Close()
 		return err
 	}
-	if !existing {
+	if !existing && n.cfg.Join {
 		if err := n.requireEmptyWAL(); err != nil {
 			bolt.Close()
 			return err
@@ -287,8 +289,9 @@ func (n *Node) open() error {
 	return nil
 }
 
-// requireEmptyWAL refuses to found or join a cluster with a WAL that holds
-// records: they are in no raft log, so no other node would ever hold them.
+// requireEmptyWAL refuses to join a cluster with a WAL that holds records:
+// the cluster's records would follow records no other node has. (A node
+// that founds a cluster brings its records in: importWAL.)
 func (n *Node) requireEmptyWAL() error {
 	var records int
 	err := n.h.Read(func(tx *store.Tx) error { records = tx.Records(); return nil })
@@ -296,7 +299,7 @@ func (n *Node) requireEmptyWAL() error {
 		return err
 	}
 	if records > 0 {
-		return fmt.Errorf("the WAL %s already holds %d records, and a new node starts from an empty WAL: give a new --wal (moving a WAL into a cluster is not supported yet)", n.h.Path(), records)
+		return fmt.Errorf("the WAL %s already holds %d records, and a new node starts from an empty WAL: give a new --wal (a WAL with records moves into a cluster by founding it: start its node without --join)", n.h.Path(), records)
 	}
 	return nil
 }
@@ -343,8 +346,54 @@ func (n *Node) catchUpTerm() error {
 	if err := n.raft.Barrier(n.timing.Apply).Error(); err != nil {
 		return err
 	}
+	if err := n.importWAL(); err != nil {
+		return err
+	}
 	if url, _ := n.fsm.member(n.cfg.ID); url != n.cfg.URL {
 		return n.propose(memberEntry(n.cfg.ID, n.cfg.URL))
+	}
+	return nil
+}
+
+// importChunk is how many records one entry of an imported WAL holds.
+const importChunk = 256
+
+// importWAL proposes the records of the leader's WAL that came through no
+// raft entry: a WAL moved into a cluster by founding it. The leader's own
+// WAL has them already (Replicate skips them); every other node appends
+// them, so that all start from the same records. It runs after Barrier,
+// when every committed entry is applied: any WAL of the cluster then holds
+// no record beyond what raft carried, but these.
+func (n *Node) importWAL() error {
+	covered := n.fsm.coveredSeq()
+	last, err := n.LastSeq()
+	if err != nil || last <= covered {
+		return err
+	}
+	var recs []state.Record
+	opts := n.opts
+	opts.Node, opts.Resident, opts.FullReplay = false, false, true
+	opts.OnRecord = func(r state.Record, _ *state.State) error {
+		if r.Seq > covered {
+			recs = append(recs, r)
+		}
+		return nil
+	}
+	reader := store.Open(opts)
+	defer reader.Close()
+	if err := reader.Read(func(*store.Tx) error { return nil }); err != nil {
+		return fmt.Errorf("reading the WAL to bring its records into the cluster: %w", err)
+	}
+	for len(recs) > 0 {
+		chunk := recs[:min(importChunk, len(recs))]
+		entry, err := recordsEntry(chunk)
+		if err != nil {
+			return err
+		}
+		if err := n.propose(entry); err != nil {
+			return err
+		}
+		recs = recs[len(chunk):]
 	}
 	return nil
 }
@@ -455,6 +504,78 @@ func (n *Node) Join(id, raftAddr, url string) error {
 		return nil
 	}
 	return n.propose(memberEntry(id, url))
+}
+
+// ErrUnknownMember is a node id the cluster has never had.
+var ErrUnknownMember = errors.New("no such node in the cluster")
+
+// Remove takes a node out of the cluster, on the leader: it stops being a
+// voter (raft's RemoveServer) and its URL is forgotten. Removing a node that
+// was removed before changes nothing and says so (already), so that a
+// removal repeated after a failover is not an error.
+func (n *Node) Remove(id string) (already bool, err error) {
+	if !n.Leading() {
+		return false, ErrNotLeader
+	}
+	url, known := n.fsm.member(id)
+	inConfig, err := n.voter(id)
+	if err != nil {
+		return false, err
+	}
+	if !known && !inConfig {
+		return false, fmt.Errorf("%w: %s (see 'leasewal cluster members')", ErrUnknownMember, id)
+	}
+	if inConfig {
+		if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.timing.Apply).Error(); err != nil {
+			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+				return false, ErrNotLeader
+			}
+			return false, fmt.Errorf("removing node %s: %w", id, err)
+		}
+	}
+	if url == "" && known {
+		return !inConfig, nil
+	}
+	if id == n.cfg.ID { // a leader that removed itself leads no more: its last entry is the removal
+		return false, nil
+	}
+	return false, n.propose(memberEntry(id, ""))
+}
+
+func (n *Node) voter(id string) (bool, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return false, err
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Member is one node of the cluster's configuration.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	URL      string `json:"url"`
+	Leader   bool   `json:"leader"`
+}
+
+// Members is the cluster's configuration as this node knows it.
+func (n *Node) Members() ([]Member, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	_, leader := n.raft.LeaderWithID()
+	var list []Member
+	for _, s := range f.Configuration().Servers {
+		url, _ := n.fsm.member(string(s.ID))
+		list = append(list, Member{ID: string(s.ID), RaftAddr: string(s.Address), URL: url, Leader: s.ID == leader})
+	}
+	return list, nil
 }
 
 // Failed delivers the error that stopped the node applying entries (its

@@ -510,8 +510,8 @@ func TestClusterFailover(t *testing.T) {
 }
 
 // TestClusterRefusals: a node joining twice changes nothing; a raft dir is
-// one node's and one WAL's; a new node refuses a WAL that already holds
-// records; a follower's status names the leader, and a follower forwards a
+// one node's and one WAL's; a joining node refuses a WAL that already
+// holds records; a follower's status names the leader, and a follower forwards a
 // join; a request with a wrong token is 401 on a follower as on the leader.
 func TestClusterRefusals(t *testing.T) {
 	c := newTestCluster(t, 3, cluster.Timing{})
@@ -555,7 +555,7 @@ func TestClusterRefusals(t *testing.T) {
 		t.Fatal(stderr)
 	}
 	_, trans := raft.NewInmemTransport("")
-	_, err = cluster.Start(cluster.Config{ID: "n9", Dir: filepath.Join(t.TempDir(), "n9.raft"), URL: "http://x", Transport: trans}, e.storeOptions())
+	_, err = cluster.Start(cluster.Config{ID: "n9", Dir: filepath.Join(t.TempDir(), "n9.raft"), URL: "http://x", Transport: trans, Join: true}, e.storeOptions())
 	if err == nil || !strings.Contains(err.Error(), "already holds 1 records") {
 		t.Fatalf("a new node on a WAL with records: %v", err)
 	}

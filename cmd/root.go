@@ -196,7 +196,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 				return err
 			}
 			// serve is the server; run is a client of its own (runcoord.go)
-			if a.env.Server != "" && c.Name() != "serve" && c.CommandPath() != "leasewal run" {
+			if a.env.Server != "" && c.Name() != "serve" && c.CommandPath() != "leasewal run" && !strings.HasPrefix(c.CommandPath(), "leasewal cluster") {
 				return a.remote(c, args)
 			}
 			return nil
@@ -246,7 +246,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	root.AddCommand(
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newExpireCmd(),
-		a.newAbortCmd(), a.newRequeueCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(),
+		a.newAbortCmd(), a.newRequeueCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
 		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(),
 		a.newWorkleaseCmd(),
 	)

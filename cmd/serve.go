@@ -466,7 +466,7 @@ func bearerIs(header, token string) bool {
 const maxRequestBody = 1 << 20
 
 // readOnlyPaths are what a read-only token may ask for: what writes nothing.
-var readOnlyPaths = map[string]bool{"status": true, "inspect": true, "log": true, "why": true, "wait": true, "worklease/inspect": true}
+var readOnlyPaths = map[string]bool{"status": true, "cluster/members": true, "inspect": true, "log": true, "why": true, "wait": true, "worklease/inspect": true}
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path, ok := strings.CutPrefix(r.URL.Path, "/v1/")
@@ -487,6 +487,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "status" && r.Method == http.MethodGet:
 		s.status(w)
 		return
+	case path == "cluster/members" && r.Method == http.MethodGet:
+		s.members(w)
+		return
 	case r.Method != http.MethodPost:
 		httpError(w, http.StatusMethodNotAllowed, "Usage", "POST /v1/<command>")
 		return
@@ -496,8 +499,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusRequestEntityTooLarge, "Usage", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
 		return
 	}
-	if path == "cluster/join" {
+	switch path {
+	case "cluster/join":
 		s.join(w, r, body)
+		return
+	case "cluster/remove":
+		s.remove(w, r, body)
 		return
 	}
 	if s.node != nil && !s.node.Leading() {
@@ -565,6 +572,69 @@ func (s *server) join(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	writeJSON(w, map[string]string{"result": "JOINED", "id": req.ID})
+}
+
+// notANode answers a cluster request that reached a single server.
+func (s *server) notANode(w http.ResponseWriter) bool {
+	if s.node == nil {
+		httpError(w, http.StatusBadRequest, "Usage", "this server is not a raft node: start it with --raft-id, --raft-dir and --raft-bind")
+	}
+	return s.node == nil
+}
+
+// membersView is GET /v1/cluster/members: the configuration as the node
+// that answers knows it.
+type membersView struct {
+	Members []cluster.Member `json:"members"`
+}
+
+func (s *server) members(w http.ResponseWriter) {
+	if s.notANode(w) {
+		return
+	}
+	list, err := s.node.Members()
+	if err != nil {
+		httpErrorExit(w, http.StatusInternalServerError, ExitInternal, "Internal", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Leasewal-Exit", "0")
+	writeJSON(w, membersView{Members: list})
+}
+
+// removeRequest is POST /v1/cluster/remove.
+type removeRequest struct {
+	ID string `json:"id"`
+}
+
+// remove takes a node out of the cluster, on the leader.
+func (s *server) remove(w http.ResponseWriter, r *http.Request, body []byte) {
+	var req removeRequest
+	switch {
+	case s.notANode(w):
+		return
+	case !s.node.Leading():
+		s.forward(w, r, body)
+		return
+	case strictJSON(body, &req) != nil || req.ID == "":
+		httpError(w, http.StatusBadRequest, "Usage", `the body is not {"id":"<node id>"}`)
+		return
+	}
+	already, err := s.node.Remove(req.ID)
+	switch {
+	case errors.Is(err, cluster.ErrNotLeader):
+		httpError(w, http.StatusServiceUnavailable, "NotLeader", err.Error())
+		return
+	case errors.Is(err, cluster.ErrUnknownMember):
+		httpErrorExit(w, http.StatusNotFound, ExitNotFound, "NotFound", err.Error())
+		return
+	case err != nil:
+		httpErrorExit(w, http.StatusInternalServerError, ExitUnknownSent, "OutcomeUnknown", err.Error()+": the outcome is unknown; repeat the removal")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Leasewal-Exit", "0")
+	writeJSON(w, map[string]any{"result": "REMOVED", "id": req.ID, "already": already})
 }
 
 // forward sends a request that reached a follower to the leader, and its
@@ -823,4 +893,18 @@ func (e env) serveOne(ctx context.Context, argv []string, output, columns string
 	a.root.SetOut(stdout)
 	a.root.SetErr(stderr)
 	return a.finish(a.root.Execute()), nil
+}
+
+// strictJSON decodes one JSON object into v: unknown fields and anything
+// after it are refused.
+func strictJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON object")
+	}
+	return nil
 }
