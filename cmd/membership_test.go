@@ -64,8 +64,9 @@ func TestClusterReplaceDeadNode(t *testing.T) {
 		removed <- out + stderr
 	}()
 	c.isolate(leader) // the failover during the removal: with one node dead, no one leads until it is back
-	first := <-removed
+	testwait.Until(t, "the cut-off leader to step down", func() bool { return !leader.node.Leading() }, nil)
 	c.connectAll()
+	first := <-removed
 	var alive []*testNode
 	for _, tn := range c.nodes {
 		if tn != dead {
