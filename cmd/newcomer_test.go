@@ -145,7 +145,7 @@ func TestFollowIsOneFormat(t *testing.T) {
 func TestRunLinesPadByDisplayWidth(t *testing.T) {
 	var b strings.Builder
 	for _, outcome := range []string{"RETRY", "COMMITTED", "LOST"} {
-		r := &runner{e: env{Config: Config{Color: true}}}
+		r := &jobRunner{e: env{Config: Config{Color: true}}}
 		var buf strings.Builder
 		r.out = bufio.NewWriter(&buf)
 		exit := 0

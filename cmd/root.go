@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
+	"leasewal/runner"
 	"leasewal/store"
 )
 
@@ -135,8 +136,8 @@ type app struct {
 // Main runs leasewal with args and returns the process exit code. It never
 // calls os.Exit, so deferred syncs and closes run.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == superviseArg {
-		return supervise(args[1:])
+	if len(args) > 0 && args[0] == runner.SuperviseArg {
+		return runner.Supervise(args[1:])
 	}
 	tuneGC()
 	// A closed stdout must be an error from write (exit 8 after a recorded

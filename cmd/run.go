@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"leasewal/state"
+	"leasewal/runner"
 	"leasewal/store"
 )
 
@@ -211,8 +212,8 @@ type runLine struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// runner is run's state between the turns of its loop.
-type runner struct {
+// jobRunner is run's state between the turns of its loop.
+type jobRunner struct {
 	e       env
 	p       runPlan
 	c       coordinator
@@ -272,7 +273,7 @@ func runRun(e env, o runOptions, argv []string) error {
 		c = localCoordinator{h: store.Open(opts), wal: e.WAL}
 	}
 	defer c.close()
-	r := &runner{e: e, p: p, c: c, spawn: spawner(), ends: make(chan jobEnd),
+	r := &jobRunner{e: e, p: p, c: c, spawn: spawner(), ends: make(chan jobEnd),
 		running: map[string]*job{}, out: bufio.NewWriter(e.stdout)}
 	if e.Output == "tsv" && !e.NoHeaders { // the header row even when nothing runs, as every TSV
 		fmt.Fprintln(r.out, "TASK\tLEASE\tATTEMPT\tOUTCOME\tEXIT\tSECONDS")
@@ -373,7 +374,7 @@ func waitedFor(p runPlan) string {
 // beat sends the worker's heartbeat when one is due (every duration/3, as
 // the extensions), so that 'inspect --workers' lists a runner's worker. The
 // registry is advisory: a failure is said once and never stops the runner.
-func (r *runner) beat() {
+func (r *jobRunner) beat() {
 	now := time.Now()
 	if now.Before(r.nextBeat) {
 		return
@@ -388,7 +389,7 @@ func (r *runner) beat() {
 
 // start runs the job's child under a supervisor; a child that cannot start
 // ends at once.
-func (r *runner) start(j *job) {
+func (r *jobRunner) start(j *job) {
 	j.started = time.Now()
 	j.nextExtend = j.started.Add(r.p.duration / 3)
 	j.stderr = &lastLine{w: r.e.stderr}
@@ -404,7 +405,7 @@ func (r *runner) start(j *job) {
 		go func() { r.ends <- jobEnd{j, "cannot-start " + err.Error()} }()
 		return
 	}
-	cmd := exec.Command(r.p.self, append([]string{superviseArg, strconv.FormatInt(r.p.grace.Milliseconds(), 10)}, r.p.argv...)...)
+	cmd := exec.Command(r.p.self, append([]string{runner.SuperviseArg, strconv.FormatInt(r.p.grace.Milliseconds(), 10)}, r.p.argv...)...)
 	cmd.Args[0] = "leasewal" // the name a test binary dispatches on; the path is the real one
 	cmd.Stdin = stdin
 	cmd.Stdout = r.e.stdout
@@ -480,7 +481,7 @@ func payloadFile(payload string) (*os.File, error) {
 // extendDue extends the lease of every job whose turn has come. A lease
 // that is no longer the authority, or that could not be extended before it
 // lapsed, is lost: its child is stopped.
-func (r *runner) extendDue() {
+func (r *jobRunner) extendDue() {
 	now := time.Now()
 	for _, j := range r.running {
 		if j.lost || now.Before(j.nextExtend) {
@@ -505,7 +506,7 @@ func (r *runner) extendDue() {
 // SIGTERM, then SIGKILL after the grace (the supervisor sees to both).
 // A child that has already ended is not lost: its end is on its way, and
 // settling it will say CANCELLED.
-func (r *runner) lose(j *job, why string) {
+func (r *jobRunner) lose(j *job, why string) {
 	if j.childPID <= 0 || unix.Kill(-j.childPID, 0) != nil {
 		return
 	}
@@ -516,7 +517,7 @@ func (r *runner) lose(j *job, why string) {
 
 // stop is the first SIGINT or SIGTERM: stop leasing and stop the children;
 // a second signal kills them at once.
-func (r *runner) stop(sig os.Signal) {
+func (r *jobRunner) stop(sig os.Signal) {
 	if r.stopped != nil {
 		for _, j := range r.running {
 			if j.childPID > 0 {
@@ -533,7 +534,7 @@ func (r *runner) stop(sig os.Signal) {
 }
 
 // finish records how a job ended and prints its line.
-func (r *runner) finish(end jobEnd) {
+func (r *jobRunner) finish(end jobEnd) {
 	j := end.j
 	delete(r.running, j.leaseID)
 	line := runLine{TaskID: j.taskID, LeaseID: j.leaseID, Attempt: j.attempt, Seconds: time.Since(j.started).Seconds()}
@@ -574,7 +575,7 @@ func (r *runner) finish(end jobEnd) {
 // the lease lasts. A child that finished after its lease stopped being the
 // authority is CANCELLED, as the late completion itself is; a lease that
 // lapsed while the write kept failing is LOST.
-func (r *runner) verdict(j *job, settle func() (state.Outcome, error)) string {
+func (r *jobRunner) verdict(j *job, settle func() (state.Outcome, error)) string {
 	for {
 		outcome, err := settle()
 		if err == nil {
@@ -588,7 +589,7 @@ func (r *runner) verdict(j *job, settle func() (state.Outcome, error)) string {
 	}
 }
 
-func (r *runner) print(line runLine) {
+func (r *jobRunner) print(line runLine) {
 	if r.outErr != nil {
 		return
 	}

@@ -1,4 +1,7 @@
-package cmd
+// Package runner holds what runs a task's command for 'leasewal run': the
+// per-child supervisor, which makes sure nothing a task started outlives the
+// task or its runner.
+package runner
 
 import (
 	"bytes"
@@ -16,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// superviseArg, as the first argument, runs leasewal as the supervisor of one
+// SuperviseArg, as the first argument, runs leasewal as the supervisor of one
 // child of 'run': leasewal __supervise GRACE_MS CMD [ARG...].
 //
 // Why a supervisor: a child must die with its runner, grandchildren included
@@ -38,9 +41,11 @@ import (
 //
 // It reports on file descriptor 3, one line each: "pid N" once the child is
 // started, then "exit N", "signal NAME" or "cannot-start ERROR".
-const superviseArg = "__supervise"
+const SuperviseArg = "__supervise"
 
-func supervise(args []string) int {
+// Supervise is the supervisor's main: args are GRACE_MS CMD [ARG...]; it
+// returns the process's exit code (0 once it has reported the child's end).
+func Supervise(args []string) int {
 	status := os.NewFile(3, "status")
 	report := func(format string, a ...any) { fmt.Fprintf(status, format+"\n", a...) }
 	if len(args) < 2 {
