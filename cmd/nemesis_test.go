@@ -22,7 +22,7 @@ import (
 // isolated, a bridge (one node sees both halves, which do not see each
 // other), a fifth of every link's messages and answers lost, every message
 // delayed, and a node stopped and restarted on its files. Each phase lasts
-// until the clients have had three more answers. Then the network heals and
+// until the clients have had nemesis.AnswersPerPhase more answers. Then the network heals and
 // the history is checked by porcupine against the reference model, and
 // every node's WAL by nemesis.Check (every acknowledged submit created one
 // task, no two grants of a task overlap, lease ids increase) and verify;
@@ -95,10 +95,11 @@ func TestClusterNemesis(t *testing.T) {
 			c.halt(stopped)
 		}},
 	}
+	perPhase := nemesis.AnswersPerPhase()
 	for _, p := range phases {
 		at := calls.Load()
 		p.apply()
-		testwait.Until(t, "three answers while "+p.name, func() bool { return calls.Load() >= at+3 }, func() string {
+		testwait.Until(t, fmt.Sprintf("%d answers while %s", perPhase, p.name), func() bool { return calls.Load() >= at+perPhase }, func() string {
 			return fmt.Sprintf("%d answers since the phase began", calls.Load()-at)
 		})
 		net.Heal()

@@ -20,8 +20,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"leasewal/state"
 	"leasewal/runner"
+	"leasewal/state"
 	"leasewal/store"
 )
 

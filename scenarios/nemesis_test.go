@@ -70,19 +70,16 @@ func (n *procNode) role() string {
 // a bridge splits the others, the links reset a twentieth of their reads and
 // then delay every read, the leader is SIGSTOPped (and SIGCONTed), and a
 // node is SIGKILLed and restarted; each phase lasts until the clients have
-// had three more answers. The history is checked by porcupine (every clock
+// had enough more answers. The history is checked by porcupine (every clock
 // stands still, so that the model's times are the records'); then one
 // node's clock jumps ten minutes forward, and the WALs, identical on every
-// node, are checked by nemesis.Check and verify. LEASEWAL_SOAK=1 runs each
-// phase for more answers.
+// node, are checked by nemesis.Check and verify. Each phase's size is
+// nemesis.AnswersPerPhase.
 func TestClusterNemesisProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of processes")
 	}
-	perPhase := int32(3)
-	if os.Getenv("LEASEWAL_SOAK") == "1" {
-		perPhase = 12
-	}
+	perPhase := nemesis.AnswersPerPhase()
 	dir := t.TempDir()
 	network := nemesis.New(11)
 	base := 10000 + rand.IntN(20000) // below Linux's ephemeral ports, as cluster.sh's

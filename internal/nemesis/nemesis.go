@@ -9,6 +9,8 @@ package nemesis
 import (
 	"errors"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -97,4 +99,17 @@ func (n *Net) Counts() (sent, lost int) {
 		lost += k
 	}
 	return sent, lost
+}
+
+// AnswersPerPhase is how many answers the clients must have during each
+// phase of a nemesis test: 3, 12 with LEASEWAL_SOAK=1, or
+// LEASEWAL_NEMESIS_ANSWERS (a larger run on demand).
+func AnswersPerPhase() int32 {
+	if n, err := strconv.Atoi(os.Getenv("LEASEWAL_NEMESIS_ANSWERS")); err == nil && n > 0 {
+		return int32(n)
+	}
+	if os.Getenv("LEASEWAL_SOAK") == "1" {
+		return 12
+	}
+	return 3
 }
