@@ -144,7 +144,7 @@ func TestClusterNemesis(t *testing.T) {
 // the records' time stands still at the fast node's until the honest clock
 // passes it, so no later lease lapses early.
 func TestClusterFastClock(t *testing.T) {
-	c := newTestCluster(t, 3, cluster.Timing{})
+	c := newTestCluster(t, 3, fastTiming)
 	t0 := c.now.Load()
 	at := func(ms int64) { c.now.Store(t0 + ms) }
 	expire := func() string {
