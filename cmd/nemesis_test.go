@@ -160,16 +160,22 @@ func TestClusterFastClock(t *testing.T) {
 	if code, out := c.definite(0, "lease", "--worker", "W", "--duration", "1m", "-o", "json"); code != 0 || !strings.Contains(out, "LEASED") {
 		t.Fatalf("lease: exit %d %s", code, out)
 	}
+	// lapsesAt checks that the lease held lapses at ms on the test's clock,
+	// not a millisecond before.
+	lapsesAt := func(ms int64, what string) {
+		t.Helper()
+		at(ms - 1)
+		if out := expire(); strings.Contains(out, "LeaseExpired") {
+			t.Fatalf("%s: it lapsed before %d ms: %s", what, ms, out)
+		}
+		at(ms)
+		if out := expire(); !strings.Contains(out, "LeaseExpired") {
+			t.Fatalf("%s: it did not lapse at %d ms: %s", what, ms, out)
+		}
+	}
 	fast := c.leader()
 	fast.skew.Store(20_000)
-	at(40_000 - 1)
-	if out := expire(); strings.Contains(out, "LeaseExpired") {
-		t.Fatalf("the lease lapsed more than the skew early (39.999 s after its grant): %s", out)
-	}
-	at(40_000)
-	if out := expire(); !strings.Contains(out, "LeaseExpired") {
-		t.Fatalf("the lease did not lapse 40 s after its grant with a leader 20 s fast: %s", out)
-	}
+	lapsesAt(40_000, "a 1-minute lease with the leader 20 s fast")
 	c.isolate(fast)
 	testwait.Until(t, "an honest node leading", func() bool {
 		leader := c.leader()
@@ -181,13 +187,6 @@ func TestClusterFastClock(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"expiry":"`+time.UnixMilli(t0+120_000).UTC().Format("2006-01-02T15:04:05.000Z")) {
 		t.Fatalf("a lease under an honest leader after the fast one: exit %d %s (want it stamped at the fast node's 60 s)", code, out)
 	}
-	at(120_000 - 1)
-	if out := expire(); strings.Contains(out, "LeaseExpired") {
-		t.Fatalf("a lease granted after the fast leader lapsed early: %s", out)
-	}
-	at(120_000)
-	if out := expire(); !strings.Contains(out, "LeaseExpired") {
-		t.Fatalf("the lease did not lapse at its expiry: %s", out)
-	}
+	lapsesAt(120_000, "a lease granted after the fast leader")
 	t.Log("a leader 20 s fast: a 1 m lease lapsed 40 s after its grant (20 s early, exactly the skew); after it, the records' time stood at its 60 s until the honest clock passed it")
 }
