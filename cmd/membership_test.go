@@ -44,11 +44,12 @@ func memberIDs(list []cluster.Member) string {
 // removed"); a new node joins in its place; the leader fails over once more
 // while the new node catches up; every node left ends with the same WAL.
 // Removing the leader itself hands the lead on; a node never in the cluster
-// is exit 4.
+// is exit 4. (Every submit has a request id: one repeated after an unknown
+// outcome creates no second task.)
 func TestClusterReplaceDeadNode(t *testing.T) {
 	c := newTestCluster(t, 3, fastTiming)
 	for i := range 20 {
-		if code, out := c.definite(0, "submit", "--payload", fmt.Sprint("before ", i)); code != 0 {
+		if code, out := c.definite(0, "submit", "--payload", fmt.Sprint("before ", i), "--request-id", fmt.Sprint("before-", i)); code != 0 {
 			t.Fatalf("submit: exit %d %s", code, out)
 		}
 	}
@@ -89,7 +90,7 @@ func TestClusterReplaceDeadNode(t *testing.T) {
 	c.isolate(old) // a failover while n4 catches up
 	testwait.Until(t, "another node to lead", func() bool { return c.leader() != old }, nil)
 	for i := range 5 {
-		if code, out := c.definite(1, "submit", "--payload", fmt.Sprint("after ", i)); code != 0 {
+		if code, out := c.definite(1, "submit", "--payload", fmt.Sprint("after ", i), "--request-id", fmt.Sprint("after-", i)); code != 0 {
 			t.Fatalf("submit: exit %d %s", code, out)
 		}
 	}
@@ -179,7 +180,7 @@ func TestClusterFromExistingWAL(t *testing.T) {
 	}
 	c.isolate(founder) // a failover while the last node catches up
 	testwait.Until(t, "a joined node to lead", func() bool { return c.leader() != founder }, nil)
-	if code, out := c.definite(1, "submit", "--payload", "in the cluster", "-o", "json"); code != 0 || !strings.Contains(out, `"task_id":"T602"`) {
+	if code, out := c.definite(1, "submit", "--payload", "in the cluster", "--request-id", "moved", "-o", "json"); code != 0 || !strings.Contains(out, `"task_id":"T602"`) {
 		t.Fatalf("a submit after the move: exit %d %s", code, out)
 	}
 	c.connectAll()
