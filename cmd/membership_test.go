@@ -107,6 +107,12 @@ func TestClusterReplaceDeadNode(t *testing.T) {
 	if got := memberIDs(c.members(added)); len(strings.Split(got, ",")) != 3 || strings.Contains(got, dead.id) {
 		t.Fatalf("members after the replacement: %s", got)
 	}
+	if code, out, _ := cli("--server", added.http.URL, "cluster", "members"); code != 0 || !strings.Contains(out, "NODE") || strings.Count(out, "leader") != 1 || !strings.Contains(out, added.id) {
+		t.Fatalf("cluster members as a table: exit %d\n%s", code, out)
+	}
+	if code, _, stderr := cli("--wal", added.wal, "cluster", "remove", "n9"); code != ExitUsage || !strings.Contains(stderr, "--server") {
+		t.Fatalf("cluster remove without --server: exit %d %s", code, stderr)
+	}
 	if code, out := c.definite(0, "cluster", "remove", "n9"); code != ExitNotFound {
 		t.Fatalf("removing a node never in the cluster: exit %d %q", code, out)
 	}
