@@ -143,6 +143,8 @@ func classify(err error) class {
 		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
 	case errors.Is(err, cluster.ErrNotLeader):
 		return class{code: ExitUnknownSent, kind: "NotLeader"}
+	case errors.Is(err, errServerStopping):
+		return class{code: ExitUnknownSent, kind: "Stopping"}
 	case errors.As(err, &owned):
 		return class{code: ExitUsage, kind: "NodeOwned"}
 	case errors.As(err, &lost):

@@ -96,6 +96,10 @@ const serverWaitCap = 5 * time.Minute
 // errClientGone is a request whose client went away before it was decided.
 var errClientGone = errors.New("the client went away before the request was decided: nothing was decided")
 
+// errServerStopping is a request that reached a server after it began to
+// stop: nothing was decided, and it may be sent again (to another node).
+var errServerStopping = errors.New("the server is stopping: nothing was decided; send the request again (to another node of a cluster)")
+
 // capWait is how long a wait of d may last here: d, or inside a server at
 // most serverWaitCap (a zero d, for ever, too).
 func (e env) capWait(d time.Duration) time.Duration {

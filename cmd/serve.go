@@ -96,6 +96,12 @@ type batcher struct {
 	back  backend
 	queue chan *pending
 	max   int
+	// mu guards stopped: a request queues under the read lock, and stop
+	// closes the queue under the write lock, so that no request is ever
+	// sent on the closed queue (a request still under way when a server
+	// stops, past Shutdown's patience, is refused instead).
+	mu      sync.RWMutex
+	stopped bool
 	// received counts the requests ever handed to the batcher.
 	received atomic.Int64
 }
@@ -166,7 +172,13 @@ func (b *batcher) run(ctx context.Context, decide func(tx *store.Tx) (answer, er
 		}
 		return decide(tx)
 	}, done: make(chan struct{})}
+	b.mu.RLock()
+	if b.stopped {
+		b.mu.RUnlock()
+		return answer{}, nil, errServerStopping
+	}
 	b.queue <- p
+	b.mu.RUnlock()
 	b.received.Add(1)
 	<-p.done
 	return p.a, p.committed, p.err
@@ -410,7 +422,14 @@ func newServer(e env, back backend, node *cluster.Node, token string, maxBatch i
 	done := make(chan struct{})
 	go func() { b.loop(); close(done) }()
 	e.batch = b
-	return &server{e: e, back: back, node: node, batch: b, token: token}, func() { close(b.queue); <-done }
+	stop = func() {
+		b.mu.Lock()
+		b.stopped = true
+		close(b.queue)
+		b.mu.Unlock()
+		<-done
+	}
+	return &server{e: e, back: back, node: node, batch: b, token: token}, stop
 }
 
 // server answers the HTTP API.

@@ -46,7 +46,11 @@ func (n *procNode) start(t *testing.T, join string) {
 	if join != "" {
 		args = append(args, "--join", join)
 	}
-	n.cmd, n.url, n.log = startServeEnv(t, []string{"LEASEWAL_TESTING=1", "LEASEWAL_TEST_CLOCK=" + n.clock}, args...)
+	var url string
+	n.cmd, url, n.log = startServeEnv(t, []string{"LEASEWAL_TESTING=1", "LEASEWAL_TEST_CLOCK=" + n.clock}, args...)
+	if url != n.url { // the clients read n.url while a node restarts: it never changes
+		t.Fatalf("%s serves on %s, not %s", n.id, url, n.url)
+	}
 }
 
 // role is what the node's status says it is ("" when it does not answer).
