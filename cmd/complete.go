@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -28,13 +29,6 @@ lost authority and its result must be discarded.`,
 	return c
 }
 
-type committedView struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	LeaseID   string        `json:"lease_id"`
-	Duplicate bool          `json:"duplicate"`
-}
-
 func runComplete(e env, o leaseRef) error {
 	return e.write(func(tx *store.Tx) (answer, error) {
 		dec, err := committer(tx)(tx.State.DecideComplete(o.taskID, o.leaseID, tx.Now))
@@ -44,7 +38,7 @@ func runComplete(e env, o leaseRef) error {
 		if dec.Outcome == state.ResultCancelled {
 			return cancelled(dec, "this completion was recorded as cancelled: discard its result"), nil
 		}
-		v := committedView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate}
+		v := api.Committed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate}
 		return answer{doc: v, outcome: v.Result, recovery: "repeat the same complete: it answers COMMITTED again and writes nothing", table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "duplicate", fmt.Sprint(v.Duplicate))
 		}}, nil

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"leasewal/api"
 	"leasewal/cluster"
 	"leasewal/state"
 	"leasewal/store"
@@ -13,17 +14,17 @@ import (
 
 // Exit codes: the scripting contract of SPEC §4.
 const (
-	ExitOK          = 0
-	ExitInternal    = 1
-	ExitUsage       = 2
-	ExitCancelled   = 3
-	ExitNotFound    = 4
-	ExitDamaged     = 5
-	ExitLocked      = 6
-	ExitContract    = 7
-	ExitAnswerLost  = 8
-	ExitWaitedOut   = 9
-	ExitUnknownSent = 10
+	ExitOK          = api.ExitOK
+	ExitInternal    = api.ExitInternal
+	ExitUsage       = api.ExitUsage
+	ExitCancelled   = api.ExitCancelled
+	ExitNotFound    = api.ExitNotFound
+	ExitDamaged     = api.ExitDamaged
+	ExitLocked      = api.ExitLocked
+	ExitContract    = api.ExitContract
+	ExitAnswerLost  = api.ExitAnswerLost
+	ExitWaitedOut   = api.ExitWaitedOut
+	ExitUnknownSent = api.ExitUnknownSent
 )
 
 // outcomeExit is the exit code of each normal answer. With classify below it
@@ -183,9 +184,6 @@ func classify(err error) class {
 
 // errorView is the JSON shape of every error.
 type errorView struct {
-	Result     string     `json:"result"`
-	Error      string     `json:"error"`
-	Message    string     `json:"message"`
-	Seq        *int64     `json:"seq,omitempty"`
+	api.Error
 	Mismatches []mismatch `json:"mismatches,omitempty"`
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -43,13 +44,6 @@ has expired gets CANCELLED, exit 3, and nothing is written.`,
 	return c
 }
 
-type extendedView struct {
-	Result  state.Outcome `json:"result"`
-	TaskID  string        `json:"task_id"`
-	LeaseID string        `json:"lease_id"`
-	Expiry  string        `json:"expiry"`
-}
-
 func runExtend(e env, o extendOptions) error {
 	d, err := parseDuration("duration", o.duration)
 	if err != nil {
@@ -66,7 +60,7 @@ func runExtend(e env, o extendOptions) error {
 		if err := tx.Commit(dec.Records); err != nil {
 			return answer{}, err
 		}
-		v := extendedView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Expiry: formatTime(dec.Expiry)}
+		v := api.Extended{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Expiry: formatTime(dec.Expiry)}
 		return answer{doc: v, outcome: v.Result, recovery: "extend again with the same lease: a current lease just moves its expiry", table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "expiry", v.Expiry)
 		}}, nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -36,16 +37,6 @@ writes nothing and repeats the answer. A stale lease: TaskCancelled, exit 3.`,
 	return c
 }
 
-type failView struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	LeaseID   string        `json:"lease_id"`
-	State     string        `json:"state"`
-	Attempt   int           `json:"attempt"`
-	NotBefore string        `json:"not_before,omitempty"`
-	Duplicate bool          `json:"duplicate"`
-}
-
 func runFail(e env, o failOptions) error {
 	return e.write(func(tx *store.Tx) (answer, error) {
 		dec, err := committer(tx)(tx.State.DecideFail(o.taskID, o.leaseID, o.reason, o.permanent, tx.Now))
@@ -60,7 +51,7 @@ func runFail(e env, o failOptions) error {
 				return answer{}, err
 			}
 		}
-		v := failView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
+		v := api.Failed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
 			NotBefore: optTime(dec.NotBefore), Duplicate: dec.Duplicate}
 		return answer{doc: v, outcome: v.Result, recovery: "repeat the same fail: it answers as it did and writes nothing", table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "state", v.State,

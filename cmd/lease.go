@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -57,25 +58,6 @@ expiry, a backoff's end, a delayed task's time); then EMPTY as before.`,
 	f.StringVar(&o.wait, "wait", "", "while nothing is eligible, wait up to this long (holding no lock) for a task")
 	_ = c.MarkFlagRequired("worker")
 	return c
-}
-
-type leaseView struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	LeaseID   string        `json:"lease_id"`
-	WorkerID  string        `json:"worker_id"`
-	Attempt   int           `json:"attempt"`
-	Expiry    string        `json:"expiry"`
-	Payload   string        `json:"payload"`
-	Duplicate bool          `json:"duplicate"`
-}
-
-type emptyView struct {
-	Result         state.Outcome `json:"result"`
-	TaskID         string        `json:"task_id,omitempty"`
-	Reason         string        `json:"reason"`
-	NextEligibleAt *string       `json:"next_eligible_at"`
-	Live           int           `json:"live"`
 }
 
 func runLease(e env, o leaseOptions) error {
@@ -163,7 +145,7 @@ func leaseAnswer(e env, tx *store.Tx, req state.LeaseRequest, requestID string, 
 		if tx.Missing && note {
 			e.sayWALMissing()
 		}
-		v := emptyView{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: orNull(optTime(dec.NextEligibleAt)), Live: dec.Live}
+		v := api.Empty{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: orNull(optTime(dec.NextEligibleAt)), Live: dec.Live}
 		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(v.Result), "reason", v.Reason, "next eligible at", deref(v.NextEligibleAt), "live tasks", fmt.Sprint(v.Live))
 		}}, nil
@@ -173,7 +155,7 @@ func leaseAnswer(e env, tx *store.Tx, req state.LeaseRequest, requestID string, 
 	if err := tx.Commit(dec.Records); err != nil {
 		return answer{}, err
 	}
-	v := leaseView{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, WorkerID: dec.Worker, Attempt: dec.Attempt,
+	v := api.Lease{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, WorkerID: dec.Worker, Attempt: dec.Attempt,
 		Expiry: formatTime(dec.Expiry), Payload: dec.Payload, Duplicate: dec.Duplicate}
 	recovery := "'leasewal inspect " + v.TaskID + "' shows the lease; lease with a --request-id to be able to repeat a lease safely"
 	if requestID != "" {
@@ -189,18 +171,11 @@ func leaseAnswer(e env, tx *store.Tx, req state.LeaseRequest, requestID string, 
 	}}, nil
 }
 
-type cancelledView struct {
-	Result  state.Outcome `json:"result"`
-	TaskID  string        `json:"task_id"`
-	LeaseID string        `json:"lease_id"`
-	Reason  string        `json:"reason"`
-}
-
 // cancelled is a CANCELLED answer: the caller's lease is not the authority.
 // It is a normal outcome with its own exit code; consequence tells the caller
 // what became of its call and what to do.
 func cancelled(d state.Decision, consequence string) answer {
-	v := cancelledView{Result: state.ResultCancelled, TaskID: d.TaskID, LeaseID: d.LeaseID, Reason: d.Reason}
+	v := api.Cancelled{Result: state.ResultCancelled, TaskID: d.TaskID, LeaseID: d.LeaseID, Reason: d.Reason}
 	return answer{doc: v, outcome: v.Result, advice: "CANCELLED: " + escape(d.Reason) + "; " + consequence,
 		recovery: "'leasewal inspect " + d.TaskID + "' shows who holds the task now; stop working on it",
 		table: func(w io.Writer, p palette) error {

@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
+	"leasewal/api"
 	"leasewal/runner"
 	"leasewal/store"
 )
@@ -500,7 +501,7 @@ func (a *app) finish(err error) int {
 	}
 	c := classify(err)
 	msg := withAdvice(err)
-	view := errorView{Result: "ERROR", Error: c.kind, Message: msg, Seq: c.seq}
+	view := errorView{Error: api.Error{Result: "ERROR", Kind: c.kind, Message: msg, Seq: c.seq}}
 	var mm *expectMismatch
 	if errors.As(err, &mm) { // every difference, one line each
 		view.Mismatches = mm.mismatches

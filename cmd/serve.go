@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"leasewal/api"
 	"leasewal/cluster"
 	"leasewal/state"
 	"leasewal/store"
@@ -727,7 +728,7 @@ func httpErrorExit(w http.ResponseWriter, status, exit int, kind, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Leasewal-Exit", strconv.Itoa(exit))
 	w.WriteHeader(status)
-	writeJSON(w, errorView{Result: "ERROR", Error: kind, Message: msg})
+	writeJSON(w, errorView{Error: api.Error{Result: "ERROR", Kind: kind, Message: msg}})
 }
 
 // requestArgs turns a request (the command's path, and its flags as a JSON

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 )
 
@@ -143,21 +144,9 @@ func unwrapPathErr(err error) error {
 	return err
 }
 
-type ackView struct {
-	Result       state.Outcome `json:"result"`
-	TaskID       string        `json:"task_id"`
-	RequestID    string        `json:"request_id"`
-	Duplicate    bool          `json:"duplicate"`
-	Queue        string        `json:"queue"`
-	Priority     int           `json:"priority"`
-	AvailableAt  string        `json:"available_at"`
-	Deadline     string        `json:"deadline"`
-	RequeuedFrom string        `json:"requeued_from,omitempty"`
-}
-
 // ackAnswer is the answer of a submit or a requeue that created (or names) task t.
 func ackAnswer(d state.Decision, t *state.Task) answer {
-	v := ackView{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
+	v := api.Ack{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
 		AvailableAt: formatTime(t.AvailableAt), Deadline: formatTime(t.Deadline()), RequeuedFrom: t.RequeuedFrom}
 	return answer{doc: v, outcome: v.Result, recovery: "repeat the same command with --request-id " + t.RequestID + ": it answers with the same task and writes nothing",
 		table: func(w io.Writer, p palette) error {

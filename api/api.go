@@ -1,0 +1,175 @@
+// Package api is leasewal's typed interface, as plain types: the requests
+// each operation takes, the answers it gives, and the errors, each with the
+// exit code the command line exits with. The HTTP API carries them as JSON
+// (the field names are the command's flag names), the Go client
+// (leasewal/client) sends and receives them, and the command line prints
+// them. Like River's rivertype, it holds no behaviour beyond what a value
+// says of itself.
+package api
+
+import (
+	"fmt"
+
+	"leasewal/state"
+)
+
+// The exit codes: every command exits with one of these, and every answer
+// of the HTTP API carries one (the Leasewal-Exit header).
+const (
+	ExitOK          = 0
+	ExitInternal    = 1
+	ExitUsage       = 2
+	ExitCancelled   = 3
+	ExitNotFound    = 4
+	ExitDamaged     = 5
+	ExitLocked      = 6
+	ExitContract    = 7
+	ExitAnswerLost  = 8
+	ExitWaitedOut   = 9
+	ExitUnknownSent = 10
+)
+
+// SubmitRequest creates a task (submit).
+type SubmitRequest struct {
+	Payload     string `json:"payload"`
+	Window      string `json:"window,omitempty"`       // a duration such as 5m (default 5m)
+	MaxAttempts *int   `json:"max-attempts,omitempty"` // default 3
+	Backoff     string `json:"backoff,omitempty"`
+	BackoffMax  string `json:"backoff-max,omitempty"`
+	RequestID   string `json:"request-id,omitempty"` // idempotency key
+	Delay       string `json:"delay,omitempty"`
+	NotBefore   string `json:"not-before,omitempty"` // RFC 3339 or unix ms
+	Queue       string `json:"queue,omitempty"`
+	Priority    int    `json:"priority,omitempty"`
+	Actor       string `json:"actor,omitempty"` // recorded for audit only
+}
+
+// LeaseRequest leases the next eligible task to a worker (lease).
+type LeaseRequest struct {
+	Worker    string `json:"worker"`
+	Duration  string `json:"duration,omitempty"` // default 30s
+	Queue     string `json:"queue,omitempty"`    // comma-separated queues to take from (default: all)
+	RequestID string `json:"request-id,omitempty"`
+	// Wait, if set, waits up to this long for a task; the server waits at
+	// most five minutes a request, and the client repeats it until Wait
+	// has run out.
+	Wait  string `json:"wait,omitempty"`
+	Actor string `json:"actor,omitempty"`
+}
+
+// ExtendRequest extends a current lease (extend).
+type ExtendRequest struct {
+	Task     string `json:"task"`
+	Lease    string `json:"lease"`
+	Duration string `json:"duration,omitempty"` // default 30s
+	Actor    string `json:"actor,omitempty"`
+}
+
+// CompleteRequest commits a task's result under its current lease (complete).
+type CompleteRequest struct {
+	Task  string `json:"task"`
+	Lease string `json:"lease"`
+	Actor string `json:"actor,omitempty"`
+}
+
+// FailRequest reports a failed attempt under the current lease (fail).
+type FailRequest struct {
+	Task      string `json:"task"`
+	Lease     string `json:"lease"`
+	Reason    string `json:"reason"`
+	Permanent bool   `json:"permanent,omitempty"`
+	Actor     string `json:"actor,omitempty"`
+}
+
+// Ack is the answer of a submit (or a requeue): the task it created, or
+// the one its request id created before (Duplicate).
+type Ack struct {
+	Result       state.Outcome `json:"result"`
+	TaskID       string        `json:"task_id"`
+	RequestID    string        `json:"request_id"`
+	Duplicate    bool          `json:"duplicate"`
+	Queue        string        `json:"queue"`
+	Priority     int           `json:"priority"`
+	AvailableAt  string        `json:"available_at"`
+	Deadline     string        `json:"deadline"`
+	RequeuedFrom string        `json:"requeued_from,omitempty"`
+}
+
+// Lease is a lease granted (LEASED).
+type Lease struct {
+	Result    state.Outcome `json:"result"`
+	TaskID    string        `json:"task_id"`
+	LeaseID   string        `json:"lease_id"`
+	WorkerID  string        `json:"worker_id"`
+	Attempt   int           `json:"attempt"`
+	Expiry    string        `json:"expiry"`
+	Payload   string        `json:"payload"`
+	Duplicate bool          `json:"duplicate"`
+}
+
+// Empty is a lease that found no task (EMPTY, exit 4). The Go client
+// returns it as the error of Lease.
+type Empty struct {
+	Result         state.Outcome `json:"result"`
+	TaskID         string        `json:"task_id,omitempty"`
+	Reason         string        `json:"reason"`
+	NextEligibleAt *string       `json:"next_eligible_at"` // when a task becomes eligible, if known
+	Live           int           `json:"live"`             // tasks not yet ended
+}
+
+func (e *Empty) Error() string { return "EMPTY: " + e.Reason }
+
+// Cancelled is a call under a lease that is not the task's authority any
+// more (CANCELLED, exit 3): what it reported was recorded as cancelled. The
+// Go client returns it as the error of Extend, Complete and Fail.
+type Cancelled struct {
+	Result  state.Outcome `json:"result"`
+	TaskID  string        `json:"task_id"`
+	LeaseID string        `json:"lease_id"`
+	Reason  string        `json:"reason"`
+}
+
+func (e *Cancelled) Error() string {
+	return fmt.Sprintf("CANCELLED: lease %s of %s is not the task's authority any more: %s", e.LeaseID, e.TaskID, e.Reason)
+}
+
+// Extended is a lease extended (EXTENDED).
+type Extended struct {
+	Result  state.Outcome `json:"result"`
+	TaskID  string        `json:"task_id"`
+	LeaseID string        `json:"lease_id"`
+	Expiry  string        `json:"expiry"`
+}
+
+// Committed is a task completed (COMMITTED).
+type Committed struct {
+	Result    state.Outcome `json:"result"`
+	TaskID    string        `json:"task_id"`
+	LeaseID   string        `json:"lease_id"`
+	Duplicate bool          `json:"duplicate"`
+}
+
+// Failed is a failed attempt recorded (RETRY: the task waits for another
+// attempt; FAILED: it has none left).
+type Failed struct {
+	Result    state.Outcome `json:"result"`
+	TaskID    string        `json:"task_id"`
+	LeaseID   string        `json:"lease_id"`
+	State     string        `json:"state"`
+	Attempt   int           `json:"attempt"`
+	NotBefore string        `json:"not_before,omitempty"`
+	Duplicate bool          `json:"duplicate"`
+}
+
+// Error is a refusal or a failure: what the command line prints as JSON on
+// stdout with -o json, and the HTTP API answers. Kind is the error's kind
+// (Usage, NotFound, RequestConflict, …); Exit its exit code.
+type Error struct {
+	Result  string `json:"result"` // ERROR
+	Kind    string `json:"error"`
+	Message string `json:"message"`
+	Seq     *int64 `json:"seq,omitempty"`
+	Exit    int    `json:"-"` // carried by the Leasewal-Exit header
+}
+
+func (e *Error) Error() string { return e.Kind + ": " + e.Message }
