@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"github.com/spf13/cobra"
+
+	"leasewal/client"
 )
 
 // The cluster commands talk to a running node over HTTP: the configuration
@@ -104,7 +106,7 @@ func (a *app) clusterRemove(id string) error {
 		Already bool `json:"already"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return &unknownOutcome{server: base, err: err}
+		return &client.UnknownOutcomeError{Server: base, Err: err}
 	}
 	note := "removed"
 	if v.Already {

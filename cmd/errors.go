@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"leasewal/api"
+	"leasewal/client"
 	"leasewal/cluster"
 	"leasewal/state"
 	"leasewal/store"
@@ -101,11 +102,17 @@ func advice(e *state.Error) string {
 // withAdvice is err's message with the advice for a refusal appended.
 func withAdvice(err error) string {
 	msg := err.Error()
-	var refusal *state.Error
+	var (
+		refusal *state.Error
+		unknown *client.UnknownOutcomeError
+	)
 	if errors.As(err, &refusal) {
 		if a := advice(refusal); a != "" && !strings.Contains(msg, a) {
 			msg += "; " + a
 		}
+	}
+	if errors.As(err, &unknown) {
+		msg += " (--request-id), or look with 'leasewal inspect'"
 	}
 	return strings.ReplaceAll(msg, "\n", " ")
 }
@@ -133,7 +140,7 @@ func classify(err error) class {
 		notFile  *store.NotRegularError
 		mismatch *expectMismatch
 		lost     *answerLostError
-		unknown  *unknownOutcome
+		unknown  *client.UnknownOutcomeError
 		proposal *cluster.UnknownOutcomeError
 		owned    *store.NodeOwnedError
 	)

@@ -2,14 +2,12 @@ package cmd
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -21,6 +19,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"leasewal/client"
 )
 
 // The flags that configure this process, never sent to a server.
@@ -103,65 +103,45 @@ func (a *app) remoteWait(path, flag string, flags map[string]any, notYet int) er
 	}
 }
 
-// send sends a request to the first server of --server that answers. A
-// server that cannot be reached is skipped (nothing was sent); one that took
-// the request but whose answer was lost is an unknown outcome (exit 10). A
-// cluster node that answers 503 knows no leader yet (an election is under
-// way; nothing was decided): the list is tried again for up to
-// electionWait.
+// send sends a request through the Go client's transport to the first
+// server of --server that answers: a server that cannot be reached is
+// skipped (nothing was sent); one that took the request but whose answer
+// was lost is an unknown outcome (exit 10); while a cluster elects a
+// leader (503) the list is tried again for up to electionWait.
 func (e env) send(method, path string, body []byte, output string) (*http.Response, string, error) {
+	c, err := e.client()
+	if err != nil {
+		return nil, "", err
+	}
+	header := http.Header{"Leasewal-Output": {output}}
+	if output != "json" { // a table is fitted to this terminal, not the server's
+		header.Set("Leasewal-Columns", strconv.Itoa(e.terminalWidth()))
+	}
+	resp, base, err := c.Send(e.context(), method, path, body, header)
+	var (
+		untrusted *client.UntrustedError
+		none      *client.NoServerError
+	)
+	switch {
+	case errors.As(err, &untrusted):
+		return nil, "", usageErr("%v: give the certificate that signs it with --ca FILE (or LEASEWAL_CA)", untrusted)
+	case errors.As(err, &none):
+		return nil, "", fmt.Errorf("%v: check --server (or LEASEWAL_SERVER) and that 'leasewal serve' runs", none)
+	}
+	return resp, base, err
+}
+
+// client is the Go client of --server, with --token-file and --ca.
+func (e env) client() (*client.Client, error) {
 	token, err := readToken(e.TokenFile)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	client, err := e.httpClient()
+	httpClient, err := e.httpClient()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	var lastErr error
-	deadline := time.Now().Add(electionWait)
-	for {
-		electing := false
-		for _, base := range strings.Split(e.Server, ",") {
-			base = strings.TrimRight(strings.TrimSpace(base), "/")
-			req, err := http.NewRequest(method, base+"/v1/"+path, bytes.NewReader(body))
-			if err != nil {
-				return nil, "", usageErr("--server %q: %v", base, err)
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Leasewal-Output", output)
-			if output != "json" { // a table is fitted to this terminal, not the server's
-				req.Header.Set("Leasewal-Columns", strconv.Itoa(e.terminalWidth()))
-			}
-			if token != "" {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				var untrusted *tls.CertificateVerificationError
-				if errors.As(err, &untrusted) { // the handshake failed: nothing was sent
-					return nil, "", usageErr("%s: the server's certificate is not trusted (%v): give the certificate that signs it with --ca FILE (or LEASEWAL_CA)", base, untrusted.Err)
-				}
-				var op *net.OpError
-				if errors.As(err, &op) && op.Op == "dial" {
-					lastErr = err // nothing was sent: the next server may answer
-					continue
-				}
-				return nil, "", &unknownOutcome{server: base, err: err}
-			}
-			if resp.StatusCode == http.StatusServiceUnavailable {
-				resp.Body.Close()
-				electing, lastErr = true, fmt.Errorf("%s knows no leader yet", base)
-				continue
-			}
-			return resp, base, nil
-		}
-		if !electing || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return nil, "", fmt.Errorf("no server answered (%v); nothing was sent: check --server (or LEASEWAL_SERVER) and that 'leasewal serve' runs", lastErr)
+	return client.New(strings.Split(e.Server, ","), client.Options{Token: token, HTTP: httpClient, ElectionWait: electionWait})
 }
 
 // electionWait is how long a client keeps asking a cluster that is electing
@@ -236,11 +216,11 @@ func (e env) call(path string, flags map[string]any) (map[string]any, int, error
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, 0, &unknownOutcome{server: base, err: err}
+		return nil, 0, &client.UnknownOutcomeError{Server: base, Err: err}
 	}
-	code, err := strconv.Atoi(resp.Header.Get("Leasewal-Exit"))
+	code, err := client.ExitCode(resp, base)
 	if err != nil {
-		return nil, 0, &unknownOutcome{server: base, err: fmt.Errorf("HTTP %s without an exit code", resp.Status)}
+		return nil, 0, err
 	}
 	var doc map[string]any
 	if err := json.Unmarshal(raw, &doc); err != nil {
@@ -253,11 +233,11 @@ func (a *app) printRemote(resp *http.Response, base string) error {
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return &unknownOutcome{server: base, err: err}
+		return &client.UnknownOutcomeError{Server: base, Err: err}
 	}
-	code, err := strconv.Atoi(resp.Header.Get("Leasewal-Exit"))
+	code, err := client.ExitCode(resp, base)
 	if err != nil {
-		return &unknownOutcome{server: base, err: fmt.Errorf("HTTP %s without an exit code", resp.Status)}
+		return err
 	}
 	if quoted := resp.Header.Get("Leasewal-Stderr"); quoted != "" {
 		if text, err := strconv.Unquote(quoted); err == nil {
@@ -283,16 +263,6 @@ func (a *app) printRemote(resp *http.Response, base string) error {
 		return fmt.Errorf("writing the answer to stdout: %w", err)
 	}
 	return &exitStatus{code: code}
-}
-
-// unknownOutcome is a request sent to a server whose answer never came back.
-type unknownOutcome struct {
-	server string
-	err    error
-}
-
-func (e *unknownOutcome) Error() string {
-	return fmt.Sprintf("the request was sent to %s but its answer was lost (%v): the outcome is unknown; repeat it with the same --request-id, or look with 'leasewal inspect'", e.server, e.err)
 }
 
 // requestFlags is the command's flags as a request's JSON object holds

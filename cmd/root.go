@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/url"
 	"os"
 	"os/signal"
 	"os/user"
@@ -27,6 +26,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"leasewal/api"
+	"leasewal/client"
 	"leasewal/runner"
 	"leasewal/store"
 )
@@ -384,16 +384,15 @@ func checkServerURLs(list string) error {
 		return nil
 	}
 	for _, entry := range strings.Split(list, ",") {
-		entry = strings.TrimSpace(entry)
-		u, err := url.Parse(entry)
-		if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		var bad *client.BadURLError
+		if !errors.As(client.CheckURL(entry), &bad) {
 			continue
 		}
 		hint := "give URLs such as http://127.0.0.1:7431, comma-separated"
-		if !strings.Contains(entry, "://") && entry != "" {
-			hint = "add the scheme: --server http://" + entry
+		if bad.NoScheme {
+			hint = "add the scheme: --server http://" + bad.URL
 		}
-		return usageErr("--server (or LEASEWAL_SERVER) %q is not an http or https URL; %s", entry, hint)
+		return usageErr("--server (or LEASEWAL_SERVER) %q is not an http or https URL; %s", bad.URL, hint)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"leasewal/client"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -210,7 +211,7 @@ func (c *remoteCoordinator) lease(req state.LeaseRequest) (*job, int64, error) {
 		flags["queue"] = strings.Join(req.Queues, ",")
 	}
 	doc, outcome, err := c.call("lease", flags, state.ResultLeased, state.ResultEmpty)
-	var unknown *unknownOutcome
+	var unknown *client.UnknownOutcomeError
 	if !errors.As(err, &unknown) {
 		c.pendingID = "" // a definite answer: the next lease is a new request
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"leasewal/client"
 	"leasewal/internal/testwait"
 	"leasewal/state"
 	"leasewal/store"
@@ -192,7 +193,7 @@ func TestRunLeaseAnswerLost(t *testing.T) {
 	}
 	req := state.LeaseRequest{Worker: "W", Duration: time.Minute}
 	_, _, err = c.lease(req)
-	var unknown *unknownOutcome
+	var unknown *client.UnknownOutcomeError
 	if !errors.As(err, &unknown) {
 		t.Fatalf("a lost answer gave %v, want an unknown outcome", err)
 	}

@@ -1,0 +1,304 @@
+// Package client is leasewal's Go client: the operations of a leasewal
+// server (leasewal serve) or cluster as typed calls, with the answers and
+// errors of package api. A call tries the servers in order until one
+// answers; while a cluster elects a leader (503) it tries them again for a
+// while; a request whose answer is lost after it was sent is an
+// *UnknownOutcomeError, never guessed: repeat it with the same request id.
+//
+//	c, err := client.New([]string{"http://127.0.0.1:7420"}, client.Options{})
+//	ack, err := c.Submit(ctx, api.SubmitRequest{Payload: "resize img-42", RequestID: "job-42"})
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"leasewal/api"
+	"leasewal/state"
+)
+
+// Options say how a client reaches its servers.
+type Options struct {
+	Token string       // the servers' bearer token ("" for none)
+	HTTP  *http.Client // nil: one with a 10-minute timeout and the system's certificates
+	// ElectionWait is how long a call keeps trying a cluster that knows no
+	// leader yet (0: 20 s, a few election timeouts).
+	ElectionWait time.Duration
+	// Actor is recorded in the records a call writes, for audit ("" leaves
+	// the request's own Actor, or the server's default).
+	Actor string
+}
+
+// Client sends operations to leasewal servers. It is safe for concurrent use.
+type Client struct {
+	urls []string
+	opts Options
+}
+
+// New is a client of the servers at urls (http or https, tried in order).
+func New(urls []string, opts Options) (*Client, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("no server URL given")
+	}
+	var clean []string
+	for _, entry := range urls {
+		if err := CheckURL(entry); err != nil {
+			return nil, err
+		}
+		clean = append(clean, strings.TrimRight(strings.TrimSpace(entry), "/"))
+	}
+	if opts.HTTP == nil {
+		opts.HTTP = &http.Client{Timeout: 10 * time.Minute}
+	}
+	if opts.ElectionWait == 0 {
+		opts.ElectionWait = 20 * time.Second
+	}
+	return &Client{urls: clean, opts: opts}, nil
+}
+
+// BadURLError is a server address that is not an http or https URL.
+type BadURLError struct {
+	URL      string
+	NoScheme bool // host:port given without http://
+}
+
+func (e *BadURLError) Error() string {
+	return fmt.Sprintf("%q is not an http or https URL", e.URL)
+}
+
+// CheckURL says whether entry is an http or https URL with a host.
+func CheckURL(entry string) error {
+	entry = strings.TrimSpace(entry)
+	u, err := url.Parse(entry)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return nil
+	}
+	return &BadURLError{URL: entry, NoScheme: !strings.Contains(entry, "://") && entry != ""}
+}
+
+// UnknownOutcomeError is a request sent to a server whose answer never came
+// back: it may or may not have been decided. Repeat it with the same
+// request id (or, for extend, complete and fail, the same lease) to learn.
+type UnknownOutcomeError struct {
+	Server string
+	Err    error
+}
+
+func (e *UnknownOutcomeError) Error() string {
+	return fmt.Sprintf("the request was sent to %s but its answer was lost (%v): the outcome is unknown; repeat it with the same request id", e.Server, e.Err)
+}
+
+func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
+
+// NoServerError is a request no server took: nothing was sent (every
+// server refused the connection, or a cluster knew no leader for
+// ElectionWait).
+type NoServerError struct{ Err error }
+
+func (e *NoServerError) Error() string {
+	return fmt.Sprintf("no server answered (%v); nothing was sent", e.Err)
+}
+
+func (e *NoServerError) Unwrap() error { return e.Err }
+
+// UntrustedError is a server whose certificate the client does not trust:
+// nothing was sent.
+type UntrustedError struct {
+	Server string
+	Err    error
+}
+
+func (e *UntrustedError) Error() string {
+	return fmt.Sprintf("%s: the server's certificate is not trusted (%v)", e.Server, e.Err)
+}
+
+func (e *UntrustedError) Unwrap() error { return e.Err }
+
+// Send sends one request to the first server that takes it and returns
+// its response (the caller closes its body) and the server's URL. header
+// is added to the request. It is the transport of every call; the command
+// line sends through it too.
+func (c *Client) Send(ctx context.Context, method, path string, body []byte, header http.Header) (*http.Response, string, error) {
+	var lastErr error
+	deadline := time.Now().Add(c.opts.ElectionWait)
+	for {
+		electing := false
+		for _, base := range c.urls {
+			req, err := http.NewRequestWithContext(ctx, method, base+"/v1/"+path, bytes.NewReader(body))
+			if err != nil {
+				return nil, "", err
+			}
+			for name, values := range header {
+				req.Header[name] = values
+			}
+			req.Header.Set("Content-Type", "application/json")
+			if c.opts.Token != "" {
+				req.Header.Set("Authorization", "Bearer "+c.opts.Token)
+			}
+			resp, err := c.opts.HTTP.Do(req)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, "", &UnknownOutcomeError{Server: base, Err: ctx.Err()}
+				}
+				var untrusted *tls.CertificateVerificationError
+				if errors.As(err, &untrusted) { // the handshake failed: nothing was sent
+					return nil, "", &UntrustedError{Server: base, Err: untrusted.Err}
+				}
+				var op *net.OpError
+				if errors.As(err, &op) && op.Op == "dial" {
+					lastErr = err // nothing was sent: the next server may answer
+					continue
+				}
+				return nil, "", &UnknownOutcomeError{Server: base, Err: err}
+			}
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				resp.Body.Close()
+				electing, lastErr = true, fmt.Errorf("%s knows no leader yet", base)
+				continue
+			}
+			return resp, base, nil
+		}
+		if !electing || time.Now().After(deadline) {
+			return nil, "", &NoServerError{Err: lastErr}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, "", &NoServerError{Err: ctx.Err()}
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// ExitCode is the exit code a response carries (Leasewal-Exit), or an
+// *UnknownOutcomeError when it carries none.
+func ExitCode(resp *http.Response, server string) (int, error) {
+	code, err := strconv.Atoi(resp.Header.Get("Leasewal-Exit"))
+	if err != nil {
+		return 0, &UnknownOutcomeError{Server: server, Err: fmt.Errorf("HTTP %s without an exit code", resp.Status)}
+	}
+	return code, nil
+}
+
+// call sends req to the operation at path and decodes its answer into out;
+// a refusal is an *api.Error, EMPTY an *api.Empty, CANCELLED an
+// *api.Cancelled.
+func (c *Client) call(ctx context.Context, path string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	resp, server, err := c.Send(ctx, http.MethodPost, path, body, http.Header{"Leasewal-Output": {"json"}})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return &UnknownOutcomeError{Server: server, Err: err}
+	}
+	code, err := ExitCode(resp, server)
+	if err != nil {
+		return err
+	}
+	var head struct {
+		Result state.Outcome `json:"result"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that is not JSON: %.200s", raw)}
+	}
+	var refusal error
+	switch {
+	case head.Result == "ERROR":
+		e := &api.Error{Exit: code}
+		refusal, out = e, e
+	case head.Result == state.ResultEmpty:
+		e := &api.Empty{}
+		refusal, out = e, e
+	case head.Result == state.ResultCancelled:
+		e := &api.Cancelled{}
+		refusal, out = e, e
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that does not decode: %v", err)}
+	}
+	return refusal
+}
+
+func (c *Client) actor(given string) string {
+	if given != "" {
+		return given
+	}
+	return c.opts.Actor
+}
+
+// Submit creates a task. With a RequestID, a repeat answers the first task
+// (Duplicate) and writes nothing.
+func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Ack, error) {
+	req.Actor = c.actor(req.Actor)
+	var ack api.Ack
+	return ack, c.call(ctx, "submit", req, &ack)
+}
+
+// serverWaitCap is the most a server waits in one request: a longer Wait is
+// sent in slices.
+const serverWaitCap = 5 * time.Minute
+
+// Lease leases the next eligible task to req.Worker. When no task is
+// eligible the error is an *api.Empty; with Wait it waits up to that long
+// for one first. A lease repeated with its RequestID is the same lease.
+func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) (api.Lease, error) {
+	req.Actor = c.actor(req.Actor)
+	var lease api.Lease
+	if req.Wait == "" {
+		return lease, c.call(ctx, "lease", req, &lease)
+	}
+	wait, err := time.ParseDuration(req.Wait)
+	if err != nil || wait < 0 {
+		return lease, &api.Error{Result: "ERROR", Kind: "Usage", Message: fmt.Sprintf("wait %q is not a duration such as 30s or 5m", req.Wait), Exit: api.ExitUsage}
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		req.Wait = max(0, min(serverWaitCap, time.Until(deadline))).String()
+		err := c.call(ctx, "lease", req, &lease)
+		var empty *api.Empty
+		if !errors.As(err, &empty) || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return lease, err
+		}
+	}
+}
+
+// Extend extends a current lease; a lease that is not the task's authority
+// any more is an *api.Cancelled.
+func (c *Client) Extend(ctx context.Context, req api.ExtendRequest) (api.Extended, error) {
+	req.Actor = c.actor(req.Actor)
+	var ext api.Extended
+	return ext, c.call(ctx, "extend", req, &ext)
+}
+
+// Complete commits a task's result under its current lease; a completion
+// under a lease that is not the authority any more is recorded as
+// cancelled and is an *api.Cancelled: discard the result.
+func (c *Client) Complete(ctx context.Context, req api.CompleteRequest) (api.Committed, error) {
+	req.Actor = c.actor(req.Actor)
+	var done api.Committed
+	return done, c.call(ctx, "complete", req, &done)
+}
+
+// Fail reports a failed attempt under the current lease: the task waits
+// for another attempt (RETRY) or has none left (FAILED).
+func (c *Client) Fail(ctx context.Context, req api.FailRequest) (api.Failed, error) {
+	req.Actor = c.actor(req.Actor)
+	var failed api.Failed
+	return failed, c.call(ctx, "fail", req, &failed)
+}
