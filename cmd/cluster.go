@@ -67,7 +67,7 @@ func (a *app) clusterMembers() error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK || a.env.Output == "json" {
-		return a.printRemote(resp, base)
+		return a.env.printRemote(resp, base)
 	}
 	defer resp.Body.Close()
 	var v membersView
@@ -99,7 +99,7 @@ func (a *app) clusterRemove(id string) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK || a.env.Output == "json" {
-		return a.printRemote(resp, base)
+		return a.env.printRemote(resp, base)
 	}
 	defer resp.Body.Close()
 	var v struct {

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -25,7 +26,7 @@ import (
 
 // The flags that configure this process, never sent to a server.
 var clientFlags = map[string]bool{"wal": true, "ca": true, "config": true, "output": true, "no-color": true, "no-headers": true,
-	"lock-timeout": true, "server": true, "token-file": true, "payload-file": true, "help": true}
+	"lock-timeout": true, "server": true, "token-file": true, "payload-file": true, "batch-file": true, "help": true}
 
 // remote sends the command to a server (--server) and prints and exits as
 // the command would locally. A list of servers is tried in order until one
@@ -39,6 +40,9 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 	}
 	if a.env.Now != "" {
 		return usageErr("the server stamps time: drop --now (or LEASEWAL_NOW) with --server")
+	}
+	if batch, _ := c.Flags().GetString("batch-file"); batch != "" && path == "submit" {
+		return cmp.Or(c.RunE(c, args), error(&exitStatus{code: ExitOK})) // the batch door: runSubmitBatch sends it
 	}
 	flags, err := requestFlags(c, args, a.env)
 	if err != nil {
@@ -57,7 +61,7 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.printRemote(resp, base)
+	return a.env.printRemote(resp, base)
 }
 
 // sendFlags sends a command's flags to the server, asking for this
@@ -99,7 +103,7 @@ func (a *app) remoteWait(path, flag string, flags map[string]any, notYet int) er
 			resp.Body.Close()
 			continue
 		}
-		return a.printRemote(resp, base)
+		return a.env.printRemote(resp, base)
 	}
 }
 
@@ -229,7 +233,7 @@ func (e env) call(path string, flags map[string]any) (map[string]any, int, error
 	return doc, code, nil
 }
 
-func (a *app) printRemote(resp *http.Response, base string) error {
+func (e env) printRemote(resp *http.Response, base string) error {
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -241,7 +245,7 @@ func (a *app) printRemote(resp *http.Response, base string) error {
 	}
 	if quoted := resp.Header.Get("Leasewal-Stderr"); quoted != "" {
 		if text, err := strconv.Unquote(quoted); err == nil {
-			io.WriteString(a.env.stderr, text)
+			io.WriteString(e.stderr, text)
 		}
 	} else if resp.StatusCode != http.StatusOK { // the server's own refusal (a bad token, a bad request)
 		var v errorView
@@ -249,17 +253,17 @@ func (a *app) printRemote(resp *http.Response, base string) error {
 			msg := v.Message
 			if resp.StatusCode == http.StatusUnauthorized {
 				msg = "the server refused the token: give the file holding its token with --token-file F (or LEASEWAL_TOKEN_FILE)"
-				if a.env.TokenFile == "" {
+				if e.TokenFile == "" {
 					msg = "the server needs a token: give the file holding it with --token-file F (or LEASEWAL_TOKEN_FILE)"
 				}
 			}
-			fmt.Fprintf(a.env.stderr, "leasewal: %s: %s\n", base, msg)
+			fmt.Fprintf(e.stderr, "leasewal: %s: %s\n", base, msg)
 		}
-		if a.env.Output != "json" { // the error document is for scripts; people have the line above
+		if e.Output != "json" { // the error document is for scripts; people have the line above
 			return &exitStatus{code: code}
 		}
 	}
-	if _, err := a.env.stdout.Write(out); err != nil && code == ExitOK {
+	if _, err := e.stdout.Write(out); err != nil && code == ExitOK {
 		return fmt.Errorf("writing the answer to stdout: %w", err)
 	}
 	return &exitStatus{code: code}

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
@@ -514,9 +515,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusMethodNotAllowed, "Usage", "POST /v1/<command>")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	limit := int64(maxRequestBody)
+	if path == "submit/batch" {
+		limit = maxBatchBody
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
-		httpError(w, http.StatusRequestEntityTooLarge, "Usage", fmt.Sprintf("the request body is over %d bytes", maxRequestBody))
+		httpError(w, http.StatusRequestEntityTooLarge, "Usage", fmt.Sprintf("the request body is over %d bytes", limit))
 		return
 	}
 	switch path {
@@ -529,6 +534,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.node != nil && !s.node.Leading() {
 		s.forward(w, r, body)
+		return
+	}
+	if path == "submit/batch" {
+		s.submitBatch(w, r, body)
 		return
 	}
 	argv, err := requestArgs(path, body)
@@ -592,6 +601,37 @@ func (s *server) join(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	writeJSON(w, map[string]string{"result": "JOINED", "id": req.ID})
+}
+
+// submitBatch is POST /v1/submit/batch: one submit per line (NDJSON,
+// decoded straight into api.SubmitRequest), decided all or nothing in the
+// next batch; the answer is one line per task.
+func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, body []byte) {
+	reqs, lines, err := readBatch(bytes.NewReader(body), api.SubmitRequest{})
+	if err != nil {
+		httpError(w, http.StatusBadRequest, "Usage", err.Error())
+		return
+	}
+	output := cmp.Or(r.Header.Get("Leasewal-Output"), "json")
+	var stdout, stderr bytes.Buffer
+	e := s.e
+	e.ctx, e.stdout, e.stderr, e.Output, e.Color = r.Context(), &stdout, &stderr, output, false
+	e.getenv = func(k string) string {
+		if k == "COLUMNS" {
+			return r.Header.Get("Leasewal-Columns")
+		}
+		return ""
+	}
+	code := (&app{env: e, resolved: true}).finish(e.submitBatch(reqs, lines))
+	w.Header().Set("Leasewal-Exit", strconv.Itoa(code))
+	if stderr.Len() > 0 {
+		w.Header().Set("Leasewal-Stderr", strconv.Quote(stderr.String()))
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if output == "json" {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+	}
+	_, _ = w.Write(stdout.Bytes()) // a client gone away: the decision stands, a retry with its request ids gets it
 }
 
 // notANode answers a cluster request that reached a single server.
@@ -821,9 +861,9 @@ func flagValue(v any) (string, error) {
 }
 
 // clientSideFlags name files, which a client reads on its own machine
-// (--payload-file is sent as --payload): a server never opens a file for a
+// (--payload-file is sent as --payload, --batch-file to the batch door): a server never opens a file for a
 // request.
-var clientSideFlags = map[string]bool{"payload-file": true, "expect": true, "token-file": true}
+var clientSideFlags = map[string]bool{"payload-file": true, "batch-file": true, "expect": true, "token-file": true}
 
 // requestMay says whether a request may set flag of command c: only the
 // command's own flags (an allowlist: the global ones, the WAL, the clock,

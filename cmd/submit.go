@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,7 @@ type submitOptions struct {
 	notBefore   string
 	queue       string
 	priority    int
+	batchFile   string
 }
 
 func (a *app) newSubmitCmd() *cobra.Command {
@@ -37,9 +39,16 @@ with a priority. Writes one TaskCreated record. A task submitted with --delay or
 --not-before is eligible only from then on (SQS's DelaySeconds), and its window
 counts from then. Repeating a submit with the same --request-id and the same
 payload, policy, queue and priority writes nothing and answers with the first
-task id (and its first time).`,
+task id (and its first time).
+
+--batch-file submits many tasks in one write and one fsync, all or nothing:
+each line is a JSON object with the flags' names as keys ("payload",
+"window", "max-attempts", "request-id", "queue", "priority", …), the other
+flags given being every line's defaults; if any line is refused, none is
+written. It answers one line per task (-o json: one JSON object per line).`,
 		Example: `  leasewal submit --payload 'resize img-42' --window 5m --max-attempts 3 --request-id job-42
-  leasewal submit --payload 'send digest' --delay 10m --queue mail --priority 5`,
+  leasewal submit --payload 'send digest' --delay 10m --queue mail --priority 5
+  printf '{"payload":"a","request-id":"a"}\n{"payload":"b","request-id":"b","priority":5}\n' | leasewal submit --batch-file - --queue mail`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runSubmit(a.env, *o) },
 	}
@@ -55,52 +64,67 @@ task id (and its first time).`,
 	f.StringVar(&o.notBefore, "not-before", "", "eligible only from this time (RFC 3339 or unix ms; a past time is now)")
 	f.StringVar(&o.queue, "queue", state.DefaultQueue, "the queue: lease --queue takes only from the queues it names")
 	f.IntVar(&o.priority, "priority", 0, "from -1000 to 1000; a lease takes the highest first, the oldest within a priority")
+	f.StringVar(&o.batchFile, "batch-file", "", "submit many tasks at once from FILE (or stdin with -): one JSON object per line, e.g. {\"payload\":\"x\",\"request-id\":\"r1\"}; the other flags are every line's defaults")
 	return c
 }
 
-func (o *submitOptions) command(stdin io.Reader) (state.Submit, error) {
+// request is the submit the flags ask for. The payload of --payload-file is
+// read here, by the client: a server never opens a file for a request.
+func (o *submitOptions) request(stdin io.Reader) (api.SubmitRequest, error) {
+	if o.queue == "" {
+		return api.SubmitRequest{}, usageErr("--queue must name a queue (the default is %q)", state.DefaultQueue)
+	}
 	payload, err := o.readPayload(stdin)
 	if err != nil {
-		return state.Submit{}, err
+		return api.SubmitRequest{}, err
 	}
-	window, err := parseDuration("window", o.window)
+	maxAttempts := o.maxAttempts
+	return api.SubmitRequest{Payload: payload, Window: o.window, MaxAttempts: &maxAttempts, Backoff: o.backoff, BackoffMax: o.backoffMax,
+		RequestID: o.requestID, Delay: o.delay, NotBefore: o.notBefore, Queue: o.queue, Priority: o.priority}, nil
+}
+
+// submitCommand is a submit request as state decides it: the one place its
+// durations and times are read and its defaults filled in.
+func submitCommand(r api.SubmitRequest) (state.Submit, error) {
+	window, err := parseDuration("window", cmp.Or(r.Window, "5m"))
 	if err != nil {
 		return state.Submit{}, err
 	}
-	backoff, err := parseDuration("backoff", o.backoff)
+	backoff, err := parseDuration("backoff", cmp.Or(r.Backoff, "0s"))
 	if err != nil {
 		return state.Submit{}, err
 	}
 	backoffMax := 100 * backoff
-	if o.backoffMax != "" {
-		if backoffMax, err = parseDuration("backoff-max", o.backoffMax); err != nil {
+	if r.BackoffMax != "" {
+		if backoffMax, err = parseDuration("backoff-max", r.BackoffMax); err != nil {
 			return state.Submit{}, err
 		}
 	}
+	maxAttempts := 3
+	if r.MaxAttempts != nil {
+		maxAttempts = *r.MaxAttempts
+	}
 	sub := state.Submit{
-		Payload: payload, Window: state.Duration(window), RequestID: o.requestID,
-		Policy: state.RetryPolicy{MaxAttempts: o.maxAttempts, Backoff: state.Duration(backoff), BackoffMax: state.Duration(backoffMax)},
-		Queue:  o.queue, Priority: o.priority,
+		Payload: r.Payload, Window: state.Duration(window), RequestID: r.RequestID,
+		Policy: state.RetryPolicy{MaxAttempts: maxAttempts, Backoff: state.Duration(backoff), BackoffMax: state.Duration(backoffMax)},
+		Queue:  cmp.Or(r.Queue, state.DefaultQueue), Priority: r.Priority,
 	}
-	if o.queue == "" {
-		return state.Submit{}, usageErr("--queue must name a queue (the default is %q)", state.DefaultQueue)
-	}
-	if o.delay != "" && o.notBefore != "" {
+	if r.Delay != "" && r.NotBefore != "" {
 		return state.Submit{}, usageErr("give --delay or --not-before, not both")
 	}
-	if o.delay != "" {
-		if sub.Delay, err = parseDuration("delay", o.delay); err != nil {
+	if r.Delay != "" {
+		if sub.Delay, err = parseDuration("delay", r.Delay); err != nil {
 			return state.Submit{}, err
 		}
 		if sub.Delay < 0 {
-			return state.Submit{}, usageErr("--delay %s is negative; give a duration of 0 or more", o.delay)
+			return state.Submit{}, usageErr("--delay %s is negative; give a duration of 0 or more", r.Delay)
 		}
 	}
-	if o.notBefore != "" {
-		if strings.HasPrefix(o.notBefore, "+") {
-			return state.Submit{}, usageErr("--not-before %q: give a time (RFC 3339 or unix ms); for a time after now use --delay", o.notBefore)
+	if r.NotBefore != "" {
+		if strings.HasPrefix(r.NotBefore, "+") {
+			return state.Submit{}, usageErr("--not-before %q: give a time (RFC 3339 or unix ms); for a time after now use --delay", r.NotBefore)
 		}
-		if sub.NotBefore, err = parseTime("--not-before", o.notBefore, 0, 0); err != nil {
+		if sub.NotBefore, err = parseTime("--not-before", r.NotBefore, 0, 0); err != nil {
 			return state.Submit{}, err
 		}
 	}
@@ -144,10 +168,15 @@ func unwrapPathErr(err error) error {
 	return err
 }
 
-// ackAnswer is the answer of a submit or a requeue that created (or names) task t.
-func ackAnswer(d state.Decision, t *state.Task) answer {
-	v := api.Ack{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
+// ackOf is the answer of a submit or a requeue that created (or names) task t.
+func ackOf(d state.Decision, t *state.Task) api.Ack {
+	return api.Ack{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
 		AvailableAt: formatTime(t.AvailableAt), Deadline: formatTime(t.Deadline()), RequeuedFrom: t.RequeuedFrom}
+}
+
+// ackAnswer is ackOf as a command prints it.
+func ackAnswer(d state.Decision, t *state.Task) answer {
+	v := ackOf(d, t)
 	return answer{doc: v, outcome: v.Result, recovery: "repeat the same command with --request-id " + t.RequestID + ": it answers with the same task and writes nothing",
 		table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "request", v.RequestID,
@@ -158,7 +187,14 @@ func ackAnswer(d state.Decision, t *state.Task) answer {
 }
 
 func runSubmit(e env, o submitOptions) error {
-	cmd, err := o.command(e.stdin)
+	if o.batchFile != "" {
+		return runSubmitBatch(e, o)
+	}
+	req, err := o.request(e.stdin)
+	if err != nil {
+		return err
+	}
+	cmd, err := submitCommand(req)
 	if err != nil {
 		return err
 	}

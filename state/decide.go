@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -75,60 +76,134 @@ type Submit struct {
 // request id. The queue and priority count as policy for a repeat (another
 // queue is a conflict); the delay does not (a repeat keeps the first time).
 func (s *State) DecideSubmit(c Submit, now int64) (Decision, error) {
+	ds, err := s.DecideSubmits([]Submit{c}, now)
+	var batch *BatchError
+	if errors.As(err, &batch) {
+		return Decision{}, batch.Err
+	}
+	if err != nil {
+		return Decision{}, err
+	}
+	return ds[0], nil
+}
+
+// BatchError is a batch refused because of one of its items (Index, from
+// 0): nothing of the batch is decided.
+type BatchError struct {
+	Index int
+	Err   error
+}
+
+func (e *BatchError) Error() string { return fmt.Sprintf("item %d of the batch: %v", e.Index+1, e.Err) }
+func (e *BatchError) Unwrap() error { return e.Err }
+
+// DecideSubmits decides a batch of submits at now, all or nothing: each as
+// DecideSubmit would after the ones before it (a request id the batch
+// repeats answers with the task the batch created for it), or, when any one
+// is refused, none. The decisions' records are to be applied in order.
+func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
+	type created struct {
+		id string
+		c  Submit
+	}
+	var (
+		ds      = make([]Decision, 0, len(cs))
+		batch   map[string]created  // request id → what the batch created for it
+		next    = s.lastTaskNum + 1 // the number of the batch's next task
+		autoReq int64               // where the search for a free R<n> goes on
+	)
+	for i, c := range cs {
+		c, err := validSubmit(c)
+		if err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+		if c.RequestID != "" {
+			if earlier, ok := batch[c.RequestID]; ok {
+				if !repeats(c, earlier.c.Payload, earlier.c.Window, earlier.c.Policy, earlier.c.Queue, earlier.c.Priority, false) {
+					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q is given twice in the batch with a different payload, policy, queue or priority", c.RequestID)}
+				}
+				ds = append(ds, Decision{Outcome: ResultAck, TaskID: earlier.id, Duplicate: true})
+				continue
+			}
+			t, err := s.submitted(c.RequestID)
+			if err != nil {
+				return nil, &BatchError{Index: i, Err: err}
+			}
+			if t != nil {
+				if !repeats(c, t.Payload, t.Window, t.Policy, t.Queue, t.Priority, t.RequeuedFrom != "") {
+					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q already created %s with a different payload, policy, queue or priority", c.RequestID, t.ID)}
+				}
+				ds = append(ds, Decision{Outcome: ResultAck, TaskID: t.ID, Duplicate: true})
+				continue
+			}
+		}
+		id := "T" + strconv.FormatInt(next, 10)
+		req := c.RequestID
+		// R<n> as DecideSubmit after the batch's earlier tasks: the first free
+		// from this task's number on.
+		for autoReq = max(autoReq, next); req == ""; autoReq++ {
+			candidate := "R" + strconv.FormatInt(autoReq, 10)
+			taken, err := s.submitted(candidate)
+			if err != nil {
+				return nil, &BatchError{Index: i, Err: err}
+			}
+			if _, inBatch := batch[candidate]; taken == nil && !inBatch {
+				req = candidate
+			}
+		}
+		next++
+		if batch == nil {
+			batch = map[string]created{}
+		}
+		batch[req] = created{id: id, c: c}
+		policy := c.Policy
+		notBefore := max(now, c.NotBefore, addTime(now, c.Delay.Milliseconds()))
+		ds = append(ds, write(Record{Type: TaskCreated, TaskID: id, Payload: c.Payload, Window: c.Window, RetryPolicy: &policy, RequestID: req,
+			NotBefore: &notBefore, Queue: c.Queue, Priority: &c.Priority},
+			Decision{Outcome: ResultAck, TaskID: id}))
+	}
+	return ds, nil
+}
+
+// validSubmit checks a submit's fields, and fills in the default queue.
+func validSubmit(c Submit) (Submit, error) {
 	if err := ValidatePayload(c.Payload); err != nil {
-		return Decision{}, refuse(InvalidInput, "payload", "%v", err)
+		return c, refuse(InvalidInput, "payload", "%v", err)
 	}
 	if err := ValidatePolicy(c.Window, c.Policy); err != nil {
-		return Decision{}, refuse(InvalidInput, "policy", "%v", err)
+		return c, refuse(InvalidInput, "policy", "%v", err)
 	}
 	if c.Queue == "" {
 		c.Queue = DefaultQueue
 	}
 	if err := ValidateQueue(c.Queue); err != nil {
-		return Decision{}, refuse(InvalidInput, "queue", "%v", err)
+		return c, refuse(InvalidInput, "queue", "%v", err)
 	}
 	if err := ValidatePriority(c.Priority); err != nil {
-		return Decision{}, refuse(InvalidInput, "priority", "%v", err)
+		return c, refuse(InvalidInput, "priority", "%v", err)
 	}
 	switch {
 	case c.Delay < 0:
-		return Decision{}, refuse(InvalidInput, "delay", "a delay must not be negative, got %s", c.Delay)
+		return c, refuse(InvalidInput, "delay", "a delay must not be negative, got %s", c.Delay)
 	case c.Delay > 0 && c.NotBefore != 0:
-		return Decision{}, refuse(InvalidInput, "delay", "give a delay or a not-before time, not both")
+		return c, refuse(InvalidInput, "delay", "give a delay or a not-before time, not both")
 	case c.NotBefore > MaxTime:
-		return Decision{}, refuse(InvalidInput, "delay", "a not-before time past the year 9999")
+		return c, refuse(InvalidInput, "delay", "a not-before time past the year 9999")
 	}
 	if c.RequestID != "" {
 		if err := ValidateID("request id", c.RequestID); err != nil {
-			return Decision{}, refuse(InvalidInput, "request", "%v", err)
-		}
-		t, err := s.submitted(c.RequestID)
-		if err != nil {
-			return Decision{}, err
-		}
-		if t != nil {
-			if t.Payload != c.Payload || t.Window != c.Window || t.Policy != c.Policy || t.Queue != c.Queue || t.Priority != c.Priority || t.RequeuedFrom != "" {
-				return Decision{}, refuse(RequestConflict, "request", "request id %q already created %s with a different payload, policy, queue or priority", c.RequestID, t.ID)
-			}
-			return Decision{Outcome: ResultAck, TaskID: t.ID, Duplicate: true}, nil
+			return c, refuse(InvalidInput, "request", "%v", err)
 		}
 	}
-	id := "T" + strconv.FormatInt(s.lastTaskNum+1, 10)
-	req := c.RequestID
-	for n := s.lastTaskNum + 1; req == ""; n++ {
-		taken, err := s.submitted("R" + strconv.FormatInt(n, 10))
-		if err != nil {
-			return Decision{}, err
-		}
-		if taken == nil {
-			req = "R" + strconv.FormatInt(n, 10)
-		}
-	}
-	policy := c.Policy
-	notBefore := max(now, c.NotBefore, addTime(now, c.Delay.Milliseconds()))
-	return write(Record{Type: TaskCreated, TaskID: id, Payload: c.Payload, Window: c.Window, RetryPolicy: &policy, RequestID: req,
-		NotBefore: &notBefore, Queue: c.Queue, Priority: &c.Priority},
-		Decision{Outcome: ResultAck, TaskID: id}), nil
+	return c, nil
+}
+
+// repeats says whether c asks for what an earlier submit with its request
+// id asked: the same payload, policy, queue and priority (the delay does not
+// count: a repeat keeps the first time). A requeued task's request id is
+// never repeated by a submit.
+func repeats(c Submit, payload string, window Duration, policy RetryPolicy, queue string, priority int, requeued bool) bool {
+	return c.Payload == payload && c.Window == window && c.Policy == policy && c.Queue == queue && c.Priority == priority && !requeued
 }
 
 // LeaseRequest asks for a lease on the eligible task of highest priority,
