@@ -302,3 +302,49 @@ func (c *Client) Fail(ctx context.Context, req api.FailRequest) (api.Failed, err
 	var failed api.Failed
 	return failed, c.call(ctx, "fail", req, &failed)
 }
+
+// SubmitBatch creates many tasks in one request, one write and one fsync:
+// all of them, or, when one is refused, none (the error, an *api.Error,
+// names its line, from 1). Give each a RequestID so that the batch may be
+// sent again: every task answers as a Duplicate.
+func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]api.Ack, error) {
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false)
+	for _, req := range reqs {
+		req.Actor = c.actor(req.Actor)
+		if err := enc.Encode(req); err != nil {
+			return nil, err
+		}
+	}
+	resp, server, err := c.Send(ctx, http.MethodPost, "submit/batch", body.Bytes(), http.Header{"Leasewal-Output": {"json"}})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, &UnknownOutcomeError{Server: server, Err: err}
+	}
+	code, err := ExitCode(resp, server)
+	if err != nil {
+		return nil, err
+	}
+	if code != api.ExitOK {
+		refusal := &api.Error{Exit: code}
+		if err := json.Unmarshal(raw, refusal); err != nil {
+			return nil, &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that is not JSON: %.200s", raw)}
+		}
+		return nil, refusal
+	}
+	acks := make([]api.Ack, 0, len(reqs))
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	for dec.More() {
+		var ack api.Ack
+		if err := dec.Decode(&ack); err != nil {
+			return nil, &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that does not decode: %v", err)}
+		}
+		acks = append(acks, ack)
+	}
+	return acks, nil
+}

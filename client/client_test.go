@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"testing"
 
 	"leasewal/api"
@@ -71,6 +72,20 @@ func TestCalls(t *testing.T) {
 	var refused *api.Error
 	if !errors.As(err, &refused) || refused.Kind != "NotFound" || refused.Exit != api.ExitNotFound {
 		t.Fatalf("completing a task that does not exist: %#v", err)
+	}
+
+	batch := []api.SubmitRequest{{Payload: "one", RequestID: "b1", Queue: "bulk"}, {Payload: "two", RequestID: "b2", Queue: "bulk"}}
+	acks, err := c.SubmitBatch(ctx, batch)
+	if err != nil || len(acks) != 2 || acks[0].Duplicate || acks[1].RequestID != "b2" {
+		t.Fatalf("a batch: %+v %v", acks, err)
+	}
+	resent, err := c.SubmitBatch(ctx, batch)
+	if err != nil || len(resent) != 2 || !resent[0].Duplicate || resent[1].TaskID != acks[1].TaskID {
+		t.Fatalf("the batch again: %+v %v", resent, err)
+	}
+	_, err = c.SubmitBatch(ctx, []api.SubmitRequest{{Payload: "three", RequestID: "b3"}, {Payload: "not two", RequestID: "b2"}})
+	if !errors.As(err, &refused) || refused.Kind != "RequestConflict" || !strings.Contains(refused.Message, "batch line 2") {
+		t.Fatalf("a conflicting batch: %#v", err)
 	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

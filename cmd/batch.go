@@ -44,58 +44,69 @@ func runSubmitBatch(e env, o submitOptions) error {
 		defer f.Close()
 		in = f
 	}
-	reqs, lines, err := readBatch(in, base)
+	if e.Server != "" {
+		return e.remoteBatch(in, base)
+	}
+	subs, lines, err := readSubmits(in, base)
 	if err != nil {
 		return err
 	}
-	if e.Server != "" {
-		return e.remoteBatch(reqs)
-	}
-	return e.submitBatch(reqs, lines)
+	return e.submitBatch(subs, lines)
 }
 
 // readBatch reads one submit per line: a JSON object whose keys are the
-// submit flags' names, each overriding base; blank lines are skipped.
-// lines[i] is the line of reqs[i].
-func readBatch(r io.Reader, base api.SubmitRequest) (reqs []api.SubmitRequest, lines []int, err error) {
+// submit flags' names, each overriding base; blank lines are skipped. each
+// sees every request with its line number, as it is read.
+func readBatch(r io.Reader, base api.SubmitRequest, each func(req api.SubmitRequest, line int) error) error {
 	scan := bufio.NewScanner(r)
 	scan.Buffer(make([]byte, 64<<10), maxBatchLine)
-	for n := 1; scan.Scan(); n++ {
+	n, tasks := 0, 0
+	for scan.Scan() {
+		n++
 		line := bytes.TrimSpace(scan.Bytes())
 		if len(line) == 0 {
 			continue
 		}
-		if len(reqs) == maxBatchTasks {
-			return nil, nil, usageErr("the batch holds more than %d tasks: split it", maxBatchTasks)
+		if tasks++; tasks > maxBatchTasks {
+			return usageErr("the batch holds more than %d tasks: split it", maxBatchTasks)
 		}
 		req := base
 		if err := strictJSON(line, &req); err != nil {
-			return nil, nil, usageErr("batch line %d: %v; each line is one JSON object such as {\"payload\":\"x\",\"request-id\":\"r1\"}", n, err)
+			return usageErr("batch line %d: %v; each line is one JSON object such as {\"payload\":\"x\",\"request-id\":\"r1\"}", n, err)
 		}
-		reqs, lines = append(reqs, req), append(lines, n)
+		if err := each(req, n); err != nil {
+			return err
+		}
 	}
 	if err := scan.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, nil, usageErr("batch line %d is over %d bytes", len(lines)+1, maxBatchLine)
+			return usageErr("batch line %d is over %d bytes", n+1, maxBatchLine)
 		}
-		return nil, nil, usageErr("reading the batch: %v", err)
+		return usageErr("reading the batch: %v", err)
 	}
-	if len(reqs) == 0 {
-		return nil, nil, usageErr("the batch holds no task: give one JSON object per line")
+	if tasks == 0 {
+		return usageErr("the batch holds no task: give one JSON object per line")
 	}
-	return reqs, lines, nil
+	return nil
 }
 
-// submitBatch decides reqs (from lines) as one operation: every task or
-// none, in one write.
-func (e env) submitBatch(reqs []api.SubmitRequest, lines []int) error {
-	subs := make([]state.Submit, len(reqs))
-	for i, r := range reqs {
-		var err error
-		if subs[i], err = submitCommand(r); err != nil {
-			return fmt.Errorf("batch line %d: %w", lines[i], err)
+// readSubmits reads a batch as state decides it; lines[i] is the line of
+// subs[i].
+func readSubmits(r io.Reader, base api.SubmitRequest) (subs []state.Submit, lines []int, err error) {
+	err = readBatch(r, base, func(req api.SubmitRequest, line int) error {
+		sub, err := submitCommand(req)
+		if err != nil {
+			return fmt.Errorf("batch line %d: %w", line, err)
 		}
-	}
+		subs, lines = append(subs, sub), append(lines, line)
+		return nil
+	})
+	return subs, lines, err
+}
+
+// submitBatch decides subs (from lines) as one operation: every task or
+// none, in one write.
+func (e env) submitBatch(subs []state.Submit, lines []int) error {
 	return e.write(func(tx *store.Tx) (answer, error) {
 		ds, err := tx.State.DecideSubmits(subs, tx.Now)
 		var refused *state.BatchError
@@ -105,9 +116,10 @@ func (e env) submitBatch(reqs []api.SubmitRequest, lines []int) error {
 		if err != nil {
 			return answer{}, err
 		}
-		var recs []state.Record
-		for _, d := range ds {
-			recs = append(recs, d.Records...)
+		recs := make([]state.Record, 0, len(ds))
+		for i := range ds {
+			recs = append(recs, ds[i].Records...)
+			ds[i].Records = nil
 		}
 		if err := tx.Commit(recs); err != nil {
 			return answer{}, err
@@ -150,19 +162,23 @@ func (b batchAcks) table(w io.Writer, p palette) error {
 
 // remoteBatch sends a batch to the server's batch door, one JSON object per
 // line, and prints its answer.
-func (e env) remoteBatch(reqs []api.SubmitRequest) error {
+func (e env) remoteBatch(in io.Reader, base api.SubmitRequest) error {
 	var body bytes.Buffer
 	enc := json.NewEncoder(&body)
 	enc.SetEscapeHTML(false)
-	for _, r := range reqs {
-		r.Actor = e.Actor
-		if err := enc.Encode(r); err != nil {
-			return err
+	base.Actor = e.Actor
+	err := readBatch(in, base, func(req api.SubmitRequest, line int) error {
+		if _, err := submitCommand(req); err != nil { // refused here, before anything is sent
+			return fmt.Errorf("batch line %d: %w", line, err)
 		}
-	}
-	resp, base, err := e.send(http.MethodPost, "submit/batch", body.Bytes(), e.Output)
+		return enc.Encode(req)
+	})
 	if err != nil {
 		return err
 	}
-	return e.printRemote(resp, base)
+	resp, server, err := e.send(http.MethodPost, "submit/batch", body.Bytes(), e.Output)
+	if err != nil {
+		return err
+	}
+	return e.printRemote(resp, server)
 }

@@ -121,6 +121,9 @@ func (e env) send(method, path string, body []byte, output string) (*http.Respon
 	if output != "json" { // a table is fitted to this terminal, not the server's
 		header.Set("Leasewal-Columns", strconv.Itoa(e.terminalWidth()))
 	}
+	if e.NoHeaders {
+		header.Set("Leasewal-No-Headers", "1")
+	}
 	resp, base, err := c.Send(e.context(), method, path, body, header)
 	var (
 		untrusted *client.UntrustedError

@@ -604,10 +604,11 @@ func (s *server) join(w http.ResponseWriter, r *http.Request, body []byte) {
 }
 
 // submitBatch is POST /v1/submit/batch: one submit per line (NDJSON,
-// decoded straight into api.SubmitRequest), decided all or nothing in the
-// next batch; the answer is one line per task.
+// decoded straight into api.SubmitRequest, no command line), decided all or
+// nothing in the next batch; the answer is one line per task. A line's
+// error is 400 with the line's number.
 func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, body []byte) {
-	reqs, lines, err := readBatch(bytes.NewReader(body), api.SubmitRequest{})
+	subs, lines, err := readSubmits(bytes.NewReader(body), api.SubmitRequest{})
 	if err != nil {
 		httpError(w, http.StatusBadRequest, "Usage", err.Error())
 		return
@@ -616,13 +617,14 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, body []byte
 	var stdout, stderr bytes.Buffer
 	e := s.e
 	e.ctx, e.stdout, e.stderr, e.Output, e.Color = r.Context(), &stdout, &stderr, output, false
+	e.NoHeaders = r.Header.Get("Leasewal-No-Headers") == "1"
 	e.getenv = func(k string) string {
 		if k == "COLUMNS" {
 			return r.Header.Get("Leasewal-Columns")
 		}
 		return ""
 	}
-	code := (&app{env: e, resolved: true}).finish(e.submitBatch(reqs, lines))
+	code := (&app{env: e, resolved: true}).finish(e.submitBatch(subs, lines))
 	w.Header().Set("Leasewal-Exit", strconv.Itoa(code))
 	if stderr.Len() > 0 {
 		w.Header().Set("Leasewal-Stderr", strconv.Quote(stderr.String()))

@@ -550,3 +550,56 @@ func TestReadOnlyToken(t *testing.T) {
 		t.Fatalf("the full token: %s", stderr)
 	}
 }
+
+// TestServerBatchDoor: POST /v1/submit/batch takes NDJSON lines decoded into
+// api.SubmitRequest (no command line: an unknown key is 400 naming its
+// line), decides them all or none in one write, and answers one line per
+// task; submit --batch-file --server sends there, and a refused batch
+// leaves the WAL as it was.
+func TestServerBatchDoor(t *testing.T) {
+	walPath, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	post := func(body string) (int, string, string) {
+		resp, err := http.Post(ts.URL+"/v1/submit/batch", "application/x-ndjson", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Leasewal-Exit"), b.String()
+	}
+	status, exit, out := post("{\"payload\":\"a\",\"request-id\":\"a\"}\n{\"payload\":\"b\",\"queue\":\"mail\",\"priority\":3}\n")
+	if status != http.StatusOK || exit != "0" || strings.Count(out, "\n") != 2 || !strings.Contains(out, `"task_id":"T2","request_id":"R2","duplicate":false,"queue":"mail","priority":3`) {
+		t.Fatalf("a batch of two: HTTP %d, exit %s\n%s", status, exit, out)
+	}
+	before, _ := os.ReadFile(walPath)
+	for body, want := range map[string]string{
+		"{\"payload\":\"x\"}\n{\"payload\":\"y\",\"payload-file\":\"/etc/passwd\"}\n": `batch line 2: json: unknown field \"payload-file\"`,
+		"{\"payload\":\"x\"} {\"payload\":\"y\"}\n":                                 "batch line 1: data after the JSON object",
+		"":                                                                           "the batch holds no task",
+	} {
+		if status, exit, out := post(body); status != http.StatusBadRequest || exit != "2" || !strings.Contains(out, want) {
+			t.Errorf("%q: HTTP %d, exit %s, %s; want 400 with %s", body, status, exit, out, want)
+		}
+	}
+	if status, exit, out := post("{\"payload\":\"new\"}\n{\"payload\":\"not a\",\"request-id\":\"a\"}\n"); status != http.StatusOK || exit != "2" || !strings.Contains(out, `"error":"RequestConflict"`) {
+		t.Errorf("a conflicting batch: HTTP %d, exit %s, %s", status, exit, out)
+	}
+	if after, _ := os.ReadFile(walPath); !bytes.Equal(before, after) {
+		t.Fatal("a refused batch changed the WAL")
+	}
+	batch := filepath.Join(t.TempDir(), "jobs.jsonl")
+	if err := os.WriteFile(batch, []byte("{\"payload\":\"c\",\"request-id\":\"c\"}\n{\"payload\":\"a\",\"request-id\":\"a\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli("--server", ts.URL, "submit", "--batch-file", batch, "-o", "tsv", "--no-headers")
+	rows := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(rows) != 2 || !strings.HasPrefix(rows[0], "T3\tc\tfalse\tdefault\t0\t") || !strings.HasPrefix(rows[1], "T1\ta\ttrue\tdefault\t0\t") {
+		t.Fatalf("submit --batch-file --server: exit %d\n%s%s", code, out, stderr)
+	}
+	if code, _, stderr := cli("--server", ts.URL, "submit", "--batch-file", batch, "--window", "soon"); code != ExitUsage || !strings.Contains(stderr, "batch line 1") {
+		t.Fatalf("a bad default is refused by the client: exit %d %s", code, stderr)
+	}
+}

@@ -342,14 +342,19 @@ func encodeFrames(pos Position, bodies [][]byte) ([]byte, Position, error) {
 	if len(bodies) == 0 {
 		return nil, pos, errors.New("nothing to append")
 	}
-	var frames []byte
+	size := 0
 	for _, body := range bodies {
-		frame, sum, err := EncodeFrame(pos.LastSum, body)
-		if err != nil {
+		size += crcHexLen + 1 + len(body) + 1
+	}
+	frames := make([]byte, 0, size)
+	for _, body := range bodies {
+		start := len(frames)
+		var sum uint32
+		var err error
+		if frames, sum, err = AppendFrame(frames, pos.LastSum, body); err != nil {
 			return nil, pos, err
 		}
-		frames = append(frames, frame...)
-		pos = Position{Count: pos.Count + 1, End: pos.End + int64(len(frame)), LastSum: sum, LastOffset: pos.End}
+		pos = Position{Count: pos.Count + 1, End: pos.End + int64(len(frames)-start), LastSum: sum, LastOffset: pos.End}
 	}
 	return frames, pos, nil
 }

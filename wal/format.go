@@ -60,21 +60,25 @@ func chain(prev uint32, body []byte) uint32 {
 // EncodeFrame returns the full frame for body, continuing the chain from prev,
 // and the frame's own checksum (the seed of the next frame).
 func EncodeFrame(prev uint32, body []byte) ([]byte, uint32, error) {
+	return AppendFrame(make([]byte, 0, crcHexLen+1+len(body)+1), prev, body)
+}
+
+// AppendFrame is EncodeFrame appending the frame to dst.
+func AppendFrame(dst []byte, prev uint32, body []byte) ([]byte, uint32, error) {
 	if len(body) == 0 {
-		return nil, 0, fmt.Errorf("empty record body")
+		return dst, 0, fmt.Errorf("empty record body")
 	}
 	if len(body) > MaxBodySize {
-		return nil, 0, fmt.Errorf("record body of %d bytes exceeds the limit of %d bytes", len(body), MaxBodySize)
+		return dst, 0, fmt.Errorf("record body of %d bytes exceeds the limit of %d bytes", len(body), MaxBodySize)
 	}
 	if bytes.IndexByte(body, '\n') >= 0 {
-		return nil, 0, fmt.Errorf("record body contains a newline")
+		return dst, 0, fmt.Errorf("record body contains a newline")
 	}
 	sum := chain(prev, body)
-	frame := make([]byte, 0, crcHexLen+1+len(body)+1)
-	frame = fmt.Appendf(frame, "%08x ", sum)
-	frame = append(frame, body...)
-	frame = append(frame, '\n')
-	return frame, sum, nil
+	dst = fmt.Appendf(dst, "%08x ", sum)
+	dst = append(dst, body...)
+	dst = append(dst, '\n')
+	return dst, sum, nil
 }
 
 // parseHex8 decodes exactly eight lowercase hex digits.
