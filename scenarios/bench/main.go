@@ -35,6 +35,7 @@ func main() {
 	workerPhase := flag.Duration("workers", 0, "measure leasewal run instead, in phases of this length (against shell loops; pickup after a lapse)")
 	servePhase := flag.Duration("serve", 0, "measure leasewal serve instead, in phases of this length (16 HTTP clients against 16 process loops)")
 	backlogOnly := flag.Bool("backlog", false, "measure per-command latency against the number of waiting tasks instead")
+	batch := flag.Int("batch", 0, "measure the batch door instead: this many tasks in one submit --batch-file")
 	flag.Parse()
 	if *generate != "" {
 		generateHistory(*generate, *records, *waiting)
@@ -56,6 +57,10 @@ func main() {
 	}
 	if *servePhase > 0 {
 		serveBench(dir, *leasewal, *servePhase)
+		return
+	}
+	if *batch > 0 {
+		batchBench(dir, *leasewal, *batch)
 		return
 	}
 	if *backlogOnly {
