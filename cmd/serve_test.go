@@ -577,8 +577,8 @@ func TestServerBatchDoor(t *testing.T) {
 	before, _ := os.ReadFile(walPath)
 	for body, want := range map[string]string{
 		"{\"payload\":\"x\"}\n{\"payload\":\"y\",\"payload-file\":\"/etc/passwd\"}\n": `batch line 2: json: unknown field \"payload-file\"`,
-		"{\"payload\":\"x\"} {\"payload\":\"y\"}\n":                                 "batch line 1: data after the JSON object",
-		"":                                                                           "the batch holds no task",
+		"{\"payload\":\"x\"} {\"payload\":\"y\"}\n":                                   "batch line 1: data after the JSON object",
+		"": "the batch holds no task",
 	} {
 		if status, exit, out := post(body); status != http.StatusBadRequest || exit != "2" || !strings.Contains(out, want) {
 			t.Errorf("%q: HTTP %d, exit %s, %s; want 400 with %s", body, status, exit, out, want)
