@@ -8,7 +8,10 @@
 package api
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	"leasewal/state"
 )
@@ -48,7 +51,8 @@ type SubmitRequest struct {
 type LeaseRequest struct {
 	Worker    string `json:"worker"`
 	Duration  string `json:"duration,omitempty"` // default 30s
-	Queue     string `json:"queue,omitempty"`    // comma-separated queues to take from (default: all)
+	Queue     List   `json:"queue,omitempty"`    // the queues to take from (default: all)
+	Task      string `json:"task,omitempty"`     // this task rather than the next eligible one
 	RequestID string `json:"request-id,omitempty"`
 	// Wait, if set, waits up to this long for a task; the server waits at
 	// most five minutes a request, and the client repeats it until Wait
@@ -173,3 +177,21 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Kind + ": " + e.Message }
+
+// List is a comma-separated list; in JSON a string ("mail,img") or an
+// array of strings (["mail","img"]).
+type List string
+
+func (l *List) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*l = List(one)
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return errors.New("give a string or an array of strings")
+	}
+	*l = List(strings.Join(many, ","))
+	return nil
+}

@@ -23,7 +23,12 @@ closed window: writes TaskCancelled and answers CANCELLED, exit 3 — the caller
 lost authority and its result must be discarded.`,
 		Example: `  leasewal complete --task T1 --lease L2`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runComplete(a.env, *o) },
+		RunE: func(*cobra.Command, []string) error {
+			if a.env.Server != "" {
+				return a.env.sendTyped("complete", api.CompleteRequest{Task: o.taskID, Lease: o.leaseID, Actor: a.env.Actor})
+			}
+			return runComplete(a.env, *o)
+		},
 	}
 	o.flags(c)
 	return c

@@ -37,7 +37,12 @@ task's deadline. Writes one LeaseExtended record. A lease that is not current or
 has expired gets CANCELLED, exit 3, and nothing is written.`,
 		Example: `  leasewal extend --task T1 --lease L1 --duration 30s`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runExtend(a.env, *o) },
+		RunE: func(*cobra.Command, []string) error {
+			if a.env.Server != "" {
+				return a.env.sendTyped("extend", api.ExtendRequest{Task: o.taskID, Lease: o.leaseID, Duration: o.duration, Actor: a.env.Actor})
+			}
+			return runExtend(a.env, *o)
+		},
 	}
 	o.flags(c)
 	c.Flags().StringVar(&o.duration, "duration", "30s", "new lease length, counted from now")

@@ -28,7 +28,12 @@ task goes back to WAITING after its backoff (RETRY), or becomes FAILED if
 writes nothing and repeats the answer. A stale lease: TaskCancelled, exit 3.`,
 		Example: `  leasewal fail --task T1 --lease L1 --reason 'upstream timeout'`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runFail(a.env, *o) },
+		RunE: func(*cobra.Command, []string) error {
+			if a.env.Server != "" {
+				return a.env.sendTyped("fail", api.FailRequest{Task: o.taskID, Lease: o.leaseID, Reason: o.reason, Permanent: o.permanent, Actor: a.env.Actor})
+			}
+			return runFail(a.env, *o)
+		},
 	}
 	o.flags(c)
 	c.Flags().StringVar(&o.reason, "reason", "", "why the attempt failed (required)")

@@ -46,6 +46,9 @@ expiry, a backoff's end, a delayed task's time); then EMPTY as before.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			o.queueSet = c.Flags().Changed("queue")
+			if a.env.Server != "" {
+				return a.env.remoteLease(*o)
+			}
 			return runLease(a.env, *o)
 		},
 	}

@@ -51,11 +51,12 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 	if follow, _ := c.Flags().GetBool("follow"); follow {
 		return a.env.followRemote(flags)
 	}
-	switch _, waits := flags["wait"]; {
-	case path == "lease" && waits:
-		return a.remoteWait(path, "wait", flags, ExitNotFound)
-	case path == "wait":
-		return a.remoteWait(path, "timeout", flags, ExitWaitedOut)
+	if path == "wait" {
+		total, _ := flags["timeout"].(string)
+		return a.env.remoteWait("timeout", total, ExitWaitedOut, func(slice string) (*http.Response, string, error) {
+			flags["timeout"] = slice
+			return a.env.sendFlags(path, flags)
+		})
 	}
 	resp, base, err := a.env.sendFlags(path, flags)
 	if err != nil {
@@ -76,14 +77,15 @@ func (e env) sendFlags(path string, flags map[string]any) (*http.Response, strin
 
 // remoteWait sends a command that waits (lease --wait, wait) in slices of at
 // most serverWaitCap, the most a server waits in one request, until its
-// answer is not the "not yet" one (exit notYet) or its own wait (the flag
-// named by flag; none: for ever) has run out. Only the last answer is
-// printed. A lease repeated with its request id is the same lease.
-func (a *app) remoteWait(path, flag string, flags map[string]any, notYet int) error {
+// answer is not the "not yet" one (exit notYet) or its own wait (total, the
+// flag named by flag; "" for ever) has run out. send sends one slice; only
+// the last answer is printed. A lease repeated with its request id is the
+// same lease.
+func (e env) remoteWait(flag, total string, notYet int, send func(slice string) (*http.Response, string, error)) error {
 	forever := true
 	var deadline time.Time
-	if text, given := flags[flag].(string); given {
-		d, err := parseDuration(flag, text)
+	if total != "" {
+		d, err := parseDuration(flag, total)
 		if err != nil {
 			return err
 		}
@@ -94,8 +96,7 @@ func (a *app) remoteWait(path, flag string, flags map[string]any, notYet int) er
 		if !forever {
 			slice = max(0, min(slice, time.Until(deadline)))
 		}
-		flags[flag] = slice.String()
-		resp, base, err := a.env.sendFlags(path, flags)
+		resp, base, err := send(slice.String())
 		if err != nil {
 			return err
 		}
@@ -103,7 +104,7 @@ func (a *app) remoteWait(path, flag string, flags map[string]any, notYet int) er
 			resp.Body.Close()
 			continue
 		}
-		return a.env.printRemote(resp, base)
+		return e.printRemote(resp, base)
 	}
 }
 

@@ -203,6 +203,12 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 			}
 			// serve is the server; run is a client of its own (runcoord.go)
 			if a.env.Server != "" && c.Name() != "serve" && c.CommandPath() != "leasewal run" && !strings.HasPrefix(c.CommandPath(), "leasewal cluster") {
+				if typedOps[c.Name()] != nil && c.Parent() == c.Root() { // its RunE sends the typed request
+					if a.env.Now != "" {
+						return usageErr("the server stamps time: drop --now (or LEASEWAL_NOW) with --server")
+					}
+					return nil
+				}
 				return a.remote(c, args)
 			}
 			return nil

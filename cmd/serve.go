@@ -420,6 +420,7 @@ func joinCluster(client *http.Client, base, token string, req joinRequest) error
 // nil for a single server. stop drains the batcher once no request is under
 // way.
 func newServer(e env, back backend, node *cluster.Node, token string, maxBatch int) (s *server, stop func()) {
+	e.Server = "" // a server's operations are its own: it sends none on
 	b := &batcher{back: back, queue: make(chan *pending, 4096), max: maxBatch}
 	done := make(chan struct{})
 	go func() { b.loop(); close(done) }()
@@ -540,6 +541,15 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.submitBatch(w, r, body)
 		return
 	}
+	if decode, typed := typedOps[path]; typed {
+		run, err := decode(body)
+		if err != nil {
+			httpError(w, http.StatusBadRequest, "Usage", err.Error())
+			return
+		}
+		s.respond(w, r, "application/json", run)
+		return
+	}
 	argv, err := requestArgs(path, body)
 	if err != nil {
 		httpError(w, http.StatusBadRequest, "Usage", err.Error())
@@ -613,6 +623,13 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, body []byte
 		httpError(w, http.StatusBadRequest, "Usage", err.Error())
 		return
 	}
+	s.respond(w, r, "application/x-ndjson", func(e env) error { return e.submitBatch(subs, lines) })
+}
+
+// respond runs a typed request's operation for the request r, and answers
+// what it printed: with -o json (Leasewal-Output) a document of type
+// jsonType, its exit code in Leasewal-Exit, its stderr in Leasewal-Stderr.
+func (s *server) respond(w http.ResponseWriter, r *http.Request, jsonType string, run func(env) error) {
 	output := cmp.Or(r.Header.Get("Leasewal-Output"), "json")
 	var stdout, stderr bytes.Buffer
 	e := s.e
@@ -624,16 +641,16 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, body []byte
 		}
 		return ""
 	}
-	code := (&app{env: e, resolved: true}).finish(e.submitBatch(subs, lines))
+	code := (&app{env: e, resolved: true}).finish(run(e))
 	w.Header().Set("Leasewal-Exit", strconv.Itoa(code))
 	if stderr.Len() > 0 {
 		w.Header().Set("Leasewal-Stderr", strconv.Quote(stderr.String()))
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if output == "json" {
-		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("Content-Type", jsonType)
 	}
-	_, _ = w.Write(stdout.Bytes()) // a client gone away: the decision stands, a retry with its request ids gets it
+	_, _ = w.Write(stdout.Bytes()) // a client gone away: the decision stands, a retry with its request id gets it
 }
 
 // notANode answers a cluster request that reached a single server.

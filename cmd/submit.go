@@ -194,6 +194,16 @@ func runSubmit(e env, o submitOptions) error {
 	if err != nil {
 		return err
 	}
+	if e.Server != "" {
+		req.Actor = e.Actor
+		return e.sendTyped("submit", req)
+	}
+	return runSubmitCommand(e, req)
+}
+
+// runSubmitCommand decides a submit request: the command's, or a server's
+// client's.
+func runSubmitCommand(e env, req api.SubmitRequest) error {
 	cmd, err := submitCommand(req)
 	if err != nil {
 		return err
