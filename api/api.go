@@ -85,6 +85,18 @@ type FailRequest struct {
 	Actor     string `json:"actor,omitempty"`
 }
 
+// HeartbeatRequest notes that a worker is alive (heartbeat); it writes
+// nothing to the WAL.
+type HeartbeatRequest struct {
+	Worker string `json:"worker"`
+	Actor  string `json:"actor,omitempty"`
+}
+
+// ExpireRequest records what time has revoked (expire).
+type ExpireRequest struct {
+	Actor string `json:"actor,omitempty"`
+}
+
 // Ack is the answer of a submit (or a requeue): the task it created, or
 // the one its request id created before (Duplicate).
 type Ack struct {
@@ -163,6 +175,37 @@ type Failed struct {
 	Attempt   int           `json:"attempt"`
 	NotBefore string        `json:"not_before,omitempty"`
 	Duplicate bool          `json:"duplicate"`
+}
+
+// HeldLease is a lease a worker holds.
+type HeldLease struct {
+	TaskID  string `json:"task_id"`
+	LeaseID string `json:"lease_id"`
+	Expiry  string `json:"expiry"`
+}
+
+// Heartbeat is a heartbeat noted (OK), with the leases the worker holds.
+type Heartbeat struct {
+	Result   state.Outcome `json:"result"`
+	WorkerID string        `json:"worker_id"`
+	At       string        `json:"at"`
+	Leases   []HeldLease   `json:"leases"`
+}
+
+// Transition is a record expire wrote: a lease that lapsed, a task whose
+// window closed, and the task's state after it.
+type Transition struct {
+	Seq     int64  `json:"seq"`
+	Type    string `json:"type"`
+	TaskID  string `json:"task_id"`
+	LeaseID string `json:"lease_id,omitempty"`
+	State   string `json:"state"`
+}
+
+// Expired is expire's answer (OK): what it wrote, perhaps nothing.
+type Expired struct {
+	Result      state.Outcome `json:"result"`
+	Transitions []Transition  `json:"transitions"`
 }
 
 // Error is a refusal or a failure: what the command line prints as JSON on

@@ -348,3 +348,19 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]a
 	}
 	return acks, nil
 }
+
+// Heartbeat notes that req.Worker is alive, in the server's advisory
+// worker registry (nothing is written to the WAL: liveness is never
+// authority), and answers the leases it holds.
+func (c *Client) Heartbeat(ctx context.Context, req api.HeartbeatRequest) (api.Heartbeat, error) {
+	req.Actor = c.actor(req.Actor)
+	var beat api.Heartbeat
+	return beat, c.call(ctx, "heartbeat", req, &beat)
+}
+
+// Expire records what time has revoked: lapsed leases, closed windows.
+func (c *Client) Expire(ctx context.Context, req api.ExpireRequest) (api.Expired, error) {
+	req.Actor = c.actor(req.Actor)
+	var expired api.Expired
+	return expired, c.call(ctx, "expire", req, &expired)
+}

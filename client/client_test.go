@@ -74,6 +74,16 @@ func TestCalls(t *testing.T) {
 		t.Fatalf("completing a task that does not exist: %#v", err)
 	}
 
+	if beat, err := c.Heartbeat(ctx, api.HeartbeatRequest{Worker: "other"}); err != nil || len(beat.Leases) != 1 {
+		t.Fatalf("a heartbeat of the worker holding one lease: %+v %v", beat, err)
+	}
+	if err := os.WriteFile(clockFile, []byte("+4m\n"), 0o644); err != nil { // the other worker's lease lapses too
+		t.Fatal(err)
+	}
+	if expired, err := c.Expire(ctx, api.ExpireRequest{}); err != nil || len(expired.Transitions) == 0 || expired.Transitions[0].Type != "LeaseExpired" {
+		t.Fatalf("expire after the clock moved: %+v %v", expired, err)
+	}
+
 	batch := []api.SubmitRequest{{Payload: "one", RequestID: "b1", Queue: "bulk"}, {Payload: "two", RequestID: "b2", Queue: "bulk"}}
 	acks, err := c.SubmitBatch(ctx, batch)
 	if err != nil || len(acks) != 2 || acks[0].Duplicate || acks[1].RequestID != "b2" {

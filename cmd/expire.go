@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/state"
+	"leasewal/api"
 	"leasewal/store"
 )
 
@@ -21,22 +21,14 @@ itself); expire makes them visible in the log. All of them are appended in one
 write with one fsync: all or none.`,
 		Example: `  leasewal expire --now +1m`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runExpire(a.env) },
+		RunE: func(*cobra.Command, []string) error {
+			if a.env.Server != "" {
+				return a.env.sendTyped("expire", api.ExpireRequest{Actor: a.env.Actor})
+			}
+			return runExpire(a.env)
+		},
 	}
 	return c
-}
-
-type transitionView struct {
-	Seq     int64  `json:"seq"`
-	Type    string `json:"type"`
-	TaskID  string `json:"task_id"`
-	LeaseID string `json:"lease_id,omitempty"`
-	State   string `json:"state"`
-}
-
-type expireView struct {
-	Result      state.Outcome    `json:"result"`
-	Transitions []transitionView `json:"transitions"`
 }
 
 func runExpire(e env) error {
@@ -45,9 +37,9 @@ func runExpire(e env) error {
 		if err := tx.Commit(dec.Records); err != nil {
 			return answer{}, err
 		}
-		v := expireView{Result: dec.Outcome, Transitions: []transitionView{}}
+		v := api.Expired{Result: dec.Outcome, Transitions: []api.Transition{}}
 		for i, r := range tx.Committed {
-			v.Transitions = append(v.Transitions, transitionView{Seq: r.Seq, Type: string(r.Type), TaskID: r.TaskID, LeaseID: r.LeaseID, State: string(dec.States[i])})
+			v.Transitions = append(v.Transitions, api.Transition{Seq: r.Seq, Type: string(r.Type), TaskID: r.TaskID, LeaseID: r.LeaseID, State: string(dec.States[i])})
 		}
 		return answer{doc: v, outcome: v.Result, recovery: "'leasewal log --type LeaseExpired,TaskDead' lists what expire wrote", table: func(w io.Writer, p palette) error {
 			if len(v.Transitions) == 0 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -21,24 +22,16 @@ leases the worker currently holds. Nothing is written to the WAL: liveness is
 never authority, and a heartbeat does not extend a lease (use extend).`,
 		Example: `  leasewal heartbeat --worker W1`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runHeartbeat(a.env, worker) },
+		RunE: func(*cobra.Command, []string) error {
+			if a.env.Server != "" {
+				return a.env.sendTyped("heartbeat", api.HeartbeatRequest{Worker: worker, Actor: a.env.Actor})
+			}
+			return runHeartbeat(a.env, worker)
+		},
 	}
 	c.Flags().StringVar(&worker, "worker", "", "the worker (required)")
 	_ = c.MarkFlagRequired("worker")
 	return c
-}
-
-type heldLease struct {
-	TaskID  string `json:"task_id"`
-	LeaseID string `json:"lease_id"`
-	Expiry  string `json:"expiry"`
-}
-
-type heartbeatView struct {
-	Result   state.Outcome `json:"result"`
-	WorkerID string        `json:"worker_id"`
-	At       string        `json:"at"`
-	Leases   []heldLease   `json:"leases"`
 }
 
 func runHeartbeat(e env, worker string) error {
@@ -48,9 +41,9 @@ func runHeartbeat(e env, worker string) error {
 	h := store.Open(e.storeOptions())
 	defer h.Close()
 	return e.operateOn(h, false, func(tx *store.Tx) (answer, error) {
-		v := heartbeatView{Result: state.ResultOK, WorkerID: worker, At: formatTime(tx.Now), Leases: currentLeases(tx.State, tx.Now)[worker]}
+		v := api.Heartbeat{Result: state.ResultOK, WorkerID: worker, At: formatTime(tx.Now), Leases: currentLeases(tx.State, tx.Now)[worker]}
 		if v.Leases == nil {
-			v.Leases = []heldLease{}
+			v.Leases = []api.HeldLease{}
 		}
 		if err := h.Heartbeat(worker, tx.Now); err != nil {
 			fmt.Fprintf(e.stderr, "leasewal: warning: the worker registry was not updated (%v); it is advisory only\n", err)
@@ -73,11 +66,11 @@ func runHeartbeat(e env, worker string) error {
 }
 
 // currentLeases lists the leases current at now, by worker.
-func currentLeases(st *state.State, now int64) map[string][]heldLease {
-	out := map[string][]heldLease{}
+func currentLeases(st *state.State, now int64) map[string][]api.HeldLease {
+	out := map[string][]api.HeldLease{}
 	for _, t := range st.Live() { // only unfinished tasks hold leases
 		if c := t.At(now); c.State == state.Leased {
-			out[c.Lease.Worker] = append(out[c.Lease.Worker], heldLease{TaskID: t.ID, LeaseID: c.Lease.ID, Expiry: formatTime(c.Lease.Expiry)})
+			out[c.Lease.Worker] = append(out[c.Lease.Worker], api.HeldLease{TaskID: t.ID, LeaseID: c.Lease.ID, Expiry: formatTime(c.Lease.Expiry)})
 		}
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -90,7 +91,7 @@ type inspectView struct {
 type inspectSummary struct {
 	CurrentLeases int            `json:"current_leases"`
 	OldestWaiting *oldestWaiting `json:"oldest_waiting"`
-	NextExpiry    *heldLease     `json:"next_expiry"`
+	NextExpiry    *api.HeldLease `json:"next_expiry"`
 	// Queues counts the live tasks of each queue by state.
 	Queues map[string]map[string]int `json:"queues"`
 }
@@ -358,7 +359,7 @@ func summarize(st *state.State, at int64) *inspectSummary {
 			sum.CurrentLeases++
 			if sum.NextExpiry == nil || c.Lease.Expiry < next {
 				next = c.Lease.Expiry
-				sum.NextExpiry = &heldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: formatTime(next)}
+				sum.NextExpiry = &api.HeldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: formatTime(next)}
 			}
 		case c.State == state.Waiting && sum.OldestWaiting == nil: // tasks are in creation order
 			sum.OldestWaiting = &oldestWaiting{TaskID: c.ID, CreatedAt: formatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
@@ -470,10 +471,10 @@ func appendTaskRow(t *sheet, p palette, tv taskView, at int64) {
 }
 
 type workerView struct {
-	WorkerID      string      `json:"worker_id"`
-	LastHeartbeat *string     `json:"last_heartbeat"`
-	HeartbeatAge  *int64      `json:"heartbeat_age_ms"`
-	Leases        []heldLease `json:"leases"`
+	WorkerID      string          `json:"worker_id"`
+	LastHeartbeat *string         `json:"last_heartbeat"`
+	HeartbeatAge  *int64          `json:"heartbeat_age_ms"`
+	Leases        []api.HeldLease `json:"leases"`
 }
 
 type workersView struct {
@@ -499,7 +500,7 @@ func workersAnswer(st *state.State, at int64, reg map[string]int64) answer {
 	for _, w := range slices.Sorted(maps.Keys(names)) {
 		wv := workerView{WorkerID: w, Leases: leases[w]}
 		if wv.Leases == nil {
-			wv.Leases = []heldLease{}
+			wv.Leases = []api.HeldLease{}
 		}
 		if last, ok := reg[w]; ok {
 			ago := at - last

@@ -20,11 +20,13 @@ import (
 // flag parsing on the request path) and runs the same function a local
 // command runs.
 var typedOps = map[string]func(body []byte) (func(env) error, error){
-	"submit":   decodeAs("submit", runSubmitRequest),
-	"lease":    decodeAs("lease", runLeaseRequest),
-	"extend":   decodeAs("extend", runExtendRequest),
-	"complete": decodeAs("complete", runCompleteRequest),
-	"fail":     decodeAs("fail", runFailRequest),
+	"submit":    decodeAs("submit", runSubmitRequest),
+	"lease":     decodeAs("lease", runLeaseRequest),
+	"extend":    decodeAs("extend", runExtendRequest),
+	"complete":  decodeAs("complete", runCompleteRequest),
+	"fail":      decodeAs("fail", runFailRequest),
+	"heartbeat": decodeAs("heartbeat", runHeartbeatRequest),
+	"expire":    decodeAs("expire", runExpireRequest),
 }
 
 // decodeAs decodes a request body into R, one JSON object and nothing
@@ -129,6 +131,19 @@ func runFailRequest(e env, r api.FailRequest) error {
 	}
 	e.Actor = cmp.Or(r.Actor, e.Actor)
 	return runFail(e, failOptions{leaseRef: leaseRef{taskID: r.Task, leaseID: r.Lease}, reason: r.Reason, permanent: r.Permanent})
+}
+
+func runHeartbeatRequest(e env, r api.HeartbeatRequest) error {
+	if err := required("heartbeat", map[string]string{"worker": r.Worker}); err != nil {
+		return err
+	}
+	e.Actor = cmp.Or(r.Actor, e.Actor)
+	return runHeartbeat(e, r.Worker)
+}
+
+func runExpireRequest(e env, r api.ExpireRequest) error {
+	e.Actor = cmp.Or(r.Actor, e.Actor)
+	return runExpire(e)
 }
 
 // sendTyped sends a typed request to --server and prints its answer as the
