@@ -97,6 +97,27 @@ type ExpireRequest struct {
 	Actor string `json:"actor,omitempty"`
 }
 
+// AbortRequest ends a waiting or leased task (abort): DEAD, its lease no
+// longer counts.
+type AbortRequest struct {
+	Task   string `json:"task"`
+	Reason string `json:"reason"`
+	Actor  string `json:"actor,omitempty"`
+}
+
+// RequeueRequest runs a FAILED or DEAD task again, as a new task (requeue);
+// its answer is an Ack.
+type RequeueRequest struct {
+	Task      string `json:"task"`
+	RequestID string `json:"request-id,omitempty"`
+	Actor     string `json:"actor,omitempty"`
+}
+
+// WhyRequest asks why a task is where it is, and when it can run (why).
+type WhyRequest struct {
+	Task string `json:"task"`
+}
+
 // Ack is the answer of a submit (or a requeue): the task it created, or
 // the one its request id created before (Duplicate).
 type Ack struct {
@@ -206,6 +227,30 @@ type Transition struct {
 type Expired struct {
 	Result      state.Outcome `json:"result"`
 	Transitions []Transition  `json:"transitions"`
+}
+
+// Aborted is a task aborted (OK), or found aborted already (Duplicate).
+type Aborted struct {
+	Result    state.Outcome `json:"result"`
+	TaskID    string        `json:"task_id"`
+	State     string        `json:"state"`
+	Reason    string        `json:"reason"`
+	LeaseID   *string       `json:"lease_id"` // the lease that stopped counting, if any
+	Duplicate bool          `json:"duplicate"`
+}
+
+// Why says why a task is where it is (OK): in a sentence, and in fields.
+type Why struct {
+	Result     state.Outcome `json:"result"`
+	TaskID     string        `json:"task_id"`
+	State      string        `json:"state"`
+	Eligible   bool          `json:"eligible"`
+	EligibleAt *string       `json:"eligible_at"`
+	Ahead      int           `json:"ahead"`   // tasks a lease would take first
+	Because    string        `json:"because"` // a word: eligible, delayed, leased, …
+	Queue      string        `json:"queue"`
+	Priority   int           `json:"priority"`
+	Sentence   string        `json:"sentence"`
 }
 
 // Error is a refusal or a failure: what the command line prints as JSON on

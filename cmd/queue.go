@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -26,7 +27,12 @@ FAILED or DEAD otherwise: exit 2; an unknown task: exit 4.`,
 		Example:           `  leasewal abort T7 --reason 'bad batch'`,
 		Args:              exactlyOneTask,
 		ValidArgsFunction: a.completion(completeTasks),
-		RunE:              func(_ *cobra.Command, args []string) error { return runAbort(a.env, args[0], reason) },
+		RunE: func(_ *cobra.Command, args []string) error {
+			if a.env.Server != "" {
+				return a.env.sendTyped("abort", api.AbortRequest{Task: args[0], Reason: reason, Actor: a.env.Actor})
+			}
+			return runAbort(a.env, args[0], reason)
+		},
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why the task is stopped (required)")
 	_ = c.MarkFlagRequired("reason")
@@ -41,22 +47,13 @@ func exactlyOneTask(c *cobra.Command, args []string) error {
 	return nil
 }
 
-type abortView struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	State     string        `json:"state"`
-	Reason    string        `json:"reason"`
-	LeaseID   *string       `json:"lease_id"`
-	Duplicate bool          `json:"duplicate"`
-}
-
 func runAbort(e env, taskID, reason string) error {
 	return e.write(func(tx *store.Tx) (answer, error) {
 		d, err := committer(tx)(tx.State.DecideAbort(taskID, reason, tx.Now))
 		if err != nil {
 			return answer{}, err
 		}
-		v := abortView{Result: d.Outcome, TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, LeaseID: orNull(d.LeaseID), Duplicate: d.Duplicate}
+		v := api.Aborted{Result: d.Outcome, TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, LeaseID: orNull(d.LeaseID), Duplicate: d.Duplicate}
 		return answer{doc: v, outcome: v.Result, recovery: "repeat the same abort: it answers again and writes nothing",
 			table: func(w io.Writer, p palette) error {
 				return fields(w, p, "result", string(v.Result), "task", v.TaskID, "state", v.State, "reason", v.Reason,
@@ -78,7 +75,12 @@ one name space. A live task: exit 2; an unknown task: exit 4.`,
 		Example:           `  leasewal requeue T7 --request-id rerun-T7`,
 		Args:              exactlyOneTask,
 		ValidArgsFunction: a.completion(completeTasks),
-		RunE:              func(_ *cobra.Command, args []string) error { return runRequeue(a.env, args[0], requestID) },
+		RunE: func(_ *cobra.Command, args []string) error {
+			if a.env.Server != "" {
+				return a.env.sendTyped("requeue", api.RequeueRequest{Task: args[0], RequestID: requestID, Actor: a.env.Actor})
+			}
+			return runRequeue(a.env, args[0], requestID)
+		},
 	}
 	c.Flags().StringVar(&requestID, "request-id", "", "idempotency key: a repeat answers with the same new task")
 	return c
@@ -102,21 +104,13 @@ exit 4.`,
 		Example:           `  leasewal why T7`,
 		Args:              exactlyOneTask,
 		ValidArgsFunction: a.completion(completeTasks),
-		RunE:              func(_ *cobra.Command, args []string) error { return runWhy(a.env, args[0]) },
+		RunE: func(_ *cobra.Command, args []string) error {
+			if a.env.Server != "" {
+				return a.env.sendTyped("why", api.WhyRequest{Task: args[0]})
+			}
+			return runWhy(a.env, args[0])
+		},
 	}
-}
-
-type whyView struct {
-	Result     state.Outcome `json:"result"`
-	TaskID     string        `json:"task_id"`
-	State      string        `json:"state"`
-	Eligible   bool          `json:"eligible"`
-	EligibleAt *string       `json:"eligible_at"`
-	Ahead      int           `json:"ahead"`
-	Because    string        `json:"because"`
-	Queue      string        `json:"queue"`
-	Priority   int           `json:"priority"`
-	Sentence   string        `json:"sentence"`
 }
 
 func runWhy(e env, taskID string) error {
@@ -126,7 +120,7 @@ func runWhy(e env, taskID string) error {
 			return answer{}, err
 		}
 		t := w.Task
-		v := whyView{Result: state.ResultOK, TaskID: t.ID, State: string(t.State), Eligible: w.Eligible, Ahead: w.Ahead,
+		v := api.Why{Result: state.ResultOK, TaskID: t.ID, State: string(t.State), Eligible: w.Eligible, Ahead: w.Ahead,
 			Because: w.Because, Queue: t.Queue, Priority: t.Priority, Sentence: whySentence(w, tx.Now)}
 		switch {
 		case w.Eligible:

@@ -27,6 +27,9 @@ var typedOps = map[string]func(body []byte) (func(env) error, error){
 	"fail":      decodeAs("fail", runFailRequest),
 	"heartbeat": decodeAs("heartbeat", runHeartbeatRequest),
 	"expire":    decodeAs("expire", runExpireRequest),
+	"abort":     decodeAs("abort", runAbortRequest),
+	"requeue":   decodeAs("requeue", runRequeueRequest),
+	"why":       decodeAs("why", runWhyRequest),
 }
 
 // decodeAs decodes a request body into R, one JSON object and nothing
@@ -144,6 +147,29 @@ func runHeartbeatRequest(e env, r api.HeartbeatRequest) error {
 func runExpireRequest(e env, r api.ExpireRequest) error {
 	e.Actor = cmp.Or(r.Actor, e.Actor)
 	return runExpire(e)
+}
+
+func runAbortRequest(e env, r api.AbortRequest) error {
+	if err := required("abort", map[string]string{"task": r.Task, "reason": r.Reason}); err != nil {
+		return err
+	}
+	e.Actor = cmp.Or(r.Actor, e.Actor)
+	return runAbort(e, r.Task, r.Reason)
+}
+
+func runRequeueRequest(e env, r api.RequeueRequest) error {
+	if err := required("requeue", map[string]string{"task": r.Task}); err != nil {
+		return err
+	}
+	e.Actor = cmp.Or(r.Actor, e.Actor)
+	return runRequeue(e, r.Task, r.RequestID)
+}
+
+func runWhyRequest(e env, r api.WhyRequest) error {
+	if err := required("why", map[string]string{"task": r.Task}); err != nil {
+		return err
+	}
+	return runWhy(e, r.Task)
 }
 
 // sendTyped sends a typed request to --server and prints its answer as the
