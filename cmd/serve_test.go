@@ -603,3 +603,52 @@ func TestServerBatchDoor(t *testing.T) {
 		t.Fatalf("a bad default is refused by the client: exit %d %s", code, stderr)
 	}
 }
+
+// TestTypedOperationsThroughServer: the operations the command line sends
+// typed answer through a server as they answer locally (the table, JSON and
+// exit codes), and a typed body is refused for a wrong type or a missing
+// required field with the command line's words.
+func TestTypedOperationsThroughServer(t *testing.T) {
+	_, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	steps := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"submit", "--payload", "a", "--priority", "2", "--max-attempts", "1", "-o", "json"}, 0, `"task_id":"T1"`},
+		{[]string{"lease", "--worker", "W", "--queue", "default", "-o", "json"}, 0, `"lease_id":"L1"`},
+		{[]string{"extend", "--task", "T1", "--lease", "L1", "--duration", "1m"}, 0, "EXTENDED"},
+		{[]string{"heartbeat", "--worker", "W", "-o", "json"}, 0, `"leases":[{"task_id":"T1","lease_id":"L1"`},
+		{[]string{"fail", "--task", "T1", "--lease", "L1", "--reason", "broken", "--permanent", "-o", "json"}, 0, `"state":"FAILED"`},
+		{[]string{"requeue", "T1", "--request-id", "again", "-o", "json"}, 0, `"task_id":"T2","request_id":"again"`},
+		{[]string{"why", "T2", "-o", "json"}, 0, `"eligible":true`},
+		{[]string{"abort", "T2", "--reason", "not needed", "-o", "json"}, 0, `"state":"DEAD"`},
+		{[]string{"complete", "--task", "T2", "--lease", "L9"}, ExitNotFound, ""},
+		{[]string{"expire", "-o", "json"}, 0, `"transitions":[]`},
+		{[]string{"why", "T9"}, ExitNotFound, ""},
+	}
+	for _, st := range steps {
+		code, out, stderr := cli(append([]string{"--server", ts.URL}, st.args...)...)
+		if code != st.code || !strings.Contains(out, st.want) {
+			t.Fatalf("%v through the server: exit %d, want %d with %q\n%s%s", st.args, code, st.code, st.want, out, stderr)
+		}
+	}
+	for path, c := range map[string]struct{ body, want string }{
+		"submit": {`{"payload":"x","priority":"5"}`, `flag \"priority\" must be a number, not a JSON string`},
+		"fail":   {`{"task":"T1","lease":"L1","reason":"x","permanent":"yes"}`, `flag \"permanent\" must be true or false`},
+		"abort":  {`{"task":"T1"}`, `required flag(s) \"reason\" not set`},
+		"why":    {`{"args":["T1"]}`, "takes no positional arguments"},
+	} {
+		resp, err := http.Post(ts.URL+"/v1/"+path, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.Header.Get("Leasewal-Exit") != "2" || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s %s: HTTP %d exit %s %s; want exit 2 with %s", path, c.body, resp.StatusCode, resp.Header.Get("Leasewal-Exit"), b, c.want)
+		}
+	}
+}
