@@ -127,8 +127,9 @@ func (e *UntrustedError) Unwrap() error { return e.Err }
 
 // Send sends one request to the first server that takes it and returns
 // its response (the caller closes its body) and the server's URL. header
-// is added to the request. It is the transport of every call; the command
-// line sends through it too.
+// is added to the request (a body other than JSON names its Content-Type
+// there). It is the transport of every call; the command line sends
+// through it too.
 func (c *Client) Send(ctx context.Context, method, path string, body []byte, header http.Header) (*http.Response, string, error) {
 	var lastErr error
 	deadline := time.Now().Add(c.opts.ElectionWait)
@@ -139,10 +140,10 @@ func (c *Client) Send(ctx context.Context, method, path string, body []byte, hea
 			if err != nil {
 				return nil, "", err
 			}
+			req.Header.Set("Content-Type", "application/json")
 			for name, values := range header {
 				req.Header[name] = values
 			}
-			req.Header.Set("Content-Type", "application/json")
 			if c.opts.Token != "" {
 				req.Header.Set("Authorization", "Bearer "+c.opts.Token)
 			}
@@ -317,7 +318,8 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]a
 			return nil, err
 		}
 	}
-	resp, server, err := c.Send(ctx, http.MethodPost, "submit/batch", body.Bytes(), http.Header{"Leasewal-Output": {"json"}})
+	resp, server, err := c.Send(ctx, http.MethodPost, "submit/batch", body.Bytes(),
+		http.Header{"Leasewal-Output": {"json"}, "Content-Type": {"application/x-ndjson"}})
 	if err != nil {
 		return nil, err
 	}

@@ -176,7 +176,7 @@ func (e env) remoteBatch(in io.Reader, base api.SubmitRequest) error {
 	if err != nil {
 		return err
 	}
-	resp, server, err := e.send(http.MethodPost, "submit/batch", body.Bytes(), e.Output)
+	resp, server, err := e.sendWith(http.MethodPost, "submit/batch", body.Bytes(), e.Output, http.Header{"Content-Type": {"application/x-ndjson"}})
 	if err != nil {
 		return err
 	}

@@ -114,11 +114,16 @@ func (e env) remoteWait(flag, total string, notYet int, send func(slice string) 
 // was lost is an unknown outcome (exit 10); while a cluster elects a
 // leader (503) the list is tried again for up to electionWait.
 func (e env) send(method, path string, body []byte, output string) (*http.Response, string, error) {
+	return e.sendWith(method, path, body, output, http.Header{})
+}
+
+// sendWith is send with header added to the request.
+func (e env) sendWith(method, path string, body []byte, output string, header http.Header) (*http.Response, string, error) {
 	c, err := e.client()
 	if err != nil {
 		return nil, "", err
 	}
-	header := http.Header{"Leasewal-Output": {output}}
+	header.Set("Leasewal-Output", output)
 	if output != "json" { // a table is fitted to this terminal, not the server's
 		header.Set("Leasewal-Columns", strconv.Itoa(e.terminalWidth()))
 	}

@@ -488,7 +488,7 @@ func bearerIs(header, token string) bool {
 const maxRequestBody = 1 << 20
 
 // readOnlyPaths are what a read-only token may ask for: what writes nothing.
-var readOnlyPaths = map[string]bool{"status": true, "cluster/members": true, "inspect": true, "log": true, "why": true, "wait": true, "worklease/inspect": true}
+var readOnlyPaths = map[string]bool{"status": true, "cluster/members": true, "openapi.json": true, "inspect": true, "log": true, "why": true, "wait": true, "worklease/inspect": true}
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path, ok := strings.CutPrefix(r.URL.Path, "/v1/")
@@ -508,6 +508,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case path == "status" && r.Method == http.MethodGet:
 		s.status(w)
+		return
+	case path == "openapi.json" && r.Method == http.MethodGet:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(api.OpenAPI)
 		return
 	case path == "cluster/members" && r.Method == http.MethodGet:
 		s.members(w)

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"leasewal/api"
 	"leasewal/client"
 	"leasewal/internal/testwait"
 	"leasewal/state"
@@ -607,11 +608,18 @@ func TestServerBatchDoor(t *testing.T) {
 // TestTypedOperationsThroughServer: the operations the command line sends
 // typed answer through a server as they answer locally (the table, JSON and
 // exit codes), and a typed body is refused for a wrong type or a missing
-// required field with the command line's words.
+// required field with the command line's words. Every request and answer
+// is checked against the OpenAPI document the server serves, and every
+// route of the document is among them.
 func TestTypedOperationsThroughServer(t *testing.T) {
 	_, s := testServer(t, "")
-	ts := httptest.NewServer(s)
+	var checked sync.Map
+	ts := httptest.NewServer(openAPIChecked(t, s, &checked))
 	defer ts.Close()
+	batch := filepath.Join(t.TempDir(), "jobs.jsonl")
+	if err := os.WriteFile(batch, []byte("{\"payload\":\"b1\",\"request-id\":\"b1\"}\n{\"payload\":\"b2\",\"request-id\":\"b2\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	steps := []struct {
 		args []string
 		code int
@@ -628,6 +636,9 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"complete", "--task", "T2", "--lease", "L9"}, ExitNotFound, ""},
 		{[]string{"expire", "-o", "json"}, 0, `"transitions":[]`},
 		{[]string{"why", "T9"}, ExitNotFound, ""},
+		{[]string{"lease", "--worker", "W", "-o", "json"}, ExitNotFound, `"result":"EMPTY"`},
+		{[]string{"submit", "--batch-file", batch, "-o", "json"}, 0, `"request_id":"b2"`},
+		{[]string{"submit", "--batch-file", batch, "-o", "tsv"}, 0, "TASK\tREQUEST"},
 	}
 	for _, st := range steps {
 		code, out, stderr := cli(append([]string{"--server", ts.URL}, st.args...)...)
@@ -650,5 +661,19 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		if resp.Header.Get("Leasewal-Exit") != "2" || !strings.Contains(string(b), c.want) {
 			t.Errorf("%s %s: HTTP %d exit %s %s; want exit 2 with %s", path, c.body, resp.StatusCode, resp.Header.Get("Leasewal-Exit"), b, c.want)
 		}
+	}
+	for _, path := range routesIn(t) {
+		if _, ok := checked.Load(path); !ok {
+			t.Errorf("no request to %s was checked against the OpenAPI document", path)
+		}
+	}
+	resp, err := http.Get(ts.URL + "/v1/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Equal(served, api.OpenAPI) {
+		t.Fatal("GET /v1/openapi.json is not the document")
 	}
 }

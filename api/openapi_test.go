@@ -1,0 +1,151 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"leasewal/api"
+)
+
+// route is one operation of the typed HTTP API.
+type route struct {
+	path, summary string
+	request       any
+	answers       []any // besides api.Error
+	batch         bool  // one request per line in, one answer per line out (NDJSON)
+}
+
+var routes = []route{
+	{"/v1/submit", "Create a task (TaskCreated); a repeated request id answers the first task", api.SubmitRequest{}, []any{api.Ack{}}, false},
+	{"/v1/submit/batch", "Create many tasks in one write, all or none: one submit per line, one answer per line", api.SubmitRequest{}, []any{api.Ack{}}, true},
+	{"/v1/lease", "Lease the next eligible task to a worker (LeaseGranted), or EMPTY (exit 4)", api.LeaseRequest{}, []any{api.Lease{}, api.Empty{}}, false},
+	{"/v1/extend", "Extend a current lease (LeaseExtended), or CANCELLED (exit 3)", api.ExtendRequest{}, []any{api.Extended{}, api.Cancelled{}}, false},
+	{"/v1/complete", "Complete a task under its current lease (TaskCompleted), or CANCELLED (exit 3)", api.CompleteRequest{}, []any{api.Committed{}, api.Cancelled{}}, false},
+	{"/v1/fail", "Report a failed attempt (TaskFailed, TaskDead), or CANCELLED (exit 3)", api.FailRequest{}, []any{api.Failed{}, api.Cancelled{}}, false},
+	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false},
+	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false},
+	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false},
+	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false},
+	{"/v1/why", "Why a task is where it is, and when it can run", api.WhyRequest{}, []any{api.Why{}}, false},
+}
+
+// schemaOf is the JSON Schema of a Go type as encoding/json writes it:
+// fields by their JSON names, those without omitempty required, pointers
+// nullable, and in a request (closed) no key that is not a field.
+func schemaOf(t reflect.Type, schemas map[string]any, closed bool) map[string]any {
+	switch {
+	case t == reflect.TypeOf(api.List("")):
+		return map[string]any{"oneOf": []any{map[string]any{"type": "string"}, map[string]any{"type": "array", "items": map[string]any{"type": "string"}}},
+			"description": "a comma-separated list, or an array of strings"}
+	case t.Kind() == reflect.Pointer:
+		s := schemaOf(t.Elem(), schemas, closed)
+		if typ, ok := s["type"].(string); ok {
+			s["type"] = []any{typ, "null"}
+		}
+		return s
+	case t.Kind() == reflect.String:
+		return map[string]any{"type": "string"}
+	case t.Kind() == reflect.Int, t.Kind() == reflect.Int64:
+		return map[string]any{"type": "integer"}
+	case t.Kind() == reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case t.Kind() == reflect.Slice:
+		return map[string]any{"type": "array", "items": schemaOf(t.Elem(), schemas, closed)}
+	}
+	if _, done := schemas[t.Name()]; !done {
+		schemas[t.Name()] = nil // a placeholder against cycles
+		props, required := map[string]any{}, []any{}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			props[name] = schemaOf(f.Type, schemas, closed)
+			if !strings.Contains(opts, "omitempty") {
+				required = append(required, name)
+			}
+		}
+		s := map[string]any{"type": "object", "properties": props, "required": required}
+		if closed {
+			s["additionalProperties"] = false
+		}
+		schemas[t.Name()] = s
+	}
+	return map[string]any{"$ref": "#/components/schemas/" + t.Name()}
+}
+
+// document is the OpenAPI document the routes and the types say.
+func document() map[string]any {
+	schemas := map[string]any{}
+	errRef := schemaOf(reflect.TypeOf(api.Error{}), schemas, false)
+	exit := map[string]any{"Leasewal-Exit": map[string]any{"description": "the exit code the command line exits with", "schema": map[string]any{"type": "integer"}}}
+	refusal := map[string]any{"description": "nothing decided: a body that does not parse, a wrong token, a body too large, no leader", "headers": exit,
+		"content": map[string]any{"application/json": map[string]any{"schema": errRef}}}
+	paths := map[string]any{}
+	for _, r := range routes {
+		req := schemaOf(reflect.TypeOf(r.request), schemas, true)
+		answers := []any{errRef}
+		for _, a := range r.answers {
+			answers = append(answers, schemaOf(reflect.TypeOf(a), schemas, false))
+		}
+		in, out, kind := req, map[string]any{"anyOf": answers}, "application/json"
+		if r.batch {
+			in, kind = map[string]any{"type": "array", "items": req}, "application/x-ndjson"
+			out = map[string]any{"anyOf": []any{errRef, map[string]any{"type": "array", "items": answers[1]}}}
+		}
+		paths[r.path] = map[string]any{"post": map[string]any{
+			"summary":     r.summary,
+			"operationId": strings.ReplaceAll(strings.TrimPrefix(r.path, "/v1/"), "/", "_"),
+			"requestBody": map[string]any{"required": true, "content": map[string]any{kind: map[string]any{"schema": in}}},
+			"responses": map[string]any{
+				"200": map[string]any{"description": "decided (refusals included): the answer, its exit code in Leasewal-Exit", "headers": exit,
+					"content": map[string]any{kind: map[string]any{"schema": out}, "text/plain": map[string]any{"schema": map[string]any{"type": "string"}}}},
+				"400": refusal, "401": refusal, "403": refusal, "413": refusal, "503": refusal,
+			},
+		}}
+	}
+	return map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{"title": "leasewal", "version": "1",
+			"description": "The typed operations of leasewal serve. A key is a command-line flag's name; a bearer token when the server has one."},
+		"components": map[string]any{"schemas": schemas,
+			"securitySchemes": map[string]any{"token": map[string]any{"type": "http", "scheme": "bearer"}}},
+		"security": []any{map[string]any{"token": []any{}}, map[string]any{}},
+		"paths":    paths,
+	}
+}
+
+// TestOpenAPIDocument: the served document is what the types and routes
+// say (LEASEWAL_UPDATE_GOLDEN=1 rewrites it), and a valid OpenAPI 3.1
+// document.
+func TestOpenAPIDocument(t *testing.T) {
+	want, err := json.MarshalIndent(document(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, '\n')
+	if os.Getenv("LEASEWAL_UPDATE_GOLDEN") == "1" {
+		if err := os.WriteFile("openapi.json", want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Skip("rewrote api/openapi.json: run the test again to check it")
+	}
+	if !bytes.Equal(api.OpenAPI, want) {
+		t.Fatal("api/openapi.json is not what the types say: run LEASEWAL_UPDATE_GOLDEN=1 go test ./api and commit it")
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("the document is not valid OpenAPI: %v", err)
+	}
+}

@@ -1,0 +1,100 @@
+package cmd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"leasewal/api"
+)
+
+func init() {
+	// NDJSON (the batch door): an array of its lines' values.
+	openapi3filter.RegisterBodyDecoder("application/x-ndjson", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+		var lines []any
+		scan := bufio.NewScanner(body)
+		scan.Buffer(nil, maxBatchLine)
+		for scan.Scan() {
+			if len(bytes.TrimSpace(scan.Bytes())) == 0 {
+				continue
+			}
+			var v any
+			if err := json.Unmarshal(scan.Bytes(), &v); err != nil {
+				return nil, err
+			}
+			lines = append(lines, v)
+		}
+		return lines, scan.Err()
+	})
+}
+
+// openAPIChecked serves h, checking every request to a route of the OpenAPI
+// document (api.OpenAPI) and every answer to it against the document: a
+// request or an answer it does not describe fails the test. checked holds
+// the paths checked.
+func openAPIChecked(t *testing.T, h http.Handler, checked *sync.Map) http.Handler {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		route, params, err := router.FindRoute(r)
+		if err != nil { // not a typed route (yet): served unchecked
+			h.ServeHTTP(w, r)
+			return
+		}
+		in := &openapi3filter.RequestValidationInput{Request: r.Clone(context.Background()), PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+		in.Request.Body = io.NopCloser(bytes.NewReader(body))
+		requestErr := openapi3filter.ValidateRequest(context.Background(), in)
+		rec := httptest.NewRecorder()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(rec, r)
+		if requestErr != nil && rec.Code == http.StatusOK && rec.Header().Get("Leasewal-Exit") != "2" {
+			t.Errorf("%s %s: the document refuses the request (%v), yet the server decided it", r.Method, r.URL.Path, requestErr)
+		}
+		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: rec.Code, Header: rec.Header(),
+			Body: io.NopCloser(bytes.NewReader(rec.Body.Bytes())), Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+		if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+			t.Errorf("%s %s: the answer is not what the document says: %v\n%s", r.Method, r.URL.Path, err, rec.Body.Bytes())
+		}
+		checked.Store(r.URL.Path, true)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	})
+}
+
+// routesIn is every path of the OpenAPI document.
+func routesIn(t *testing.T) []string {
+	var doc struct {
+		Paths map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for p := range doc.Paths {
+		paths = append(paths, p)
+	}
+	return paths
+}
