@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"bufio"
-	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -40,9 +39,6 @@ func (a *app) remote(c *cobra.Command, args []string) error {
 	}
 	if a.env.Now != "" {
 		return usageErr("the server stamps time: drop --now (or LEASEWAL_NOW) with --server")
-	}
-	if batch, _ := c.Flags().GetString("batch-file"); batch != "" && path == "submit" {
-		return cmp.Or(c.RunE(c, args), error(&exitStatus{code: ExitOK})) // the batch door: runSubmitBatch sends it
 	}
 	flags, err := requestFlags(c, args, a.env)
 	if err != nil {
