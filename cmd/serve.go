@@ -986,8 +986,11 @@ func strictJSON(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
-		return errors.New("data after the JSON object")
+	if _, err := dec.Token(); err != io.EOF {
+		return errTrailing
 	}
 	return nil
 }
+
+// errTrailing is a body with something after its JSON object.
+var errTrailing = errors.New("data after the JSON object")

@@ -38,13 +38,8 @@ func decodeAs[R any](op string, run func(env, R) error) func([]byte) (func(env) 
 	return func(body []byte) (func(env) error, error) {
 		var r R
 		if len(bytes.TrimSpace(body)) > 0 {
-			dec := json.NewDecoder(bytes.NewReader(body))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&r); err != nil {
+			if err := strictJSON(body, &r); err != nil {
 				return nil, decodeError(op, err)
-			}
-			if _, err := dec.Token(); err != io.EOF {
-				return nil, errors.New("the body holds more than one JSON object: send one object of flags")
 			}
 		}
 		return func(e env) error { return run(e, r) }, nil
@@ -57,6 +52,8 @@ func decodeError(op string, err error) error {
 	var typ *json.UnmarshalTypeError
 	var syntax *json.SyntaxError
 	switch {
+	case errors.Is(err, errTrailing):
+		return errors.New("the body holds more than one JSON object: send one object of flags")
 	case errors.As(err, &typ):
 		want := "a string"
 		switch typ.Type.Kind() {

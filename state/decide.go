@@ -152,10 +152,12 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 			}
 		}
 		next++
-		if batch == nil {
-			batch = map[string]created{}
+		if len(cs) > 1 { // a single submit (every submit command) needs no memory of the batch
+			if batch == nil {
+				batch = map[string]created{}
+			}
+			batch[req] = created{id: id, c: c}
 		}
-		batch[req] = created{id: id, c: c}
 		policy := c.Policy
 		notBefore := max(now, c.NotBefore, addTime(now, c.Delay.Milliseconds()))
 		ds = append(ds, write(Record{Type: TaskCreated, TaskID: id, Payload: c.Payload, Window: c.Window, RetryPolicy: &policy, RequestID: req,
