@@ -283,3 +283,184 @@ func (l *List) UnmarshalJSON(b []byte) error {
 	*l = List(strings.Join(many, ","))
 	return nil
 }
+
+// WaitRequest waits until every named task is in one of the states (wait).
+// A server waits at most five minutes a request; the client repeats it
+// until Timeout has run out.
+type WaitRequest struct {
+	Tasks   []string `json:"tasks"`
+	For     List     `json:"for,omitempty"`     // default COMPLETED,FAILED,DEAD
+	Timeout string   `json:"timeout,omitempty"` // default: for ever; "0s" looks once
+}
+
+// InspectRequest shows tasks as they stand, or right after record Until
+// (inspect).
+type InspectRequest struct {
+	Tasks    []string `json:"tasks,omitempty"` // default: every task
+	State    string   `json:"state,omitempty"`
+	Queue    string   `json:"queue,omitempty"`
+	Until    *int64   `json:"until,omitempty"`
+	Workers  bool     `json:"workers,omitempty"`  // the soft worker registry instead (a Workers answer)
+	Timeline bool     `json:"timeline,omitempty"` // one task's life drawn (a table); in JSON the same as for one task
+}
+
+// LogRequest asks for the records that match every filter given (log);
+// the answer is one Record per line. Following is the client's loop: ask
+// again From the seq after the last record it has.
+type LogRequest struct {
+	Task     string `json:"task,omitempty"`
+	From     int64  `json:"from,omitempty"` // default 1
+	To       int64  `json:"to,omitempty"`   // default: the last record
+	Type     List   `json:"type,omitempty"` // record types
+	Worker   string `json:"worker,omitempty"`
+	Lease    string `json:"lease,omitempty"`
+	Domain   string `json:"domain,omitempty"`
+	Queue    string `json:"queue,omitempty"`
+	Since    string `json:"since,omitempty"`    // RFC 3339, unix ms, or +DURATION after the first record
+	Until    string `json:"until,omitempty"`    // likewise
+	Absolute bool   `json:"absolute,omitempty"` // a table's times as timestamps, not offsets
+}
+
+// WorkAcquireRequest tries to acquire an offset of a domain (worklease acquire).
+type WorkAcquireRequest struct {
+	Domain string `json:"domain"`
+	Offset *int64 `json:"offset"` // 0 or more
+	Actor  string `json:"actor,omitempty"`
+}
+
+// WorkSucceedRequest marks the in-flight offset processed (worklease succeed).
+type WorkSucceedRequest struct {
+	Domain string `json:"domain"`
+	Token  string `json:"token"`
+	Actor  string `json:"actor,omitempty"`
+}
+
+// WorkFailRequest reports a failed try of the in-flight offset (worklease fail).
+type WorkFailRequest struct {
+	Domain     string `json:"domain"`
+	Token      string `json:"token"`
+	MaxRetries *int   `json:"max-retries,omitempty"` // default: the server's worklease.max_retries (3)
+	Actor      string `json:"actor,omitempty"`
+}
+
+// WorkInspectRequest shows every domain, or one (worklease inspect).
+type WorkInspectRequest struct {
+	Domain string `json:"domain,omitempty"`
+}
+
+// Task is a task as it stands at a time (inspect, wait).
+type Task struct {
+	TaskID      string   `json:"task_id"`
+	State       string   `json:"state"`
+	Attempt     int      `json:"attempt"`
+	MaxAttempts int      `json:"max_attempts"`
+	LeaseID     *string  `json:"lease_id"`
+	WorkerID    *string  `json:"worker_id"`
+	Expiry      *string  `json:"expiry"`
+	Deadline    string   `json:"deadline"`
+	NotBefore   *string  `json:"not_before"`
+	CreatedAt   string   `json:"created_at"`
+	Queue       string   `json:"queue"`
+	Priority    int      `json:"priority"`
+	AvailableAt string   `json:"available_at"`
+	Payload     string   `json:"payload"`
+	Reason      string   `json:"reason,omitempty"`
+	Requeued    string   `json:"requeued_from,omitempty"`
+	Records     []Record `json:"records,omitempty"` // when one task is named: its records
+}
+
+// Record is a WAL record as log and inspect show it: every field of the
+// record, its times as RFC 3339 instead of unix milliseconds.
+type Record struct {
+	state.Record
+	At         string `json:"at"`
+	Expiry     string `json:"expiry,omitempty"`
+	AcquiredAt string `json:"acquired_at,omitempty"`
+	NotBefore  string `json:"not_before,omitempty"`
+}
+
+// Inspect is inspect's answer (OK): the tasks shown, counted by state.
+type Inspect struct {
+	Result  state.Outcome   `json:"result"`
+	At      string          `json:"at"`
+	Counts  map[string]int  `json:"counts"`
+	Summary *InspectSummary `json:"summary,omitempty"` // when every task is listed
+	Tasks   []Task          `json:"tasks"`
+}
+
+// InspectSummary is what a reader wants at a glance: how many leases are
+// out, what has waited longest, and what expires next.
+type InspectSummary struct {
+	CurrentLeases int            `json:"current_leases"`
+	OldestWaiting *OldestWaiting `json:"oldest_waiting"`
+	NextExpiry    *HeldLease     `json:"next_expiry"`
+	// Queues counts the live tasks of each queue by state.
+	Queues map[string]map[string]int `json:"queues"`
+}
+
+// OldestWaiting is the task that has waited longest.
+type OldestWaiting struct {
+	TaskID    string `json:"task_id"`
+	CreatedAt string `json:"created_at"`
+	AgeMs     int64  `json:"age_ms"`
+}
+
+// Wait is wait's answer: OK, TIMEOUT or UNREACHABLE (exit 9), INTERRUPTED,
+// with each task as inspect shows it.
+type Wait struct {
+	Result state.Outcome `json:"result"`
+	Tasks  []Task        `json:"tasks"`
+}
+
+// Worker is a worker in the soft registry, with the leases it holds.
+type Worker struct {
+	WorkerID      string      `json:"worker_id"`
+	LastHeartbeat *string     `json:"last_heartbeat"`
+	HeartbeatAge  *int64      `json:"heartbeat_age_ms"`
+	Leases        []HeldLease `json:"leases"`
+}
+
+// Workers is inspect --workers' answer (OK).
+type Workers struct {
+	Result  state.Outcome `json:"result"`
+	At      string        `json:"at"`
+	Note    string        `json:"note"`
+	Workers []Worker      `json:"workers"`
+}
+
+// Work is the answer of worklease acquire, succeed and fail; for succeed
+// and fail, Offset is the backlog's head (a hint) and the finished offset is
+// Processed or Failed.
+type Work struct {
+	Result     state.Outcome `json:"result"`
+	Domain     string        `json:"domain"`
+	Offset     *int64        `json:"offset,omitempty"`
+	Token      string        `json:"token,omitempty"`
+	RetryCount int           `json:"retry_count,omitempty"`
+	Processed  *int64        `json:"processed,omitempty"`
+	Failed     *int64        `json:"failed,omitempty"`
+}
+
+// WorkLease is a domain's in-flight offset.
+type WorkLease struct {
+	Offset     int64  `json:"offset"`
+	Token      string `json:"token"`
+	AcquiredAt string `json:"acquired_at"`
+	RetryCount int    `json:"retry_count"`
+}
+
+// Domain is a work-lease domain: its lease, backlog (FIFO), processed and
+// failed offsets.
+type Domain struct {
+	Domain    string     `json:"domain"`
+	Lease     *WorkLease `json:"lease"`
+	Backlog   []int64    `json:"backlog"`
+	Processed []int64    `json:"processed"`
+	Failed    []int64    `json:"failed"`
+}
+
+// WorkInspect is worklease inspect's answer (OK).
+type WorkInspect struct {
+	Result  state.Outcome `json:"result"`
+	Domains []Domain      `json:"domains"`
+}

@@ -20,20 +20,28 @@ type route struct {
 	request       any
 	answers       []any // besides api.Error
 	batch         bool  // one request per line in, one answer per line out (NDJSON)
+	lines         bool  // one request in, one answer per line out (NDJSON)
 }
 
 var routes = []route{
-	{"/v1/submit", "Create a task (TaskCreated); a repeated request id answers the first task", api.SubmitRequest{}, []any{api.Ack{}}, false},
-	{"/v1/submit/batch", "Create many tasks in one write, all or none: one submit per line, one answer per line", api.SubmitRequest{}, []any{api.Ack{}}, true},
-	{"/v1/lease", "Lease the next eligible task to a worker (LeaseGranted), or EMPTY (exit 4)", api.LeaseRequest{}, []any{api.Lease{}, api.Empty{}}, false},
-	{"/v1/extend", "Extend a current lease (LeaseExtended), or CANCELLED (exit 3)", api.ExtendRequest{}, []any{api.Extended{}, api.Cancelled{}}, false},
-	{"/v1/complete", "Complete a task under its current lease (TaskCompleted), or CANCELLED (exit 3)", api.CompleteRequest{}, []any{api.Committed{}, api.Cancelled{}}, false},
-	{"/v1/fail", "Report a failed attempt (TaskFailed, TaskDead), or CANCELLED (exit 3)", api.FailRequest{}, []any{api.Failed{}, api.Cancelled{}}, false},
-	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false},
-	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false},
-	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false},
-	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false},
-	{"/v1/why", "Why a task is where it is, and when it can run", api.WhyRequest{}, []any{api.Why{}}, false},
+	{"/v1/submit", "Create a task (TaskCreated); a repeated request id answers the first task", api.SubmitRequest{}, []any{api.Ack{}}, false, false},
+	{"/v1/submit/batch", "Create many tasks in one write, all or none: one submit per line, one answer per line", api.SubmitRequest{}, []any{api.Ack{}}, true, false},
+	{"/v1/lease", "Lease the next eligible task to a worker (LeaseGranted), or EMPTY (exit 4)", api.LeaseRequest{}, []any{api.Lease{}, api.Empty{}}, false, false},
+	{"/v1/extend", "Extend a current lease (LeaseExtended), or CANCELLED (exit 3)", api.ExtendRequest{}, []any{api.Extended{}, api.Cancelled{}}, false, false},
+	{"/v1/complete", "Complete a task under its current lease (TaskCompleted), or CANCELLED (exit 3)", api.CompleteRequest{}, []any{api.Committed{}, api.Cancelled{}}, false, false},
+	{"/v1/fail", "Report a failed attempt (TaskFailed, TaskDead), or CANCELLED (exit 3)", api.FailRequest{}, []any{api.Failed{}, api.Cancelled{}}, false, false},
+	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false, false},
+	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false, false},
+	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false, false},
+	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false, false},
+	{"/v1/why", "Why a task is where it is, and when it can run", api.WhyRequest{}, []any{api.Why{}}, false, false},
+	{"/v1/wait", "Wait until every named task is in one of the states (at most five minutes a request), or TIMEOUT / UNREACHABLE (exit 9)", api.WaitRequest{}, []any{api.Wait{}}, false, false},
+	{"/v1/inspect", "Tasks as they stand, or right after record until; the worker registry with workers", api.InspectRequest{}, []any{api.Inspect{}, api.Workers{}}, false, false},
+	{"/v1/log", "The records that match every filter, one per line", api.LogRequest{}, []any{api.Record{}}, false, true},
+	{"/v1/worklease/acquire", "Acquire an offset of a domain under a new fencing token (WorkAcquired), or queue it (WorkEnqueued)", api.WorkAcquireRequest{}, []any{api.Work{}}, false, false},
+	{"/v1/worklease/succeed", "Mark the in-flight offset processed (WorkSucceeded)", api.WorkSucceedRequest{}, []any{api.Work{}}, false, false},
+	{"/v1/worklease/fail", "Report a failed try of the in-flight offset (WorkFailed)", api.WorkFailRequest{}, []any{api.Work{}}, false, false},
+	{"/v1/worklease/inspect", "Every domain's lease, backlog, processed and failed offsets", api.WorkInspectRequest{}, []any{api.WorkInspect{}}, false, false},
 }
 
 // schemaOf is the JSON Schema of a Go type as encoding/json writes it:
@@ -41,6 +49,8 @@ var routes = []route{
 // nullable, and in a request (closed) no key that is not a field.
 func schemaOf(t reflect.Type, schemas map[string]any, closed bool) map[string]any {
 	switch {
+	case t.Implements(reflect.TypeOf((*json.Marshaler)(nil)).Elem()): // state.Duration: text such as 1m30s
+		return map[string]any{"type": "string"}
 	case t == reflect.TypeOf(api.List("")):
 		return map[string]any{"oneOf": []any{map[string]any{"type": "string"}, map[string]any{"type": "array", "items": map[string]any{"type": "string"}}},
 			"description": "a comma-separated list, or an array of strings"}
@@ -48,8 +58,9 @@ func schemaOf(t reflect.Type, schemas map[string]any, closed bool) map[string]an
 		s := schemaOf(t.Elem(), schemas, closed)
 		if typ, ok := s["type"].(string); ok {
 			s["type"] = []any{typ, "null"}
+			return s
 		}
-		return s
+		return map[string]any{"anyOf": []any{s, map[string]any{"type": "null"}}}
 	case t.Kind() == reflect.String:
 		return map[string]any{"type": "string"}
 	case t.Kind() == reflect.Int, t.Kind() == reflect.Int64:
@@ -58,21 +69,37 @@ func schemaOf(t reflect.Type, schemas map[string]any, closed bool) map[string]an
 		return map[string]any{"type": "boolean"}
 	case t.Kind() == reflect.Slice:
 		return map[string]any{"type": "array", "items": schemaOf(t.Elem(), schemas, closed)}
+	case t.Kind() == reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": schemaOf(t.Elem(), schemas, closed)}
 	}
 	if _, done := schemas[t.Name()]; !done {
 		schemas[t.Name()] = nil // a placeholder against cycles
 		props, required := map[string]any{}, []any{}
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" || !f.IsExported() {
-				continue
+		// encoding/json's rule: a field of the struct itself hides one of
+		// the same name in a struct it embeds.
+		var fields func(t reflect.Type, embedded bool)
+		fields = func(t reflect.Type, embedded bool) {
+			for i := range t.NumField() {
+				f := t.Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+				if name == "-" || !f.IsExported() || f.Anonymous {
+					continue
+				}
+				if _, hidden := props[name]; hidden && embedded {
+					continue
+				}
+				props[name] = schemaOf(f.Type, schemas, closed)
+				if !strings.Contains(opts, "omitempty") {
+					required = append(required, name)
+				}
 			}
-			props[name] = schemaOf(f.Type, schemas, closed)
-			if !strings.Contains(opts, "omitempty") {
-				required = append(required, name)
+			for i := range t.NumField() {
+				if f := t.Field(i); f.Anonymous {
+					fields(f.Type, true)
+				}
 			}
 		}
+		fields(t, false)
 		s := map[string]any{"type": "object", "properties": props, "required": required}
 		if closed {
 			s["additionalProperties"] = false
@@ -97,9 +124,12 @@ func document() map[string]any {
 			answers = append(answers, schemaOf(reflect.TypeOf(a), schemas, false))
 		}
 		in, out, kind := req, map[string]any{"anyOf": answers}, "application/json"
+		outKind := kind
+		if r.batch || r.lines {
+			out, outKind = map[string]any{"anyOf": []any{errRef, map[string]any{"type": "array", "items": answers[1]}}}, "application/x-ndjson"
+		}
 		if r.batch {
 			in, kind = map[string]any{"type": "array", "items": req}, "application/x-ndjson"
-			out = map[string]any{"anyOf": []any{errRef, map[string]any{"type": "array", "items": answers[1]}}}
 		}
 		paths[r.path] = map[string]any{"post": map[string]any{
 			"summary":     r.summary,
@@ -107,7 +137,7 @@ func document() map[string]any {
 			"requestBody": map[string]any{"required": true, "content": map[string]any{kind: map[string]any{"schema": in}}},
 			"responses": map[string]any{
 				"200": map[string]any{"description": "decided (refusals included): the answer, its exit code in Leasewal-Exit", "headers": exit,
-					"content": map[string]any{kind: map[string]any{"schema": out}, "text/plain": map[string]any{"schema": map[string]any{"type": "string"}}}},
+					"content": map[string]any{outKind: map[string]any{"schema": out}, "text/plain": map[string]any{"schema": map[string]any{"type": "string"}}}},
 				"400": refusal, "401": refusal, "403": refusal, "413": refusal, "503": refusal,
 			},
 		}}

@@ -366,3 +366,130 @@ func (c *Client) Expire(ctx context.Context, req api.ExpireRequest) (api.Expired
 	var expired api.Expired
 	return expired, c.call(ctx, "expire", req, &expired)
 }
+
+// Abort ends a waiting or leased task: DEAD, its lease no longer counts.
+func (c *Client) Abort(ctx context.Context, req api.AbortRequest) (api.Aborted, error) {
+	req.Actor = c.actor(req.Actor)
+	var aborted api.Aborted
+	return aborted, c.call(ctx, "abort", req, &aborted)
+}
+
+// Requeue runs a FAILED or DEAD task again, as a new task.
+func (c *Client) Requeue(ctx context.Context, req api.RequeueRequest) (api.Ack, error) {
+	req.Actor = c.actor(req.Actor)
+	var ack api.Ack
+	return ack, c.call(ctx, "requeue", req, &ack)
+}
+
+// Why says why a task is where it is, and when it can run.
+func (c *Client) Why(ctx context.Context, req api.WhyRequest) (api.Why, error) {
+	var why api.Why
+	return why, c.call(ctx, "why", req, &why)
+}
+
+// Inspect shows tasks as they stand (req.Workers: use Workers instead).
+func (c *Client) Inspect(ctx context.Context, req api.InspectRequest) (api.Inspect, error) {
+	var v api.Inspect
+	return v, c.call(ctx, "inspect", req, &v)
+}
+
+// Workers shows the soft worker registry and each worker's current leases.
+func (c *Client) Workers(ctx context.Context) (api.Workers, error) {
+	var v api.Workers
+	return v, c.call(ctx, "inspect", api.InspectRequest{Workers: true}, &v)
+}
+
+// Wait waits until every task of req.Tasks is in one of req.For's states
+// (by default ended), or req.Timeout has run out (Result TIMEOUT; no
+// Timeout waits until ctx is done). A task that ended in another state is
+// Result UNREACHABLE. The answer is returned with a nil error in every
+// case the server decided.
+func (c *Client) Wait(ctx context.Context, req api.WaitRequest) (api.Wait, error) {
+	forever := req.Timeout == ""
+	var deadline time.Time
+	if !forever {
+		total, err := time.ParseDuration(req.Timeout)
+		if err != nil || total < 0 {
+			return api.Wait{}, &api.Error{Result: "ERROR", Kind: "Usage", Message: fmt.Sprintf("timeout %q is not a duration such as 30s or 5m", req.Timeout), Exit: api.ExitUsage}
+		}
+		deadline = time.Now().Add(total)
+	}
+	for {
+		slice := serverWaitCap
+		if !forever {
+			slice = max(0, min(slice, time.Until(deadline)))
+		}
+		req.Timeout = slice.String()
+		var v api.Wait
+		err := c.call(ctx, "wait", req, &v) // TIMEOUT and UNREACHABLE (exit 9) are answers, not errors
+		if err != nil || v.Result != state.ResultTimeout || ctx.Err() != nil || (!forever && !time.Now().Before(deadline)) {
+			return v, err
+		}
+	}
+}
+
+// WorkAcquire tries to acquire an offset of a domain under a new fencing
+// token, or queues it behind the one in flight.
+func (c *Client) WorkAcquire(ctx context.Context, req api.WorkAcquireRequest) (api.Work, error) {
+	req.Actor = c.actor(req.Actor)
+	var w api.Work
+	return w, c.call(ctx, "worklease/acquire", req, &w)
+}
+
+// WorkSucceed marks the in-flight offset processed.
+func (c *Client) WorkSucceed(ctx context.Context, req api.WorkSucceedRequest) (api.Work, error) {
+	req.Actor = c.actor(req.Actor)
+	var w api.Work
+	return w, c.call(ctx, "worklease/succeed", req, &w)
+}
+
+// WorkFail reports a failed try of the in-flight offset.
+func (c *Client) WorkFail(ctx context.Context, req api.WorkFailRequest) (api.Work, error) {
+	req.Actor = c.actor(req.Actor)
+	var w api.Work
+	return w, c.call(ctx, "worklease/fail", req, &w)
+}
+
+// WorkInspect shows every domain, or req.Domain.
+func (c *Client) WorkInspect(ctx context.Context, req api.WorkInspectRequest) (api.WorkInspect, error) {
+	var v api.WorkInspect
+	return v, c.call(ctx, "worklease/inspect", req, &v)
+}
+
+// Log returns the records that match req, in order.
+func (c *Client) Log(ctx context.Context, req api.LogRequest) ([]api.Record, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, server, err := c.Send(ctx, http.MethodPost, "log", body, http.Header{"Leasewal-Output": {"json"}})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the records from %s: %w", server, err)
+	}
+	code, err := ExitCode(resp, server)
+	if err != nil {
+		return nil, err
+	}
+	if code != api.ExitOK {
+		refusal := &api.Error{Exit: code}
+		if err := json.Unmarshal(raw, refusal); err != nil {
+			return nil, fmt.Errorf("%s answered something that is not JSON: %.200s", server, raw)
+		}
+		return nil, refusal
+	}
+	var records []api.Record
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	for dec.More() {
+		var r api.Record
+		if err := dec.Decode(&r); err != nil {
+			return nil, fmt.Errorf("%s answered a record that does not decode: %v", server, err)
+		}
+		records = append(records, r)
+	}
+	return records, nil
+}

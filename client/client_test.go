@@ -98,6 +98,9 @@ func TestCalls(t *testing.T) {
 		t.Fatalf("a conflicting batch: %#v", err)
 	}
 
+	readCalls(ctx, t, c, acks[0].TaskID)
+	workCalls(ctx, t, c)
+
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -115,5 +118,66 @@ func TestCalls(t *testing.T) {
 	var bad *client.BadURLError
 	if _, err := client.New([]string{"127.0.0.1:7420"}, client.Options{}); !errors.As(err, &bad) || !bad.NoScheme {
 		t.Fatalf("a URL without its scheme: %v", err)
+	}
+}
+
+// readCalls: the calls that read, on the task of a batch (WAITING).
+func readCalls(ctx context.Context, t *testing.T, c *client.Client, task string) {
+	t.Helper()
+	if why, err := c.Why(ctx, api.WhyRequest{Task: task}); err != nil || !why.Eligible || why.Queue != "bulk" {
+		t.Fatalf("why %s: %+v %v", task, why, err)
+	}
+	view, err := c.Inspect(ctx, api.InspectRequest{Tasks: []string{task}})
+	if err != nil || len(view.Tasks) != 1 || view.Tasks[0].State != "WAITING" || len(view.Tasks[0].Records) != 1 || view.Tasks[0].Records[0].Type != "TaskCreated" {
+		t.Fatalf("inspect %s: %+v %v", task, view, err)
+	}
+	if workers, err := c.Workers(ctx); err != nil || len(workers.Workers) == 0 {
+		t.Fatalf("the workers: %+v %v", workers, err)
+	}
+	if waited, err := c.Wait(ctx, api.WaitRequest{Tasks: []string{task}, For: "WAITING"}); err != nil || waited.Result != "OK" {
+		t.Fatalf("a wait already satisfied: %+v %v", waited, err)
+	}
+	if waited, err := c.Wait(ctx, api.WaitRequest{Tasks: []string{task}, Timeout: "0s"}); err != nil || waited.Result != "TIMEOUT" {
+		t.Fatalf("a wait that looks once: %+v %v", waited, err)
+	}
+	records, err := c.Log(ctx, api.LogRequest{Task: task})
+	if err != nil || len(records) != 1 || records[0].Seq == 0 || records[0].RequestID != "b1" || records[0].At == "" {
+		t.Fatalf("the log of %s: %+v %v", task, records, err)
+	}
+	var refused *api.Error
+	if _, err := c.Log(ctx, api.LogRequest{Type: "Nonsense"}); !errors.As(err, &refused) || refused.Exit != api.ExitUsage {
+		t.Fatalf("a log of an unknown record type: %#v", err)
+	}
+	if aborted, err := c.Abort(ctx, api.AbortRequest{Task: task, Reason: "not needed"}); err != nil || aborted.State != "DEAD" {
+		t.Fatalf("abort %s: %+v %v", task, aborted, err)
+	}
+	if again, err := c.Requeue(ctx, api.RequeueRequest{Task: task, RequestID: "again"}); err != nil || again.RequeuedFrom != task {
+		t.Fatalf("requeue %s: %+v %v", task, again, err)
+	}
+}
+
+// workCalls: a domain's offsets through the work-lease calls, and a token
+// that is not the domain's (exit 7).
+func workCalls(ctx context.Context, t *testing.T, c *client.Client) {
+	t.Helper()
+	offset := func(n int64) *int64 { return &n }
+	got, err := c.WorkAcquire(ctx, api.WorkAcquireRequest{Domain: "orders", Offset: offset(7)})
+	if err != nil || got.Result != "ACQUIRED" || got.Token == "" {
+		t.Fatalf("acquire: %+v %v", got, err)
+	}
+	if queued, err := c.WorkAcquire(ctx, api.WorkAcquireRequest{Domain: "orders", Offset: offset(8)}); err != nil || queued.Result != "ENQUEUED" {
+		t.Fatalf("acquire behind it: %+v %v", queued, err)
+	}
+	var refused *api.Error
+	if _, err := c.WorkSucceed(ctx, api.WorkSucceedRequest{Domain: "orders", Token: "K999"}); !errors.As(err, &refused) || refused.Exit != api.ExitContract {
+		t.Fatalf("succeed under another token: %#v", err)
+	}
+	zero := 0
+	if failed, err := c.WorkFail(ctx, api.WorkFailRequest{Domain: "orders", Token: got.Token, MaxRetries: &zero}); err != nil || failed.Failed == nil || *failed.Failed != 7 {
+		t.Fatalf("fail with no retries: %+v %v", failed, err)
+	}
+	view, err := c.WorkInspect(ctx, api.WorkInspectRequest{Domain: "orders"})
+	if err != nil || len(view.Domains) != 1 || len(view.Domains[0].Backlog) != 1 || view.Domains[0].Failed[0] != 7 {
+		t.Fatalf("inspect the domain: %+v %v", view, err)
 	}
 }

@@ -18,12 +18,11 @@ import (
 )
 
 type inspectOptions struct {
-	state      string
-	queue      string
-	until      int64
-	untilGiven bool
-	workers    bool
-	timeline   bool
+	state    string
+	queue    string
+	until    int64
+	workers  bool
+	timeline bool
 }
 
 func (a *app) newInspectCmd() *cobra.Command {
@@ -44,8 +43,14 @@ Writes nothing. An unknown task: exit 4.`,
   leasewal inspect T1 --timeline
   leasewal inspect --workers`,
 		RunE: func(c *cobra.Command, args []string) error {
-			o.untilGiven = c.Flags().Changed("until")
-			return runInspect(a.env, *o, args)
+			req := api.InspectRequest{Tasks: args, State: o.state, Queue: o.queue, Workers: o.workers, Timeline: o.timeline}
+			if c.Flags().Changed("until") {
+				req.Until = &o.until
+			}
+			if a.env.Server != "" {
+				return a.env.sendTyped("inspect", req)
+			}
+			return runInspectRequest(a.env, req)
 		},
 		ValidArgsFunction: a.completion(completeTasks),
 	}
@@ -57,51 +62,6 @@ Writes nothing. An unknown task: exit 4.`,
 	return c
 }
 
-// taskView is one task in inspect's JSON; verify --expect reads the same shape.
-type taskView struct {
-	TaskID      string     `json:"task_id"`
-	State       string     `json:"state"`
-	Attempt     int        `json:"attempt"`
-	MaxAttempts int        `json:"max_attempts"`
-	LeaseID     *string    `json:"lease_id"`
-	WorkerID    *string    `json:"worker_id"`
-	Expiry      *string    `json:"expiry"`
-	Deadline    string     `json:"deadline"`
-	NotBefore   *string    `json:"not_before"`
-	CreatedAt   string     `json:"created_at"`
-	Queue       string     `json:"queue"`
-	Priority    int        `json:"priority"`
-	AvailableAt string     `json:"available_at"`
-	Payload     string     `json:"payload"`
-	Reason      string     `json:"reason,omitempty"`
-	Requeued    string     `json:"requeued_from,omitempty"`
-	Records     []logEntry `json:"records,omitempty"`
-}
-
-type inspectView struct {
-	Result  state.Outcome   `json:"result"`
-	At      string          `json:"at"`
-	Counts  map[string]int  `json:"counts"`
-	Summary *inspectSummary `json:"summary,omitempty"`
-	Tasks   []taskView      `json:"tasks"`
-}
-
-// inspectSummary is what a reader wants at a glance: how many leases are
-// out, what has waited longest, and what expires next.
-type inspectSummary struct {
-	CurrentLeases int            `json:"current_leases"`
-	OldestWaiting *oldestWaiting `json:"oldest_waiting"`
-	NextExpiry    *api.HeldLease `json:"next_expiry"`
-	// Queues counts the live tasks of each queue by state.
-	Queues map[string]map[string]int `json:"queues"`
-}
-
-type oldestWaiting struct {
-	TaskID    string `json:"task_id"`
-	CreatedAt string `json:"created_at"`
-	AgeMs     int64  `json:"age_ms"`
-}
-
 func orNull(s string) *string {
 	if s == "" {
 		return nil
@@ -110,9 +70,9 @@ func orNull(s string) *string {
 }
 
 // viewTask renders a task as it stands at time at.
-func viewTask(t *state.Task, at int64) taskView {
+func viewTask(t *state.Task, at int64) api.Task {
 	c := t.At(at)
-	v := taskView{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
+	v := api.Task{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
 		Deadline: formatTime(c.Deadline()), CreatedAt: formatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason,
 		Queue: c.Queue, Priority: c.Priority, AvailableAt: formatTime(c.AvailableAt), Requeued: c.RequeuedFrom}
 	if c.Lease != nil {
@@ -124,34 +84,40 @@ func viewTask(t *state.Task, at int64) taskView {
 	return v
 }
 
-func runInspect(e env, o inspectOptions, ids []string) error {
-	only := taskFilter{queue: o.queue}
-	if o.state != "" {
-		st, ok := state.ParseTaskState(o.state)
+// runInspectRequest shows what r asks for: the command's, or a server's
+// client's.
+func runInspectRequest(e env, r api.InspectRequest) error {
+	only := taskFilter{queue: r.Queue}
+	if r.State != "" {
+		st, ok := state.ParseTaskState(r.State)
 		if !ok {
-			return usageErr("--state %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", o.state)
+			return usageErr("--state %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", r.State)
 		}
 		only.state = st
 	}
-	ids = slices.Compact(slices.Clone(ids)) // a task named twice in a row is shown once
+	var until int64
+	if r.Until != nil {
+		until = *r.Until
+	}
+	ids := slices.Compact(slices.Clone(r.Tasks)) // a task named twice in a row is shown once
 	if seen := map[string]bool{}; len(ids) > 1 {
 		ids = slices.DeleteFunc(ids, func(id string) bool { dup := seen[id]; seen[id] = true; return dup })
 	}
-	if o.timeline && len(ids) != 1 {
+	if r.Timeline && len(ids) != 1 {
 		return usageErr("--timeline draws one task: name it, e.g. 'leasewal inspect T1 --timeline'")
 	}
-	if o.untilGiven && o.until < 1 {
-		return usageErr("--until %d: give the seq of a record (1 or more)", o.until)
+	if r.Until != nil && until < 1 {
+		return usageErr("--until %d: give the seq of a record (1 or more)", until)
 	}
 	opts := e.storeOptions()
 	var taskRecords []state.Record // the records about the one task named
-	if len(ids) == 1 || o.untilGiven {
+	if len(ids) == 1 || r.Until != nil {
 		opts.FullReplay = true
-		opts.OnRecord = func(r state.Record, _ *state.State) error {
-			if len(ids) == 1 && r.TaskID == ids[0] {
-				taskRecords = append(taskRecords, r)
+		opts.OnRecord = func(rec state.Record, _ *state.State) error {
+			if len(ids) == 1 && rec.TaskID == ids[0] {
+				taskRecords = append(taskRecords, rec)
 			}
-			if o.untilGiven && r.Seq == o.until {
+			if r.Until != nil && rec.Seq == until {
 				return store.ErrStop // the state right after record --until
 			}
 			return nil
@@ -161,16 +127,16 @@ func runInspect(e env, o inspectOptions, ids []string) error {
 	defer h.Close()
 	return e.operateOn(h, false, func(tx *store.Tx) (answer, error) {
 		st, at := tx.State, tx.Now
-		if o.untilGiven {
-			if st.LastSeq() < o.until {
-				return answer{}, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: the WAL has records 1 to %d", o.until, st.LastSeq())}
+		if r.Until != nil {
+			if st.LastSeq() < until {
+				return answer{}, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: the WAL has records 1 to %d", until, st.LastSeq())}
 			}
 			at = st.LastAt()
 		}
 		if tx.Missing {
 			e.sayWALMissing()
 		}
-		if o.workers {
+		if r.Workers {
 			return workersAnswer(st, at, h.Workers()), nil
 		}
 		if len(ids) == 0 {
@@ -181,13 +147,13 @@ func runInspect(e env, o inspectOptions, ids []string) error {
 			return answer{}, err
 		}
 		if len(ids) == 1 && len(v.Tasks) == 1 {
-			v.Tasks[0].Records = make([]logEntry, 0, len(taskRecords))
+			v.Tasks[0].Records = make([]api.Record, 0, len(taskRecords))
 			for _, r := range taskRecords {
 				v.Tasks[0].Records = append(v.Tasks[0].Records, newLogEntry(r))
 			}
 		}
 		var timelineTask *state.Task
-		if o.timeline {
+		if r.Timeline {
 			if timelineTask, err = st.Task(ids[0]); err != nil {
 				return answer{}, err
 			}
@@ -213,7 +179,7 @@ type taskFilter struct {
 }
 
 // shows reports whether a task as viewed is listed.
-func (f taskFilter) shows(tv taskView) bool {
+func (f taskFilter) shows(tv api.Task) bool {
 	return (f.state == "" || tv.State == string(f.state)) && (f.queue == "" || tv.Queue == f.queue)
 }
 
@@ -242,20 +208,20 @@ func inspectTasks(st *state.State, ids []string, only taskFilter) ([]*state.Task
 func countStates(tasks []*state.Task, at int64, only taskFilter) map[string]int {
 	counts := map[string]int{}
 	for _, t := range tasks {
-		if c := t.At(at); only.shows(taskView{State: string(c.State), Queue: c.Queue}) {
+		if c := t.At(at); only.shows(api.Task{State: string(c.State), Queue: c.Queue}) {
 			counts[string(c.State)]++
 		}
 	}
 	return counts
 }
 
-func buildInspect(st *state.State, at int64, ids []string, only taskFilter) (inspectView, error) {
-	v := inspectView{Result: state.ResultOK, At: formatTime(at), Counts: map[string]int{}, Tasks: []taskView{}}
+func buildInspect(st *state.State, at int64, ids []string, only taskFilter) (api.Inspect, error) {
+	v := api.Inspect{Result: state.ResultOK, At: formatTime(at), Counts: map[string]int{}, Tasks: []api.Task{}}
 	tasks, err := inspectTasks(st, ids, only)
 	if err != nil {
 		return v, err
 	}
-	eachShown(tasks, at, only, func(tv taskView) error {
+	eachShown(tasks, at, only, func(tv api.Task) error {
 		v.Counts[tv.State]++
 		v.Tasks = append(v.Tasks, tv)
 		return nil
@@ -265,7 +231,7 @@ func buildInspect(st *state.State, at int64, ids []string, only taskFilter) (ins
 
 // eachShown calls fn with the view of each task listed under only, in
 // order, until fn fails.
-func eachShown(tasks []*state.Task, at int64, only taskFilter, fn func(taskView) error) error {
+func eachShown(tasks []*state.Task, at int64, only taskFilter, fn func(api.Task) error) error {
 	for _, t := range tasks {
 		if tv := viewTask(t, at); only.shows(tv) {
 			if err := fn(tv); err != nil {
@@ -278,12 +244,12 @@ func eachShown(tasks []*state.Task, at int64, only taskFilter, fn func(taskView)
 
 // listingHead is the view of inspect without task ids, but for its tasks
 // (counts and summary), and the tasks to draw it from one at a time.
-func listingHead(st *state.State, at int64, only taskFilter) (inspectView, []*state.Task, error) {
+func listingHead(st *state.State, at int64, only taskFilter) (api.Inspect, []*state.Task, error) {
 	tasks, err := inspectTasks(st, nil, only)
 	if err != nil {
-		return inspectView{}, nil, err
+		return api.Inspect{}, nil, err
 	}
-	v := inspectView{Result: state.ResultOK, At: formatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at), Tasks: []taskView{}}
+	v := api.Inspect{Result: state.ResultOK, At: formatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at), Tasks: []api.Task{}}
 	return v, tasks, nil
 }
 
@@ -300,9 +266,9 @@ func listingAnswer(st *state.State, at int64, only taskFilter) (answer, error) {
 	return answer{doc: l, outcome: v.Result, table: l.render}, nil
 }
 
-// listing is the listing of every task, as inspectView would hold it.
+// listing is the listing of every task, as api.Inspect would hold it.
 type listing struct {
-	head  inspectView
+	head  api.Inspect
 	tasks []*state.Task
 	at    int64
 	only  taskFilter
@@ -324,7 +290,7 @@ func (l listing) streamJSON(w io.Writer) error {
 	enc := json.NewEncoder(&one)
 	enc.SetEscapeHTML(false) // as writeJSON
 	first := true
-	err := eachShown(l.tasks, l.at, l.only, func(tv taskView) error {
+	err := eachShown(l.tasks, l.at, l.only, func(tv api.Task) error {
 		if !first {
 			out.WriteByte(',')
 		}
@@ -343,8 +309,8 @@ func (l listing) streamJSON(w io.Writer) error {
 	return out.Flush()
 }
 
-func summarize(st *state.State, at int64) *inspectSummary {
-	sum := &inspectSummary{Queues: map[string]map[string]int{}}
+func summarize(st *state.State, at int64) *api.InspectSummary {
+	sum := &api.InspectSummary{Queues: map[string]map[string]int{}}
 	var next int64
 	for _, t := range st.Live() { // only unfinished tasks wait or hold leases
 		c := t.At(at)
@@ -362,7 +328,7 @@ func summarize(st *state.State, at int64) *inspectSummary {
 				sum.NextExpiry = &api.HeldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: formatTime(next)}
 			}
 		case c.State == state.Waiting && sum.OldestWaiting == nil: // tasks are in creation order
-			sum.OldestWaiting = &oldestWaiting{TaskID: c.ID, CreatedAt: formatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
+			sum.OldestWaiting = &api.OldestWaiting{TaskID: c.ID, CreatedAt: formatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
 		}
 	}
 	return sum
@@ -386,7 +352,7 @@ func deref(s *string) string {
 	return *s
 }
 
-func renderInspect(w io.Writer, p palette, v inspectView) error {
+func renderInspect(w io.Writer, p palette, v api.Inspect) error {
 	renderInspectHead(w, p, v, len(v.Tasks))
 	if len(v.Tasks) == 0 && !p.tsv { // TSV has its header row even with no rows
 		return nil
@@ -417,7 +383,7 @@ func (l listing) render(w io.Writer, p palette) error {
 		return nil
 	}
 	t := newInspectTable(w, p)
-	eachShown(l.tasks, l.at, l.only, func(tv taskView) error {
+	eachShown(l.tasks, l.at, l.only, func(tv api.Task) error {
 		appendTaskRow(t, p, tv, l.at)
 		return nil
 	})
@@ -425,7 +391,7 @@ func (l listing) render(w io.Writer, p palette) error {
 }
 
 // renderInspectHead prints the line of counts and the summary.
-func renderInspectHead(w io.Writer, p palette, v inspectView, listed int) {
+func renderInspectHead(w io.Writer, p palette, v api.Inspect, listed int) {
 	if p.tsv {
 		return // TSV is the rows only
 	}
@@ -464,24 +430,10 @@ func newInspectTable(w io.Writer, p palette) *sheet {
 
 // appendTaskRow draws a task as a row; in a fitted table its times are
 // relative to at ("in 25s", "3m ago"), in a wide one they are timestamps.
-func appendTaskRow(t *sheet, p palette, tv taskView, at int64) {
+func appendTaskRow(t *sheet, p palette, tv api.Task, at int64) {
 	_ = t.Append(escape(tv.TaskID), p.word(tv.State), fmt.Sprintf("%d/%d", tv.Attempt, tv.MaxAttempts),
 		escape(deref(tv.LeaseID)), escape(deref(tv.WorkerID)), p.when(deref(tv.Expiry), at), p.when(deref(tv.NotBefore), at),
 		p.when(tv.Deadline, at), escape(tv.Reason))
-}
-
-type workerView struct {
-	WorkerID      string          `json:"worker_id"`
-	LastHeartbeat *string         `json:"last_heartbeat"`
-	HeartbeatAge  *int64          `json:"heartbeat_age_ms"`
-	Leases        []api.HeldLease `json:"leases"`
-}
-
-type workersView struct {
-	Result  state.Outcome `json:"result"`
-	At      string        `json:"at"`
-	Note    string        `json:"note"`
-	Workers []workerView  `json:"workers"`
 }
 
 const registryNote = "the registry is advisory soft state: heartbeats never grant or keep a lease, only the WAL does"
@@ -496,9 +448,9 @@ func workersAnswer(st *state.State, at int64, reg map[string]int64) answer {
 	for w := range leases {
 		names[w] = true
 	}
-	v := workersView{Result: state.ResultOK, At: formatTime(at), Note: registryNote, Workers: []workerView{}}
+	v := api.Workers{Result: state.ResultOK, At: formatTime(at), Note: registryNote, Workers: []api.Worker{}}
 	for _, w := range slices.Sorted(maps.Keys(names)) {
-		wv := workerView{WorkerID: w, Leases: leases[w]}
+		wv := api.Worker{WorkerID: w, Leases: leases[w]}
 		if wv.Leases == nil {
 			wv.Leases = []api.HeldLease{}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"leasewal/api"
 	"os"
 	"os/signal"
 	"strconv"
@@ -50,7 +51,15 @@ ms, or +DURATION after the first record). Writes nothing.`,
   leasewal log --since +30s --until +1m --absolute
   leasewal log --from 10 --to 20 -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error { return runLog(a.env, *o) },
+		RunE: func(*cobra.Command, []string) error {
+			if a.env.Server != "" {
+				if o.follow {
+					return a.env.followRemote(o.request())
+				}
+				return a.env.sendTyped("log", o.request())
+			}
+			return runLog(a.env, *o)
+		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.taskID, "task", "", "only records about this task")
@@ -66,6 +75,25 @@ ms, or +DURATION after the first record). Writes nothing.`,
 	f.BoolVar(&o.absolute, "absolute", false, "show timestamps instead of offsets from the first record")
 	f.BoolVar(&o.follow, "follow", false, "after the records so far, print new ones as they are appended, until interrupted")
 	return c
+}
+
+// request is the log the flags ask for (following is the client's loop).
+func (o logOptions) request() api.LogRequest {
+	return api.LogRequest{Task: o.taskID, From: o.from, To: o.to, Type: api.List(strings.Join(o.types, ",")), Worker: o.worker,
+		Lease: o.lease, Domain: o.domain, Queue: o.queue, Since: o.since, Until: o.until, Absolute: o.absolute}
+}
+
+// runLogRequest prints the records r asks for: a server's client's.
+func runLogRequest(e env, r api.LogRequest) error {
+	o := logOptions{taskID: r.Task, from: max(r.From, 1), to: r.To, worker: r.Worker, lease: r.Lease, domain: r.Domain,
+		queue: r.Queue, since: r.Since, until: r.Until, absolute: r.Absolute}
+	if r.From < 0 {
+		o.from = r.From // refused as the flag is
+	}
+	if r.Type != "" {
+		o.types = strings.Split(string(r.Type), ",")
+	}
+	return runLog(e, o)
 }
 
 // logFilter decides which records log prints.
@@ -168,18 +196,8 @@ func (f *logFilter) workerOf(r state.Record) string {
 	return ""
 }
 
-// logEntry is a record as log and inspect print it: every field of the
-// record, with its times as RFC 3339 instead of unix milliseconds.
-type logEntry struct {
-	state.Record
-	At         string `json:"at"`
-	Expiry     string `json:"expiry,omitempty"`
-	AcquiredAt string `json:"acquired_at,omitempty"`
-	NotBefore  string `json:"not_before,omitempty"`
-}
-
-func newLogEntry(r state.Record) logEntry {
-	e := logEntry{Record: r, At: formatTime(r.At), Expiry: optTime(r.Expiry), AcquiredAt: optTime(r.AcquiredAt)}
+func newLogEntry(r state.Record) api.Record {
+	e := api.Record{Record: r, At: formatTime(r.At), Expiry: optTime(r.Expiry), AcquiredAt: optTime(r.AcquiredAt)}
 	if r.NotBefore != nil {
 		e.NotBefore = formatTime(*r.NotBefore)
 	}
@@ -195,7 +213,7 @@ func runLog(e env, o logOptions) error {
 		return err
 	}
 	first, taskFirst := int64(0), int64(-1)
-	var entries []logEntry
+	var entries []api.Record
 	lines := &spool{}
 	defer lines.discard()
 	opts := e.storeOptions()
@@ -302,7 +320,7 @@ func (s logStream) header(w io.Writer) {
 
 // line draws one record; times are offsets from base, or timestamps when
 // base is negative.
-func (s logStream) line(w io.Writer, e logEntry, base int64) {
+func (s logStream) line(w io.Writer, e api.Record, base int64) {
 	at := e.At
 	if base >= 0 {
 		at = offset(e.Record.At - base)
@@ -348,7 +366,7 @@ func followLog(e env, o *logOptions, f *logFilter, first, last int64) error {
 		case "tsv":
 			p := e.palette()
 			p.noHeaders = true // the header came with the records so far
-			_ = renderLog(out, p, []logEntry{entry}, base)
+			_ = renderLog(out, p, []api.Record{entry}, base)
 		default:
 			stream.line(out, entry, base)
 		}
@@ -390,7 +408,7 @@ var logColumns = []string{"SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAI
 
 // renderLog draws records as a table. Times are offsets from base, or
 // timestamps when base is negative.
-func renderLog(w io.Writer, p palette, entries []logEntry, base int64) error {
+func renderLog(w io.Writer, p palette, entries []api.Record, base int64) error {
 	t := newTable(w, p, logColumns...)
 	if base < 0 { // timestamps were asked for: they are kept whole as long as anything else can give way
 		t.keep = map[string]bool{"AT": true}
@@ -406,7 +424,7 @@ func renderLog(w io.Writer, p palette, entries []logEntry, base int64) error {
 }
 
 // details is the rest of a record's fields, compactly.
-func details(e logEntry) string {
+func details(e api.Record) string {
 	var parts []string
 	add := func(k, v string) {
 		if v != "" {

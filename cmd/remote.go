@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"leasewal/api"
 	"leasewal/client"
 )
 
@@ -27,48 +27,19 @@ import (
 var clientFlags = map[string]bool{"wal": true, "ca": true, "config": true, "output": true, "no-color": true, "no-headers": true,
 	"lock-timeout": true, "server": true, "token-file": true, "payload-file": true, "batch-file": true, "help": true}
 
-// remote sends the command to a server (--server) and prints and exits as
-// the command would locally. A list of servers is tried in order until one
-// answers; a request whose answer is lost after it was sent is exit 10,
-// never guessed.
-func (a *app) remote(c *cobra.Command, args []string) error {
-	path := strings.ReplaceAll(strings.TrimPrefix(c.CommandPath(), "leasewal "), " ", "/")
-	first := strings.SplitN(path, "/", 2)[0]
+// remote checks a command that is sent to a server (--server): its RunE
+// sends its typed request there. A list of servers is tried in order until
+// one answers; a request whose answer is lost after it was sent is exit
+// 10, never guessed.
+func (a *app) remote(c *cobra.Command) error {
+	first := strings.Fields(strings.TrimPrefix(c.CommandPath(), "leasewal "))[0]
 	if localOnly[first] {
 		return usageErr("%s works on the WAL's own machine only: run it there, without --server (or LEASEWAL_SERVER)", first)
 	}
 	if a.env.Now != "" {
 		return usageErr("the server stamps time: drop --now (or LEASEWAL_NOW) with --server")
 	}
-	flags, err := requestFlags(c, args, a.env)
-	if err != nil {
-		return err
-	}
-	if follow, _ := c.Flags().GetBool("follow"); follow {
-		return a.env.followRemote(flags)
-	}
-	if path == "wait" {
-		total, _ := flags["timeout"].(string)
-		return a.env.remoteWait("timeout", total, ExitWaitedOut, func(slice string) (*http.Response, string, error) {
-			flags["timeout"] = slice
-			return a.env.sendFlags(path, flags)
-		})
-	}
-	resp, base, err := a.env.sendFlags(path, flags)
-	if err != nil {
-		return err
-	}
-	return a.env.printRemote(resp, base)
-}
-
-// sendFlags sends a command's flags to the server, asking for this
-// client's output format.
-func (e env) sendFlags(path string, flags map[string]any) (*http.Response, string, error) {
-	body, err := json.Marshal(flags)
-	if err != nil {
-		return nil, "", err
-	}
-	return e.send(http.MethodPost, path, body, e.Output)
+	return nil
 }
 
 // remoteWait sends a command that waits (lease --wait, wait) in slices of at
@@ -211,33 +182,6 @@ func (c Config) httpClient() (*http.Client, error) {
 	return actual.(*http.Client), nil
 }
 
-// call sends one operation to the server and returns its JSON answer and exit code.
-func (e env) call(path string, flags map[string]any) (map[string]any, int, error) {
-	flags["actor"] = e.Actor
-	body, err := json.Marshal(flags)
-	if err != nil {
-		return nil, 0, err
-	}
-	resp, base, err := e.send(http.MethodPost, path, body, "json")
-	if err != nil {
-		return nil, 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, 0, &client.UnknownOutcomeError{Server: base, Err: err}
-	}
-	code, err := client.ExitCode(resp, base)
-	if err != nil {
-		return nil, 0, err
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		return nil, code, fmt.Errorf("%s answered something that is not JSON: %.200s", base, raw)
-	}
-	return doc, code, nil
-}
-
 func (e env) printRemote(resp *http.Response, base string) error {
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
@@ -274,57 +218,29 @@ func (e env) printRemote(resp *http.Response, base string) error {
 	return &exitStatus{code: code}
 }
 
-// requestFlags is the command's flags as a request's JSON object holds
-// them, the positional arguments as "args": what the server turns back into
-// a command line. A --payload-file is read here and sent as --payload: the
-// file is the client's.
-func requestFlags(c *cobra.Command, args []string, e env) (map[string]any, error) {
-	flags := map[string]any{}
-	c.Flags().Visit(func(f *pflag.Flag) {
-		if clientFlags[f.Name] {
-			return
-		}
-		if f.Value.Type() == "stringSlice" {
-			list, _ := c.Flags().GetStringSlice(f.Name)
-			flags[f.Name] = strings.Join(list, ",")
-			return
-		}
-		flags[f.Name] = f.Value.String()
-	})
-	if file, _ := c.Flags().GetString("payload-file"); file != "" && c.Flags().Changed("payload-file") {
-		o := submitOptions{payloadFile: file}
-		payload, err := o.readPayload(e.stdin)
-		if err != nil {
-			return nil, err
-		}
-		flags["payload"] = payload
-	}
-	flags["actor"] = e.Actor
-	if len(args) > 0 {
-		flags["args"] = args
-	}
-	return flags, nil
-}
-
 // followRemote is log --follow through a server: the records so far, then
 // each new record, asked for every 0.5 s (a server's WAL cannot be watched
 // from another host), until SIGINT or SIGTERM, in the one format a local
-// follow prints. flags are the command line's, follow included.
-func (e env) followRemote(flags map[string]any) error {
-	delete(flags, "follow")
-	delete(flags, "to") // following has no end
-	absolute := flags["absolute"] == "true"
+// follow prints.
+func (e env) followRemote(req api.LogRequest) error {
+	absolute := req.Absolute
 	var last int64 // the last record printed
-	if from, err := strconv.ParseInt(fmt.Sprint(flags["from"]), 10, 64); err == nil && from > 1 {
-		last = from - 1
+	if req.From > 1 {
+		last = req.From - 1
 	}
+	req.To = 0      // following has no end
 	var first int64 // the first record's time: the lines' offsets count from it
-	if doc, _, err := e.call("log", map[string]any{"from": 1, "to": 1}); err != nil {
+	if lines, err := e.recordsSince(api.LogRequest{From: 1, To: 1}, "json"); err != nil {
 		return err
-	} else if at := str(doc, "at"); at != "" {
-		first = stampOrZero(at)
+	} else if len(lines) > 0 {
+		var r struct {
+			At string `json:"at"`
+		}
+		if json.Unmarshal([]byte(lines[0]), &r) == nil {
+			first = stampOrZero(r.At)
+		}
 	}
-	flags["absolute"], flags["no-headers"] = true, true
+	req.Absolute = true
 	output := "tsv" // one record a line, its cells apart, whatever the client prints
 	if e.Output == "json" {
 		output = "json"
@@ -341,8 +257,8 @@ func (e env) followRemote(flags map[string]any) error {
 		stream.header(out)
 	}
 	for {
-		flags["from"] = last + 1
-		lines, err := e.recordsSince(flags, output)
+		req.From = last + 1
+		lines, err := e.recordsSince(req, output)
 		if err != nil {
 			return err
 		}
@@ -399,14 +315,11 @@ func followedLine(line, output string) (int64, []string, error) {
 	return seq, cells, nil
 }
 
-// recordsSince asks the server for log's lines under flags.
-func (e env) recordsSince(flags map[string]any, output string) ([]string, error) {
-	flags["actor"] = e.Actor
-	body, err := json.Marshal(flags)
-	if err != nil {
-		return nil, err
-	}
-	resp, base, err := e.send(http.MethodPost, "log", body, output)
+// recordsSince asks the server for log's lines (output json or tsv), no
+// header row.
+func (e env) recordsSince(req api.LogRequest, output string) ([]string, error) {
+	e.NoHeaders = true
+	resp, base, err := e.postTypedAs("log", req, output)
 	if err != nil {
 		return nil, err
 	}
@@ -416,9 +329,9 @@ func (e env) recordsSince(flags map[string]any, output string) ([]string, error)
 		return nil, fmt.Errorf("reading the records from %s: %w", base, err)
 	}
 	if code := resp.Header.Get("Leasewal-Exit"); code != "0" {
-		var doc map[string]any
-		_ = json.Unmarshal(raw, &doc)
-		return nil, fmt.Errorf("%s answered log with exit %s: %s", base, code, str(doc, "message"))
+		var v errorView
+		_ = json.Unmarshal(raw, &v)
+		return nil, fmt.Errorf("%s answered log with exit %s: %s", base, code, v.Message)
 	}
 	text := strings.TrimRight(string(raw), "\n")
 	if text == "" {

@@ -102,9 +102,9 @@ var errClientGone = errors.New("the client went away before the request was deci
 var errServerStopping = errors.New("the server is stopping: nothing was decided; send the request again (to another node of a cluster)")
 
 // capWait is how long a wait of d may last here: d, or inside a server at
-// most serverWaitCap (a zero d, for ever, too).
+// most serverWaitCap (0 looks once, here as anywhere).
 func (e env) capWait(d time.Duration) time.Duration {
-	if e.batch != nil && (d <= 0 || d > serverWaitCap) {
+	if e.batch != nil && d > serverWaitCap {
 		return serverWaitCap
 	}
 	return d
@@ -203,13 +203,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 			}
 			// serve is the server; run is a client of its own (runcoord.go)
 			if a.env.Server != "" && c.Name() != "serve" && c.CommandPath() != "leasewal run" && !strings.HasPrefix(c.CommandPath(), "leasewal cluster") {
-				if typedOps[c.Name()] != nil && c.Parent() == c.Root() { // its RunE sends the typed request
-					if a.env.Now != "" {
-						return usageErr("the server stamps time: drop --now (or LEASEWAL_NOW) with --server")
-					}
-					return nil
-				}
-				return a.remote(c, args)
+				return a.remote(c)
 			}
 			return nil
 		},

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"leasewal/api"
 	"strings"
 	"time"
 
@@ -35,8 +36,8 @@ type coordinator interface {
 // the authority, the task is not there): repeating the request cannot help.
 func isRefusal(err error) bool {
 	var refusal *state.Error
-	var remote *remoteError
-	return errors.As(err, &refusal) || (errors.As(err, &remote) && (remote.code == ExitContract || remote.code == ExitNotFound))
+	var remote *api.Error
+	return errors.As(err, &refusal) || (errors.As(err, &remote) && (remote.Exit == ExitContract || remote.Exit == ExitNotFound))
 }
 
 // localCoordinator decides under the WAL's lock, in this process.
@@ -152,12 +153,13 @@ func (c localCoordinator) close() { c.h.Close() }
 // a server's WAL cannot be watched from here.
 const remotePoll = 500 * time.Millisecond
 
-// remoteCoordinator sends each decision to a server as the matching
-// command would. Leases carry a request id that is repeated until a request
-// gets a definite answer, so that a lease whose answer was lost is returned
-// again instead of being taken twice.
+// remoteCoordinator sends each decision to a server through the Go client.
+// Leases carry a request id that is repeated until a request gets a
+// definite answer, so that a lease whose answer was lost is returned again
+// instead of being taken twice.
 type remoteCoordinator struct {
 	e         env
+	c         *client.Client
 	nonce     string
 	requests  int
 	pendingID string
@@ -168,37 +170,21 @@ func newRemoteCoordinator(e env) (*remoteCoordinator, error) {
 	if _, err := rand.Read(b); err != nil {
 		return nil, err
 	}
-	return &remoteCoordinator{e: e, nonce: hex.EncodeToString(b)}, nil
-}
-
-// remoteError is a server's refusal or error, with the exit code the
-// command would have had.
-type remoteError struct {
-	code      int
-	kind, msg string
-}
-
-func (e *remoteError) Error() string { return e.msg }
-
-// call sends one operation and returns its answer when its result is one of
-// want; any other answer is an error.
-func (c *remoteCoordinator) call(path string, flags map[string]any, want ...state.Outcome) (map[string]any, state.Outcome, error) {
-	doc, code, err := c.e.call(path, flags)
+	c, err := e.client()
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	result, _ := doc["result"].(string)
-	for _, w := range want {
-		if result == string(w) {
-			return doc, w, nil
-		}
+	return &remoteCoordinator{e: e, c: c, nonce: hex.EncodeToString(b)}, nil
+}
+
+// cancelledOr is the outcome of a call under a lease: CANCELLED is an
+// answer, not an error.
+func cancelledOr(outcome state.Outcome, err error) (state.Outcome, error) {
+	var cancelled *api.Cancelled
+	if errors.As(err, &cancelled) {
+		return state.ResultCancelled, nil
 	}
-	kind, _ := doc["error"].(string)
-	msg, _ := doc["message"].(string)
-	if msg == "" {
-		msg = fmt.Sprintf("%s answered %s (exit %d)", path, result, code)
-	}
-	return nil, "", &remoteError{code: code, kind: kind, msg: msg}
+	return outcome, err
 }
 
 func (c *remoteCoordinator) lease(req state.LeaseRequest) (*job, int64, error) {
@@ -206,61 +192,54 @@ func (c *remoteCoordinator) lease(req state.LeaseRequest) (*job, int64, error) {
 		c.requests++
 		c.pendingID = fmt.Sprintf("%s-run-%s-%d", req.Worker, c.nonce, c.requests)
 	}
-	flags := map[string]any{"worker": req.Worker, "duration": req.Duration.String(), "request-id": c.pendingID}
-	if len(req.Queues) > 0 {
-		flags["queue"] = strings.Join(req.Queues, ",")
-	}
-	doc, outcome, err := c.call("lease", flags, state.ResultLeased, state.ResultEmpty)
+	ctx := c.e.context()
+	l, err := c.c.Lease(ctx, api.LeaseRequest{Worker: req.Worker, Duration: req.Duration.String(), RequestID: c.pendingID,
+		Queue: api.List(strings.Join(req.Queues, ",")), Actor: c.e.Actor})
 	var unknown *client.UnknownOutcomeError
 	if !errors.As(err, &unknown) {
 		c.pendingID = "" // a definite answer: the next lease is a new request
 	}
+	var empty *api.Empty
+	if errors.As(err, &empty) {
+		next := ""
+		if empty.NextEligibleAt != nil {
+			next = *empty.NextEligibleAt
+		}
+		return nil, stampOrZero(next), nil
+	}
 	if err != nil {
 		return nil, 0, err
 	}
-	if outcome == state.ResultEmpty {
-		next, _ := doc["next_eligible_at"].(string)
-		return nil, stampOrZero(next), nil
-	}
-	j := &job{taskID: str(doc, "task_id"), leaseID: str(doc, "lease_id"), payload: str(doc, "payload"), expiry: stampOrZero(str(doc, "expiry"))}
-	if n, ok := doc["attempt"].(float64); ok {
-		j.attempt = int(n)
-	}
+	j := &job{taskID: l.TaskID, leaseID: l.LeaseID, payload: l.Payload, attempt: l.Attempt, expiry: stampOrZero(l.Expiry)}
 	// The lease's answer has no deadline; the task's own view does. Without
 	// it the child sees LEASEWAL_DEADLINE empty rather than a guess.
-	if view, _, err := c.call("inspect", map[string]any{"args": []string{j.taskID}}, state.ResultOK); err == nil {
-		if tasks, _ := view["tasks"].([]any); len(tasks) == 1 {
-			task, _ := tasks[0].(map[string]any)
-			j.deadline = stampOrZero(str(task, "deadline"))
-		}
+	if view, err := c.c.Inspect(ctx, api.InspectRequest{Tasks: []string{j.taskID}}); err == nil && len(view.Tasks) == 1 {
+		j.deadline = stampOrZero(view.Tasks[0].Deadline)
 	}
 	return j, 0, nil
 }
 
 func (c *remoteCoordinator) extend(j *job, d time.Duration) (state.Outcome, error) {
-	doc, outcome, err := c.call("extend", map[string]any{"task": j.taskID, "lease": j.leaseID, "duration": d.String()},
-		state.ResultExtended, state.ResultCancelled)
-	if err == nil && outcome == state.ResultExtended {
-		j.expiry = stampOrZero(str(doc, "expiry"))
+	ext, err := c.c.Extend(c.e.context(), api.ExtendRequest{Task: j.taskID, Lease: j.leaseID, Duration: d.String(), Actor: c.e.Actor})
+	if err == nil {
+		j.expiry = stampOrZero(ext.Expiry)
 	}
-	return outcome, err
+	return cancelledOr(ext.Result, err)
 }
 
 func (c *remoteCoordinator) heartbeat(worker string) error {
-	_, _, err := c.call("heartbeat", map[string]any{"worker": worker}, state.ResultOK)
+	_, err := c.c.Heartbeat(c.e.context(), api.HeartbeatRequest{Worker: worker, Actor: c.e.Actor})
 	return err
 }
 
 func (c *remoteCoordinator) complete(j *job) (state.Outcome, error) {
-	_, outcome, err := c.call("complete", map[string]any{"task": j.taskID, "lease": j.leaseID},
-		state.ResultCommitted, state.ResultCancelled)
-	return outcome, err
+	done, err := c.c.Complete(c.e.context(), api.CompleteRequest{Task: j.taskID, Lease: j.leaseID, Actor: c.e.Actor})
+	return cancelledOr(done.Result, err)
 }
 
 func (c *remoteCoordinator) fail(j *job, reason string, permanent bool) (state.Outcome, error) {
-	_, outcome, err := c.call("fail", map[string]any{"task": j.taskID, "lease": j.leaseID, "reason": reason, "permanent": permanent},
-		state.ResultRetry, state.ResultFailed, state.ResultCancelled)
-	return outcome, err
+	failed, err := c.c.Fail(c.e.context(), api.FailRequest{Task: j.taskID, Lease: j.leaseID, Reason: reason, Permanent: permanent, Actor: c.e.Actor})
+	return cancelledOr(failed.Result, err)
 }
 
 func (c *remoteCoordinator) wakeups(quit <-chan struct{}) (<-chan struct{}, error) {
@@ -284,11 +263,6 @@ func (c *remoteCoordinator) wakeups(quit <-chan struct{}) (<-chan struct{}, erro
 }
 
 func (c *remoteCoordinator) close() {}
-
-func str(doc map[string]any, key string) string {
-	s, _ := doc[key].(string)
-	return s
-}
 
 // stampOrZero reads a time as the commands print it; "" or anything else is 0.
 func stampOrZero(text string) int64 {

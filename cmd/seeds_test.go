@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"encoding/json"
+	"leasewal/api"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -145,7 +146,7 @@ func checkSeedStep(t *testing.T, golden string, step seedStep) {
 	if code != 0 {
 		t.Fatalf("%v: exit %d", args, code)
 	}
-	var v inspectView
+	var v api.Inspect
 	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Tasks) != 1 {
 		t.Fatalf("%v: %v %s", args, err, out)
 	}

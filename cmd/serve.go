@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +22,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
 
 	"leasewal/api"
 	"leasewal/cluster"
@@ -56,12 +54,14 @@ func (a *app) newServeCmd() *cobra.Command {
 		Use:   "serve --listen ADDR [--token-file FILE]",
 		Short: "Answer the same operations over HTTP, with group commit",
 		Long: `A long-lived process that answers every operation over HTTP: POST /v1/<command>
-(/v1/worklease/acquire for a subcommand) with the flags as a JSON object and
-the positional arguments as "args", e.g. {"payload":"x","window":"5m"}; the
-answer is the JSON document the command prints with -o json, its exit code in
-the header Leasewal-Exit, HTTP 200 for every decided outcome (refusals
-included), 400 for a body that does not parse, 401 for a missing or wrong
-token. GET /v1/status answers {"role":"single","leader":URL,"last_seq":N}.
+(/v1/worklease/acquire for a subcommand) with the request as a JSON object
+whose keys are the flags' names, positional arguments as named fields, e.g.
+{"payload":"x","window":"5m"} or {"task":"T1"}; GET /v1/openapi.json describes
+every request and answer. The answer is the JSON document the command prints
+with -o json, its exit code in the header Leasewal-Exit, HTTP 200 for every
+decided outcome (refusals included), 400 for a body that does not parse, 401
+for a missing or wrong token. GET /v1/status answers
+{"role":"single","leader":URL,"last_seq":N}.
 
 Group commit: requests that arrive together are decided one after the other
 in arrival order, each against the state that includes the earlier ones, their
@@ -551,35 +551,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			httpError(w, http.StatusBadRequest, "Usage", err.Error())
 			return
 		}
-		s.respond(w, r, "application/json", run)
+		jsonType := "application/json"
+		if path == "log" {
+			jsonType = "application/x-ndjson" // one record a line
+		}
+		s.respond(w, r, jsonType, run)
 		return
 	}
-	argv, err := requestArgs(path, body)
-	if err != nil {
-		httpError(w, http.StatusBadRequest, "Usage", err.Error())
-		return
-	}
-	output := r.Header.Get("Leasewal-Output")
-	if output == "" {
-		output = "json"
-	}
-	columns := r.Header.Get("Leasewal-Columns")
-	var stdout, stderr bytes.Buffer
-	code, err := s.e.serveOne(r.Context(), argv, output, columns, &stdout, &stderr)
-	if err != nil {
-		httpError(w, http.StatusBadRequest, "Usage", err.Error())
-		return
-	}
-	w.Header().Set("Leasewal-Exit", strconv.Itoa(code))
-	if stderr.Len() > 0 {
-		w.Header().Set("Leasewal-Stderr", strconv.Quote(stderr.String()))
-	}
-	if output == "json" {
-		w.Header().Set("Content-Type", "application/json")
-	} else {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	}
-	_, _ = w.Write(stdout.Bytes()) // a client gone away: the decision stands, a retry with its request id gets it
+	httpError(w, http.StatusBadRequest, "Usage", unknownRoute(path))
 }
 
 func (s *server) status(w http.ResponseWriter) {
@@ -792,190 +771,6 @@ func httpErrorExit(w http.ResponseWriter, status, exit int, kind, msg string) {
 	w.Header().Set("Leasewal-Exit", strconv.Itoa(exit))
 	w.WriteHeader(status)
 	writeJSON(w, errorView{Error: api.Error{Result: "ERROR", Kind: kind, Message: msg}})
-}
-
-// requestArgs turns a request (the command's path, and its flags as a JSON
-// object with the positional arguments as "args") into a command line.
-func requestArgs(path string, body []byte) ([]string, error) {
-	words := strings.Split(path, "/")
-	for _, w := range words {
-		if w == "" || strings.HasPrefix(w, "-") {
-			return nil, fmt.Errorf("%q is not a command path", path)
-		}
-	}
-	if words[0] == "run" {
-		return nil, errors.New("a server does not start children: 'leasewal --server URL run' runs them on the client and leases through /v1/lease")
-	}
-	if localOnly[words[0]] {
-		return nil, fmt.Errorf("%s works on the WAL's own machine only: run it there, without --server", words[0])
-	}
-	var flags map[string]any
-	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.UseNumber()
-		if err := dec.Decode(&flags); err != nil {
-			return nil, fmt.Errorf("the body is not a JSON object of flags: %v", err)
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			return nil, errors.New("the body holds more than one JSON object: send one object of flags")
-		}
-	}
-	argv := slices.Clone(words)
-	var positional []string
-	for _, name := range slices.Sorted(mapKeys(flags)) {
-		v := flags[name]
-		if name == "args" {
-			list, ok := v.([]any)
-			if !ok {
-				return nil, errors.New(`"args" must be a list of strings`)
-			}
-			for _, a := range list {
-				str, ok := a.(string)
-				if !ok {
-					return nil, errors.New(`"args" must be a list of strings`)
-				}
-				positional = append(positional, str)
-			}
-			continue
-		}
-		value, err := flagValue(v)
-		if err != nil {
-			return nil, fmt.Errorf("flag %q: %v", name, err)
-		}
-		argv = append(argv, "--"+name+"="+value)
-	}
-	if len(positional) > 0 {
-		argv = append(argv, "--")
-		argv = append(argv, positional...)
-	}
-	return argv, nil
-}
-
-func mapKeys(m map[string]any) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
-func flagValue(v any) (string, error) {
-	switch x := v.(type) {
-	case string:
-		return x, nil
-	case bool:
-		return strconv.FormatBool(x), nil
-	case json.Number:
-		return x.String(), nil
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			s, err := flagValue(e)
-			if err != nil {
-				return "", err
-			}
-			parts[i] = s
-		}
-		return strings.Join(parts, ","), nil
-	}
-	return "", fmt.Errorf("%v is not a string, number, boolean or list", v)
-}
-
-// clientSideFlags name files, which a client reads on its own machine
-// (--payload-file is sent as --payload, --batch-file to the batch door): a server never opens a file for a
-// request.
-var clientSideFlags = map[string]bool{"payload-file": true, "batch-file": true, "expect": true, "token-file": true}
-
-// requestMay says whether a request may set flag of command c: only the
-// command's own flags (an allowlist: the global ones, the WAL, the clock,
-// the output, are the server's), less the files a client reads, plus the
-// actor, recorded for audit.
-func requestMay(c *cobra.Command, name string) bool {
-	if name == "actor" || name == "no-headers" { // the actor is recorded for audit; no-headers is presentation
-		return true
-	}
-	return name != "help" && !clientSideFlags[name] && c.LocalNonPersistentFlags().Lookup(name) != nil
-}
-
-// parses refuses a command line that names no command, a flag a request may
-// not set, or positional arguments the command does not take: a request that
-// does not parse, not a decided refusal. argv is as requestArgs makes it:
-// words, then --name=value flags, then -- and the positional arguments.
-func parses(root *cobra.Command, argv []string) error {
-	c, rest, err := root.Find(argv)
-	if err == nil && (c == root || c.HasSubCommands()) {
-		words := argv
-		if i := slices.IndexFunc(argv, func(w string) bool { return strings.HasPrefix(w, "-") }); i >= 0 {
-			words = argv[:i] // the path: what comes before the flags
-		}
-		err = fmt.Errorf("%q is not a command: POST /v1/<command>, e.g. /v1/submit or /v1/worklease/acquire", strings.Join(words, "/"))
-	}
-	var positional []string
-	for i, word := range rest {
-		if err != nil {
-			break
-		}
-		if word == "--" {
-			positional = rest[i+1:]
-			break
-		}
-		name, _, _ := strings.Cut(strings.TrimPrefix(word, "--"), "=")
-		switch {
-		case c.Flag(name) == nil:
-			err = fmt.Errorf("unknown flag: --%s", name)
-		case clientSideFlags[name]:
-			err = fmt.Errorf("--%s names a file, which the client reads: a server opens no file for a request", name)
-		case name == "follow": // a request that never ends would hold the server's resources for ever
-			err = errors.New("--follow is the client's loop: ask for the records after the last one you have (from)")
-		case !requestMay(c, name):
-			err = fmt.Errorf("--%s is the server's to set, not a request's", name)
-		}
-	}
-	if err == nil {
-		err = c.ValidateArgs(positional)
-	}
-	if err != nil {
-		return fmt.Errorf("%v; see 'leasewal help' for the commands and their flags", err)
-	}
-	return nil
-}
-
-// serveOne runs one request's command line inside the server: with the
-// server's WAL and configuration, the wall clock, the client's output
-// format, and the server's batcher. A command line that does not parse is
-// the error, and nothing ran.
-func (e env) serveOne(ctx context.Context, argv []string, output, columns string, stdout, stderr io.Writer) (int, error) {
-	a := &app{v: viper.New(), args: argv, env: env{stdin: strings.NewReader(""), stdout: stdout, stderr: stderr,
-		getenv: func(k string) string {
-			if k == "COLUMNS" {
-				return columns
-			}
-			return ""
-		}, batch: e.batch, ctx: ctx, stopping: e.stopping}}
-	a.resolved = true
-	a.env.Config = e.Config
-	a.env.Output = output
-	a.env.Color = false
-	a.root = a.newRoot()
-	a.root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if err := c.ValidateRequiredFlags(); err != nil {
-			return usageErr("%v; see 'leasewal %s --help'", err, c.CommandPath()[len("leasewal "):])
-		}
-		if actor, _ := c.Flags().GetString("actor"); actor != "" && c.Flags().Changed("actor") {
-			a.env.Actor = actor // the client's, for audit
-		}
-		return nil
-	}
-	if err := parses(a.root, argv); err != nil {
-		return 0, err
-	}
-	a.root.SetArgs(argv)
-	a.root.SetIn(a.env.stdin)
-	a.root.SetOut(stdout)
-	a.root.SetErr(stderr)
-	return a.finish(a.root.Execute()), nil
 }
 
 // strictJSON decodes one JSON object into v: unknown fields and anything

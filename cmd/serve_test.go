@@ -358,8 +358,9 @@ func TestRequestsAskOnlyForWhatTheOperationTakes(t *testing.T) {
 		{"submit", `{"payload":"x","now":"+1h"}`, "the server's to set"},
 		{"submit", `{"payload":"x","lock-timeout":"1h"}`, "the server's to set"},
 		{"submit", `{"payload":"x","help":true}`, "--help"},
-		{"submit", `{"payload":"y","args":["zzz"]}`, "unknown command"},
-		{"extend", `{"task":"T1","lease":"L1","args":["T2"]}`, "unknown command"},
+		{"submit", `{"payload":"y","args":["zzz"]}`, `\"args\" is gone`},
+		{"extend", `{"task":"T1","lease":"L1","args":["T2"]}`, `\"args\" is gone`},
+		{"log", `{"follow":true}`, "the client's loop"},
 		{"submit", `{"payload":"a"} {"wal":"x"}`, "more than one JSON object"},
 		{"submit", `{"payload":"a"} trailing`, "more than one JSON object"},
 		{"submit", `{"payloda":"a"}`, "unknown flag"},
@@ -498,10 +499,11 @@ func TestGoneClientGetsNoLease(t *testing.T) {
 
 // TestServerCapsAWait: a server waits at most serverWaitCap in one request;
 // the CLI asks again until its own wait runs out (here: a wait shorter than
-// the cap ends as asked).
+// the cap ends as asked, and 0 looks once: wait --timeout 0 through a server
+// waited five minutes once).
 func TestServerCapsAWait(t *testing.T) {
 	e := env{batch: &batcher{}}
-	for asked, want := range map[time.Duration]time.Duration{0: serverWaitCap, time.Hour: serverWaitCap, time.Second: time.Second} {
+	for asked, want := range map[time.Duration]time.Duration{0: 0, time.Hour: serverWaitCap, time.Second: time.Second} {
 		if got := e.capWait(asked); got != want {
 			t.Errorf("a server's wait of %s lasts %s, want %s", asked, got, want)
 		}
@@ -639,6 +641,21 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"lease", "--worker", "W", "-o", "json"}, ExitNotFound, `"result":"EMPTY"`},
 		{[]string{"submit", "--batch-file", batch, "-o", "json"}, 0, `"request_id":"b2"`},
 		{[]string{"submit", "--batch-file", batch, "-o", "tsv"}, 0, "TASK\tREQUEST"},
+		{[]string{"wait", "T1", "T2", "--timeout", "0s", "-o", "json"}, 0, `"result":"OK"`},
+		{[]string{"wait", "T3", "--timeout", "0s", "-o", "json"}, ExitWaitedOut, `"result":"TIMEOUT"`},
+		{[]string{"inspect", "-o", "json"}, 0, `"summary":`},
+		{[]string{"inspect", "T1", "-o", "json"}, 0, `"records":[{"seq":1`},
+		{[]string{"inspect", "--workers", "-o", "json"}, 0, `"worker_id":"W"`},
+		{[]string{"inspect", "--until", "2", "--state", "LEASED"}, 0, "T1"},
+		{[]string{"log", "--task", "T1", "--type", "LeaseGranted,TaskFailed", "-o", "json"}, 0, `"type":"TaskFailed"`},
+		{[]string{"log", "--from", "99"}, 0, "no records match"},
+		{[]string{"worklease", "acquire", "--domain", "d", "--offset", "4", "-o", "json"}, 0, `"token":"K1"`},
+		{[]string{"worklease", "fail", "--domain", "d", "--token", "K1", "--max-retries", "0", "-o", "json"}, 0, `"result":"GIVE_UP_NO_BACKLOG"`},
+		{[]string{"worklease", "acquire", "--domain", "d", "--offset", "5"}, 0, "ACQUIRED"},
+		{[]string{"worklease", "succeed", "--domain", "d", "--token", "K9"}, ExitContract, ""},
+		{[]string{"worklease", "succeed", "--domain", "d", "--token", "K2", "-o", "json"}, 0, `"processed":5`},
+		{[]string{"worklease", "inspect", "--domain", "d", "-o", "json"}, 0, `"failed":[4]`},
+		{[]string{"worklease", "inspect", "--domain", "nope"}, ExitNotFound, ""},
 	}
 	for _, st := range steps {
 		code, out, stderr := cli(append([]string{"--server", ts.URL}, st.args...)...)
@@ -647,10 +664,14 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		}
 	}
 	for path, c := range map[string]struct{ body, want string }{
-		"submit": {`{"payload":"x","priority":"5"}`, `flag \"priority\" must be a number, not a JSON string`},
-		"fail":   {`{"task":"T1","lease":"L1","reason":"x","permanent":"yes"}`, `flag \"permanent\" must be true or false`},
-		"abort":  {`{"task":"T1"}`, `required flag(s) \"reason\" not set`},
-		"why":    {`{"args":["T1"]}`, "takes no positional arguments"},
+		"submit":            {`{"payload":"x","priority":"5"}`, `flag \"priority\" must be a number, not a JSON string`},
+		"fail":              {`{"task":"T1","lease":"L1","reason":"x","permanent":"yes"}`, `flag \"permanent\" must be true or false`},
+		"abort":             {`{"task":"T1"}`, `required flag(s) \"reason\" not set`},
+		"why":               {`{"args":["T1"]}`, `named fields now (\"task\" for why`},
+		"wait":              {`{"tasks":[]}`, "needs at least one task id"},
+		"inspect":           {`{"until":"3"}`, `flag \"until\" must be a number`},
+		"log":               {`{"from":1,"follow":true}`, "the client's loop"},
+		"worklease/acquire": {`{"domain":"d"}`, `required flag(s) \"offset\" not set`},
 	} {
 		resp, err := http.Post(ts.URL+"/v1/"+path, "application/json", strings.NewReader(c.body))
 		if err != nil {

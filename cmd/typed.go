@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 
 	"leasewal/api"
@@ -30,6 +32,23 @@ var typedOps = map[string]func(body []byte) (func(env) error, error){
 	"abort":     decodeAs("abort", runAbortRequest),
 	"requeue":   decodeAs("requeue", runRequeueRequest),
 	"why":       decodeAs("why", runWhyRequest),
+	"wait":      decodeAs("wait", runWaitRequest),
+	"inspect":   decodeAs("inspect", runInspectRequest),
+	"log":       decodeAs("log", runLogRequest),
+
+	"worklease/acquire": decodeAs("worklease acquire", runWorkAcquire),
+	"worklease/succeed": decodeAs("worklease succeed", runWorkSucceed),
+	"worklease/fail":    decodeAs("worklease fail", runWorkFail),
+	"worklease/inspect": decodeAs("worklease inspect", runWorkInspect),
+}
+
+// sendOrRun is a typed command's RunE: its request sent to --server, or
+// run here.
+func sendOrRun[R any](e env, path string, req R, run func(env, R) error) error {
+	if e.Server != "" {
+		return e.sendTyped(path, req)
+	}
+	return run(e, req)
 }
 
 // decodeAs decodes a request body into R, one JSON object and nothing
@@ -62,7 +81,7 @@ func decodeError(op string, err error) error {
 		case reflect.Bool:
 			want = "true or false"
 		}
-		return fmt.Errorf("flag %q must be %s, not a JSON %s; see 'leasewal %s --help'", typ.Field, want, typ.Value, op)
+		return fmt.Errorf("flag %q must be %s, not a JSON %s (the API is typed: GET /v1/openapi.json); see 'leasewal %s --help'", typ.Field, want, typ.Value, op)
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("the body is not a JSON object of flags: %v", err)
 	}
@@ -73,7 +92,9 @@ func decodeError(op string, err error) error {
 	name = strings.Trim(name, `"`)
 	switch {
 	case name == "args":
-		err = fmt.Errorf("unknown command: 'leasewal %s' takes no positional arguments", op)
+		return fmt.Errorf(`"args" is gone: the API is typed, and what were positional arguments are named fields now ("task" for why, "tasks" for wait and inspect); see GET /v1/openapi.json`)
+	case name == "follow": // a request that never ends would hold the server's resources for ever
+		return errors.New(`"follow" is the client's loop: ask again for the records "from" the one after the last you have`)
 	case clientSideFlags[name]:
 		err = fmt.Errorf("--%s names a file, which the client reads: a server opens no file for a request", name)
 	case clientFlags[name] || name == "now" || name == "help":
@@ -82,6 +103,24 @@ func decodeError(op string, err error) error {
 		err = fmt.Errorf("unknown flag: --%s", name)
 	}
 	return fmt.Errorf("%v; see 'leasewal help' for the commands and their flags", err)
+}
+
+// clientSideFlags name files, which a client reads on its own machine
+// (--payload-file is sent as payload, --batch-file to the batch door): a
+// server never opens a file for a request.
+var clientSideFlags = map[string]bool{"payload-file": true, "batch-file": true, "expect": true, "token-file": true}
+
+// unknownRoute says why a POST path is no operation.
+func unknownRoute(path string) string {
+	first, _, _ := strings.Cut(path, "/")
+	switch {
+	case first == "run":
+		return "a server does not start children: 'leasewal --server URL run' runs them on the client and leases through /v1/lease"
+	case localOnly[first]:
+		return first + " works on the WAL's own machine only: run it there, without --server"
+	}
+	ops := slices.Sorted(maps.Keys(typedOps))
+	return fmt.Sprintf("%q is not a command: the operations are /v1/%s and /v1/submit/batch (GET /v1/openapi.json describes them)", path, strings.Join(ops, ", /v1/"))
 }
 
 // required refuses a request without one of its required flags, as cobra
@@ -180,11 +219,16 @@ func (e env) sendTyped(path string, req any) error {
 }
 
 func (e env) postTyped(path string, req any) (*http.Response, string, error) {
+	return e.postTypedAs(path, req, e.Output)
+}
+
+// postTypedAs sends a typed request, asking for its answer in output.
+func (e env) postTypedAs(path string, req any, output string) (*http.Response, string, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, "", err
 	}
-	return e.send(http.MethodPost, path, body, e.Output)
+	return e.send(http.MethodPost, path, body, output)
 }
 
 // remoteLease is lease --server: a --wait longer than a server waits in one

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"leasewal/api"
 	"maps"
 	"os"
 	"reflect"
@@ -122,7 +123,7 @@ type expectDoc struct {
 // compareTasks compares, for every task the document names, every field it
 // gives with the task as the WAL has it at --now, and returns every
 // difference. A task the document does not name is not compared.
-func compareTasks(want []map[string]any, got []taskView) []mismatch {
+func compareTasks(want []map[string]any, got []api.Task) []mismatch {
 	byID := map[string]map[string]any{}
 	for _, tv := range got {
 		byID[tv.TaskID] = jsonMap(tv)

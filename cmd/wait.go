@@ -1,8 +1,11 @@
 package cmd
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"leasewal/api"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +15,9 @@ import (
 	"leasewal/state"
 	"leasewal/store"
 )
+
+// defaultWaitStates are the states wait waits for unless told: the ended ones.
+const defaultWaitStates = "COMPLETED,FAILED,DEAD"
 
 type waitOptions struct {
 	states  string
@@ -39,35 +45,45 @@ task: exit 4.`,
 			return nil
 		},
 		ValidArgsFunction: a.completion(completeTasks),
-		RunE:              func(_ *cobra.Command, args []string) error { return runWait(a.env, *o, args) },
+		RunE: func(_ *cobra.Command, args []string) error {
+			req := api.WaitRequest{Tasks: args, For: api.List(o.states), Timeout: o.timeout}
+			if a.env.Server != "" {
+				return a.env.remoteWait("timeout", o.timeout, ExitWaitedOut, func(slice string) (*http.Response, string, error) {
+					req.Timeout = slice
+					return a.env.postTyped("wait", req)
+				})
+			}
+			return runWaitRequest(a.env, req)
+		},
 	}
-	c.Flags().StringVar(&o.states, "for", "COMPLETED,FAILED,DEAD", "the states to wait for (comma-separated)")
+	c.Flags().StringVar(&o.states, "for", defaultWaitStates, "the states to wait for (comma-separated)")
 	c.Flags().StringVar(&o.timeout, "timeout", "", "give up after this long (default: never; 0 looks once)")
 	return c
 }
 
-type waitView struct {
-	Result state.Outcome `json:"result"`
-	Tasks  []taskView    `json:"tasks"`
-}
-
-func runWait(e env, o waitOptions, ids []string) error {
+// runWaitRequest waits as r asks: the command's, or a server's client's.
+func runWaitRequest(e env, r api.WaitRequest) error {
+	if len(r.Tasks) == 0 {
+		return usageErr("'leasewal wait' needs at least one task id, e.g. 'leasewal wait T1'")
+	}
+	ids := r.Tasks
+	states := cmp.Or(string(r.For), defaultWaitStates)
 	var want []state.TaskState
-	for _, name := range strings.Split(o.states, ",") {
+	for _, name := range strings.Split(states, ",") {
 		st, ok := state.ParseTaskState(strings.TrimSpace(name))
 		if !ok {
-			return usageErr("--for %q: %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", o.states, name)
+			return usageErr("--for %q: %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", states, name)
 		}
 		want = append(want, st)
 	}
 	var deadline time.Time
-	if o.timeout != "" {
-		d, err := parseDuration("timeout", o.timeout)
+	if r.Timeout != "" {
+		d, err := parseDuration("timeout", r.Timeout)
 		if err != nil {
 			return err
 		}
 		if d < 0 {
-			return usageErr("--timeout %s is negative", o.timeout)
+			return usageErr("--timeout %s is negative", r.Timeout)
 		}
 		deadline = time.Now().Add(e.capWait(d))
 	} else if e.batch != nil {
@@ -80,7 +96,7 @@ func runWait(e env, o waitOptions, ids []string) error {
 	defer h.Close()
 	var next, lookedAt int64
 	decide := func(tx *store.Tx) (answer, error) {
-		v := waitView{Result: state.ResultOK}
+		v := api.Wait{Result: state.ResultOK}
 		for _, id := range ids {
 			t, err := tx.State.Task(id)
 			if err != nil {
@@ -107,7 +123,7 @@ func runWait(e env, o waitOptions, ids []string) error {
 			return err
 		}
 		if sig := waiter.signalled(); sig != nil && a.outcome == state.ResultTimeout {
-			v := a.doc.(waitView)
+			v := a.doc.(api.Wait)
 			v.Result = resultInterrupted
 			return e.interrupted(waitAnswer(v, lookedAt), sig)
 		}
@@ -129,7 +145,7 @@ func runWait(e env, o waitOptions, ids []string) error {
 
 // waitAnswer is wait's answer: the result, then the tasks as inspect shows
 // them at now.
-func waitAnswer(v waitView, now int64) answer {
+func waitAnswer(v api.Wait, now int64) answer {
 	return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
 		fmt.Fprintln(w, p.word(string(v.Result)))
 		t := newInspectTable(w, p)

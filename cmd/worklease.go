@@ -1,8 +1,10 @@
 package cmd
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"leasewal/api"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -31,21 +33,10 @@ inspect writes nothing.`,
 	return c
 }
 
-// workView is the JSON answer of acquire, succeed and fail.
-type workView struct {
-	Result     state.Outcome `json:"result"`
-	Domain     string        `json:"domain"`
-	Offset     *int64        `json:"offset,omitempty"`
-	Token      string        `json:"token,omitempty"`
-	RetryCount int           `json:"retry_count,omitempty"`
-	Processed  *int64        `json:"processed,omitempty"`
-	Failed     *int64        `json:"failed,omitempty"`
-}
-
 // newWorkView renders a decision; for succeed and fail, offset is the hint
 // and the finished offset is named processed or failed.
-func newWorkView(d state.WorkDecision) workView {
-	v := workView{Result: d.Outcome, Domain: d.Domain, Offset: &d.Offset, Token: d.Token}
+func newWorkView(d state.WorkDecision) api.Work {
+	v := api.Work{Result: d.Outcome, Domain: d.Domain, Offset: &d.Offset, Token: d.Token}
 	switch d.Outcome {
 	case state.ResultNoBacklog, state.ResultNextHint:
 		v.Processed, v.Offset = &d.Offset, d.Hint
@@ -83,6 +74,28 @@ func runWork(e env, decide func(st *state.State) (state.WorkDecision, error)) er
 	})
 }
 
+func runWorkAcquire(e env, r api.WorkAcquireRequest) error {
+	if r.Offset == nil {
+		return usageErr("required flag(s) \"offset\" not set; see 'leasewal worklease acquire --help'")
+	}
+	e.Actor = cmp.Or(r.Actor, e.Actor)
+	return runWork(e, func(st *state.State) (state.WorkDecision, error) { return st.DecideAcquire(r.Domain, *r.Offset) })
+}
+
+func runWorkSucceed(e env, r api.WorkSucceedRequest) error {
+	e.Actor = cmp.Or(r.Actor, e.Actor)
+	return runWork(e, func(st *state.State) (state.WorkDecision, error) { return st.DecideSucceed(r.Domain, r.Token) })
+}
+
+func runWorkFail(e env, r api.WorkFailRequest) error {
+	limit := e.MaxRetries
+	if r.MaxRetries != nil {
+		limit = *r.MaxRetries
+	}
+	e.Actor = cmp.Or(r.Actor, e.Actor)
+	return runWork(e, func(st *state.State) (state.WorkDecision, error) { return st.DecideWorkFail(r.Domain, r.Token, limit) })
+}
+
 func optInt(p *int64) string {
 	if p == nil {
 		return ""
@@ -105,7 +118,7 @@ offset then is a BacklogOrdering error, exit 7, and nothing is written.`,
 		Example: `  leasewal worklease acquire --domain orders --offset 41`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return runWork(a.env, func(st *state.State) (state.WorkDecision, error) { return st.DecideAcquire(domain, offset) })
+			return sendOrRun(a.env, "worklease/acquire", api.WorkAcquireRequest{Domain: domain, Offset: &offset, Actor: a.env.Actor}, runWorkAcquire)
 		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "the domain (any text; required)")
@@ -127,7 +140,7 @@ TokenMismatch; both exit 7 and write nothing.`,
 		Example: `  leasewal worklease succeed --domain orders --token K3`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return runWork(a.env, func(st *state.State) (state.WorkDecision, error) { return st.DecideSucceed(domain, token) })
+			return sendOrRun(a.env, "worklease/succeed", api.WorkSucceedRequest{Domain: domain, Token: token, Actor: a.env.Actor}, runWorkSucceed)
 		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "the domain (required)")
@@ -152,11 +165,12 @@ reads --max-retries (config key worklease.max_retries, env
 LEASEWAL_WORKLEASE_MAX_RETRIES).`,
 		Example: `  leasewal worklease fail --domain orders --token K3 --max-retries 5`,
 		Args:    cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			limit := a.env.MaxRetries
-			return runWork(a.env, func(st *state.State) (state.WorkDecision, error) {
-				return st.DecideWorkFail(domain, token, limit)
-			})
+		RunE: func(c *cobra.Command, _ []string) error {
+			req := api.WorkFailRequest{Domain: domain, Token: token, Actor: a.env.Actor}
+			if a.env.Server == "" || c.Flags().Changed("max-retries") { // else the server's own setting
+				req.MaxRetries = &a.env.MaxRetries
+			}
+			return sendOrRun(a.env, "worklease/fail", req, runWorkFail)
 		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "the domain (required)")
@@ -166,26 +180,6 @@ LEASEWAL_WORKLEASE_MAX_RETRIES).`,
 	_ = c.MarkFlagRequired("token")
 	_ = a.v.BindPFlag("worklease.max_retries", c.Flags().Lookup("max-retries"))
 	return c
-}
-
-type workLeaseView struct {
-	Offset     int64  `json:"offset"`
-	Token      string `json:"token"`
-	AcquiredAt string `json:"acquired_at"`
-	RetryCount int    `json:"retry_count"`
-}
-
-type domainView struct {
-	Domain    string         `json:"domain"`
-	Lease     *workLeaseView `json:"lease"`
-	Backlog   []int64        `json:"backlog"`
-	Processed []int64        `json:"processed"`
-	Failed    []int64        `json:"failed"`
-}
-
-type workInspectView struct {
-	Result  state.Outcome `json:"result"`
-	Domains []domainView  `json:"domains"`
 }
 
 func (a *app) newWorkInspectCmd() *cobra.Command {
@@ -198,23 +192,26 @@ its backlog in FIFO order, and its processed and failed offsets. Writes nothing.
 An unknown --domain: exit 4.`,
 		Example: `  leasewal worklease inspect --domain orders -o json`,
 		Args:    cobra.NoArgs,
-		RunE:    func(*cobra.Command, []string) error { return runWorkInspect(a.env, domain) },
+		RunE: func(*cobra.Command, []string) error {
+			return sendOrRun(a.env, "worklease/inspect", api.WorkInspectRequest{Domain: domain}, runWorkInspect)
+		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "only this domain")
 	return c
 }
 
-func viewDomain(d *state.Domain) domainView {
-	v := domainView{Domain: d.Name, Backlog: append([]int64{}, d.Backlog...), Processed: d.Processed.Sorted(), Failed: d.Failed.Sorted()}
+func viewDomain(d *state.Domain) api.Domain {
+	v := api.Domain{Domain: d.Name, Backlog: append([]int64{}, d.Backlog...), Processed: d.Processed.Sorted(), Failed: d.Failed.Sorted()}
 	if l := d.Lease; l != nil {
-		v.Lease = &workLeaseView{Offset: l.Offset, Token: l.Token, AcquiredAt: formatTime(l.AcquiredAt), RetryCount: l.RetryCount}
+		v.Lease = &api.WorkLease{Offset: l.Offset, Token: l.Token, AcquiredAt: formatTime(l.AcquiredAt), RetryCount: l.RetryCount}
 	}
 	return v
 }
 
-func runWorkInspect(e env, only string) error {
+func runWorkInspect(e env, r api.WorkInspectRequest) error {
+	only := r.Domain
 	return e.read(func(tx *store.Tx) (answer, error) {
-		v := workInspectView{Result: state.ResultOK, Domains: []domainView{}}
+		v := api.WorkInspect{Result: state.ResultOK, Domains: []api.Domain{}}
 		for _, d := range tx.State.Domains() {
 			if only == "" || d.Name == only {
 				v.Domains = append(v.Domains, viewDomain(d))
