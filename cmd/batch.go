@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"leasewal/server"
 	"net/http"
 	"os"
 	"strconv"
@@ -71,7 +72,7 @@ func readBatch(r io.Reader, base api.SubmitRequest, each func(req api.SubmitRequ
 			return usageErr("the batch holds more than %d tasks: split it", maxBatchTasks)
 		}
 		req := base
-		if err := strictJSON(line, &req); err != nil {
+		if err := server.DecodeStrict(line, &req); err != nil {
 			return usageErr("batch line %d: %v; each line is one JSON object such as {\"payload\":\"x\",\"request-id\":\"r1\"}", n, err)
 		}
 		if err := each(req, n); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"leasewal/server"
 	"net/http"
 
 	"github.com/spf13/cobra"
@@ -70,7 +71,7 @@ func (a *app) clusterMembers() error {
 		return a.env.printRemote(resp, base)
 	}
 	defer resp.Body.Close()
-	var v membersView
+	var v server.Members
 	raw, err := io.ReadAll(resp.Body)
 	if err == nil {
 		err = json.Unmarshal(raw, &v)
@@ -93,7 +94,7 @@ func (a *app) clusterRemove(id string) error {
 	if err := a.needServer(); err != nil {
 		return err
 	}
-	body, _ := json.Marshal(removeRequest{ID: id}) // a string always marshals
+	body, _ := json.Marshal(server.RemoveRequest{ID: id}) // a string always marshals
 	resp, base, err := a.env.send(http.MethodPost, "cluster/remove", body, "json")
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"leasewal/server"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -35,7 +36,7 @@ type testNode struct {
 	node  *cluster.Node
 	stop  func()
 	http  *httptest.Server
-	srv   atomic.Pointer[server]
+	srv   atomic.Pointer[server.Server]
 	// skew is how far (ms) the node's clock runs ahead of the test's.
 	skew atomic.Int64
 }
@@ -69,7 +70,7 @@ func newTestNode(root, id string) *testNode {
 			s.ServeHTTP(w, r)
 			return
 		}
-		httpError(w, http.StatusServiceUnavailable, "NoLeader", "starting")
+		server.Error(w, http.StatusServiceUnavailable, ExitUsage, "NoLeader", "starting")
 	}))
 	return tn
 }
@@ -165,8 +166,8 @@ func (c *testCluster) start(tn *testNode, join bool) {
 	if c.step > 0 {
 		maxBatch = 1
 	}
-	s, stop := newServer(e, nodeBackend{node}, node, c.token, maxBatch)
-	tn.node, tn.stop = node, stop
+	s := newServer(e, server.NodeBackend{Node: node}, node, server.Options{Token: c.token, MaxBatch: maxBatch})
+	tn.node, tn.stop = node, s.Stop
 	tn.srv.Store(s)
 }
 
@@ -539,7 +540,7 @@ func TestClusterRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st statusView
+	var st server.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.Role != "follower" || st.Leader != leader.http.URL {
 		t.Fatalf("a follower's status: %+v %v (leader %s)", st, err, leader.http.URL)
 	}

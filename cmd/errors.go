@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"leasewal/server"
 	"strings"
 
 	"leasewal/api"
@@ -151,7 +152,7 @@ func classify(err error) class {
 		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
 	case errors.Is(err, cluster.ErrNotLeader):
 		return class{code: ExitUnknownSent, kind: "NotLeader"}
-	case errors.Is(err, errServerStopping):
+	case errors.Is(err, server.ErrStopping):
 		return class{code: ExitUnknownSent, kind: "Stopping"}
 	case errors.As(err, &owned):
 		return class{code: ExitUsage, kind: "NodeOwned"}

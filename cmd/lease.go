@@ -131,7 +131,7 @@ func runLease(e env, o leaseOptions) error {
 // through its batches, where a raft node's WAL takes no other writer.
 func (e env) leaseOnce(h *store.Handle, decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
 	if e.batch != nil {
-		return e.batch.run(e.context(), decide)
+		return e.inBatch(decide)
 	}
 	return decideOn(h, true, decide)
 }

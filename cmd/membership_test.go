@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"leasewal/server"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,7 @@ var fastTiming = cluster.Timing{Heartbeat: 500 * time.Millisecond, Election: 500
 func (c *testCluster) members(tn *testNode) []cluster.Member {
 	c.t.Helper()
 	code, out, stderr := cli("--server", tn.http.URL, "cluster", "members", "-o", "json")
-	var v membersView
+	var v server.Members
 	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil {
 		c.t.Fatalf("cluster members on %s: exit %d %s%s", tn.id, code, out, stderr)
 	}

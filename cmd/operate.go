@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"leasewal/server"
 	"os"
 	"os/signal"
 	"strings"
@@ -63,7 +64,7 @@ func (e env) read(decide func(tx *store.Tx) (answer, error)) error {
 // batch); one that reads the records itself runs on a handle of its own.
 func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx) (answer, error)) error {
 	if e.batch != nil && opts.OnRecord == nil && opts.BeforeRecord == nil && opts.Verifier == nil && !opts.FullReplay {
-		a, committed, err := e.batch.run(e.context(), decide)
+		a, committed, err := e.inBatch(decide)
 		if err != nil {
 			return err
 		}
@@ -72,6 +73,18 @@ func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx)
 	h := store.Open(opts)
 	defer h.Close()
 	return e.operateOn(h, writing, decide)
+}
+
+// inBatch decides in the server's next batch (group commit), and returns
+// once the batch is durable.
+func (e env) inBatch(decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
+	var a answer
+	committed, err := e.batch.Run(e.context(), func(tx *store.Tx) error {
+		var err error
+		a, err = decide(tx)
+		return err
+	})
+	return a, committed, err
 }
 
 // committer commits in tx the records of the decision it is given, or passes
@@ -228,13 +241,13 @@ func (e env) newWaiter(h *store.Handle) (*waiter, error) {
 }
 
 // wait blocks until the WAL may have changed, until is reached, or a
-// signal came; errClientGone once the request's client has gone.
+// signal came; server.ErrClientGone once the request's client has gone.
 func (x *waiter) wait(until time.Time) error {
 	if _, err := x.watcher.Wait(until); err != nil && !errors.Is(err, store.ErrInterrupted) {
 		return err
 	}
 	if x.ctx.Err() != nil {
-		return errClientGone
+		return server.ErrClientGone
 	}
 	return nil
 }

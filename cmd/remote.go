@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"leasewal/server"
 	"net/http"
 	"os"
 	"os/signal"
@@ -43,7 +44,7 @@ func (a *app) remote(c *cobra.Command) error {
 }
 
 // remoteWait sends a command that waits (lease --wait, wait) in slices of at
-// most serverWaitCap, the most a server waits in one request, until its
+// most server.WaitCap, the most a server waits in one request, until its
 // answer is not the "not yet" one (exit notYet) or its own wait (total, the
 // flag named by flag; "" for ever) has run out. send sends one slice; only
 // the last answer is printed. A lease repeated with its request id is the
@@ -59,7 +60,7 @@ func (e env) remoteWait(flag, total string, notYet int, send func(slice string) 
 		forever, deadline = false, time.Now().Add(d)
 	}
 	for {
-		slice := serverWaitCap
+		slice := server.WaitCap
 		if !forever {
 			slice = max(0, min(slice, time.Until(deadline)))
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"leasewal/server"
 	"os"
 	"os/signal"
 	"os/user"
@@ -58,7 +59,7 @@ type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	// batch, inside a server, is where operations go to be group-committed.
-	batch *batcher
+	batch *server.Batcher
 	// ctx, inside a server, is the request's: a wait ends when its client
 	// goes, and nothing is decided for a client that has gone. nil outside.
 	ctx context.Context
@@ -89,23 +90,11 @@ func (e env) context() context.Context {
 	return e.ctx
 }
 
-// serverWaitCap is the longest a server waits in one request (lease --wait,
-// wait): below the client's own patience, so that a wait never outlives a
-// client that gave up; the client asks again until its own wait runs out.
-const serverWaitCap = 5 * time.Minute
-
-// errClientGone is a request whose client went away before it was decided.
-var errClientGone = errors.New("the client went away before the request was decided: nothing was decided")
-
-// errServerStopping is a request that reached a server after it began to
-// stop: nothing was decided, and it may be sent again (to another node).
-var errServerStopping = errors.New("the server is stopping: nothing was decided; send the request again (to another node of a cluster)")
-
 // capWait is how long a wait of d may last here: d, or inside a server at
-// most serverWaitCap (0 looks once, here as anywhere).
+// most server.WaitCap (0 looks once, here as anywhere).
 func (e env) capWait(d time.Duration) time.Duration {
-	if e.batch != nil && d > serverWaitCap {
-		return serverWaitCap
+	if e.batch != nil && d > server.WaitCap {
+		return server.WaitCap
 	}
 	return d
 }

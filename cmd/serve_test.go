@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"leasewal/server"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -62,7 +63,8 @@ func TestServerGroupCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, stop := newServer(e, &walBackend{h: h, url: "http://test"}, nil, "secret", 64)
+	s := newServer(e, server.NewWALBackend(h, "http://test"), nil, server.Options{Token: "secret", MaxBatch: 64})
+	stop := s.Stop
 	ts := httptest.NewServer(s)
 	defer ts.Close()
 	const requests = 16
@@ -94,8 +96,8 @@ func TestServerGroupCommits(t *testing.T) {
 	}
 	// Wait until every request is with the batcher: the first batch holds
 	// one or a few of them, the queue the rest.
-	testwait.Until(t, "every request to reach the batcher", func() bool { return s.batch.received.Load() == requests },
-		func() string { return fmt.Sprint(s.batch.received.Load(), " received") })
+	testwait.Until(t, "every request to reach the batcher", func() bool { return s.Batcher().Received() == requests },
+		func() string { return fmt.Sprint(s.Batcher().Received(), " received") })
 	held.Close()
 	wg.Wait()
 	stop()
@@ -114,13 +116,20 @@ func TestServerGroupCommits(t *testing.T) {
 
 // testServer is a server over a new WAL in a temporary directory, stopped
 // at the end of the test; the test serves it as it needs.
-func testServer(t *testing.T, token string) (walPath string, s *server) {
+func testServer(t *testing.T, token string) (walPath string, s *server.Server) {
+	t.Helper()
+	return testServerWith(t, server.Options{Token: token})
+}
+
+// testServerWith is testServer with the server's options o.
+func testServerWith(t *testing.T, o server.Options) (walPath string, s *server.Server) {
 	t.Helper()
 	walPath = filepath.Join(t.TempDir(), "q.wal")
 	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
 	h := store.Open(e.storeOptions())
-	s, stop := newServer(e, &walBackend{h: h, url: "http://test"}, nil, token, 64)
-	t.Cleanup(func() { stop(); h.Close() })
+	o.MaxBatch = 64
+	s = newServer(e, server.NewWALBackend(h, "http://test"), nil, o)
+	t.Cleanup(func() { s.Stop(); h.Close() })
 	return walPath, s
 }
 
@@ -309,7 +318,7 @@ func TestServerRefusesRequestsThatDoNotParse(t *testing.T) {
 		{"worklease", "{}", "secret", http.StatusBadRequest, `"worklease" is not a command`},
 		{"submit", `{"payload":"x","bogus":"1"}`, "secret", http.StatusBadRequest, "unknown flag: --bogus"},
 		{"verify", "{}", "secret", http.StatusBadRequest, "works on the WAL's own machine only"},
-		{"submit", `{"payload":"` + strings.Repeat("x", maxRequestBody) + `"}`, "secret", http.StatusRequestEntityTooLarge, "over"},
+		{"submit", `{"payload":"` + strings.Repeat("x", server.DefaultLimit) + `"}`, "secret", http.StatusRequestEntityTooLarge, "over"},
 		{"submit", `{"payload":"x"}`, "guess", http.StatusUnauthorized, "token"},
 	} {
 		status, v := post(c.path, c.body, c.token)
@@ -461,8 +470,8 @@ func TestTokenHandling(t *testing.T) {
 		t.Fatal("a refused serve created the WAL")
 	}
 	for listen, want := range map[string]bool{"127.0.0.1:7420": true, "localhost:7420": true, "[::1]:7420": true, "0.0.0.0:7420": false, ":7420": false, "10.0.0.1:7420": false} {
-		if got := loopbackOnly(listen); got != want {
-			t.Errorf("loopbackOnly(%q) = %v", listen, got)
+		if got := server.LoopbackOnly(listen); got != want {
+			t.Errorf("server.LoopbackOnly(%q) = %v", listen, got)
 		}
 	}
 }
@@ -497,13 +506,13 @@ func TestGoneClientGetsNoLease(t *testing.T) {
 	}
 }
 
-// TestServerCapsAWait: a server waits at most serverWaitCap in one request;
+// TestServerCapsAWait: a server waits at most server.WaitCap in one request;
 // the CLI asks again until its own wait runs out (here: a wait shorter than
 // the cap ends as asked, and 0 looks once: wait --timeout 0 through a server
 // waited five minutes once).
 func TestServerCapsAWait(t *testing.T) {
-	e := env{batch: &batcher{}}
-	for asked, want := range map[time.Duration]time.Duration{0: 0, time.Hour: serverWaitCap, time.Second: time.Second} {
+	e := env{batch: &server.Batcher{}}
+	for asked, want := range map[time.Duration]time.Duration{0: 0, time.Hour: server.WaitCap, time.Second: time.Second} {
 		if got := e.capWait(asked); got != want {
 			t.Errorf("a server's wait of %s lasts %s, want %s", asked, got, want)
 		}
@@ -517,8 +526,7 @@ func TestServerCapsAWait(t *testing.T) {
 // why, wait, status) and nothing else (403, the WAL untouched); the full
 // token may do all.
 func TestReadOnlyToken(t *testing.T) {
-	walPath, s := testServer(t, "writer")
-	s.readToken = "viewer"
+	walPath, s := testServerWith(t, server.Options{Token: "writer", ReadToken: "viewer"})
 	ts := httptest.NewServer(s)
 	defer ts.Close()
 	dir := t.TempDir()

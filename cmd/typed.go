@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"leasewal/server"
 	"maps"
 	"net/http"
 	"reflect"
@@ -57,7 +58,7 @@ func decodeAs[R any](op string, run func(env, R) error) func([]byte) (func(env) 
 	return func(body []byte) (func(env) error, error) {
 		var r R
 		if len(bytes.TrimSpace(body)) > 0 {
-			if err := strictJSON(body, &r); err != nil {
+			if err := server.DecodeStrict(body, &r); err != nil {
 				return nil, decodeError(op, err)
 			}
 		}
@@ -71,7 +72,7 @@ func decodeError(op string, err error) error {
 	var typ *json.UnmarshalTypeError
 	var syntax *json.SyntaxError
 	switch {
-	case errors.Is(err, errTrailing):
+	case errors.Is(err, server.ErrTrailing):
 		return errors.New("the body holds more than one JSON object: send one object of flags")
 	case errors.As(err, &typ):
 		want := "a string"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"leasewal/api"
+	"leasewal/server"
 	"net/http"
 	"slices"
 	"strings"
@@ -87,7 +88,7 @@ func runWaitRequest(e env, r api.WaitRequest) error {
 		}
 		deadline = time.Now().Add(e.capWait(d))
 	} else if e.batch != nil {
-		deadline = time.Now().Add(serverWaitCap)
+		deadline = time.Now().Add(server.WaitCap)
 	}
 	if err := e.needsWallClock("wait"); err != nil {
 		return err

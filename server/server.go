@@ -1,0 +1,396 @@
+// Package server is leasewal's HTTP API: the routes, the tokens, the body
+// limits, group commit (Batcher), a raft follower's forwarding to its
+// leader, and a server's lifetime. What each operation does is given to it
+// (Options.Operations): the server decodes no operation itself and opens no
+// file for a request.
+package server
+
+import (
+	"cmp"
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"leasewal/api"
+	"leasewal/cluster"
+)
+
+// DefaultLimit is the most a request body may hold unless its operation
+// says otherwise: a 64 KiB payload escaped, and the rest.
+const DefaultLimit = 1 << 20
+
+// Operation is one route of the API (POST /v1/<path>).
+type Operation struct {
+	// Limit is the most its body may hold; 0 is DefaultLimit.
+	Limit int64
+	// ReadOnly operations write nothing: a read-only token may ask for them.
+	ReadOnly bool
+	Run      func(Request) Answer
+}
+
+// Request is one request as an operation sees it.
+type Request struct {
+	Ctx       context.Context // done when the client goes
+	Body      []byte
+	Output    string // the client's Leasewal-Output: json (the default), table, wide or tsv
+	Columns   string // the client's terminal width, for a table
+	NoHeaders bool
+	Batch     *Batcher        // where the operation's decision joins the next batch
+	Stopping  context.Context // done once the server stops: waits end and answer what they have
+}
+
+// Answer is an operation's answer.
+type Answer struct {
+	// Refused is a body that does not parse: HTTP 400, exit 2, nothing
+	// decided; the rest is then unused.
+	Refused     error
+	Exit        int
+	Stderr      string
+	ContentType string
+	Body        []byte
+}
+
+// Options configure a server; they are read once, by New.
+type Options struct {
+	URL        string // where clients and the other nodes reach it
+	Token      string // "": no token asked for (loopback, or --insecure)
+	ReadToken  string // a second token, which may only read
+	MaxBatch   int
+	HTTP       *http.Client // for a follower's forwarding, and for joining
+	Operations map[string]Operation
+	// Unknown says why a POST path is no operation (400).
+	Unknown func(path string) string
+}
+
+// Server answers the HTTP API.
+type Server struct {
+	o        Options
+	back     Backend
+	node     *cluster.Node // nil: a single server
+	batch    *Batcher
+	stopping context.Context
+	stop     context.CancelFunc
+}
+
+// New is a server deciding on back; node is the raft node behind back, nil
+// for a single server. Stop ends its batcher.
+func New(back Backend, node *cluster.Node, o Options) *Server {
+	stopping, stop := context.WithCancel(context.Background())
+	return &Server{o: o, back: back, node: node, batch: NewBatcher(back, o.MaxBatch), stopping: stopping, stop: stop}
+}
+
+// Batcher is the server's group committer.
+func (s *Server) Batcher() *Batcher { return s.batch }
+
+// StopWaits ends the open waits at once: each answers what it has, as if
+// its time had run out, so that a shutdown has only short requests to
+// finish.
+func (s *Server) StopWaits() { s.stop() }
+
+// Stop ends the batcher once no request is under way: call it after the
+// HTTP server has drained.
+func (s *Server) Stop() {
+	s.stop()
+	s.batch.Stop()
+}
+
+// bearerIs says whether an Authorization header carries token: the scheme
+// in any case (RFC 9110), the token compared in constant time.
+func bearerIs(header, token string) bool {
+	scheme, given, ok := strings.Cut(header, " ")
+	return ok && strings.EqualFold(scheme, "Bearer") &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(given)), []byte(token)) == 1
+}
+
+// readOnly says whether a read-only token may ask for path.
+func (s *Server) readOnly(path string) bool {
+	switch path {
+	case "status", "cluster/members", "openapi.json":
+		return true
+	}
+	return s.o.Operations[path].ReadOnly
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path, ok := strings.CutPrefix(r.URL.Path, "/v1/")
+	if auth := r.Header.Get("Authorization"); s.o.Token != "" && !bearerIs(auth, s.o.Token) {
+		switch {
+		case s.o.ReadToken == "" || !bearerIs(auth, s.o.ReadToken):
+			Error(w, http.StatusUnauthorized, api.ExitUsage, "Unauthorized", "a missing or wrong token: send 'Authorization: Bearer <token>'")
+			return
+		case !s.readOnly(path):
+			var reads []string
+			for p, op := range s.o.Operations {
+				if op.ReadOnly {
+					reads = append(reads, strings.ReplaceAll(p, "/", " "))
+				}
+			}
+			slices.Sort(reads)
+			Error(w, http.StatusForbidden, api.ExitUsage, "Forbidden", fmt.Sprintf("this token may only read (status, %s), not %s: use a full token", strings.Join(reads, ", "), path))
+			return
+		}
+	}
+	switch {
+	case !ok:
+		Error(w, http.StatusNotFound, api.ExitUsage, "NotFound", "the API is under /v1/")
+		return
+	case path == "status" && r.Method == http.MethodGet:
+		s.status(w)
+		return
+	case path == "openapi.json" && r.Method == http.MethodGet:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(api.OpenAPI)
+		return
+	case path == "cluster/members" && r.Method == http.MethodGet:
+		s.members(w)
+		return
+	case r.Method != http.MethodPost:
+		Error(w, http.StatusMethodNotAllowed, api.ExitUsage, "Usage", "POST /v1/<command>")
+		return
+	}
+	op, known := s.o.Operations[path]
+	limit := cmp.Or(op.Limit, DefaultLimit)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		Error(w, http.StatusRequestEntityTooLarge, api.ExitUsage, "Usage", fmt.Sprintf("the request body is over %d bytes", limit))
+		return
+	}
+	switch path {
+	case "cluster/join":
+		s.join(w, r, body)
+		return
+	case "cluster/remove":
+		s.remove(w, r, body)
+		return
+	}
+	if s.node != nil && !s.node.Leading() {
+		s.forward(w, r, body)
+		return
+	}
+	if !known {
+		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", s.o.Unknown(path))
+		return
+	}
+	a := op.Run(Request{Ctx: r.Context(), Body: body, Output: cmp.Or(r.Header.Get("Leasewal-Output"), "json"),
+		Columns: r.Header.Get("Leasewal-Columns"), NoHeaders: r.Header.Get("Leasewal-No-Headers") == "1",
+		Batch: s.batch, Stopping: s.stopping})
+	if a.Refused != nil {
+		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", a.Refused.Error())
+		return
+	}
+	w.Header().Set("Leasewal-Exit", strconv.Itoa(a.Exit))
+	if a.Stderr != "" {
+		w.Header().Set("Leasewal-Stderr", strconv.Quote(a.Stderr))
+	}
+	w.Header().Set("Content-Type", a.ContentType)
+	_, _ = w.Write(a.Body) // a client gone away: the decision stands, a retry with its request id gets it
+}
+
+func (s *Server) status(w http.ResponseWriter) {
+	v, err := s.back.Status()
+	if err != nil {
+		Error(w, http.StatusInternalServerError, api.ExitInternal, "Internal", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	writeJSON(w, v)
+}
+
+// JoinRequest is POST /v1/cluster/join: a node asking to be added.
+type JoinRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	URL      string `json:"url"`
+}
+
+// join adds a node to the cluster, on the leader.
+func (s *Server) join(w http.ResponseWriter, r *http.Request, body []byte) {
+	var req JoinRequest
+	switch {
+	case s.notANode(w):
+		return
+	case !s.node.Leading():
+		s.forward(w, r, body)
+		return
+	case json.Unmarshal(body, &req) != nil:
+		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", `the body is not {"id":…,"raft_addr":…,"url":…}`)
+		return
+	}
+	if err := s.node.Join(req.ID, req.RaftAddr, req.URL); errors.Is(err, cluster.ErrNotLeader) {
+		Error(w, http.StatusServiceUnavailable, api.ExitUsage, "NotLeader", err.Error())
+		return
+	} else if err != nil {
+		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	writeJSON(w, map[string]string{"result": "JOINED", "id": req.ID})
+}
+
+// notANode answers a cluster request that reached a single server.
+func (s *Server) notANode(w http.ResponseWriter) bool {
+	if s.node == nil {
+		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", "this server is not a raft node: start it with --raft-id, --raft-dir and --raft-bind")
+	}
+	return s.node == nil
+}
+
+// Members is GET /v1/cluster/members: the configuration as the node that
+// answers knows it.
+type Members struct {
+	Members []cluster.Member `json:"members"`
+}
+
+func (s *Server) members(w http.ResponseWriter) {
+	if s.notANode(w) {
+		return
+	}
+	list, err := s.node.Members()
+	if err != nil {
+		Error(w, http.StatusInternalServerError, api.ExitInternal, "Internal", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Leasewal-Exit", "0")
+	writeJSON(w, Members{Members: list})
+}
+
+// RemoveRequest is POST /v1/cluster/remove.
+type RemoveRequest struct {
+	ID string `json:"id"`
+}
+
+// remove takes a node out of the cluster, on the leader.
+func (s *Server) remove(w http.ResponseWriter, r *http.Request, body []byte) {
+	var req RemoveRequest
+	switch {
+	case s.notANode(w):
+		return
+	case !s.node.Leading():
+		s.forward(w, r, body)
+		return
+	case DecodeStrict(body, &req) != nil || req.ID == "":
+		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", `the body is not {"id":"<node id>"}`)
+		return
+	}
+	already, err := s.node.Remove(req.ID)
+	switch {
+	case errors.Is(err, cluster.ErrNotLeader):
+		Error(w, http.StatusServiceUnavailable, api.ExitUsage, "NotLeader", err.Error())
+		return
+	case errors.Is(err, cluster.ErrUnknownMember):
+		Error(w, http.StatusNotFound, api.ExitNotFound, "NotFound", err.Error())
+		return
+	case err != nil:
+		Error(w, http.StatusInternalServerError, api.ExitUnknownSent, "OutcomeUnknown", err.Error()+": the outcome is unknown; repeat the removal")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Leasewal-Exit", "0")
+	writeJSON(w, map[string]any{"result": "REMOVED", "id": req.ID, "already": already})
+}
+
+// forwarded are the headers a follower passes on to its leader, and back.
+var (
+	forwardedAsked    = []string{"Authorization", "Content-Type", "Leasewal-Output", "Leasewal-Columns", "Leasewal-No-Headers"}
+	forwardedAnswered = []string{"Content-Type", "Leasewal-Exit", "Leasewal-Stderr"}
+)
+
+// forward sends a request that reached a follower to the leader, and its
+// answer back. Nothing is decided here: with no leader known it is 503, which
+// a client answers by trying again; an answer lost on the way is exit 10. A
+// forward ends when its client goes, and when the cluster's leader changes
+// (the leader it went to may be paused or cut off, and would answer only
+// once it is back, if ever): that is exit 10 too.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	changed := s.node.LeaderChanged()
+	leader := s.node.Leader()
+	if leader == "" || r.Header.Get("Leasewal-Forwarded") != "" {
+		Error(w, http.StatusServiceUnavailable, api.ExitUsage, "NoLeader", "no leader is known yet (an election is under way): send the request again shortly")
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	req, err := http.NewRequestWithContext(ctx, r.Method, leader+r.URL.Path, bytes.NewReader(body))
+	if err != nil {
+		Error(w, http.StatusInternalServerError, api.ExitInternal, "Internal", err.Error())
+		return
+	}
+	for _, name := range forwardedAsked {
+		if v := r.Header.Get(name); v != "" {
+			req.Header.Set(name, v)
+		}
+	}
+	req.Header.Set("Leasewal-Forwarded", "1")
+	resp, err := s.o.HTTP.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			Error(w, http.StatusServiceUnavailable, api.ExitUsage, "NoLeader", fmt.Sprintf("the leader %s cannot be reached: send the request again shortly", leader))
+			return
+		}
+		cause := err.Error()
+		if ctx.Err() != nil && r.Context().Err() == nil {
+			cause = "the cluster's leader changed meanwhile"
+		}
+		Error(w, http.StatusBadGateway, api.ExitUnknownSent, "OutcomeUnknown",
+			fmt.Sprintf("the request was forwarded to the leader %s but its answer was lost (%s): the outcome is unknown; repeat it with the same --request-id", leader, cause))
+		return
+	}
+	defer resp.Body.Close()
+	for _, name := range forwardedAnswered {
+		if v := resp.Header.Get(name); v != "" {
+			w.Header().Set(name, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// Error answers a request that was not decided, as an api.Error with its
+// exit code.
+func Error(w http.ResponseWriter, status, exit int, kind, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Leasewal-Exit", strconv.Itoa(exit))
+	w.WriteHeader(status)
+	writeJSON(w, api.Error{Result: "ERROR", Kind: kind, Message: msg})
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // the types here always encode; a client gone away is not the server's error
+}
+
+// DecodeStrict decodes one JSON object into v: unknown fields and anything
+// after it are refused (ErrTrailing).
+func DecodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return ErrTrailing
+	}
+	return nil
+}
+
+// ErrTrailing is a body with something after its JSON object.
+var ErrTrailing = errors.New("data after the JSON object")
