@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"leasewal/state"
 )
@@ -463,4 +464,21 @@ type Domain struct {
 type WorkInspect struct {
 	Result  state.Outcome `json:"result"`
 	Domains []Domain      `json:"domains"`
+}
+
+// timeLayout is how every time of the API is written: RFC 3339 in UTC,
+// with milliseconds.
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+// FormatTime writes a time in unix milliseconds as the API writes times.
+func FormatTime(ms int64) string { return time.UnixMilli(ms).UTC().Format(timeLayout) }
+
+// ParseTime reads a time as the API writes it, in unix milliseconds; 0
+// for "" or anything else.
+func ParseTime(text string) int64 {
+	t, err := time.Parse(timeLayout, text)
+	if err != nil {
+		return 0
+	}
+	return t.UnixMilli()
 }

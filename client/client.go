@@ -251,6 +251,11 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Ack, er
 	return ack, c.call(ctx, "submit", req, &ack)
 }
 
+// PollEvery is how often a client asks a server again for what it cannot
+// be woken by (run --server while nothing is eligible, log --follow): a
+// server's WAL cannot be watched from another host.
+const PollEvery = 500 * time.Millisecond
+
 // serverWaitCap is the most a server waits in one request: a longer Wait is
 // sent in slices.
 const serverWaitCap = 5 * time.Minute

@@ -357,7 +357,7 @@ func renderInspect(w io.Writer, p palette, v api.Inspect) error {
 	if len(v.Tasks) == 0 && !p.tsv { // TSV has its header row even with no rows
 		return nil
 	}
-	at := parseStamp(v.At)
+	at := api.ParseTime(v.At)
 	t := newInspectTable(w, p)
 	for _, tv := range v.Tasks {
 		appendTaskRow(t, p, tv, at)

@@ -1,8 +1,8 @@
 package cmd
 
 import (
-	"bufio"
 	"fmt"
+	"leasewal/runner"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -145,12 +145,8 @@ func TestFollowIsOneFormat(t *testing.T) {
 func TestRunLinesPadByDisplayWidth(t *testing.T) {
 	var b strings.Builder
 	for _, outcome := range []string{"RETRY", "COMMITTED", "LOST"} {
-		r := &jobRunner{e: env{Config: Config{Color: true}}}
-		var buf strings.Builder
-		r.out = bufio.NewWriter(&buf)
 		exit := 0
-		r.print(runLine{TaskID: "T1", LeaseID: "L1", Attempt: 1, Outcome: outcome, Exit: &exit, Seconds: 1})
-		b.WriteString(buf.String())
+		env{Config: Config{Color: true}}.printRunLine(&b, runner.Line{TaskID: "T1", LeaseID: "L1", Attempt: 1, Outcome: outcome, Exit: &exit, Seconds: 1})
 	}
 	var columns []int
 	for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"leasewal/api"
 	"os"
 	"strconv"
 	"strings"
@@ -443,7 +444,7 @@ func (p palette) when(stamp string, at int64) string {
 	if p.width == 0 || stamp == "" {
 		return stamp
 	}
-	ms := parseStamp(stamp)
+	ms := api.ParseTime(stamp)
 	if ms == 0 {
 		return stamp
 	}

@@ -238,7 +238,7 @@ func (e env) followRemote(req api.LogRequest) error {
 			At string `json:"at"`
 		}
 		if json.Unmarshal([]byte(lines[0]), &r) == nil {
-			first = stampOrZero(r.At)
+			first = api.ParseTime(r.At)
 		}
 	}
 	req.Absolute = true
@@ -270,14 +270,14 @@ func (e env) followRemote(req api.LogRequest) error {
 			}
 			last = seq
 			if first == 0 && seq == 1 && output == "tsv" {
-				first = stampOrZero(cells[1])
+				first = api.ParseTime(cells[1])
 			}
 			if output == "json" {
 				fmt.Fprintln(out, line)
 				continue
 			}
 			if !absolute {
-				cells[1] = offset(stampOrZero(cells[1]) - first)
+				cells[1] = offset(api.ParseTime(cells[1]) - first)
 			}
 			if e.Output == "tsv" {
 				fmt.Fprintln(out, strings.Join(cells, "\t"))
@@ -294,7 +294,7 @@ func (e env) followRemote(req api.LogRequest) error {
 		select {
 		case <-sigs:
 			return &exitStatus{code: ExitOK} // an exit status ends the command here, before its local run
-		case <-time.After(remotePoll):
+		case <-time.After(client.PollEvery):
 		}
 	}
 }

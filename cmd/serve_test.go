@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"leasewal/runner"
 	"leasewal/server"
 	"net/http"
 	"net/http/httptest"
@@ -197,22 +198,26 @@ func TestRunLeaseAnswerLost(t *testing.T) {
 			t.Fatal(stderr)
 		}
 	}
-	c, err := newRemoteCoordinator(env{Config: Config{Server: ts.URL, Actor: "test"}})
+	cl, err := env{Config: Config{Server: ts.URL, Actor: "test"}}.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := runner.NewRemote(context.Background(), cl, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	req := state.LeaseRequest{Worker: "W", Duration: time.Minute}
-	_, _, err = c.lease(req)
+	_, _, err = c.Lease(req)
 	var unknown *client.UnknownOutcomeError
 	if !errors.As(err, &unknown) {
 		t.Fatalf("a lost answer gave %v, want an unknown outcome", err)
 	}
-	j, _, err := c.lease(req)
-	if err != nil || j == nil || j.taskID != "T1" || j.leaseID != "L1" {
+	j, _, err := c.Lease(req)
+	if err != nil || j == nil || j.TaskID != "T1" || j.LeaseID != "L1" {
 		t.Fatalf("the repeat gave %+v, %v; want T1 under L1 again", j, err)
 	}
-	j, _, err = c.lease(req)
-	if err != nil || j == nil || j.taskID != "T2" || j.leaseID != "L2" {
+	j, _, err = c.Lease(req)
+	if err != nil || j == nil || j.TaskID != "T2" || j.LeaseID != "L2" {
 		t.Fatalf("the next lease gave %+v, %v; want T2 under L2", j, err)
 	}
 }

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"fmt"
+	"leasewal/api"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,9 +13,7 @@ import (
 
 // formatTime renders unix ms as RFC 3339 UTC with milliseconds, the one time
 // format of leasewal's output.
-func formatTime(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
-}
+func formatTime(ms int64) string { return api.FormatTime(ms) }
 
 // optTime renders a time that may be unset (0).
 func optTime(ms int64) string {
@@ -135,13 +134,4 @@ func offset(ms int64) string {
 		sign, ms = "-", -ms
 	}
 	return fmt.Sprintf("%s%d.%03ds", sign, ms/1000, ms%1000)
-}
-
-// parseStamp reads a time formatTime wrote (0 if it is not one).
-func parseStamp(stamp string) int64 {
-	t, err := time.Parse(time.RFC3339Nano, stamp)
-	if err != nil {
-		return 0
-	}
-	return t.UnixMilli()
 }
