@@ -74,7 +74,27 @@ type ExtendRequest struct {
 type CompleteRequest struct {
 	Task  string `json:"task"`
 	Lease string `json:"lease"`
-	Actor string `json:"actor,omitempty"`
+	// Next, if set, also leases the next eligible task to a worker, in the
+	// same write and fsync, whatever became of the completion (the worker
+	// is free either way): one request and one fsync a task for a worker
+	// that goes on. Repeated after a lost answer, it answers the same next
+	// lease (its request id is next-after-<lease>).
+	Next  *NextLease `json:"next,omitempty"`
+	Actor string     `json:"actor,omitempty"`
+}
+
+// NextLease is the lease a completion takes next (CompleteRequest.Next).
+type NextLease struct {
+	Worker   string `json:"worker"`
+	Duration string `json:"duration,omitempty"` // default 30s
+	Queue    List   `json:"queue,omitempty"`
+}
+
+// Next is the next lease of a completion that asked for one: the lease, or
+// none (nothing was eligible) and when a task becomes eligible, if known.
+type Next struct {
+	Lease          *Lease  `json:"lease"`
+	NextEligibleAt *string `json:"next_eligible_at"`
 }
 
 // FailRequest reports a failed attempt under the current lease (fail).
@@ -165,6 +185,7 @@ type Cancelled struct {
 	TaskID  string        `json:"task_id"`
 	LeaseID string        `json:"lease_id"`
 	Reason  string        `json:"reason"`
+	Next    *Next         `json:"next,omitempty"` // a completion's that asked for it
 }
 
 func (e *Cancelled) Error() string {
@@ -185,6 +206,7 @@ type Committed struct {
 	TaskID    string        `json:"task_id"`
 	LeaseID   string        `json:"lease_id"`
 	Duplicate bool          `json:"duplicate"`
+	Next      *Next         `json:"next,omitempty"` // when the request asked for it
 }
 
 // Failed is a failed attempt recorded (RETRY: the task waits for another

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 
@@ -13,39 +14,105 @@ import (
 
 func (a *app) newCompleteCmd() *cobra.Command {
 	o := &leaseRef{}
+	var next api.NextLease
+	var nextQueue string
 	c := &cobra.Command{
-		Use:   "complete --task T --lease L",
+		Use:   "complete --task T --lease L [--next-worker W]",
 		Short: "Commit a task's result under the current lease (writes TaskCompleted)",
 		Long: `Commit the task if --lease is its current, unexpired lease: writes TaskCompleted
 and answers COMMITTED. Repeating it with the lease that completed the task writes
 nothing and answers COMMITTED again. Any other lease, an expired one, or a
 closed window: writes TaskCancelled and answers CANCELLED, exit 3 — the caller
-lost authority and its result must be discarded.`,
-		Example: `  leasewal complete --task T1 --lease L2`,
-		Args:    cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if a.env.Server != "" {
-				return a.env.sendTyped("complete", api.CompleteRequest{Task: o.taskID, Lease: o.leaseID, Actor: a.env.Actor})
+lost authority and its result must be discarded.
+
+--next-worker W also leases the next eligible task to W in the same write and
+fsync, whatever became of the completion (the worker is free either way): the
+answer's "next" holds the lease, or none and when a task becomes eligible. A
+repeat after a lost answer answers the same next lease (its request id is
+next-after-<lease>). The exit code is the completion's.`,
+		Example: `  leasewal complete --task T1 --lease L2
+  leasewal complete --task T1 --lease L2 --next-worker W1 --next-duration 1m -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			req := api.CompleteRequest{Task: o.taskID, Lease: o.leaseID, Actor: a.env.Actor}
+			if c.Flags().Changed("next-queue") && nextQueue == "" { // an unset variable must not mean every queue
+				return usageErr("--next-queue is empty: name one or more queues, or leave it out to take from every queue")
 			}
-			return runComplete(a.env, *o)
+			if next.Worker != "" {
+				next.Queue = api.List(nextQueue)
+				req.Next = &next
+			}
+			return sendOrRun(a.env, "complete", req, runCompleteRequest)
 		},
 	}
 	o.flags(c)
+	c.Flags().StringVar(&next.Worker, "next-worker", "", "also lease the next eligible task to this worker, in the same write")
+	c.Flags().StringVar(&next.Duration, "next-duration", "30s", "the next lease's duration")
+	c.Flags().StringVar(&nextQueue, "next-queue", "", "take the next task only from these queues (comma-separated; default all)")
 	return c
 }
 
-func runComplete(e env, o leaseRef) error {
+func runCompleteRequest(e env, r api.CompleteRequest) error {
+	if err := required("complete", map[string]string{"task": r.Task, "lease": r.Lease}); err != nil {
+		return err
+	}
+	e.Actor = cmp.Or(r.Actor, e.Actor)
+	if r.Next != nil {
+		return runCompleteAndLease(e, r)
+	}
 	return e.write(func(tx *store.Tx) (answer, error) {
-		dec, err := committer(tx)(tx.State.DecideComplete(o.taskID, o.leaseID, tx.Now))
+		dec, err := committer(tx)(tx.State.DecideComplete(r.Task, r.Lease, tx.Now))
 		if err != nil {
 			return answer{}, err
 		}
-		if dec.Outcome == state.ResultCancelled {
-			return cancelled(dec, "this completion was recorded as cancelled: discard its result"), nil
-		}
-		v := api.Committed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate}
-		return answer{doc: v, outcome: v.Result, recovery: "repeat the same complete: it answers COMMITTED again and writes nothing", table: func(w io.Writer, p palette) error {
-			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "duplicate", fmt.Sprint(v.Duplicate))
-		}}, nil
+		return completeAnswer(dec, nil), nil
 	})
+}
+
+// runCompleteAndLease completes and leases the next task in one write.
+func runCompleteAndLease(e env, r api.CompleteRequest) error {
+	d, err := parseDuration("next-duration", cmp.Or(r.Next.Duration, "30s"))
+	if err != nil {
+		return err
+	}
+	queues, err := parseQueues(string(r.Next.Queue), false)
+	if err != nil {
+		return err
+	}
+	req := state.LeaseRequest{Worker: r.Next.Worker, Duration: d, Queues: queues}
+	return e.write(func(tx *store.Tx) (answer, error) {
+		done, leased, err := tx.CompleteAndLease(r.Task, r.Lease, req)
+		if err != nil {
+			return answer{}, err
+		}
+		next := &api.Next{NextEligibleAt: orNull(optTime(leased.NextEligibleAt))}
+		if leased.Outcome == state.ResultLeased {
+			next.Lease = &api.Lease{Result: leased.Outcome, TaskID: leased.TaskID, LeaseID: leased.LeaseID, WorkerID: leased.Worker,
+				Attempt: leased.Attempt, Expiry: formatTime(leased.Expiry), Payload: leased.Payload, Duplicate: leased.Duplicate}
+			next.NextEligibleAt = nil
+		}
+		return completeAnswer(done, next), nil
+	})
+}
+
+// completeAnswer is a completion's answer, with the next lease if one was
+// asked for.
+func completeAnswer(dec state.Decision, next *api.Next) answer {
+	if dec.Outcome == state.ResultCancelled {
+		a := cancelled(dec, "this completion was recorded as cancelled: discard its result")
+		v := a.doc.(api.Cancelled)
+		v.Next = next
+		a.doc = v
+		return a
+	}
+	v := api.Committed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate, Next: next}
+	return answer{doc: v, outcome: v.Result, recovery: "repeat the same complete: it answers COMMITTED again and writes nothing", table: func(w io.Writer, p palette) error {
+		cells := []string{"result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "duplicate", fmt.Sprint(v.Duplicate)}
+		if next != nil && next.Lease != nil {
+			cells = append(cells, "next task", next.Lease.TaskID, "next lease", next.Lease.LeaseID, "next expiry", next.Lease.Expiry)
+		} else if next != nil {
+			cells = append(cells, "next task", "none eligible", "next eligible at", deref(next.NextEligibleAt))
+		}
+		return fields(w, p, cells...)
+	}}
 }

@@ -170,6 +170,10 @@ func TestRunThroughServer(t *testing.T) {
 	if code != 0 || !strings.Contains(log, "LeaseExtended") {
 		t.Fatalf("a child that outlived its lease was never extended:\n%s", log)
 	}
+	// T1's completion leased T2 in the same request (one write, one fsync)
+	if code, log, _ := cli("--wal", walPath, "log", "--task", "T2", "--type", "LeaseGranted", "-o", "json"); code != 0 || !strings.Contains(log, `"request_id":"next-after-L1"`) {
+		t.Fatalf("T2 was not leased with T1's completion:\n%s", log)
+	}
 	if code, _, stderr := cli("--wal", walPath, "verify"); code != 0 {
 		t.Fatal(stderr)
 	}
@@ -669,6 +673,9 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"worklease", "succeed", "--domain", "d", "--token", "K2", "-o", "json"}, 0, `"processed":5`},
 		{[]string{"worklease", "inspect", "--domain", "d", "-o", "json"}, 0, `"failed":[4]`},
 		{[]string{"worklease", "inspect", "--domain", "nope"}, ExitNotFound, ""},
+		{[]string{"lease", "--worker", "X", "--task", "T3", "-o", "json"}, 0, `"lease_id":"L2"`},
+		{[]string{"complete", "--task", "T3", "--lease", "L2", "--next-worker", "X", "-o", "json"}, 0, `"next":{"lease":{"result":"LEASED","task_id":"T4","lease_id":"L3"`},
+		{[]string{"complete", "--task", "T4", "--lease", "L3", "--next-worker", "X", "-o", "json"}, 0, `"next":{"lease":null,"next_eligible_at":null}`},
 	}
 	for _, st := range steps {
 		code, out, stderr := cli(append([]string{"--server", ts.URL}, st.args...)...)

@@ -157,14 +157,6 @@ func runExtendRequest(e env, r api.ExtendRequest) error {
 	return runExtend(e, extendOptions{leaseRef: leaseRef{taskID: r.Task, leaseID: r.Lease}, duration: cmp.Or(r.Duration, "30s")})
 }
 
-func runCompleteRequest(e env, r api.CompleteRequest) error {
-	if err := required("complete", map[string]string{"task": r.Task, "lease": r.Lease}); err != nil {
-		return err
-	}
-	e.Actor = cmp.Or(r.Actor, e.Actor)
-	return runComplete(e, leaseRef{taskID: r.Task, leaseID: r.Lease})
-}
-
 func runFailRequest(e env, r api.FailRequest) error {
 	if err := required("fail", map[string]string{"task": r.Task, "lease": r.Lease, "reason": r.Reason}); err != nil {
 		return err

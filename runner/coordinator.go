@@ -34,6 +34,11 @@ type Coordinator interface {
 	// Extend renews l for d, updating l.Expiry when EXTENDED.
 	Extend(l *Lease, d time.Duration) (state.Outcome, error)
 	Complete(l *Lease) (state.Outcome, error)
+	// CompleteAndLease completes l and leases the next task for next in
+	// one request and one fsync: the completion's outcome, the next lease
+	// (nil when nothing is eligible) and when time alone next makes a task
+	// eligible.
+	CompleteAndLease(l *Lease, next state.LeaseRequest) (state.Outcome, *Lease, int64, error)
 	Fail(l *Lease, reason string, permanent bool) (state.Outcome, error)
 	// Heartbeat notes in the soft worker registry that the worker is alive.
 	Heartbeat(worker string) error
@@ -99,6 +104,36 @@ func (c Local) Complete(l *Lease) (state.Outcome, error) {
 	return c.settle(func(tx *store.Tx) (state.Decision, error) {
 		return tx.State.DecideComplete(l.TaskID, l.LeaseID, tx.Now)
 	})
+}
+
+func (c Local) CompleteAndLease(l *Lease, next state.LeaseRequest) (state.Outcome, *Lease, int64, error) {
+	var (
+		outcome state.Outcome
+		got     *Lease
+		when    int64
+	)
+	// One function in a batch of its own: both records in one write, one fsync.
+	errs, _, err := c.H.WriteBatch([]func(*store.Tx) error{func(tx *store.Tx) error {
+		done, leased, err := tx.CompleteAndLease(l.TaskID, l.LeaseID, next)
+		outcome = done.Outcome
+		if err != nil || leased.Outcome != state.ResultLeased {
+			when = tx.State.NextEventAt(tx.Now)
+			return err
+		}
+		t, err := tx.State.Task(leased.TaskID)
+		if err != nil {
+			return err
+		}
+		got = &Lease{TaskID: leased.TaskID, LeaseID: leased.LeaseID, Attempt: leased.Attempt, Payload: leased.Payload, Deadline: t.Deadline(), Expiry: leased.Expiry}
+		return nil
+	}})
+	if err == nil {
+		err = errs[0]
+	}
+	if err != nil {
+		return "", nil, 0, err
+	}
+	return outcome, got, when, nil
 }
 
 func (c Local) Fail(l *Lease, reason string, permanent bool) (state.Outcome, error) {
@@ -215,13 +250,7 @@ func (c *Remote) Lease(req state.LeaseRequest) (*Lease, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	got := &Lease{TaskID: l.TaskID, LeaseID: l.LeaseID, Payload: l.Payload, Attempt: l.Attempt, Expiry: api.ParseTime(l.Expiry)}
-	// The lease's answer has no deadline; the task's own view does. Without
-	// it the child sees LEASEWAL_DEADLINE empty rather than a guess.
-	if view, err := c.c.Inspect(c.ctx, api.InspectRequest{Tasks: []string{l.TaskID}}); err == nil && len(view.Tasks) == 1 {
-		got.Deadline = api.ParseTime(view.Tasks[0].Deadline)
-	}
-	return got, 0, nil
+	return c.leased(l), 0, nil
 }
 
 func (c *Remote) Extend(l *Lease, d time.Duration) (state.Outcome, error) {
@@ -240,6 +269,38 @@ func (c *Remote) Heartbeat(worker string) error {
 func (c *Remote) Complete(l *Lease) (state.Outcome, error) {
 	done, err := c.c.Complete(c.ctx, api.CompleteRequest{Task: l.TaskID, Lease: l.LeaseID, Actor: c.actor})
 	return cancelledOr(done.Result, err)
+}
+
+func (c *Remote) CompleteAndLease(l *Lease, next state.LeaseRequest) (state.Outcome, *Lease, int64, error) {
+	done, err := c.c.Complete(c.ctx, api.CompleteRequest{Task: l.TaskID, Lease: l.LeaseID, Actor: c.actor,
+		Next: &api.NextLease{Worker: next.Worker, Duration: next.Duration.String(), Queue: api.List(strings.Join(next.Queues, ","))}})
+	answer := done.Next
+	var cancelled *api.Cancelled
+	if errors.As(err, &cancelled) {
+		done.Result, answer, err = state.ResultCancelled, cancelled.Next, nil
+	}
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if answer == nil || answer.Lease == nil {
+		var when int64
+		if answer != nil && answer.NextEligibleAt != nil {
+			when = api.ParseTime(*answer.NextEligibleAt)
+		}
+		return done.Result, nil, when, nil
+	}
+	return done.Result, c.leased(*answer.Lease), 0, nil
+}
+
+// leased is a lease a server granted, with its task's deadline.
+func (c *Remote) leased(l api.Lease) *Lease {
+	got := &Lease{TaskID: l.TaskID, LeaseID: l.LeaseID, Payload: l.Payload, Attempt: l.Attempt, Expiry: api.ParseTime(l.Expiry)}
+	// The lease's answer has no deadline; the task's own view does. Without
+	// it the child sees LEASEWAL_DEADLINE empty rather than a guess.
+	if view, err := c.c.Inspect(c.ctx, api.InspectRequest{Tasks: []string{l.TaskID}}); err == nil && len(view.Tasks) == 1 {
+		got.Deadline = api.ParseTime(view.Tasks[0].Deadline)
+	}
+	return got
 }
 
 func (c *Remote) Fail(l *Lease, reason string, permanent bool) (state.Outcome, error) {

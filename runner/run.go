@@ -88,6 +88,8 @@ type runner struct {
 	ends    chan jobEnd
 	running map[string]*job
 	res     Result
+	// next is when time alone next makes a task eligible (0: unknown).
+	next int64
 	// leaseFailure is the last failure to lease, until a lease succeeds.
 	leaseFailure string
 	// nextBeat is when the worker's next heartbeat is due; beatFailed, that
@@ -129,11 +131,10 @@ func Run(p Plan, c Coordinator, sigs <-chan os.Signal) (Result, error) {
 		return r.res, err
 	}
 	idleUntil := time.Now().Add(p.Wait)
-	var next int64 // when time alone next makes a task eligible
 	for {
-		for r.res.Stopped == nil && len(r.running) < p.Jobs && (p.MaxTasks == 0 || r.res.Leased < p.MaxTasks) {
-			l, nextEvent, err := c.Lease(state.LeaseRequest{Worker: p.Worker, Duration: p.Duration, Queues: p.Queues})
-			next = nextEvent
+		for r.wantsLease() {
+			l, next, err := c.Lease(r.leaseRequest())
+			r.next = next
 			if err != nil {
 				// Said once per distinct failure: a server that is down is
 				// asked again every poll, and would fill the log otherwise.
@@ -158,8 +159,8 @@ func Run(p Plan, c Coordinator, sigs <-chan os.Signal) (Result, error) {
 			return r.res, nil
 		}
 		var wakeAt time.Time
-		if next != 0 {
-			wakeAt = time.UnixMilli(next)
+		if r.next != 0 {
+			wakeAt = time.UnixMilli(r.next)
 		}
 		if !p.Forever && len(r.running) == 0 && (wakeAt.IsZero() || idleUntil.Before(wakeAt)) {
 			wakeAt = idleUntil
@@ -188,6 +189,15 @@ func Run(p Plan, c Coordinator, sigs <-chan os.Signal) (Result, error) {
 		r.extendDue()
 		r.beat()
 	}
+}
+
+// wantsLease says whether the runner takes another lease now.
+func (r *runner) wantsLease() bool {
+	return r.res.Stopped == nil && len(r.running) < r.p.Jobs && (r.p.MaxTasks == 0 || r.res.Leased < r.p.MaxTasks)
+}
+
+func (r *runner) leaseRequest() state.LeaseRequest {
+	return state.LeaseRequest{Worker: r.p.Worker, Duration: r.p.Duration, Queues: r.p.Queues}
 }
 
 // beat sends the worker's heartbeat when one is due (every duration/3, as
@@ -369,6 +379,20 @@ func (r *runner) finish(end jobEnd) {
 	switch {
 	case j.lost:
 		line.Outcome = "LOST"
+	case line.Exit != nil && *line.Exit == 0 && r.wantsLease():
+		// the completion and the next lease in one request and one fsync
+		var next *Lease
+		line.Outcome = r.verdict(j, func() (state.Outcome, error) {
+			outcome, l, when, err := r.c.CompleteAndLease(&j.Lease, r.leaseRequest())
+			next, r.next = l, when
+			return outcome, err
+		})
+		defer func() {
+			if next != nil {
+				r.res.Leased++
+				r.start(&job{Lease: *next})
+			}
+		}()
 	case line.Exit != nil && *line.Exit == 0:
 		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.Complete(&j.Lease) })
 	default:

@@ -218,33 +218,44 @@ type LeaseRequest struct {
 	Queues    []string // optional: only tasks of these queues
 }
 
+// ValidateLeaseRequest refuses a lease request that no state could grant:
+// an invalid worker, request id or queue, a duration that is not positive.
+func ValidateLeaseRequest(c LeaseRequest) error {
+	if err := ValidateID("worker", c.Worker); err != nil {
+		return refuse(InvalidInput, "worker", "%v", err)
+	}
+	if c.Duration <= 0 {
+		return refuse(InvalidInput, "duration", "the lease duration must be positive, got %s", c.Duration)
+	}
+	if c.RequestID != "" {
+		if err := ValidateID("request id", c.RequestID); err != nil {
+			return refuse(InvalidInput, "request", "%v", err)
+		}
+	}
+	for _, q := range c.Queues {
+		if err := ValidateQueue(q); err != nil {
+			return refuse(InvalidInput, "queue", "%v", err)
+		}
+	}
+	return nil
+}
+
 // DecideLease grants a lease on the eligible task of highest priority among
 // the named queues (all by default), the oldest by creation within a
 // priority, or on the named task. The expiry is capped at the task's
 // deadline. EMPTY says when the next task becomes eligible and how many are
 // still live, within the same queues or task.
 func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
-	if err := ValidateID("worker", c.Worker); err != nil {
-		return Decision{}, refuse(InvalidInput, "worker", "%v", err)
-	}
-	if c.Duration <= 0 {
-		return Decision{}, refuse(InvalidInput, "duration", "the lease duration must be positive, got %s", c.Duration)
+	if err := ValidateLeaseRequest(c); err != nil {
+		return Decision{}, err
 	}
 	if c.RequestID != "" {
-		if err := ValidateID("request id", c.RequestID); err != nil {
-			return Decision{}, refuse(InvalidInput, "request", "%v", err)
-		}
 		prev, err := s.leaseRequested(c.RequestID)
 		if err != nil {
 			return Decision{}, err
 		}
 		if prev.taskID != "" {
 			return s.repeatLease(c, prev, now)
-		}
-	}
-	for _, q := range c.Queues {
-		if err := ValidateQueue(q); err != nil {
-			return Decision{}, refuse(InvalidInput, "queue", "%v", err)
 		}
 	}
 	var pick *Task

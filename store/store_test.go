@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -393,5 +394,68 @@ func TestGroupCommit(t *testing.T) {
 	var ae *store.AppendError
 	if !errors.As(err, &ae) || string(after) != string(before) {
 		t.Fatalf("a failed batch: %v; the WAL changed: %v", err, string(after) != string(before))
+	}
+}
+
+// TestCompleteAndLease: a completion and the next lease in one write and one
+// fsync, the lease decided on the state that includes the completion; a
+// repeat (a lost answer) is the same completion and the same next lease,
+// writing nothing; a next lease no state could grant is refused before
+// anything is decided; a completion under a lapsed lease still leases next.
+func TestCompleteAndLease(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	fsys := &countingFS{}
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
+	defer h.Close()
+	submit(t, h, "first")  // T1
+	submit(t, h, "second") // T2
+	lease := func(tx *store.Tx) error {
+		d, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute, TaskID: "T1"}, tx.Now)
+		if err != nil {
+			return err
+		}
+		return tx.Commit(d.Records)
+	}
+	if err := h.Write(lease); err != nil { // L1 on T1
+		t.Fatal(err)
+	}
+	next := state.LeaseRequest{Worker: "W", Duration: time.Minute}
+	completeAndLease := func() (done, leased state.Decision, records []state.Record) {
+		t.Helper()
+		errs, committed, err := h.WriteBatch([]func(*store.Tx) error{func(tx *store.Tx) error {
+			var err error
+			done, leased, err = tx.CompleteAndLease("T1", "L1", next)
+			return err
+		}})
+		if err != nil || errs[0] != nil {
+			t.Fatalf("complete and lease: %v %v", err, errs[0])
+		}
+		return done, leased, committed[0]
+	}
+	fsys.writes, fsys.syncs = 0, 0
+	done, leased, records := completeAndLease()
+	if done.Outcome != state.ResultCommitted || leased.Outcome != state.ResultLeased || leased.TaskID != "T2" || len(records) != 2 ||
+		records[0].Type != state.TaskCompleted || records[1].Type != state.LeaseGranted || records[1].RequestID != "next-after-L1" {
+		t.Fatalf("completed %+v, leased %+v, records %+v", done, leased, records)
+	}
+	if fsys.writes != 1 || fsys.syncs != 1 {
+		t.Fatalf("%d writes and %d fsyncs; want 1 and 1", fsys.writes, fsys.syncs)
+	}
+	before, _ := os.ReadFile(path)
+	done, leased, records = completeAndLease()
+	if !done.Duplicate || leased.LeaseID != "L2" || !leased.Duplicate || len(records) != 0 {
+		t.Fatalf("the repeat: completed %+v, leased %+v, records %+v", done, leased, records)
+	}
+	next.Worker = ""
+	errs, _, err := h.WriteBatch([]func(*store.Tx) error{func(tx *store.Tx) error {
+		_, _, err := tx.CompleteAndLease("T2", "L2", next)
+		return err
+	}})
+	var refusal *state.Error
+	if err != nil || !errors.As(errs[0], &refusal) || refusal.Kind != state.InvalidInput {
+		t.Fatalf("a next lease without a worker: %v %v", err, errs[0])
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatal("a repeat or a refused request wrote the WAL")
 	}
 }
