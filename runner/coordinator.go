@@ -112,8 +112,7 @@ func (c Local) CompleteAndLease(l *Lease, next state.LeaseRequest) (state.Outcom
 		got     *Lease
 		when    int64
 	)
-	// One function in a batch of its own: both records in one write, one fsync.
-	errs, _, err := c.H.WriteBatch([]func(*store.Tx) error{func(tx *store.Tx) error {
+	err := c.H.Write(func(tx *store.Tx) error { // both records in one write, one fsync
 		done, leased, err := tx.CompleteAndLease(l.TaskID, l.LeaseID, next)
 		outcome = done.Outcome
 		if err != nil || leased.Outcome != state.ResultLeased {
@@ -126,10 +125,7 @@ func (c Local) CompleteAndLease(l *Lease, next state.LeaseRequest) (state.Outcom
 		}
 		got = &Lease{TaskID: leased.TaskID, LeaseID: leased.LeaseID, Attempt: leased.Attempt, Payload: leased.Payload, Deadline: t.Deadline(), Expiry: leased.Expiry}
 		return nil
-	}})
-	if err == nil {
-		err = errs[0]
-	}
+	})
 	if err != nil {
 		return "", nil, 0, err
 	}

@@ -14,6 +14,14 @@ func NextRequestID(leaseID string) string { return "next-after-" + leaseID }
 // next is validated before anything is decided, so that an error leaves
 // nothing committed.
 func (tx *Tx) CompleteAndLease(taskID, leaseID string, next state.LeaseRequest) (done, leased state.Decision, err error) {
+	if !tx.staging { // not in a batch: one of its own, so that both records go in one write
+		tx.staging = true
+		done, leased, err = tx.CompleteAndLease(taskID, leaseID, next)
+		if flushErr := tx.flushStaged(); err == nil {
+			err = flushErr
+		}
+		return done, leased, err
+	}
 	next.TaskID, next.RequestID = "", NextRequestID(leaseID)
 	if err := state.ValidateLeaseRequest(next); err != nil {
 		return done, leased, err

@@ -425,18 +425,26 @@ func (h *Handle) WriteBatch(fns []func(*Tx) error) (errs []error, committed [][]
 		if err := tx.decideEach(fns, errs, committed); err != nil {
 			return err
 		}
-		tx.staging = false
-		if len(tx.staged) == 0 {
-			return nil
-		}
-		if err := tx.append(tx.staged, tx.version); err != nil {
-			h.forget()
-			return err
-		}
-		h.pos = tx.log.Position
-		return nil
+		return tx.flushStaged()
 	})
 	return errs, committed, err
+}
+
+// flushStaged ends staging: the records staged since it began are
+// appended in one write made durable by one fsync.
+func (tx *Tx) flushStaged() error {
+	tx.staging = false
+	if len(tx.staged) == 0 {
+		return nil
+	}
+	staged := tx.staged
+	tx.staged = nil
+	if err := tx.append(staged, tx.version); err != nil {
+		tx.h.forget()
+		return err
+	}
+	tx.h.pos = tx.log.Position
+	return nil
 }
 
 // decideEach runs a batch's fns in order, each deciding against the state

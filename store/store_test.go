@@ -458,4 +458,20 @@ func TestCompleteAndLease(t *testing.T) {
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 		t.Fatal("a repeat or a refused request wrote the WAL")
 	}
+	// outside a batch too: one write, one fsync
+	submit(t, h, "third") // T3
+	next.Worker = "W"
+	fsys.writes, fsys.syncs = 0, 0
+	if err := h.Write(func(tx *store.Tx) error {
+		done, leased, err := tx.CompleteAndLease("T2", "L2", next)
+		if err == nil && (done.Outcome != state.ResultCommitted || leased.TaskID != "T3" || len(tx.Committed) != 2) {
+			err = fmt.Errorf("completed %+v, leased %+v, committed %d", done, leased, len(tx.Committed))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fsys.writes != 1 || fsys.syncs != 1 {
+		t.Fatalf("outside a batch: %d writes and %d fsyncs; want 1 and 1", fsys.writes, fsys.syncs)
+	}
 }

@@ -36,6 +36,7 @@ func main() {
 	servePhase := flag.Duration("serve", 0, "measure leasewal serve instead, in phases of this length (16 HTTP clients against 16 process loops)")
 	backlogOnly := flag.Bool("backlog", false, "measure per-command latency against the number of waiting tasks instead")
 	batch := flag.Int("batch", 0, "measure the batch door instead: this many tasks in one submit --batch-file")
+	peerPhase := flag.Duration("peers", 0, "measure leasewal serve beside beanstalkd and redis instead, in phases of this length (both on PATH)")
 	flag.Parse()
 	if *generate != "" {
 		generateHistory(*generate, *records, *waiting)
@@ -57,6 +58,10 @@ func main() {
 	}
 	if *servePhase > 0 {
 		serveBench(dir, *leasewal, *servePhase)
+		return
+	}
+	if *peerPhase > 0 {
+		peersBench(dir, *leasewal, *peerPhase)
 		return
 	}
 	if *batch > 0 {
