@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"leasewal/server"
 	"net/http"
 	"os"
 	"strconv"
 
 	"leasewal/api"
+	"leasewal/server"
 	"leasewal/state"
 	"leasewal/store"
 )

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"leasewal/server"
 	"net/http"
 
 	"github.com/spf13/cobra"
 
 	"leasewal/client"
+	"leasewal/server"
 )
 
 // The cluster commands talk to a running node over HTTP: the configuration

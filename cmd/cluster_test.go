@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"leasewal/server"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"leasewal/internal/lincheck"
 	"leasewal/internal/nemesis"
 	"leasewal/internal/testwait"
+	"leasewal/server"
 	"leasewal/store"
 )
 

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"leasewal/server"
 	"strings"
 
 	"leasewal/api"
 	"leasewal/client"
 	"leasewal/cluster"
+	"leasewal/server"
 	"leasewal/state"
 	"leasewal/store"
 )

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"leasewal/api"
 	"os"
 	"os/signal"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )

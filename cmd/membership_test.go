@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"leasewal/server"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"leasewal/cluster"
 	"leasewal/internal/testwait"
+	"leasewal/server"
 )
 
 // fastTiming elects a leader within a second of the last one's silence, and

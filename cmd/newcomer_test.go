@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"fmt"
-	"leasewal/runner"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"leasewal/internal/testwait"
+	"leasewal/runner"
 	"leasewal/state"
 )
 

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"leasewal/server"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"leasewal/server"
 	"leasewal/state"
 	"leasewal/store"
 )

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"leasewal/api"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 	"golang.org/x/sys/unix"
 
+	"leasewal/api"
 	"leasewal/state"
 )
 

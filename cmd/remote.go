@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"leasewal/server"
 	"net/http"
 	"os"
 	"os/signal"
@@ -22,6 +21,7 @@ import (
 
 	"leasewal/api"
 	"leasewal/client"
+	"leasewal/server"
 )
 
 // The flags that configure this process, never sent to a server.

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"leasewal/server"
 	"os"
 	"os/signal"
 	"os/user"
@@ -29,6 +28,7 @@ import (
 	"leasewal/api"
 	"leasewal/client"
 	"leasewal/runner"
+	"leasewal/server"
 	"leasewal/store"
 )
 

@@ -3,12 +3,13 @@ package cmd
 import (
 	"bytes"
 	"encoding/json"
-	"leasewal/api"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"leasewal/api"
 )
 
 // The seed traces are acceptance tests. Each golden WAL in testdata/seeds is

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"leasewal/server"
 	"net"
 	"net/http"
 	"os/signal"
@@ -16,6 +15,7 @@ import (
 
 	"leasewal/api"
 	"leasewal/cluster"
+	"leasewal/server"
 	"leasewal/store"
 )
 

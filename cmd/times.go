@@ -2,12 +2,12 @@ package cmd
 
 import (
 	"fmt"
-	"leasewal/api"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"leasewal/api"
 	"leasewal/state"
 )
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"leasewal/server"
 	"maps"
 	"net/http"
 	"reflect"
@@ -15,6 +14,7 @@ import (
 	"strings"
 
 	"leasewal/api"
+	"leasewal/server"
 )
 
 // The operations whose requests are typed end to end: the command line

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"leasewal/api"
 	"maps"
 	"os"
 	"reflect"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	"leasewal/api"
-	"leasewal/server"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
+	"leasewal/server"
 	"leasewal/state"
 	"leasewal/store"
 )

@@ -4,11 +4,11 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	"leasewal/api"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
 )

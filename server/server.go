@@ -6,8 +6,8 @@
 package server
 
 import (
-	"cmp"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"

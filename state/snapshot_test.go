@@ -2,10 +2,11 @@ package state
 
 import (
 	"errors"
-	"leasewal/internal/refmodel"
 	"math/rand/v2"
 	"reflect"
 	"testing"
+
+	"leasewal/internal/refmodel"
 )
 
 // TestSnapshotPlusTailEqualsReplay: for random histories of tasks and work

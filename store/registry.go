@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"leasewal/wal"
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"leasewal/wal"
 )
 
 // The worker registry is soft state (seed 004 §3.2): a side file beside the
