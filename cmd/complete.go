@@ -10,6 +10,7 @@ import (
 	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/view"
 )
 
 func (a *app) newCompleteCmd() *cobra.Command {
@@ -85,7 +86,7 @@ func runCompleteAndLease(e env, r api.CompleteRequest) error {
 		if err != nil {
 			return answer{}, err
 		}
-		next := &api.Next{NextEligibleAt: orNull(optTime(leased.NextEligibleAt))}
+		next := &api.Next{NextEligibleAt: view.Null(view.Stamp(leased.NextEligibleAt))}
 		if leased.Outcome == state.ResultLeased {
 			next.Lease = &api.Lease{Result: leased.Outcome, TaskID: leased.TaskID, LeaseID: leased.LeaseID, WorkerID: leased.Worker,
 				Attempt: leased.Attempt, Expiry: formatTime(leased.Expiry), Payload: leased.Payload, Duplicate: leased.Duplicate}

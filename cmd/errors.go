@@ -9,6 +9,7 @@ import (
 	"leasewal/api"
 	"leasewal/client"
 	"leasewal/cluster"
+	"leasewal/expect"
 	"leasewal/server"
 	"leasewal/state"
 	"leasewal/store"
@@ -139,14 +140,16 @@ func classify(err error) class {
 		appendE  *store.AppendError
 		usage    *usageError
 		notFile  *store.NotRegularError
-		mismatch *expectMismatch
+		mismatch *expect.MismatchError
+		badTrace *expect.Error
+		badFile  *client.FileError
 		lost     *answerLostError
 		unknown  *client.UnknownOutcomeError
 		proposal *cluster.UnknownOutcomeError
 		owned    *store.NodeOwnedError
 	)
 	switch {
-	case errors.As(err, &usage):
+	case errors.As(err, &usage), errors.As(err, &badTrace), errors.As(err, &badFile):
 		return class{code: ExitUsage, kind: "Usage"}
 	case errors.As(err, &unknown), errors.As(err, &proposal):
 		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
@@ -193,5 +196,5 @@ func classify(err error) class {
 // errorView is the JSON shape of every error.
 type errorView struct {
 	api.Error
-	Mismatches []mismatch `json:"mismatches,omitempty"`
+	Mismatches []expect.Mismatch `json:"mismatches,omitempty"`
 }

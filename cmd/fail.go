@@ -9,6 +9,7 @@ import (
 	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/view"
 )
 
 type failOptions struct {
@@ -57,7 +58,7 @@ func runFail(e env, o failOptions) error {
 			}
 		}
 		v := api.Failed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
-			NotBefore: optTime(dec.NotBefore), Duplicate: dec.Duplicate}
+			NotBefore: view.Stamp(dec.NotBefore), Duplicate: dec.Duplicate}
 		return answer{doc: v, outcome: v.Result, recovery: "repeat the same fail: it answers as it did and writes nothing", table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "state", v.State,
 				"attempt", fmt.Sprint(v.Attempt), "not before", v.NotBefore, "duplicate", fmt.Sprint(v.Duplicate))

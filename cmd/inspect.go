@@ -15,6 +15,7 @@ import (
 	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/view"
 )
 
 type inspectOptions struct {
@@ -60,28 +61,6 @@ Writes nothing. An unknown task: exit 4.`,
 	c.Flags().BoolVar(&o.workers, "workers", false, "show the soft worker registry (advisory) and each worker's current leases")
 	c.Flags().BoolVar(&o.timeline, "timeline", false, "draw one task's life on a time axis: attempts, extensions, expiries, late completions, the deadline")
 	return c
-}
-
-func orNull(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-// viewTask renders a task as it stands at time at.
-func viewTask(t *state.Task, at int64) api.Task {
-	c := t.At(at)
-	v := api.Task{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
-		Deadline: formatTime(c.Deadline()), CreatedAt: formatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason,
-		Queue: c.Queue, Priority: c.Priority, AvailableAt: formatTime(c.AvailableAt), Requeued: c.RequeuedFrom}
-	if c.Lease != nil {
-		v.LeaseID, v.WorkerID, v.Expiry = orNull(c.Lease.ID), orNull(c.Lease.Worker), orNull(formatTime(c.Lease.Expiry))
-	}
-	if c.State == state.Waiting {
-		v.NotBefore = orNull(formatTime(c.NotBefore))
-	}
-	return v
 }
 
 // runInspectRequest shows what r asks for: the command's, or a server's
@@ -149,7 +128,7 @@ func runInspectRequest(e env, r api.InspectRequest) error {
 		if len(ids) == 1 && len(v.Tasks) == 1 {
 			v.Tasks[0].Records = make([]api.Record, 0, len(taskRecords))
 			for _, r := range taskRecords {
-				v.Tasks[0].Records = append(v.Tasks[0].Records, newLogEntry(r))
+				v.Tasks[0].Records = append(v.Tasks[0].Records, view.Record(r))
 			}
 		}
 		var timelineTask *state.Task
@@ -233,7 +212,7 @@ func buildInspect(st *state.State, at int64, ids []string, only taskFilter) (api
 // order, until fn fails.
 func eachShown(tasks []*state.Task, at int64, only taskFilter, fn func(api.Task) error) error {
 	for _, t := range tasks {
-		if tv := viewTask(t, at); only.shows(tv) {
+		if tv := view.Task(t, at); only.shows(tv) {
 			if err := fn(tv); err != nil {
 				return err
 			}
@@ -456,7 +435,7 @@ func workersAnswer(st *state.State, at int64, reg map[string]int64) answer {
 		}
 		if last, ok := reg[w]; ok {
 			ago := at - last
-			wv.LastHeartbeat, wv.HeartbeatAge = orNull(formatTime(last)), &ago
+			wv.LastHeartbeat, wv.HeartbeatAge = view.Null(formatTime(last)), &ago
 		}
 		v.Workers = append(v.Workers, wv)
 	}

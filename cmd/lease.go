@@ -14,6 +14,7 @@ import (
 	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/view"
 )
 
 type leaseOptions struct {
@@ -148,7 +149,7 @@ func leaseAnswer(e env, tx *store.Tx, req state.LeaseRequest, requestID string, 
 		if tx.Missing && note {
 			e.sayWALMissing()
 		}
-		v := api.Empty{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: orNull(optTime(dec.NextEligibleAt)), Live: dec.Live}
+		v := api.Empty{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: view.Null(view.Stamp(dec.NextEligibleAt)), Live: dec.Live}
 		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(v.Result), "reason", v.Reason, "next eligible at", deref(v.NextEligibleAt), "live tasks", fmt.Sprint(v.Live))
 		}}, nil

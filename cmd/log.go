@@ -17,6 +17,7 @@ import (
 	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/view"
 )
 
 type logOptions struct {
@@ -196,14 +197,6 @@ func (f *logFilter) workerOf(r state.Record) string {
 	return ""
 }
 
-func newLogEntry(r state.Record) api.Record {
-	e := api.Record{Record: r, At: formatTime(r.At), Expiry: optTime(r.Expiry), AcquiredAt: optTime(r.AcquiredAt)}
-	if r.NotBefore != nil {
-		e.NotBefore = formatTime(*r.NotBefore)
-	}
-	return e
-}
-
 // runLog filters the records as the replay reads them, so that it holds the
 // state and the rows to draw, never every record; JSON lines wait in a spool,
 // so that a damaged record prints only the error, as for any command.
@@ -232,9 +225,9 @@ func runLog(e env, o logOptions) error {
 			taskFirst = r.At // a task's story is told from its own first record, as inspect T does
 		}
 		if e.Output == "json" {
-			writeJSON(lines, newLogEntry(r))
+			writeJSON(lines, view.Record(r))
 		} else {
-			entries = append(entries, newLogEntry(r))
+			entries = append(entries, view.Record(r))
 		}
 		if o.to != 0 && r.Seq >= o.to {
 			return store.ErrStop // nothing after --to is printed
@@ -355,7 +348,7 @@ func followLog(e env, o *logOptions, f *logFilter, first, last int64) error {
 		if f.st = st; !f.keep(r) {
 			return nil
 		}
-		entry := newLogEntry(r)
+		entry := view.Record(r)
 		base := first
 		if o.absolute {
 			base = -1

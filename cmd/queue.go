@@ -9,6 +9,7 @@ import (
 	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/view"
 )
 
 // The operator's verbs of a queue: abort, requeue, and why.
@@ -53,7 +54,7 @@ func runAbort(e env, taskID, reason string) error {
 		if err != nil {
 			return answer{}, err
 		}
-		v := api.Aborted{Result: d.Outcome, TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, LeaseID: orNull(d.LeaseID), Duplicate: d.Duplicate}
+		v := api.Aborted{Result: d.Outcome, TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, LeaseID: view.Null(d.LeaseID), Duplicate: d.Duplicate}
 		return answer{doc: v, outcome: v.Result, recovery: "repeat the same abort: it answers again and writes nothing",
 			table: func(w io.Writer, p palette) error {
 				return fields(w, p, "result", string(v.Result), "task", v.TaskID, "state", v.State, "reason", v.Reason,
@@ -124,9 +125,9 @@ func runWhy(e env, taskID string) error {
 			Because: w.Because, Queue: t.Queue, Priority: t.Priority, Sentence: whySentence(w, tx.Now)}
 		switch {
 		case w.Eligible:
-			v.EligibleAt = orNull(formatTime(tx.Now))
+			v.EligibleAt = view.Null(formatTime(tx.Now))
 		case w.EligibleAt != 0:
-			v.EligibleAt = orNull(formatTime(w.EligibleAt))
+			v.EligibleAt = view.Null(formatTime(w.EligibleAt))
 		}
 		return answer{doc: v, outcome: v.Result, table: func(out io.Writer, p palette) error {
 			_, err := fmt.Fprintln(out, escape(v.Sentence))

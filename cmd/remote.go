@@ -2,8 +2,6 @@ package cmd
 
 import (
 	"bufio"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +11,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -114,11 +111,11 @@ func (e env) sendWith(method, path string, body []byte, output string, header ht
 
 // client is the Go client of --server, with --token-file and --ca.
 func (e env) client() (*client.Client, error) {
-	token, err := readToken(e.TokenFile)
+	token, err := client.ReadToken(e.TokenFile)
 	if err != nil {
 		return nil, err
 	}
-	httpClient, err := e.httpClient()
+	httpClient, err := client.HTTPTrusting(e.CA)
 	if err != nil {
 		return nil, err
 	}
@@ -128,60 +125,6 @@ func (e env) client() (*client.Client, error) {
 // electionWait is how long a client keeps asking a cluster that is electing
 // a leader: a few election timeouts.
 const electionWait = 20 * time.Second
-
-// readToken reads a --token-file ("" for none), server's or client's alike.
-func readToken(path string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	// A secret that others can read is no secret: refused, as ssh refuses
-	// such a key, rather than trusted in silence (and before it is read).
-	if info, err := os.Stat(path); err == nil && info.Mode().Perm()&0o077 != 0 {
-		return "", usageErr("--token-file %s can be read by others (mode %04o): make it private with 'chmod 600 %s'", path, info.Mode().Perm(), path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", usageErr("cannot read --token-file %s: %v", path, unwrapPathErr(err))
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-// httpClients holds the HTTP clients of --server, one per --ca, so that
-// connections are reused across the requests of a process.
-var httpClients sync.Map // CA path -> *http.Client
-
-// loadCA reads the PEM certificates of --ca.
-func loadCA(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, usageErr("cannot read --ca %s: %v", path, unwrapPathErr(err))
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, usageErr("--ca %s holds no PEM certificate", path)
-	}
-	return pool, nil
-}
-
-// httpClient is the client for the servers of c: trusting the certificates
-// in --ca, or the system's.
-func (c Config) httpClient() (*http.Client, error) {
-	if client, ok := httpClients.Load(c.CA); ok {
-		return client.(*http.Client), nil
-	}
-	client := &http.Client{Timeout: 10 * time.Minute}
-	if c.CA != "" {
-		pool, err := loadCA(c.CA)
-		if err != nil {
-			return nil, err
-		}
-		transport := http.DefaultTransport.(*http.Transport).Clone()
-		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-		client.Transport = transport
-	}
-	actual, _ := httpClients.LoadOrStore(c.CA, client)
-	return actual.(*http.Client), nil
-}
 
 func (e env) printRemote(resp *http.Response, base string) error {
 	defer resp.Body.Close()

@@ -27,6 +27,7 @@ import (
 
 	"leasewal/api"
 	"leasewal/client"
+	"leasewal/expect"
 	"leasewal/runner"
 	"leasewal/server"
 	"leasewal/store"
@@ -490,11 +491,11 @@ func (a *app) finish(err error) int {
 	c := classify(err)
 	msg := withAdvice(err)
 	view := errorView{Error: api.Error{Result: "ERROR", Kind: c.kind, Message: msg, Seq: c.seq}}
-	var mm *expectMismatch
+	var mm *expect.MismatchError
 	if errors.As(err, &mm) { // every difference, one line each
-		view.Mismatches = mm.mismatches
-		msg = fmt.Sprintf("%d %s against %s:", len(mm.mismatches), plural(len(mm.mismatches), "difference", "differences"), mm.file)
-		for _, m := range mm.mismatches {
+		view.Mismatches = mm.Mismatches
+		msg = fmt.Sprintf("%d %s against %s:", len(mm.Mismatches), plural(len(mm.Mismatches), "difference", "differences"), mm.File)
+		for _, m := range mm.Mismatches {
 			msg += "\nleasewal: " + escape(m.String())
 		}
 	}

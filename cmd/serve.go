@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/api"
+	"leasewal/client"
 	"leasewal/cluster"
 	"leasewal/server"
 	"leasewal/store"
@@ -87,14 +88,14 @@ func runServe(e env, o serveOptions) error {
 	if e.Now != "" {
 		return usageErr("serve stamps records with the wall clock: drop --now (or LEASEWAL_NOW)")
 	}
-	token, err := readToken(o.tokenFile)
+	token, err := client.ReadToken(o.tokenFile)
 	if err != nil {
 		return err
 	}
 	if o.tokenFile != "" && token == "" {
 		return usageErr("--token-file %s is empty", o.tokenFile)
 	}
-	readOnly, err := readToken(o.readTokenFile)
+	readOnly, err := client.ReadToken(o.readTokenFile)
 	switch {
 	case err != nil:
 		return err
@@ -142,7 +143,7 @@ func runServe(e env, o serveOptions) error {
 			url = "https://" + strings.TrimPrefix(url, "http://")
 		}
 	}
-	httpClient, err := e.httpClient()
+	httpClient, err := client.HTTPTrusting(e.CA)
 	if err != nil {
 		return err
 	}
@@ -158,7 +159,7 @@ func runServe(e env, o serveOptions) error {
 			if e.CA == "" {
 				return usageErr("a raft node serving TLS needs --ca: the certificate that signs every node's")
 			}
-			pool, err := loadCA(e.CA)
+			pool, err := client.LoadCA(e.CA)
 			if err != nil {
 				return err
 			}

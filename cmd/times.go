@@ -15,14 +15,6 @@ import (
 // format of leasewal's output.
 func formatTime(ms int64) string { return api.FormatTime(ms) }
 
-// optTime renders a time that may be unset (0).
-func optTime(ms int64) string {
-	if ms == 0 {
-		return ""
-	}
-	return formatTime(ms)
-}
-
 // parseTime reads a time flag: RFC 3339, unix milliseconds, or +DURATION
 // (after the last record, or after the wall clock on an empty WAL). Every
 // answer lies in the years 0001 to 9999.

@@ -15,6 +15,7 @@ import (
 	"leasewal/server"
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/view"
 )
 
 // defaultWaitStates are the states wait waits for unless told: the ended ones.
@@ -103,7 +104,7 @@ func runWaitRequest(e env, r api.WaitRequest) error {
 			if err != nil {
 				return answer{}, err
 			}
-			tv := viewTask(t, tx.Now)
+			tv := view.Task(t, tx.Now)
 			v.Tasks = append(v.Tasks, tv)
 			st := state.TaskState(tv.State)
 			switch {

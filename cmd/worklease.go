@@ -11,6 +11,7 @@ import (
 	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/view"
 )
 
 func (a *app) newWorkleaseCmd() *cobra.Command {
@@ -200,21 +201,13 @@ An unknown --domain: exit 4.`,
 	return c
 }
 
-func viewDomain(d *state.Domain) api.Domain {
-	v := api.Domain{Domain: d.Name, Backlog: append([]int64{}, d.Backlog...), Processed: d.Processed.Sorted(), Failed: d.Failed.Sorted()}
-	if l := d.Lease; l != nil {
-		v.Lease = &api.WorkLease{Offset: l.Offset, Token: l.Token, AcquiredAt: formatTime(l.AcquiredAt), RetryCount: l.RetryCount}
-	}
-	return v
-}
-
 func runWorkInspect(e env, r api.WorkInspectRequest) error {
 	only := r.Domain
 	return e.read(func(tx *store.Tx) (answer, error) {
 		v := api.WorkInspect{Result: state.ResultOK, Domains: []api.Domain{}}
 		for _, d := range tx.State.Domains() {
 			if only == "" || d.Name == only {
-				v.Domains = append(v.Domains, viewDomain(d))
+				v.Domains = append(v.Domains, view.Domain(d))
 			}
 		}
 		if only != "" && len(v.Domains) == 0 {

@@ -1,20 +1,26 @@
-package cmd
+// Package expect is verify --expect: a story a WAL must tell, checked
+// during the one replay verify makes.
+package expect
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/view"
 )
 
 // An expectation trace (verify --expect, SPEC §8) is a list of steps, each
@@ -34,8 +40,8 @@ import (
 // reported. The whole 'inspect -o json' document of earlier releases is
 // still accepted: its tasks are compared at --now.
 
-// traceStep is one step of a trace.
-type traceStep struct {
+// step is one step of a trace.
+type step struct {
 	label      string
 	after      int64 // > 0 for an after step
 	at         int64 // for an at step
@@ -47,29 +53,41 @@ type traceStep struct {
 	hasRecords bool
 }
 
-// mismatch is one difference between a trace and the WAL.
-type mismatch struct {
+// Mismatch is one difference between a trace and the WAL.
+type Mismatch struct {
 	Step     string `json:"step"`
 	Path     string `json:"path"`
 	Expected any    `json:"expected"`
 	Got      any    `json:"got"`
 }
 
-func (m mismatch) String() string {
+func (m Mismatch) String() string {
 	e, _ := json.Marshal(m.Expected)
 	g, _ := json.Marshal(m.Got)
 	return fmt.Sprintf("%s: %s: expected %s, got %s", m.Step, m.Path, e, g)
 }
 
-// expectMismatch is a WAL that differs from its --expect file.
-type expectMismatch struct {
-	file       string
-	mismatches []mismatch
+// MismatchError is a WAL that differs from its --expect file: every
+// difference.
+type MismatchError struct {
+	File       string
+	Mismatches []Mismatch
 }
 
-func (e *expectMismatch) Error() string {
-	return fmt.Sprintf("%d %s against %s; first: %s", len(e.mismatches), plural(len(e.mismatches), "difference", "differences"), e.file, e.mismatches[0])
+func (e *MismatchError) Error() string {
+	if len(e.Mismatches) == 1 {
+		return fmt.Sprintf("1 difference against %s: %s", e.File, e.Mismatches[0])
+	}
+	return fmt.Sprintf("%d differences against %s; first: %s", len(e.Mismatches), e.File, e.Mismatches[0])
 }
+
+// Error is an --expect file that cannot be read, or cannot be checked
+// against this WAL: bad usage (exit 2), nothing compared.
+type Error struct{ msg string }
+
+func (e *Error) Error() string { return e.msg }
+
+func fileErr(format string, args ...any) error { return &Error{msg: fmt.Sprintf(format, args...)} }
 
 // The task fields a trace may name, and the view's field each one reads.
 var traceTaskFields = map[string]string{
@@ -82,39 +100,130 @@ var traceTimeFields = map[string]bool{"expiry": true, "deadline": true, "not_bef
 
 var traceDomainFields = map[string]bool{"lease": true, "backlog": true, "processed": true, "failed": true}
 
-// readExpectFile reads --expect FILE: a trace (a list of steps, YAML or
-// JSON), or the whole 'inspect -o json' document.
-func readExpectFile(path string) ([]traceStep, *expectDoc, error) {
+// Expectation is an --expect file: a trace (its steps, checked as the
+// replay goes), or the whole 'inspect -o json' document of earlier releases
+// (its tasks compared at the end, at --now).
+type Expectation struct {
+	File    string
+	checker checker
+	tasks   []map[string]any // the document's, when it is one
+	isTrace bool
+	steps   int
+}
+
+// Read reads --expect FILE: a trace (a list of steps, YAML or JSON), or
+// the whole 'inspect -o json' document.
+func Read(path string) (*Expectation, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, usageErr("cannot read --expect %s: %v", path, unwrapPathErr(err))
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fileErr("cannot read --expect %s: %v", path, err)
 	}
 	var doc any
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, nil, usageErr("--expect %s is neither YAML nor JSON: %v", path, err)
+		return nil, fileErr("--expect %s is neither YAML nor JSON: %v", path, err)
 	}
 	switch d := doc.(type) {
 	case map[string]any:
-		want, err := readExpect(path)
-		return nil, want, err
+		var want struct {
+			Tasks []map[string]any `json:"tasks"`
+		}
+		if err := json.Unmarshal(b, &want); err != nil {
+			return nil, fileErr("--expect %s is not 'inspect -o json' output: %v", path, err)
+		}
+		for i, t := range want.Tasks {
+			if id, _ := t["task_id"].(string); id == "" {
+				return nil, fileErr("--expect %s: task %d has no task_id", path, i+1)
+			}
+		}
+		return &Expectation{File: path, tasks: want.Tasks}, nil
 	case []any:
 		steps, err := parseTrace(d)
 		if err != nil {
-			return nil, nil, usageErr("--expect %s: %v", path, err)
+			return nil, fileErr("--expect %s: %v", path, err)
 		}
-		return steps, nil, nil
+		return &Expectation{File: path, checker: checker{steps: steps}, isTrace: true, steps: len(steps)}, nil
 	}
-	return nil, nil, usageErr("--expect %s: give a list of steps (after:, at:, final:) or an 'inspect -o json' document", path)
+	return nil, fileErr("--expect %s: give a list of steps (after:, at:, final:) or an 'inspect -o json' document", path)
 }
 
-func parseTrace(list []any) ([]traceStep, error) {
-	var steps []traceStep
+// Steps is how many steps a trace has (0 for a document).
+func (x *Expectation) Steps() int { return x.steps }
+
+// IsTrace says whether the file is a trace.
+func (x *Expectation) IsTrace() bool { return x.isTrace }
+
+// Hooks has a trace checked as the replay opts drives goes, record by
+// record.
+func (x *Expectation) Hooks(opts *store.Options) {
+	if x.isTrace {
+		opts.BeforeRecord = x.checker.before
+		opts.OnRecord = x.checker.afterRecord
+	}
+}
+
+// Check ends the check once every record is applied (st, at now): a trace's
+// last steps, or the document's tasks. It returns an *Error when the file
+// cannot be checked against this WAL, a *MismatchError with every
+// difference, or nil.
+func (x *Expectation) Check(st *state.State, now int64) error {
+	if x.isTrace {
+		if err := x.checker.end(st); err != nil {
+			return err
+		}
+	} else {
+		tasks, err := st.Tasks()
+		if err != nil {
+			return err
+		}
+		got := make([]api.Task, len(tasks))
+		for i, t := range tasks {
+			got[i] = view.Task(t, now)
+		}
+		x.checker.diffs = compareTasks(x.tasks, got)
+	}
+	if len(x.checker.diffs) > 0 {
+		return &MismatchError{File: x.File, Mismatches: x.checker.diffs}
+	}
+	return nil
+}
+
+// compareTasks compares, for every task the document names, every field it
+// gives with the task as the WAL has it at --now, and returns every
+// difference. A task the document does not name is not compared.
+func compareTasks(want []map[string]any, got []api.Task) []Mismatch {
+	byID := map[string]map[string]any{}
+	for _, tv := range got {
+		byID[tv.TaskID] = jsonMap(tv)
+	}
+	var diffs []Mismatch
+	for _, w := range want {
+		id := w["task_id"].(string)
+		g, ok := byID[id]
+		if !ok {
+			diffs = append(diffs, Mismatch{Step: "at now", Path: id, Expected: "a task"})
+			continue
+		}
+		for _, key := range slices.Sorted(maps.Keys(w)) {
+			if key != "records" && !reflect.DeepEqual(w[key], g[key]) {
+				diffs = append(diffs, Mismatch{Step: "at now", Path: id + "." + key, Expected: w[key], Got: g[key]})
+			}
+		}
+	}
+	return diffs
+}
+
+func parseTrace(list []any) ([]step, error) {
+	var steps []step
 	for i, item := range list {
 		m, ok := item.(map[string]any)
 		if !ok {
 			return nil, fmt.Errorf("step %d is not a map", i+1)
 		}
-		s := traceStep{}
+		s := step{}
 		points := 0
 		for key, v := range m {
 			switch key {
@@ -130,7 +239,7 @@ func parseTrace(list []any) ([]traceStep, error) {
 				if err != nil {
 					return nil, fmt.Errorf("step %d: at: %v", i+1, err)
 				}
-				s.at, s.isAt, s.label = ms, true, "at "+formatTime(ms)
+				s.at, s.isAt, s.label = ms, true, "at "+api.FormatTime(ms)
 				points++
 			case "final":
 				if v != true {
@@ -219,7 +328,7 @@ func traceTime(v any) (int64, error) {
 	case time.Time:
 		return t.UnixMilli(), nil
 	case string:
-		return parseTime("time", t, 0, 0)
+		return textTime(t)
 	}
 	if n, ok := wholeNumber(v); ok {
 		return n, nil
@@ -227,24 +336,24 @@ func traceTime(v any) (int64, error) {
 	return 0, fmt.Errorf("%v is not a time", v)
 }
 
-// traceChecker checks a trace's steps, in order, as the replay goes.
-type traceChecker struct {
-	steps   []traceStep
+// checker checks a trace's steps, in order, as the replay goes.
+type checker struct {
+	steps   []step
 	records []string
-	diffs   []mismatch
+	diffs   []Mismatch
 	err     error // a trace that cannot be checked against this WAL: exit 2
 }
 
 // before runs before record r is applied: every at step whose time is
 // before r's is due now.
-func (c *traceChecker) before(r state.Record, st *state.State) error {
+func (c *checker) before(r state.Record, st *state.State) error {
 	for len(c.steps) > 0 && c.err == nil {
 		s := c.steps[0]
 		switch {
 		case s.isAt && s.at < r.At:
 			c.check(s, st, s.at)
 		case s.after > 0 && s.after < r.Seq:
-			c.err = usageErr("--expect: step %q comes after a later point of the WAL: give the steps in order", s.label)
+			c.err = fileErr("--expect: step %q comes after a later point of the WAL: give the steps in order", s.label)
 		default:
 			return c.err
 		}
@@ -254,7 +363,7 @@ func (c *traceChecker) before(r state.Record, st *state.State) error {
 }
 
 // afterRecord runs once record r is applied.
-func (c *traceChecker) afterRecord(r state.Record, st *state.State) error {
+func (c *checker) afterRecord(r state.Record, st *state.State) error {
 	c.records = append(c.records, string(r.Type))
 	for len(c.steps) > 0 && c.steps[0].after == r.Seq {
 		c.check(c.steps[0], st, r.At)
@@ -264,14 +373,14 @@ func (c *traceChecker) afterRecord(r state.Record, st *state.State) error {
 }
 
 // end checks what is left once every record is applied.
-func (c *traceChecker) end(st *state.State) error {
+func (c *checker) end(st *state.State) error {
 	for _, s := range c.steps {
 		if c.err != nil {
 			break
 		}
 		switch {
 		case s.after > 0:
-			c.err = usageErr("--expect: step %q: the WAL has records 1 to %d", s.label, st.LastSeq())
+			c.err = fileErr("--expect: step %q: the WAL has records 1 to %d", s.label, st.LastSeq())
 		case s.isAt:
 			c.check(s, st, max(s.at, st.LastAt()))
 		default:
@@ -282,12 +391,12 @@ func (c *traceChecker) end(st *state.State) error {
 	return c.err
 }
 
-func (c *traceChecker) differ(step, path string, want, got any) {
-	c.diffs = append(c.diffs, mismatch{Step: step, Path: path, Expected: want, Got: got})
+func (c *checker) differ(step, path string, want, got any) {
+	c.diffs = append(c.diffs, Mismatch{Step: step, Path: path, Expected: want, Got: got})
 }
 
 // check compares one step with the state st, viewed at time at.
-func (c *traceChecker) check(s traceStep, st *state.State, at int64) {
+func (c *checker) check(s step, st *state.State, at int64) {
 	if s.hasRecords {
 		got := c.records
 		if !slices.Equal(s.records, got) {
@@ -300,7 +409,7 @@ func (c *traceChecker) check(s traceStep, st *state.State, at int64) {
 			c.differ(s.label, id, "a task", nil)
 			continue
 		}
-		view := jsonMap(viewTask(t, at))
+		view := jsonMap(view.Task(t, at))
 		want := s.tasks[id]
 		for _, name := range slices.Sorted(maps.Keys(want)) {
 			field := traceTaskFields[name]
@@ -313,7 +422,7 @@ func (c *traceChecker) check(s traceStep, st *state.State, at int64) {
 			c.differ(s.label, name, "a domain", nil)
 			continue
 		}
-		view := jsonMap(viewDomain(d))
+		view := jsonMap(view.Domain(d))
 		want := s.domains[name]
 		for _, field := range slices.Sorted(maps.Keys(want)) {
 			c.compare(s.label, name+"."+field, want[field], view[field], false)
@@ -323,11 +432,11 @@ func (c *traceChecker) check(s traceStep, st *state.State, at int64) {
 
 // compare reports want and got unless they are equal as JSON values (times
 // compared as instants, whatever their form).
-func (c *traceChecker) compare(step, path string, want, got any, isTime bool) {
+func (c *checker) compare(step, path string, want, got any, isTime bool) {
 	want = normalize(want)
 	if isTime && want != nil {
 		if ms, err := traceTime(want); err == nil {
-			want = formatTime(ms)
+			want = api.FormatTime(ms)
 		}
 	}
 	if want == nil && got == "" { // an absent reason is no reason
@@ -358,7 +467,7 @@ func subsetOf(want, got any) bool {
 func normalize(v any) any {
 	switch x := v.(type) {
 	case time.Time:
-		return formatTime(x.UnixMilli())
+		return api.FormatTime(x.UnixMilli())
 	case int:
 		return float64(x)
 	case int64:
@@ -387,12 +496,6 @@ func jsonMap(v any) map[string]any {
 	var m map[string]any
 	_ = json.Unmarshal(b.Bytes(), &m)
 	return m
-}
-
-// hooks adds the checker's record hooks to opts.
-func (c *traceChecker) hooks(opts *store.Options) {
-	opts.BeforeRecord = c.before
-	opts.OnRecord = c.afterRecord
 }
 
 // didYouMean is "; did you mean X?" for the known word closest to word (at
@@ -429,4 +532,21 @@ func editDistance(a, b string) int {
 		prev = cur
 	}
 	return prev[len(b)]
+}
+
+// textTime reads a trace's time written as text: RFC 3339 or unix
+// milliseconds, within the years 0001 to 9999.
+func textTime(text string) (int64, error) {
+	ms, err := strconv.ParseInt(text, 10, 64)
+	if err != nil {
+		t, perr := time.Parse(time.RFC3339Nano, text)
+		if perr != nil {
+			return 0, fmt.Errorf("%q is not a time: use RFC 3339 (2026-01-01T00:00:30Z) or unix milliseconds", text)
+		}
+		ms = t.UnixMilli()
+	}
+	if ms < state.MinTime || ms > state.MaxTime {
+		return 0, fmt.Errorf("%q is outside the years 0001 to 9999", text)
+	}
+	return ms, nil
 }

@@ -1,0 +1,60 @@
+// Package view turns state's values into the API's answers (leasewal/api):
+// a task as it stands at a time, a work-lease domain, a record with its
+// times written out. What a command prints, the HTTP API answers and verify
+// --expect compares is what these say.
+package view
+
+import (
+	"leasewal/api"
+	"leasewal/state"
+)
+
+// Task is t as it stands at time at (lapses of time applied).
+func Task(t *state.Task, at int64) api.Task {
+	c := t.At(at)
+	v := api.Task{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
+		Deadline: api.FormatTime(c.Deadline()), CreatedAt: api.FormatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason,
+		Queue: c.Queue, Priority: c.Priority, AvailableAt: api.FormatTime(c.AvailableAt), Requeued: c.RequeuedFrom}
+	if c.Lease != nil {
+		v.LeaseID, v.WorkerID, v.Expiry = Null(c.Lease.ID), Null(c.Lease.Worker), Null(api.FormatTime(c.Lease.Expiry))
+	}
+	if c.State == state.Waiting {
+		v.NotBefore = Null(api.FormatTime(c.NotBefore))
+	}
+	return v
+}
+
+// Domain is a work-lease domain: its lease, backlog, processed and failed
+// offsets.
+func Domain(d *state.Domain) api.Domain {
+	v := api.Domain{Domain: d.Name, Backlog: append([]int64{}, d.Backlog...), Processed: d.Processed.Sorted(), Failed: d.Failed.Sorted()}
+	if l := d.Lease; l != nil {
+		v.Lease = &api.WorkLease{Offset: l.Offset, Token: l.Token, AcquiredAt: api.FormatTime(l.AcquiredAt), RetryCount: l.RetryCount}
+	}
+	return v
+}
+
+// Record is r with its times written out.
+func Record(r state.Record) api.Record {
+	v := api.Record{Record: r, At: api.FormatTime(r.At), Expiry: Stamp(r.Expiry), AcquiredAt: Stamp(r.AcquiredAt)}
+	if r.NotBefore != nil {
+		v.NotBefore = api.FormatTime(*r.NotBefore)
+	}
+	return v
+}
+
+// Stamp writes a time that may be unset (0: "").
+func Stamp(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return api.FormatTime(ms)
+}
+
+// Null is s, or null for "".
+func Null(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
