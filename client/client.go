@@ -294,7 +294,9 @@ func (c *Client) Extend(ctx context.Context, req api.ExtendRequest) (api.Extende
 
 // Complete commits a task's result under its current lease; a completion
 // under a lease that is not the authority any more is recorded as
-// cancelled and is an *api.Cancelled: discard the result.
+// cancelled and is an *api.Cancelled: discard the result. With req.Next it
+// also leases the next task to a worker in the same write and fsync: the
+// answer's Next (the *api.Cancelled's too) holds the lease, or none.
 func (c *Client) Complete(ctx context.Context, req api.CompleteRequest) (api.Committed, error) {
 	req.Actor = c.actor(req.Actor)
 	var done api.Committed

@@ -97,6 +97,39 @@ func Example_worker() {
 	// nothing left: no task is WAITING and eligible
 }
 
+// A worker that goes on: each completion leases its next task in the same
+// request, one write and one fsync a task.
+func Example_workerNext() {
+	ctx := context.Background()
+	c, err := client.New([]string{serverURL}, client.Options{Actor: "example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	jobs := []api.SubmitRequest{{Payload: "thumb 1", Queue: "thumbs", RequestID: "t1"}, {Payload: "thumb 2", Queue: "thumbs", RequestID: "t2"}}
+	if _, err := c.SubmitBatch(ctx, jobs); err != nil {
+		log.Fatal(err)
+	}
+	lease, err := c.Lease(ctx, api.LeaseRequest{Worker: "w2", Duration: "1m", Queue: "thumbs"})
+	for err == nil {
+		fmt.Println("working on", lease.Payload)
+		done, cerr := c.Complete(ctx, api.CompleteRequest{Task: lease.TaskID, Lease: lease.LeaseID,
+			Next: &api.NextLease{Worker: "w2", Duration: "1m", Queue: "thumbs"}})
+		if cerr != nil {
+			log.Fatal(cerr) // an *api.Cancelled carries its Next too
+		}
+		if done.Next.Lease == nil {
+			fmt.Println("nothing left")
+			return
+		}
+		lease = *done.Next.Lease
+	}
+	log.Fatal(err)
+	// Output:
+	// working on thumb 1
+	// working on thumb 2
+	// nothing left
+}
+
 // A submitter: a request id makes a submit safe to repeat, after a timeout
 // or a crash: the repeat answers with the first task and writes nothing.
 func Example_submitter() {
