@@ -236,6 +236,12 @@ func (c *Client) call(ctx context.Context, path string, req, out any) error {
 	return refusal
 }
 
+// callAs is call for an answer of type A.
+func callAs[A any](ctx context.Context, c *Client, path string, req any) (A, error) {
+	var answer A
+	return answer, c.call(ctx, path, req, &answer)
+}
+
 func (c *Client) actor(given string) string {
 	if given != "" {
 		return given
@@ -247,8 +253,7 @@ func (c *Client) actor(given string) string {
 // (Duplicate) and writes nothing.
 func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Ack, error) {
 	req.Actor = c.actor(req.Actor)
-	var ack api.Ack
-	return ack, c.call(ctx, "submit", req, &ack)
+	return callAs[api.Ack](ctx, c, "submit", req)
 }
 
 // PollEvery is how often a client asks a server again for what it cannot
@@ -288,8 +293,7 @@ func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) (api.Lease, er
 // any more is an *api.Cancelled.
 func (c *Client) Extend(ctx context.Context, req api.ExtendRequest) (api.Extended, error) {
 	req.Actor = c.actor(req.Actor)
-	var ext api.Extended
-	return ext, c.call(ctx, "extend", req, &ext)
+	return callAs[api.Extended](ctx, c, "extend", req)
 }
 
 // Complete commits a task's result under its current lease; a completion
@@ -299,16 +303,14 @@ func (c *Client) Extend(ctx context.Context, req api.ExtendRequest) (api.Extende
 // answer's Next (the *api.Cancelled's too) holds the lease, or none.
 func (c *Client) Complete(ctx context.Context, req api.CompleteRequest) (api.Committed, error) {
 	req.Actor = c.actor(req.Actor)
-	var done api.Committed
-	return done, c.call(ctx, "complete", req, &done)
+	return callAs[api.Committed](ctx, c, "complete", req)
 }
 
 // Fail reports a failed attempt under the current lease: the task waits
 // for another attempt (RETRY) or has none left (FAILED).
 func (c *Client) Fail(ctx context.Context, req api.FailRequest) (api.Failed, error) {
 	req.Actor = c.actor(req.Actor)
-	var failed api.Failed
-	return failed, c.call(ctx, "fail", req, &failed)
+	return callAs[api.Failed](ctx, c, "fail", req)
 }
 
 // SubmitBatch creates many tasks in one request, one write and one fsync:
@@ -363,47 +365,40 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]a
 // authority), and answers the leases it holds.
 func (c *Client) Heartbeat(ctx context.Context, req api.HeartbeatRequest) (api.Heartbeat, error) {
 	req.Actor = c.actor(req.Actor)
-	var beat api.Heartbeat
-	return beat, c.call(ctx, "heartbeat", req, &beat)
+	return callAs[api.Heartbeat](ctx, c, "heartbeat", req)
 }
 
 // Expire records what time has revoked: lapsed leases, closed windows.
 func (c *Client) Expire(ctx context.Context, req api.ExpireRequest) (api.Expired, error) {
 	req.Actor = c.actor(req.Actor)
-	var expired api.Expired
-	return expired, c.call(ctx, "expire", req, &expired)
+	return callAs[api.Expired](ctx, c, "expire", req)
 }
 
 // Abort ends a waiting or leased task: DEAD, its lease no longer counts.
 func (c *Client) Abort(ctx context.Context, req api.AbortRequest) (api.Aborted, error) {
 	req.Actor = c.actor(req.Actor)
-	var aborted api.Aborted
-	return aborted, c.call(ctx, "abort", req, &aborted)
+	return callAs[api.Aborted](ctx, c, "abort", req)
 }
 
 // Requeue runs a FAILED or DEAD task again, as a new task.
 func (c *Client) Requeue(ctx context.Context, req api.RequeueRequest) (api.Ack, error) {
 	req.Actor = c.actor(req.Actor)
-	var ack api.Ack
-	return ack, c.call(ctx, "requeue", req, &ack)
+	return callAs[api.Ack](ctx, c, "requeue", req)
 }
 
 // Why says why a task is where it is, and when it can run.
 func (c *Client) Why(ctx context.Context, req api.WhyRequest) (api.Why, error) {
-	var why api.Why
-	return why, c.call(ctx, "why", req, &why)
+	return callAs[api.Why](ctx, c, "why", req)
 }
 
 // Inspect shows tasks as they stand (req.Workers: use Workers instead).
 func (c *Client) Inspect(ctx context.Context, req api.InspectRequest) (api.Inspect, error) {
-	var v api.Inspect
-	return v, c.call(ctx, "inspect", req, &v)
+	return callAs[api.Inspect](ctx, c, "inspect", req)
 }
 
 // Workers shows the soft worker registry and each worker's current leases.
 func (c *Client) Workers(ctx context.Context) (api.Workers, error) {
-	var v api.Workers
-	return v, c.call(ctx, "inspect", api.InspectRequest{Workers: true}, &v)
+	return callAs[api.Workers](ctx, c, "inspect", api.InspectRequest{Workers: true})
 }
 
 // Wait waits until every task of req.Tasks is in one of req.For's states
@@ -439,28 +434,24 @@ func (c *Client) Wait(ctx context.Context, req api.WaitRequest) (api.Wait, error
 // token, or queues it behind the one in flight.
 func (c *Client) WorkAcquire(ctx context.Context, req api.WorkAcquireRequest) (api.Work, error) {
 	req.Actor = c.actor(req.Actor)
-	var w api.Work
-	return w, c.call(ctx, "worklease/acquire", req, &w)
+	return callAs[api.Work](ctx, c, "worklease/acquire", req)
 }
 
 // WorkSucceed marks the in-flight offset processed.
 func (c *Client) WorkSucceed(ctx context.Context, req api.WorkSucceedRequest) (api.Work, error) {
 	req.Actor = c.actor(req.Actor)
-	var w api.Work
-	return w, c.call(ctx, "worklease/succeed", req, &w)
+	return callAs[api.Work](ctx, c, "worklease/succeed", req)
 }
 
 // WorkFail reports a failed try of the in-flight offset.
 func (c *Client) WorkFail(ctx context.Context, req api.WorkFailRequest) (api.Work, error) {
 	req.Actor = c.actor(req.Actor)
-	var w api.Work
-	return w, c.call(ctx, "worklease/fail", req, &w)
+	return callAs[api.Work](ctx, c, "worklease/fail", req)
 }
 
 // WorkInspect shows every domain, or req.Domain.
 func (c *Client) WorkInspect(ctx context.Context, req api.WorkInspectRequest) (api.WorkInspect, error) {
-	var v api.WorkInspect
-	return v, c.call(ctx, "worklease/inspect", req, &v)
+	return callAs[api.WorkInspect](ctx, c, "worklease/inspect", req)
 }
 
 // Log returns the records that match req, in order.
