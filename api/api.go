@@ -161,6 +161,7 @@ type Lease struct {
 	WorkerID  string        `json:"worker_id"`
 	Attempt   int           `json:"attempt"`
 	Expiry    string        `json:"expiry"`
+	Deadline  string        `json:"deadline"` // the task's: its window closes then, whatever the lease
 	Payload   string        `json:"payload"`
 	Duplicate bool          `json:"duplicate"`
 }

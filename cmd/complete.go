@@ -88,8 +88,8 @@ func runCompleteAndLease(e env, r api.CompleteRequest) error {
 		}
 		next := &api.Next{NextEligibleAt: view.Null(view.Stamp(leased.NextEligibleAt))}
 		if leased.Outcome == state.ResultLeased {
-			next.Lease = &api.Lease{Result: leased.Outcome, TaskID: leased.TaskID, LeaseID: leased.LeaseID, WorkerID: leased.Worker,
-				Attempt: leased.Attempt, Expiry: formatTime(leased.Expiry), Payload: leased.Payload, Duplicate: leased.Duplicate}
+			lease := view.Lease(leased)
+			next.Lease = &lease
 			next.NextEligibleAt = nil
 		}
 		return completeAnswer(done, next), nil

@@ -159,8 +159,7 @@ func leaseAnswer(e env, tx *store.Tx, req state.LeaseRequest, requestID string, 
 	if err := tx.Commit(dec.Records); err != nil {
 		return answer{}, err
 	}
-	v := api.Lease{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, WorkerID: dec.Worker, Attempt: dec.Attempt,
-		Expiry: formatTime(dec.Expiry), Payload: dec.Payload, Duplicate: dec.Duplicate}
+	v := view.Lease(dec)
 	recovery := "'leasewal inspect " + v.TaskID + "' shows the lease; lease with a --request-id to be able to repeat a lease safely"
 	if requestID != "" {
 		recovery = "repeat the same lease with --request-id " + requestID + " to get the answer again"
@@ -171,7 +170,7 @@ func leaseAnswer(e env, tx *store.Tx, req state.LeaseRequest, requestID string, 
 			payload = v.Payload
 		}
 		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "worker", v.WorkerID,
-			"attempt", fmt.Sprint(v.Attempt), "expiry", v.Expiry, "duplicate", fmt.Sprint(v.Duplicate), "payload", payload)
+			"attempt", fmt.Sprint(v.Attempt), "expiry", v.Expiry, "deadline", v.Deadline, "duplicate", fmt.Sprint(v.Duplicate), "payload", payload)
 	}}, nil
 }
 

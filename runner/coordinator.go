@@ -288,15 +288,10 @@ func (c *Remote) CompleteAndLease(l *Lease, next state.LeaseRequest) (state.Outc
 	return done.Result, c.leased(*answer.Lease), 0, nil
 }
 
-// leased is a lease a server granted, with its task's deadline.
+// leased is a lease a server granted.
 func (c *Remote) leased(l api.Lease) *Lease {
-	got := &Lease{TaskID: l.TaskID, LeaseID: l.LeaseID, Payload: l.Payload, Attempt: l.Attempt, Expiry: api.ParseTime(l.Expiry)}
-	// The lease's answer has no deadline; the task's own view does. Without
-	// it the child sees LEASEWAL_DEADLINE empty rather than a guess.
-	if view, err := c.c.Inspect(c.ctx, api.InspectRequest{Tasks: []string{l.TaskID}}); err == nil && len(view.Tasks) == 1 {
-		got.Deadline = api.ParseTime(view.Tasks[0].Deadline)
-	}
-	return got
+	return &Lease{TaskID: l.TaskID, LeaseID: l.LeaseID, Payload: l.Payload, Attempt: l.Attempt,
+		Expiry: api.ParseTime(l.Expiry), Deadline: api.ParseTime(l.Deadline)}
 }
 
 func (c *Remote) Fail(l *Lease, reason string, permanent bool) (state.Outcome, error) {

@@ -52,7 +52,7 @@ var crashCases = []crashCase{
 	{"submit without a request id", oneTask, []string{"submit", "--payload", "Q", "--now", t0},
 		afterWrite, `"task_id":"T3"`, 0, `"task_id":"T2"`},
 	{"lease --request-id", oneTask, []string{"lease", "--worker", "W1", "--request-id", "poll", "--now", t0},
-		afterWrite, `"lease_id":"L1","worker_id":"W1","attempt":1,"expiry":"2026-01-01T00:00:30.000Z","payload":"P","duplicate":true`, 0, `"lease_id":"L1","worker_id":"W1","attempt":1,"expiry":"2026-01-01T00:00:30.000Z","payload":"P","duplicate":false`},
+		afterWrite, `"lease_id":"L1","worker_id":"W1","attempt":1,"expiry":"2026-01-01T00:00:30.000Z","deadline":"2026-01-01T00:05:00.000Z","payload":"P","duplicate":true`, 0, `"lease_id":"L1","worker_id":"W1","attempt":1,"expiry":"2026-01-01T00:00:30.000Z","deadline":"2026-01-01T00:05:00.000Z","payload":"P","duplicate":false`},
 	{"lease without a request id", oneTask, []string{"lease", "--worker", "W1", "--now", t0},
 		afterWrite, `"result":"EMPTY"`, 4, `"result":"LEASED"`},
 	{"extend", leasedOne, []string{"extend", "--task", "T1", "--lease", "L1", "--duration", "1m", "--now", t0},

@@ -41,6 +41,7 @@ type Decision struct {
 	Worker    string
 	Attempt   int
 	Expiry    int64
+	Deadline  int64 // a lease's task's: when its window closes
 	Payload   string
 	State     TaskState   // after a fail
 	NotBefore int64       // after a fail that retries
@@ -287,7 +288,7 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 	r := Record{Type: LeaseGranted, TaskID: pick.ID, LeaseID: lease, WorkerID: c.Worker,
 		Attempt: settled.Attempt + 1, Expiry: settled.capExpiry(now, c.Duration), RequestID: c.RequestID}
 	return write(r, Decision{Outcome: ResultLeased, TaskID: pick.ID, LeaseID: lease, Worker: c.Worker,
-		Attempt: r.Attempt, Expiry: r.Expiry, Payload: pick.Payload}), nil
+		Attempt: r.Attempt, Expiry: r.Expiry, Deadline: pick.Deadline(), Payload: pick.Payload}), nil
 }
 
 func (s *State) repeatLease(c LeaseRequest, prev leaseRequest, now int64) (Decision, error) {
@@ -300,7 +301,7 @@ func (s *State) repeatLease(c LeaseRequest, prev leaseRequest, now int64) (Decis
 	}
 	if c := t.At(now); c.holds(prev.leaseID, now) {
 		return Decision{Outcome: ResultLeased, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true,
-			Worker: c.Lease.Worker, Attempt: c.Attempt, Expiry: c.Lease.Expiry, Payload: t.Payload}, nil
+			Worker: c.Lease.Worker, Attempt: c.Attempt, Expiry: c.Lease.Expiry, Deadline: t.Deadline(), Payload: t.Payload}, nil
 	}
 	return Decision{Outcome: ResultCancelled, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true,
 		Reason: fmt.Sprintf("request %q was answered with %s", c.RequestID, s.whyNotCurrent(t, prev.leaseID, now))}, nil

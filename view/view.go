@@ -24,6 +24,12 @@ func Task(t *state.Task, at int64) api.Task {
 	return v
 }
 
+// Lease is a LEASED decision.
+func Lease(d state.Decision) api.Lease {
+	return api.Lease{Result: d.Outcome, TaskID: d.TaskID, LeaseID: d.LeaseID, WorkerID: d.Worker, Attempt: d.Attempt,
+		Expiry: api.FormatTime(d.Expiry), Deadline: api.FormatTime(d.Deadline), Payload: d.Payload, Duplicate: d.Duplicate}
+}
+
 // Domain is a work-lease domain: its lease, backlog, processed and failed
 // offsets.
 func Domain(d *state.Domain) api.Domain {
