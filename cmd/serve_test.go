@@ -403,6 +403,7 @@ func FuzzServerRequest(f *testing.F) {
 		{"lease", `{"worker":"W","queue":["a","b"]}`}, {"inspect", `{"args":["T1"]}`}, {"log", `{"from":1,"follow":false}`},
 		{"worklease/acquire", `{"domain":"d","offset":1}`}, {"submit", `{"payload":"a"} {"wal":"x"}`}, {"why", `{"args":["T1","T2"]}`},
 		{"submit", `{"payload":"x","expect":"SECRET"}`}, {"verify", `{}`}, {"worklease", `{}`}, {"../x", `{}`},
+		{"complete", `{"task":"T1","lease":"L1","next":{"worker":"W","queue":["a"]}}`}, {"wait", `{"tasks":["T1"],"timeout":"0s"}`},
 	} {
 		f.Add(seed.path, seed.body)
 	}
