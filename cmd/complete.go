@@ -104,16 +104,27 @@ func completeAnswer(dec state.Decision, next *api.Next) answer {
 		v := a.doc.(api.Cancelled)
 		v.Next = next
 		a.doc = v
+		if next != nil {
+			a.table = func(w io.Writer, p palette) error {
+				return fields(w, p, append([]string{"result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "reason", v.Reason}, nextCells(next)...)...)
+			}
+		}
 		return a
 	}
 	v := api.Committed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate, Next: next}
 	return answer{doc: v, outcome: v.Result, recovery: "repeat the same complete: it answers COMMITTED again and writes nothing", table: func(w io.Writer, p palette) error {
-		cells := []string{"result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "duplicate", fmt.Sprint(v.Duplicate)}
-		if next != nil && next.Lease != nil {
-			cells = append(cells, "next task", next.Lease.TaskID, "next lease", next.Lease.LeaseID, "next expiry", next.Lease.Expiry)
-		} else if next != nil {
-			cells = append(cells, "next task", "none eligible", "next eligible at", deref(next.NextEligibleAt))
-		}
-		return fields(w, p, cells...)
+		return fields(w, p, append([]string{"result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "duplicate", fmt.Sprint(v.Duplicate)}, nextCells(next)...)...)
 	}}
+}
+
+// nextCells are a completion's next lease as table rows (none when it
+// asked for none).
+func nextCells(next *api.Next) []string {
+	switch {
+	case next == nil:
+		return nil
+	case next.Lease != nil:
+		return []string{"next task", next.Lease.TaskID, "next lease", next.Lease.LeaseID, "next expiry", next.Lease.Expiry}
+	}
+	return []string{"next task", "none eligible", "next eligible at", deref(next.NextEligibleAt)}
 }
