@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -95,9 +96,7 @@ func startCluster(t *testing.T, n int, c *testCluster) *testCluster {
 	leader := c.leader()
 	for _, tn := range c.nodes {
 		if tn != leader {
-			if err := leader.node.Join(tn.id, string(tn.addr), tn.http.URL); err != nil {
-				t.Fatalf("join %s: %v", tn.id, err)
-			}
+			c.join(tn)
 		}
 	}
 	t.Cleanup(func() {
@@ -329,10 +328,23 @@ func (c *testCluster) add(id string) *testNode {
 	c.nodes = append(c.nodes, tn)
 	c.connectAll()
 	c.start(tn, true)
-	if err := c.leader().node.Join(tn.id, string(tn.addr), tn.http.URL); err != nil {
-		c.t.Fatalf("join %s: %v", tn.id, err)
-	}
+	c.join(tn)
 	return tn
+}
+
+// join has the cluster's leader add tn, asking whoever leads again while
+// leadership moves (a loaded machine misses short election timeouts).
+func (c *testCluster) join(tn *testNode) {
+	c.t.Helper()
+	var last error
+	testwait.Until(c.t, "a leader to add "+tn.id, func() bool {
+		last = c.leader().node.Join(tn.id, string(tn.addr), tn.http.URL)
+		var unknown *cluster.UnknownOutcomeError // leadership lost under the proposal: a join repeats safely
+		if last != nil && !errors.Is(last, cluster.ErrNotLeader) && !errors.As(last, &unknown) {
+			c.t.Fatalf("join %s: %v", tn.id, last)
+		}
+		return last == nil
+	}, func() string { return fmt.Sprint(last) })
 }
 
 // snapshotted waits until the node's raft dir holds a snapshot.
@@ -523,9 +535,7 @@ func TestClusterRefusals(t *testing.T) {
 			follower = tn
 		}
 	}
-	if err := leader.node.Join(follower.id, string(follower.addr), follower.http.URL); err != nil {
-		t.Fatalf("joining twice: %v", err)
-	}
+	c.join(follower) // a second time: harmless
 	body := fmt.Sprintf(`{"id":%q,"raft_addr":%q,"url":%q}`, follower.id, follower.addr, follower.http.URL)
 	resp, err := http.Post(follower.http.URL+"/v1/cluster/join", "application/json", strings.NewReader(body))
 	if err != nil || resp.StatusCode != http.StatusOK {

@@ -181,9 +181,7 @@ func TestClusterFromExistingWAL(t *testing.T) {
 	}
 	for _, tn := range c.nodes[1:] {
 		c.start(tn, true)
-		if err := founder.node.Join(tn.id, string(tn.addr), tn.http.URL); err != nil {
-			t.Fatalf("join %s: %v", tn.id, err)
-		}
+		c.join(tn)
 	}
 	c.isolate(founder) // a failover while the last node catches up
 	testwait.Until(t, "a joined node to lead", func() bool { return c.leader() != founder }, nil)
