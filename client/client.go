@@ -327,8 +327,14 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]a
 			return nil, err
 		}
 	}
-	resp, server, err := c.Send(ctx, http.MethodPost, "submit/batch", body.Bytes(),
-		http.Header{"Leasewal-Output": {"json"}, "Content-Type": {"application/x-ndjson"}})
+	return callLines[api.Ack](ctx, c, "submit/batch", body.Bytes(), "application/x-ndjson")
+}
+
+// callLines sends body to the operation at path and decodes its answer,
+// one JSON value a line, into As; a refusal is an *api.Error.
+func callLines[A any](ctx context.Context, c *Client, path string, body []byte, contentType string) ([]A, error) {
+	resp, server, err := c.Send(ctx, http.MethodPost, path, body,
+		http.Header{"Leasewal-Output": {"json"}, "Content-Type": {contentType}})
 	if err != nil {
 		return nil, err
 	}
@@ -348,16 +354,16 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]a
 		}
 		return nil, refusal
 	}
-	acks := make([]api.Ack, 0, len(reqs))
+	var lines []A
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	for dec.More() {
-		var ack api.Ack
-		if err := dec.Decode(&ack); err != nil {
+		var line A
+		if err := dec.Decode(&line); err != nil {
 			return nil, &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that does not decode: %v", err)}
 		}
-		acks = append(acks, ack)
+		lines = append(lines, line)
 	}
-	return acks, nil
+	return lines, nil
 }
 
 // Heartbeat notes that req.Worker is alive, in the server's advisory
@@ -460,34 +466,5 @@ func (c *Client) Log(ctx context.Context, req api.LogRequest) ([]api.Record, err
 	if err != nil {
 		return nil, err
 	}
-	resp, server, err := c.Send(ctx, http.MethodPost, "log", body, http.Header{"Leasewal-Output": {"json"}})
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("reading the records from %s: %w", server, err)
-	}
-	code, err := ExitCode(resp, server)
-	if err != nil {
-		return nil, err
-	}
-	if code != api.ExitOK {
-		refusal := &api.Error{Exit: code}
-		if err := json.Unmarshal(raw, refusal); err != nil {
-			return nil, fmt.Errorf("%s answered something that is not JSON: %.200s", server, raw)
-		}
-		return nil, refusal
-	}
-	var records []api.Record
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	for dec.More() {
-		var r api.Record
-		if err := dec.Decode(&r); err != nil {
-			return nil, fmt.Errorf("%s answered a record that does not decode: %v", server, err)
-		}
-		records = append(records, r)
-	}
-	return records, nil
+	return callLines[api.Record](ctx, c, "log", body, "application/json")
 }
