@@ -72,7 +72,7 @@ func runCompleteRequest(e env, r api.CompleteRequest) error {
 
 // runCompleteAndLease completes and leases the next task in one write.
 func runCompleteAndLease(e env, r api.CompleteRequest) error {
-	d, err := parseDuration("next-duration", cmp.Or(r.Next.Duration, "30s"))
+	d, err := api.ParseDuration("next-duration", cmp.Or(r.Next.Duration, "30s"))
 	if err != nil {
 		return err
 	}

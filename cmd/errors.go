@@ -44,15 +44,9 @@ func outcomeExit(o state.Outcome) int {
 	return ExitOK
 }
 
-// usageError is bad input found by the command line itself: a flag, a time, a
+// usageErr is bad input found by the command line itself: a flag, a time, a
 // duration, a file argument.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-func usageErr(format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...)}
-}
+func usageErr(format string, args ...any) error { return api.Usage(format, args...) }
 
 // answerLostError is an operation that was recorded but whose answer could
 // not be written to stdout.
@@ -138,7 +132,7 @@ func classify(err error) class {
 		format   *store.FormatError
 		locked   *store.LockTimeoutError
 		appendE  *store.AppendError
-		usage    *usageError
+		usage    *api.UsageError
 		notFile  *store.NotRegularError
 		mismatch *expect.MismatchError
 		badTrace *expect.Error

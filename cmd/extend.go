@@ -50,7 +50,7 @@ has expired gets CANCELLED, exit 3, and nothing is written.`,
 }
 
 func runExtend(e env, o extendOptions) error {
-	d, err := parseDuration("duration", o.duration)
+	d, err := api.ParseDuration("duration", o.duration)
 	if err != nil {
 		return err
 	}

@@ -394,7 +394,7 @@ func renderInspectHead(w io.Writer, p palette, v api.Inspect, listed int) {
 			line += " · queues: " + strings.Join(queues, ", ")
 		}
 		if o := sum.OldestWaiting; o != nil {
-			line += fmt.Sprintf(" · oldest waiting: %s, created %s ago", o.TaskID, age(o.AgeMs))
+			line += fmt.Sprintf(" · oldest waiting: %s, created %s ago", o.TaskID, api.Age(o.AgeMs))
 		}
 		if n := sum.NextExpiry; n != nil {
 			line += fmt.Sprintf(" · next to expire: %s on %s at %s", n.LeaseID, n.TaskID, n.Expiry)
@@ -444,7 +444,7 @@ func workersAnswer(st *state.State, at int64, reg map[string]int64) answer {
 		for _, wv := range v.Workers {
 			ago := "never"
 			if wv.HeartbeatAge != nil {
-				ago = age(*wv.HeartbeatAge)
+				ago = api.Age(*wv.HeartbeatAge)
 			}
 			var held []string
 			for _, l := range wv.Leases {

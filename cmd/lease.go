@@ -65,7 +65,7 @@ expiry, a backoff's end, a delayed task's time); then EMPTY as before.`,
 }
 
 func runLease(e env, o leaseOptions) error {
-	d, err := parseDuration("duration", o.duration)
+	d, err := api.ParseDuration("duration", o.duration)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func runLease(e env, o leaseOptions) error {
 	}
 	var wait time.Duration
 	if o.wait != "" {
-		if wait, err = parseDuration("wait", o.wait); err != nil {
+		if wait, err = api.ParseDuration("wait", o.wait); err != nil {
 			return err
 		}
 		if wait < 0 {

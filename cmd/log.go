@@ -142,7 +142,7 @@ func logTime(flag, text string, first int64) (int64, error) {
 		seq := map[string]string{"since": "from", "until": "to"}[flag]
 		return 0, usageErr("--%s %q is a time, and this looks like a record's seq: did you mean --%s %s?", flag, text, seq, text)
 	}
-	ms, err := parseTime("--"+flag, text, first, first)
+	ms, err := api.ParseTimeFlag("--"+flag, text, first, first)
 	if err != nil {
 		return 0, usageErr("--%s %q is not a time: use RFC 3339, unix milliseconds, or +DURATION after the first record", flag, text)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"leasewal/api"
 	"os"
 	"os/signal"
 	"strings"
@@ -378,11 +379,11 @@ func (e env) clock(lastAt int64) (int64, error) {
 	if e.Now == "" {
 		if lastAt-wall > 1000 {
 			fmt.Fprintf(e.stderr, "leasewal: warning: the clock (%s) is %s behind the last record's time (%s); using that time, so no lease expires until the clock catches up: check the clock, or the time of the records written with --now\n",
-				formatTime(wall), age(lastAt-wall), formatTime(lastAt))
+				formatTime(wall), api.Age(lastAt-wall), formatTime(lastAt))
 		}
 		return max(wall, lastAt), nil
 	}
-	now, err := parseTime("--now", e.Now, lastAt, wall)
+	now, err := api.ParseTimeFlag("--now", e.Now, lastAt, wall)
 	if err != nil {
 		return 0, err
 	}
@@ -408,11 +409,11 @@ func (e env) wallClock() (int64, error) {
 	}
 	text := strings.TrimSpace(string(b))
 	if rest, ok := strings.CutPrefix(text, "-"); ok {
-		d, err := parseSpan(rest)
+		d, err := api.ParseSpan(rest)
 		if err != nil {
 			return 0, usageErr("LEASEWAL_TEST_CLOCK %s holds %q: give +D, -D or a time", e.TestClock, text)
 		}
 		return wall - d.Milliseconds(), nil
 	}
-	return parseTime("LEASEWAL_TEST_CLOCK "+e.TestClock, text, 0, wall)
+	return api.ParseTimeFlag("LEASEWAL_TEST_CLOCK "+e.TestClock, text, 0, wall)
 }

@@ -450,9 +450,9 @@ func (p palette) when(stamp string, at int64) string {
 	}
 	switch d := ms - at; {
 	case d > 0:
-		return "in " + age(d)
+		return "in " + api.Age(d)
 	case d < 0:
-		return age(-d) + " ago"
+		return api.Age(-d) + " ago"
 	}
 	return "now"
 }

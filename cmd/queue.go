@@ -141,7 +141,7 @@ func whySentence(w state.Why, now int64) string {
 	t := w.Task
 	at := func(ms int64) string {
 		if ms > now {
-			return fmt.Sprintf("%s (in %s)", formatTime(ms), age(ms-now))
+			return fmt.Sprintf("%s (in %s)", formatTime(ms), api.Age(ms-now))
 		}
 		return formatTime(ms)
 	}

@@ -50,7 +50,7 @@ func (e env) remoteWait(flag, total string, notYet int, send func(slice string) 
 	forever := true
 	var deadline time.Time
 	if total != "" {
-		d, err := parseDuration(flag, total)
+		d, err := api.ParseDuration(flag, total)
 		if err != nil {
 			return err
 		}

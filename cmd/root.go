@@ -337,7 +337,7 @@ func (a *app) resolve() error {
 	default:
 		return usageErr("--output must be table, wide, json or tsv, got %q", c.Output)
 	}
-	timeout, err := parseSpan(strings.TrimSpace(a.v.GetString("lock_timeout")))
+	timeout, err := api.ParseSpan(strings.TrimSpace(a.v.GetString("lock_timeout")))
 	if err != nil || timeout < 0 {
 		return usageErr("--lock-timeout (or LEASEWAL_LOCK_TIMEOUT, or lock_timeout in the config file) must be a duration such as 10s, got %q", a.v.GetString("lock_timeout"))
 	}
@@ -484,9 +484,9 @@ func (a *app) finish(err error) int {
 	if errors.As(err, &st) {
 		return st.code
 	}
-	var usage *usageError
+	var usage *api.UsageError
 	if !a.resolved && !errors.As(err, &usage) {
-		err = &usageError{msg: err.Error() + "; see 'leasewal --help'"}
+		err = &api.UsageError{Msg: err.Error() + "; see 'leasewal --help'"}
 	}
 	c := classify(err)
 	msg := withAdvice(err)

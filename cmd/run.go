@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"leasewal/api"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -98,7 +99,7 @@ func (o runOptions) plan(e env, argv []string) (runner.Plan, error) {
 	if err := state.ValidateID("--worker", o.worker); err != nil {
 		return p, usageErr("%v", err)
 	}
-	if p.Duration, err = parseDuration("duration", o.duration); err != nil {
+	if p.Duration, err = api.ParseDuration("duration", o.duration); err != nil {
 		return p, err
 	}
 	if p.Duration < 3*time.Millisecond {
@@ -110,7 +111,7 @@ func (o runOptions) plan(e env, argv []string) (runner.Plan, error) {
 	if o.maxTasks < 0 {
 		return p, usageErr("--max-tasks %d must not be negative", o.maxTasks)
 	}
-	if p.Wait, err = parseDuration("wait", o.wait); err != nil {
+	if p.Wait, err = api.ParseDuration("wait", o.wait); err != nil {
 		return p, err
 	}
 	if p.Wait < 0 {
@@ -119,7 +120,7 @@ func (o runOptions) plan(e env, argv []string) (runner.Plan, error) {
 	if o.forever && p.Wait > 0 {
 		return p, usageErr("give --wait or --forever, not both")
 	}
-	if p.Grace, err = parseDuration("kill-grace", o.killGrace); err != nil {
+	if p.Grace, err = api.ParseDuration("kill-grace", o.killGrace); err != nil {
 		return p, err
 	}
 	if p.Queues, err = parseQueues(o.queues, o.queueSet); err != nil {

@@ -86,17 +86,17 @@ func (o *submitOptions) request(stdin io.Reader) (api.SubmitRequest, error) {
 // submitCommand is a submit request as state decides it: the one place its
 // durations and times are read and its defaults filled in.
 func submitCommand(r api.SubmitRequest) (state.Submit, error) {
-	window, err := parseDuration("window", cmp.Or(r.Window, "5m"))
+	window, err := api.ParseDuration("window", cmp.Or(r.Window, "5m"))
 	if err != nil {
 		return state.Submit{}, err
 	}
-	backoff, err := parseDuration("backoff", cmp.Or(r.Backoff, "0s"))
+	backoff, err := api.ParseDuration("backoff", cmp.Or(r.Backoff, "0s"))
 	if err != nil {
 		return state.Submit{}, err
 	}
 	backoffMax := 100 * backoff
 	if r.BackoffMax != "" {
-		if backoffMax, err = parseDuration("backoff-max", r.BackoffMax); err != nil {
+		if backoffMax, err = api.ParseDuration("backoff-max", r.BackoffMax); err != nil {
 			return state.Submit{}, err
 		}
 	}
@@ -113,7 +113,7 @@ func submitCommand(r api.SubmitRequest) (state.Submit, error) {
 		return state.Submit{}, usageErr("give --delay or --not-before, not both")
 	}
 	if r.Delay != "" {
-		if sub.Delay, err = parseDuration("delay", r.Delay); err != nil {
+		if sub.Delay, err = api.ParseDuration("delay", r.Delay); err != nil {
 			return state.Submit{}, err
 		}
 		if sub.Delay < 0 {
@@ -124,7 +124,7 @@ func submitCommand(r api.SubmitRequest) (state.Submit, error) {
 		if strings.HasPrefix(r.NotBefore, "+") {
 			return state.Submit{}, usageErr("--not-before %q: give a time (RFC 3339 or unix ms); for a time after now use --delay", r.NotBefore)
 		}
-		if sub.NotBefore, err = parseTime("--not-before", r.NotBefore, 0, 0); err != nil {
+		if sub.NotBefore, err = api.ParseTimeFlag("--not-before", r.NotBefore, 0, 0); err != nil {
 			return state.Submit{}, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"leasewal/api"
 	"os"
 	"strconv"
 	"strings"
@@ -245,7 +246,7 @@ func (tl *timeline) since(c *state.Task, now int64) string {
 		if last != nil {
 			from = last.EndedAt
 		}
-		return fmt.Sprintf(" for %s", age(now-from))
+		return fmt.Sprintf(" for %s", api.Age(now-from))
 	case state.Dead:
 		at := c.Deadline()
 		if c.EndCause != state.BecauseWindowClosed && last != nil {

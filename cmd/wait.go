@@ -80,7 +80,7 @@ func runWaitRequest(e env, r api.WaitRequest) error {
 	}
 	var deadline time.Time
 	if r.Timeout != "" {
-		d, err := parseDuration("timeout", r.Timeout)
+		d, err := api.ParseDuration("timeout", r.Timeout)
 		if err != nil {
 			return err
 		}
