@@ -151,6 +151,8 @@ type Ack struct {
 	AvailableAt  string        `json:"available_at"`
 	Deadline     string        `json:"deadline"`
 	RequeuedFrom string        `json:"requeued_from,omitempty"`
+	Window       string        `json:"window"` // the execution window, such as 5m0s
+	MaxAttempts  int           `json:"max_attempts"`
 }
 
 // Lease is a lease granted (LEASED).
@@ -434,7 +436,11 @@ type OldestWaiting struct {
 type Wait struct {
 	Result state.Outcome `json:"result"`
 	Tasks  []Task        `json:"tasks"`
+	At     string        `json:"at"` // when it last looked
 }
+
+// Outcome is the wait's result, which picks its exit code.
+func (w Wait) Outcome() state.Outcome { return w.Result }
 
 // Worker is a worker in the soft registry, with the leases it holds.
 type Worker struct {
@@ -504,4 +510,21 @@ func ParseTime(text string) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+// UnmarshalJSON reads a record as the API writes it: its times, written
+// out, are the embedded record's unix milliseconds again.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record // without this method
+	var v plain
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = Record(v)
+	r.Record.At, r.Record.Expiry, r.Record.AcquiredAt = ParseTime(r.At), ParseTime(r.Expiry), ParseTime(r.AcquiredAt)
+	if r.NotBefore != "" {
+		ms := ParseTime(r.NotBefore)
+		r.Record.NotBefore = &ms
+	}
+	return nil
 }

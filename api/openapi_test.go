@@ -131,13 +131,19 @@ func document() map[string]any {
 		if r.batch {
 			in, kind = map[string]any{"type": "array", "items": req}, "application/x-ndjson"
 		}
+		headers := exit
+		if r.lines { // where the log stood (api.LogEnd)
+			headers = map[string]any{"Leasewal-Exit": exit["Leasewal-Exit"],
+				"Leasewal-Log-First-At": map[string]any{"description": "the first record's time, when the request read it (always with from 1, since or until)", "schema": map[string]any{"type": "string"}},
+				"Leasewal-Log-Last-Seq": map[string]any{"description": "the WAL's last seq when it was read", "schema": map[string]any{"type": "integer"}}}
+		}
 		paths[r.path] = map[string]any{"post": map[string]any{
 			"summary":     r.summary,
 			"operationId": strings.ReplaceAll(strings.TrimPrefix(r.path, "/v1/"), "/", "_"),
 			"requestBody": map[string]any{"required": true, "content": map[string]any{kind: map[string]any{"schema": in}}},
 			"responses": map[string]any{
-				"200": map[string]any{"description": "decided (refusals included): the answer, its exit code in Leasewal-Exit", "headers": exit,
-					"content": map[string]any{outKind: map[string]any{"schema": out}, "text/plain": map[string]any{"schema": map[string]any{"type": "string"}}}},
+				"200": map[string]any{"description": "decided (refusals included): the answer, its exit code in Leasewal-Exit", "headers": headers,
+					"content": map[string]any{outKind: map[string]any{"schema": out}}},
 				"400": refusal, "401": refusal, "403": refusal, "413": refusal, "503": refusal,
 			},
 		}}

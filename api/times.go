@@ -124,3 +124,11 @@ func trimZero(s string) string {
 	}
 	return s
 }
+
+// Plural is one or many as n asks.
+func Plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

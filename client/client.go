@@ -46,6 +46,8 @@ type Client struct {
 	opts Options
 }
 
+var _ api.Service = (*Client)(nil)
+
 // New is a client of the servers at urls (http or https, tried in order).
 func New(urls []string, opts Options) (*Client, error) {
 	if len(urls) == 0 {
@@ -199,7 +201,7 @@ func (c *Client) call(ctx context.Context, path string, req, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, server, err := c.Send(ctx, http.MethodPost, path, body, http.Header{"Leasewal-Output": {"json"}})
+	resp, server, err := c.Send(ctx, http.MethodPost, path, body, http.Header{})
 	if err != nil {
 		return err
 	}
@@ -333,8 +335,15 @@ func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]a
 // callLines sends body to the operation at path and decodes its answer,
 // one JSON value a line, into As; a refusal is an *api.Error.
 func callLines[A any](ctx context.Context, c *Client, path string, body []byte, contentType string) ([]A, error) {
-	resp, server, err := c.Send(ctx, http.MethodPost, path, body,
-		http.Header{"Leasewal-Output": {"json"}, "Content-Type": {contentType}})
+	var lines []A
+	_, err := eachLine(ctx, c, path, body, contentType, func(line A) error { lines = append(lines, line); return nil })
+	return lines, err
+}
+
+// eachLine sends body to the operation at path and hands each line of its
+// answer, decoded into A, to each; it returns the answer's header.
+func eachLine[A any](ctx context.Context, c *Client, path string, body []byte, contentType string, each func(A) error) (http.Header, error) {
+	resp, server, err := c.Send(ctx, http.MethodPost, path, body, http.Header{"Content-Type": {contentType}})
 	if err != nil {
 		return nil, err
 	}
@@ -354,16 +363,17 @@ func callLines[A any](ctx context.Context, c *Client, path string, body []byte, 
 		}
 		return nil, refusal
 	}
-	var lines []A
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	for dec.More() {
 		var line A
 		if err := dec.Decode(&line); err != nil {
 			return nil, &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that does not decode: %v", err)}
 		}
-		lines = append(lines, line)
+		if err := each(line); err != nil {
+			return nil, err
+		}
 	}
-	return lines, nil
+	return resp.Header, nil
 }
 
 // Heartbeat notes that req.Worker is alive, in the server's advisory
@@ -460,11 +470,58 @@ func (c *Client) WorkInspect(ctx context.Context, req api.WorkInspectRequest) (a
 	return callAs[api.WorkInspect](ctx, c, "worklease/inspect", req)
 }
 
-// Log returns the records that match req, in order.
-func (c *Client) Log(ctx context.Context, req api.LogRequest) ([]api.Record, error) {
+// Log hands each record that matches req on to each, in order, and says
+// where the log stood.
+func (c *Client) Log(ctx context.Context, req api.LogRequest, each func(api.Record) error) (api.LogEnd, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return api.LogEnd{}, err
 	}
-	return callLines[api.Record](ctx, c, "log", body, "application/json")
+	h, err := eachLine(ctx, c, "log", body, "application/json", each)
+	if err != nil {
+		return api.LogEnd{}, err
+	}
+	last, _ := strconv.ParseInt(h.Get("Leasewal-Log-Last-Seq"), 10, 64)
+	return api.LogEnd{FirstAt: h.Get("Leasewal-Log-First-At"), LastSeq: last}, nil
+}
+
+// List hands inspect's listing on one task at a time, its head first.
+func (c *Client) List(ctx context.Context, req api.InspectRequest, into api.Listing) error {
+	v, err := c.Inspect(ctx, req)
+	if err != nil {
+		return err
+	}
+	tasks := v.Tasks
+	v.Tasks = []api.Task{}
+	if err := into.Head(v); err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		if err := into.Task(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Changes signals every PollEvery until ctx is done: a server's WAL cannot
+// be watched from another host.
+func (c *Client) Changes(ctx context.Context) (<-chan struct{}, error) {
+	changed := make(chan struct{}, 1)
+	go func() {
+		tick := time.NewTicker(PollEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				select {
+				case changed <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return changed, nil
 }

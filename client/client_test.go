@@ -140,12 +140,13 @@ func readCalls(ctx context.Context, t *testing.T, c *client.Client, task string)
 	if waited, err := c.Wait(ctx, api.WaitRequest{Tasks: []string{task}, Timeout: "0s"}); err != nil || waited.Result != "TIMEOUT" {
 		t.Fatalf("a wait that looks once: %+v %v", waited, err)
 	}
-	records, err := c.Log(ctx, api.LogRequest{Task: task})
+	var records []api.Record
+	_, err = c.Log(ctx, api.LogRequest{Task: task}, func(r api.Record) error { records = append(records, r); return nil })
 	if err != nil || len(records) != 1 || records[0].Seq == 0 || records[0].RequestID != "b1" || records[0].At == "" {
 		t.Fatalf("the log of %s: %+v %v", task, records, err)
 	}
 	var refused *api.Error
-	if _, err := c.Log(ctx, api.LogRequest{Type: "Nonsense"}); !errors.As(err, &refused) || refused.Exit != api.ExitUsage {
+	if _, err := c.Log(ctx, api.LogRequest{Type: "Nonsense"}, func(api.Record) error { return nil }); !errors.As(err, &refused) || refused.Exit != api.ExitUsage {
 		t.Fatalf("a log of an unknown record type: %#v", err)
 	}
 	if aborted, err := c.Abort(ctx, api.AbortRequest{Task: task, Reason: "not needed"}); err != nil || aborted.State != "DEAD" {

@@ -3,7 +3,6 @@ package cmd
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/spf13/cobra"
@@ -63,20 +62,12 @@ func (a *app) clusterMembers() error {
 	if err := a.needServer(); err != nil {
 		return err
 	}
-	resp, base, err := a.env.send(http.MethodGet, "cluster/members", nil, "json")
-	if err != nil {
+	raw, base, err := a.env.admin(http.MethodGet, "cluster/members", nil)
+	if err != nil || a.env.Output == "json" {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK || a.env.Output == "json" {
-		return a.env.printRemote(resp, base)
-	}
-	defer resp.Body.Close()
 	var v server.Members
-	raw, err := io.ReadAll(resp.Body)
-	if err == nil {
-		err = json.Unmarshal(raw, &v)
-	}
-	if err != nil {
+	if err := json.Unmarshal(raw, &v); err != nil {
 		return fmt.Errorf("%s answered a member list that does not parse: %w", base, err)
 	}
 	t := newTable(a.env.stdout, a.env.palette(), "NODE", "ROLE", "RAFT", "URL")
@@ -95,18 +86,14 @@ func (a *app) clusterRemove(id string) error {
 		return err
 	}
 	body, _ := json.Marshal(server.RemoveRequest{ID: id}) // a string always marshals
-	resp, base, err := a.env.send(http.MethodPost, "cluster/remove", body, "json")
-	if err != nil {
+	raw, base, err := a.env.admin(http.MethodPost, "cluster/remove", body)
+	if err != nil || a.env.Output == "json" {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK || a.env.Output == "json" {
-		return a.env.printRemote(resp, base)
-	}
-	defer resp.Body.Close()
 	var v struct {
 		Already bool `json:"already"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+	if err := json.Unmarshal(raw, &v); err != nil {
 		return &client.UnknownOutcomeError{Server: base, Err: err}
 	}
 	note := "removed"

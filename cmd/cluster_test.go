@@ -23,6 +23,7 @@ import (
 	"leasewal/internal/nemesis"
 	"leasewal/internal/testwait"
 	"leasewal/server"
+	"leasewal/service"
 	"leasewal/store"
 )
 
@@ -165,7 +166,7 @@ func (c *testCluster) start(tn *testNode, join bool) {
 	if c.step > 0 {
 		maxBatch = 1
 	}
-	s := newServer(e, server.NodeBackend{Node: node}, node, server.Options{Token: c.token, MaxBatch: maxBatch})
+	s, _ := newServer(e, service.NodeBackend{Node: node}, node, maxBatch, server.Options{Token: c.token})
 	tn.node, tn.stop = node, s.Stop
 	tn.srv.Store(s)
 }
@@ -550,7 +551,7 @@ func TestClusterRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st server.Status
+	var st service.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.Role != "follower" || st.Leader != leader.http.URL {
 		t.Fatalf("a follower's status: %+v %v (leader %s)", st, err, leader.http.URL)
 	}

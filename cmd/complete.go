@@ -1,16 +1,13 @@
 package cmd
 
 import (
-	"cmp"
+	"context"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
 	"leasewal/api"
-	"leasewal/state"
-	"leasewal/store"
-	"leasewal/view"
 )
 
 func (a *app) newCompleteCmd() *cobra.Command {
@@ -43,7 +40,9 @@ next-after-<lease>). The exit code is the completion's.`,
 				next.Queue = api.List(nextQueue)
 				req.Next = &next
 			}
-			return sendOrRun(a.env, "complete", req, runCompleteRequest)
+			return call(a.env, func(ctx context.Context, s api.Service) (api.Committed, error) { return s.Complete(ctx, req) },
+				committedTable, "repeat the same complete: it answers COMMITTED again and writes nothing",
+				"this completion was recorded as cancelled: discard its result")
 		},
 	}
 	o.flags(c)
@@ -53,68 +52,10 @@ next-after-<lease>). The exit code is the completion's.`,
 	return c
 }
 
-func runCompleteRequest(e env, r api.CompleteRequest) error {
-	if err := required("complete", map[string]string{"task": r.Task, "lease": r.Lease}); err != nil {
-		return err
+func committedTable(v api.Committed) func(io.Writer, palette) error {
+	return func(w io.Writer, p palette) error {
+		return fields(w, p, append([]string{"result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "duplicate", fmt.Sprint(v.Duplicate)}, nextCells(v.Next)...)...)
 	}
-	e.Actor = cmp.Or(r.Actor, e.Actor)
-	if r.Next != nil {
-		return runCompleteAndLease(e, r)
-	}
-	return e.write(func(tx *store.Tx) (answer, error) {
-		dec, err := committer(tx)(tx.State.DecideComplete(r.Task, r.Lease, tx.Now))
-		if err != nil {
-			return answer{}, err
-		}
-		return completeAnswer(dec, nil), nil
-	})
-}
-
-// runCompleteAndLease completes and leases the next task in one write.
-func runCompleteAndLease(e env, r api.CompleteRequest) error {
-	d, err := api.ParseDuration("next-duration", cmp.Or(r.Next.Duration, "30s"))
-	if err != nil {
-		return err
-	}
-	queues, err := parseQueues(string(r.Next.Queue), false)
-	if err != nil {
-		return err
-	}
-	req := state.LeaseRequest{Worker: r.Next.Worker, Duration: d, Queues: queues}
-	return e.write(func(tx *store.Tx) (answer, error) {
-		done, leased, err := tx.CompleteAndLease(r.Task, r.Lease, req)
-		if err != nil {
-			return answer{}, err
-		}
-		next := &api.Next{NextEligibleAt: view.Null(view.Stamp(leased.NextEligibleAt))}
-		if leased.Outcome == state.ResultLeased {
-			lease := view.Lease(leased)
-			next.Lease = &lease
-			next.NextEligibleAt = nil
-		}
-		return completeAnswer(done, next), nil
-	})
-}
-
-// completeAnswer is a completion's answer, with the next lease if one was
-// asked for.
-func completeAnswer(dec state.Decision, next *api.Next) answer {
-	if dec.Outcome == state.ResultCancelled {
-		a := cancelled(dec, "this completion was recorded as cancelled: discard its result")
-		v := a.doc.(api.Cancelled)
-		v.Next = next
-		a.doc = v
-		if next != nil {
-			a.table = func(w io.Writer, p palette) error {
-				return fields(w, p, append([]string{"result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "reason", v.Reason}, nextCells(next)...)...)
-			}
-		}
-		return a
-	}
-	v := api.Committed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate, Next: next}
-	return answer{doc: v, outcome: v.Result, recovery: "repeat the same complete: it answers COMMITTED again and writes nothing", table: func(w io.Writer, p palette) error {
-		return fields(w, p, append([]string{"result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "duplicate", fmt.Sprint(v.Duplicate)}, nextCells(next)...)...)
-	}}
 }
 
 // nextCells are a completion's next lease as table rows (none when it

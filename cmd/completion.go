@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"leasewal/service"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -106,7 +107,7 @@ func completeLeases(s completion, c *cobra.Command) []string {
 		}
 		return out
 	}
-	for worker, leases := range currentLeases(s.st, s.now) {
+	for worker, leases := range service.CurrentLeases(s.st, s.now) {
 		for _, l := range leases {
 			out = append(out, cobra.CompletionWithDesc(l.LeaseID, l.TaskID+" "+worker))
 		}

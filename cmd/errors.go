@@ -10,7 +10,7 @@ import (
 	"leasewal/client"
 	"leasewal/cluster"
 	"leasewal/expect"
-	"leasewal/server"
+	"leasewal/service"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -29,20 +29,6 @@ const (
 	ExitWaitedOut   = api.ExitWaitedOut
 	ExitUnknownSent = api.ExitUnknownSent
 )
-
-// outcomeExit is the exit code of each normal answer. With classify below it
-// is the one table that maps what happened to an exit code.
-func outcomeExit(o state.Outcome) int {
-	switch o {
-	case state.ResultCancelled:
-		return ExitCancelled
-	case state.ResultEmpty:
-		return ExitNotFound
-	case state.ResultTimeout, state.ResultUnreachable:
-		return ExitWaitedOut
-	}
-	return ExitOK
-}
 
 // usageErr is bad input found by the command line itself: a flag, a time, a
 // duration, a file argument.
@@ -98,6 +84,10 @@ func advice(e *state.Error) string {
 // withAdvice is err's message with the advice for a refusal appended.
 func withAdvice(err error) string {
 	msg := err.Error()
+	var remote *api.Error
+	if errors.As(err, &remote) && remote.Error() == msg { // the server's message says it all
+		msg = remote.Message
+	}
 	var (
 		refusal *state.Error
 		unknown *client.UnknownOutcomeError
@@ -141,15 +131,18 @@ func classify(err error) class {
 		unknown  *client.UnknownOutcomeError
 		proposal *cluster.UnknownOutcomeError
 		owned    *store.NodeOwnedError
+		remote   *api.Error
 	)
 	switch {
+	case errors.As(err, &remote): // a server's answer: its kind and exit code
+		return class{code: remote.Exit, kind: remote.Kind, seq: remote.Seq}
 	case errors.As(err, &usage), errors.As(err, &badTrace), errors.As(err, &badFile):
 		return class{code: ExitUsage, kind: "Usage"}
 	case errors.As(err, &unknown), errors.As(err, &proposal):
 		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
 	case errors.Is(err, cluster.ErrNotLeader):
 		return class{code: ExitUnknownSent, kind: "NotLeader"}
-	case errors.Is(err, server.ErrStopping):
+	case errors.Is(err, service.ErrStopping):
 		return class{code: ExitUnknownSent, kind: "Stopping"}
 	case errors.As(err, &owned):
 		return class{code: ExitUsage, kind: "NodeOwned"}

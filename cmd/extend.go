@@ -1,13 +1,12 @@
 package cmd
 
 import (
+	"context"
 	"io"
 
 	"github.com/spf13/cobra"
 
 	"leasewal/api"
-	"leasewal/state"
-	"leasewal/store"
 )
 
 type leaseRef struct {
@@ -38,10 +37,9 @@ has expired gets CANCELLED, exit 3, and nothing is written.`,
 		Example: `  leasewal extend --task T1 --lease L1 --duration 30s`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if a.env.Server != "" {
-				return a.env.sendTyped("extend", api.ExtendRequest{Task: o.taskID, Lease: o.leaseID, Duration: o.duration, Actor: a.env.Actor})
-			}
-			return runExtend(a.env, *o)
+			req := api.ExtendRequest{Task: o.taskID, Lease: o.leaseID, Duration: o.duration, Actor: a.env.Actor}
+			return call(a.env, func(ctx context.Context, s api.Service) (api.Extended, error) { return s.Extend(ctx, req) },
+				extendedTable, "extend again with the same lease: a current lease just moves its expiry", "nothing was written: stop working on "+o.taskID)
 		},
 	}
 	o.flags(c)
@@ -49,25 +47,8 @@ has expired gets CANCELLED, exit 3, and nothing is written.`,
 	return c
 }
 
-func runExtend(e env, o extendOptions) error {
-	d, err := api.ParseDuration("duration", o.duration)
-	if err != nil {
-		return err
+func extendedTable(v api.Extended) func(io.Writer, palette) error {
+	return func(w io.Writer, p palette) error {
+		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "expiry", v.Expiry)
 	}
-	return e.write(func(tx *store.Tx) (answer, error) {
-		dec, err := tx.State.DecideExtend(o.taskID, o.leaseID, d, tx.Now)
-		if err != nil {
-			return answer{}, err
-		}
-		if dec.Outcome == state.ResultCancelled {
-			return cancelled(dec, "nothing was written: stop working on "+dec.TaskID), nil
-		}
-		if err := tx.Commit(dec.Records); err != nil {
-			return answer{}, err
-		}
-		v := api.Extended{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Expiry: formatTime(dec.Expiry)}
-		return answer{doc: v, outcome: v.Result, recovery: "extend again with the same lease: a current lease just moves its expiry", table: func(w io.Writer, p palette) error {
-			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "expiry", v.Expiry)
-		}}, nil
-	})
 }

@@ -1,15 +1,13 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
 	"leasewal/api"
-	"leasewal/state"
-	"leasewal/store"
-	"leasewal/view"
 )
 
 type failOptions struct {
@@ -30,10 +28,10 @@ writes nothing and repeats the answer. A stale lease: TaskCancelled, exit 3.`,
 		Example: `  leasewal fail --task T1 --lease L1 --reason 'upstream timeout'`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if a.env.Server != "" {
-				return a.env.sendTyped("fail", api.FailRequest{Task: o.taskID, Lease: o.leaseID, Reason: o.reason, Permanent: o.permanent, Actor: a.env.Actor})
-			}
-			return runFail(a.env, *o)
+			req := api.FailRequest{Task: o.taskID, Lease: o.leaseID, Reason: o.reason, Permanent: o.permanent, Actor: a.env.Actor}
+			return call(a.env, func(ctx context.Context, s api.Service) (api.Failed, error) { return s.Fail(ctx, req) },
+				failedTable, "repeat the same fail: it answers as it did and writes nothing",
+				"this failure was recorded as cancelled and changes nothing: stop working on "+o.taskID)
 		},
 	}
 	o.flags(c)
@@ -43,25 +41,9 @@ writes nothing and repeats the answer. A stale lease: TaskCancelled, exit 3.`,
 	return c
 }
 
-func runFail(e env, o failOptions) error {
-	return e.write(func(tx *store.Tx) (answer, error) {
-		dec, err := committer(tx)(tx.State.DecideFail(o.taskID, o.leaseID, o.reason, o.permanent, tx.Now))
-		if err != nil {
-			return answer{}, err
-		}
-		if dec.Outcome == state.ResultCancelled {
-			return cancelled(dec, "this failure was recorded as cancelled and changes nothing: stop working on "+dec.TaskID), nil
-		}
-		if !dec.Duplicate {
-			if dec, err = tx.State.FailAnswer(o.taskID, o.leaseID); err != nil {
-				return answer{}, err
-			}
-		}
-		v := api.Failed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
-			NotBefore: view.Stamp(dec.NotBefore), Duplicate: dec.Duplicate}
-		return answer{doc: v, outcome: v.Result, recovery: "repeat the same fail: it answers as it did and writes nothing", table: func(w io.Writer, p palette) error {
-			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "state", v.State,
-				"attempt", fmt.Sprint(v.Attempt), "not before", v.NotBefore, "duplicate", fmt.Sprint(v.Duplicate))
-		}}, nil
-	})
+func failedTable(v api.Failed) func(io.Writer, palette) error {
+	return func(w io.Writer, p palette) error {
+		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "state", v.State,
+			"attempt", fmt.Sprint(v.Attempt), "not before", v.NotBefore, "duplicate", fmt.Sprint(v.Duplicate))
+	}
 }

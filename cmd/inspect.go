@@ -3,19 +3,18 @@ package cmd
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"leasewal/api"
 	"leasewal/state"
-	"leasewal/store"
-	"leasewal/view"
 )
 
 type inspectOptions struct {
@@ -48,10 +47,7 @@ Writes nothing. An unknown task: exit 4.`,
 			if c.Flags().Changed("until") {
 				req.Until = &o.until
 			}
-			if a.env.Server != "" {
-				return a.env.sendTyped("inspect", req)
-			}
-			return runInspectRequest(a.env, req)
+			return runInspect(a.env, req)
 		},
 		ValidArgsFunction: a.completion(completeTasks),
 	}
@@ -63,254 +59,110 @@ Writes nothing. An unknown task: exit 4.`,
 	return c
 }
 
-// runInspectRequest shows what r asks for: the command's, or a server's
-// client's.
-func runInspectRequest(e env, r api.InspectRequest) error {
-	only := taskFilter{queue: r.Queue}
-	if r.State != "" {
-		st, ok := state.ParseTaskState(r.State)
-		if !ok {
-			return usageErr("--state %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", r.State)
-		}
-		only.state = st
+// runInspect shows what r asks for.
+func runInspect(e env, r api.InspectRequest) error {
+	s, err := e.session()
+	if err != nil {
+		return err
 	}
-	var until int64
-	if r.Until != nil {
-		until = *r.Until
+	e.noteMissingWAL()
+	ctx := e.context()
+	switch {
+	case r.Workers:
+		v, err := s.svc.Workers(ctx)
+		return present(e, s, v, e.remoteError(err), workersTable, "", "")
+	case len(r.Tasks) == 0:
+		return e.list(s, r)
 	}
-	ids := slices.Compact(slices.Clone(r.Tasks)) // a task named twice in a row is shown once
-	if seen := map[string]bool{}; len(ids) > 1 {
-		ids = slices.DeleteFunc(ids, func(id string) bool { dup := seen[id]; seen[id] = true; return dup })
+	v, err := s.svc.Inspect(ctx, r)
+	table := func(v api.Inspect) func(io.Writer, palette) error {
+		return func(w io.Writer, p palette) error { return renderInspect(w, p, v) }
 	}
-	if r.Timeline && len(ids) != 1 {
-		return usageErr("--timeline draws one task: name it, e.g. 'leasewal inspect T1 --timeline'")
-	}
-	if r.Until != nil && until < 1 {
-		return usageErr("--until %d: give the seq of a record (1 or more)", until)
-	}
-	opts := e.storeOptions()
-	var taskRecords []state.Record // the records about the one task named
-	if len(ids) == 1 || r.Until != nil {
-		opts.FullReplay = true
-		opts.OnRecord = func(rec state.Record, _ *state.State) error {
-			if len(ids) == 1 && rec.TaskID == ids[0] {
-				taskRecords = append(taskRecords, rec)
-			}
-			if r.Until != nil && rec.Seq == until {
-				return store.ErrStop // the state right after record --until
-			}
-			return nil
-		}
-	}
-	h := store.Open(opts)
-	defer h.Close()
-	return e.operateOn(h, false, func(tx *store.Tx) (answer, error) {
-		st, at := tx.State, tx.Now
-		if r.Until != nil {
-			if st.LastSeq() < until {
-				return answer{}, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: the WAL has records 1 to %d", until, st.LastSeq())}
-			}
-			at = st.LastAt()
-		}
-		if tx.Missing {
-			e.sayWALMissing()
-		}
-		if r.Workers {
-			return workersAnswer(st, at, h.Workers()), nil
-		}
-		if len(ids) == 0 {
-			return listingAnswer(st, at, only)
-		}
-		v, err := buildInspect(st, at, ids, only)
-		if err != nil {
-			return answer{}, err
-		}
-		if len(ids) == 1 && len(v.Tasks) == 1 {
-			v.Tasks[0].Records = make([]api.Record, 0, len(taskRecords))
-			for _, r := range taskRecords {
-				v.Tasks[0].Records = append(v.Tasks[0].Records, view.Record(r))
-			}
-		}
-		var timelineTask *state.Task
-		if r.Timeline {
-			if timelineTask, err = st.Task(ids[0]); err != nil {
-				return answer{}, err
-			}
-		}
-		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
-			if timelineTask != nil {
+	if r.Timeline && err == nil && len(v.Tasks) == 1 {
+		table = func(v api.Inspect) func(io.Writer, palette) error {
+			return func(w io.Writer, p palette) error {
+				records := make([]state.Record, len(v.Tasks[0].Records))
+				for i, rec := range v.Tasks[0].Records {
+					records[i] = rec.Record
+				}
+				t, err := state.TaskOf(records)
+				if err != nil {
+					return fmt.Errorf("drawing %s's timeline from its records: %w", v.Tasks[0].TaskID, err)
+				}
 				width := p.width
 				if width == 0 {
 					width = max(e.terminalWidth(), 200) // wide: room for every note
 				}
-				renderTimeline(w, p, width, timelineTask, cancellations(taskRecords), at)
+				renderTimeline(w, p, width, t, cancellations(records), api.ParseTime(v.At))
 				return nil
 			}
-			return renderInspect(w, p, v)
-		}}, nil
-	})
-}
-
-// taskFilter is what --state and --queue keep of a listing.
-type taskFilter struct {
-	state state.TaskState
-	queue string
-}
-
-// shows reports whether a task as viewed is listed.
-func (f taskFilter) shows(tv api.Task) bool {
-	return (f.state == "" || tv.State == string(f.state)) && (f.queue == "" || tv.Queue == f.queue)
-}
-
-// inspectTasks selects the tasks inspect shows: the named ones, or all of
-// them (only the unfinished ones for --state WAITING or LEASED: a finished
-// task never waits or holds a lease again, so the archive is not read).
-func inspectTasks(st *state.State, ids []string, only taskFilter) ([]*state.Task, error) {
-	switch {
-	case len(ids) == 0 && (only.state == state.Waiting || only.state == state.Leased):
-		return st.Live(), nil
-	case len(ids) == 0:
-		return st.Tasks()
-	}
-	tasks := make([]*state.Task, 0, len(ids))
-	for _, id := range ids {
-		t, err := st.Task(id)
-		if err != nil {
-			return nil, err
-		}
-		tasks = append(tasks, t)
-	}
-	return tasks, nil
-}
-
-// countStates counts the tasks listed, by their state at at.
-func countStates(tasks []*state.Task, at int64, only taskFilter) map[string]int {
-	counts := map[string]int{}
-	for _, t := range tasks {
-		if c := t.At(at); only.shows(api.Task{State: string(c.State), Queue: c.Queue}) {
-			counts[string(c.State)]++
 		}
 	}
-	return counts
+	return present(e, s, v, e.remoteError(err), table, "", "")
 }
 
-func buildInspect(st *state.State, at int64, ids []string, only taskFilter) (api.Inspect, error) {
-	v := api.Inspect{Result: state.ResultOK, At: formatTime(at), Counts: map[string]int{}, Tasks: []api.Task{}}
-	tasks, err := inspectTasks(st, ids, only)
-	if err != nil {
-		return v, err
-	}
-	eachShown(tasks, at, only, func(tv api.Task) error {
-		v.Counts[tv.State]++
-		v.Tasks = append(v.Tasks, tv)
-		return nil
-	})
-	return v, nil
-}
-
-// eachShown calls fn with the view of each task listed under only, in
-// order, until fn fails.
-func eachShown(tasks []*state.Task, at int64, only taskFilter, fn func(api.Task) error) error {
-	for _, t := range tasks {
-		if tv := view.Task(t, at); only.shows(tv) {
-			if err := fn(tv); err != nil {
+// list is inspect without task ids: every task, drawn or encoded one at a
+// time as the service hands it on, so that a listing of a long history
+// never holds every task's view, nor all of its output, in memory.
+func (e env) list(s *session, r api.InspectRequest) error {
+	out := &stickyWriter{w: bufio.NewWriterSize(e.stdout, 8<<10)}
+	p := e.palette()
+	var (
+		table *sheet
+		first = true
+		at    int64
+	)
+	into := api.Listing{
+		Head: func(v api.Inspect) error {
+			at = api.ParseTime(v.At)
+			if e.Output == "json" {
+				var b bytes.Buffer
+				writeJSON(&b, v)
+				prefix, ok := bytes.CutSuffix(b.Bytes(), []byte("[]}\n"))
+				if !ok {
+					return fmt.Errorf("internal error: the listing does not end with its tasks")
+				}
+				out.Write(prefix)
+				_, err := out.Write([]byte{'['})
 				return err
 			}
-		}
+			listed := 0
+			for _, n := range v.Counts {
+				listed += n
+			}
+			renderInspectHead(out, p, v, listed)
+			if listed > 0 || p.tsv { // TSV has its header row even with no rows
+				table = newInspectTable(out, p)
+			}
+			return nil
+		},
+		Task: func(t api.Task) error {
+			if e.Output != "json" {
+				appendTaskRow(table, p, t, at)
+				return nil
+			}
+			if !first {
+				out.Write([]byte{','})
+			}
+			first = false
+			return writeJSONValue(out, t)
+		},
 	}
-	return nil
-}
-
-// listingHead is the view of inspect without task ids, but for its tasks
-// (counts and summary), and the tasks to draw it from one at a time.
-func listingHead(st *state.State, at int64, only taskFilter) (api.Inspect, []*state.Task, error) {
-	tasks, err := inspectTasks(st, nil, only)
-	if err != nil {
-		return api.Inspect{}, nil, err
+	if err := s.svc.List(e.context(), r, into); err != nil {
+		return e.remoteError(err)
 	}
-	v := api.Inspect{Result: state.ResultOK, At: formatTime(at), Counts: countStates(tasks, at, only), Summary: summarize(st, at), Tasks: []api.Task{}}
-	return v, tasks, nil
-}
-
-// listingAnswer is inspect without task ids: every task, drawn or encoded
-// one at a time from the tasks selected under the lock, so that a listing of
-// a long history never holds every task's view, nor all of its output, in
-// memory.
-func listingAnswer(st *state.State, at int64, only taskFilter) (answer, error) {
-	v, tasks, err := listingHead(st, at, only)
-	if err != nil {
-		return answer{}, err
-	}
-	l := listing{head: v, tasks: tasks, at: at, only: only}
-	return answer{doc: l, outcome: v.Result, table: l.render}, nil
-}
-
-// listing is the listing of every task, as api.Inspect would hold it.
-type listing struct {
-	head  api.Inspect
-	tasks []*state.Task
-	at    int64
-	only  taskFilter
-}
-
-// streamJSON writes exactly what writeJSON writes for the view with every
-// task in it, one task at a time.
-func (l listing) streamJSON(w io.Writer) error {
-	var head bytes.Buffer
-	writeJSON(&head, l.head)
-	prefix, ok := bytes.CutSuffix(head.Bytes(), []byte("[]}\n"))
-	if !ok {
-		return fmt.Errorf("internal error: the listing does not end with its tasks")
-	}
-	out := bufio.NewWriter(w)
-	out.Write(prefix)
-	out.WriteByte('[')
-	var one bytes.Buffer
-	enc := json.NewEncoder(&one)
-	enc.SetEscapeHTML(false) // as writeJSON
-	first := true
-	err := eachShown(l.tasks, l.at, l.only, func(tv api.Task) error {
-		if !first {
-			out.WriteByte(',')
-		}
-		first = false
-		one.Reset()
-		if err := enc.Encode(tv); err != nil {
+	switch {
+	case e.Output == "json":
+		out.Write([]byte("]}\n"))
+	case table != nil:
+		if err := table.Render(); err != nil {
 			return err
 		}
-		_, err := out.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
-		return err
-	})
-	if err != nil {
-		return err
 	}
-	out.WriteString("]}\n")
-	return out.Flush()
-}
-
-func summarize(st *state.State, at int64) *api.InspectSummary {
-	sum := &api.InspectSummary{Queues: map[string]map[string]int{}}
-	var next int64
-	for _, t := range st.Live() { // only unfinished tasks wait or hold leases
-		c := t.At(at)
-		if !c.State.Terminal() {
-			if sum.Queues[c.Queue] == nil {
-				sum.Queues[c.Queue] = map[string]int{}
-			}
-			sum.Queues[c.Queue][string(c.State)]++
-		}
-		switch {
-		case c.State == state.Leased:
-			sum.CurrentLeases++
-			if sum.NextExpiry == nil || c.Lease.Expiry < next {
-				next = c.Lease.Expiry
-				sum.NextExpiry = &api.HeldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: formatTime(next)}
-			}
-		case c.State == state.Waiting && sum.OldestWaiting == nil: // tasks are in creation order
-			sum.OldestWaiting = &api.OldestWaiting{TaskID: c.ID, CreatedAt: formatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
-		}
+	if err := out.flush(); err != nil && !errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("writing the answer to stdout: %w", err)
 	}
-	return sum
+	return nil
 }
 
 // cancellations are the TaskCancelled records among a task's records.
@@ -348,25 +200,6 @@ func renderInspect(w io.Writer, p palette, v api.Inspect) error {
 		return renderLog(w, p, v.Tasks[0].Records, v.Tasks[0].Records[0].Record.At)
 	}
 	return nil
-}
-
-// render draws the listing of every task as renderInspect draws its view,
-// building each task's view only for its row.
-func (l listing) render(w io.Writer, p palette) error {
-	listed := 0
-	for _, n := range l.head.Counts {
-		listed += n
-	}
-	renderInspectHead(w, p, l.head, listed)
-	if listed == 0 && !p.tsv { // TSV has its header row even with no rows
-		return nil
-	}
-	t := newInspectTable(w, p)
-	eachShown(l.tasks, l.at, l.only, func(tv api.Task) error {
-		appendTaskRow(t, p, tv, l.at)
-		return nil
-	})
-	return t.Render()
 }
 
 // renderInspectHead prints the line of counts and the summary.
@@ -415,31 +248,9 @@ func appendTaskRow(t *sheet, p palette, tv api.Task, at int64) {
 		p.when(tv.Deadline, at), escape(tv.Reason))
 }
 
-const registryNote = "the registry is advisory soft state: heartbeats never grant or keep a lease, only the WAL does"
-
-// workersAnswer shows every worker that heartbeated or holds a lease at at.
-func workersAnswer(st *state.State, at int64, reg map[string]int64) answer {
-	leases := currentLeases(st, at)
-	names := map[string]bool{}
-	for w := range reg {
-		names[w] = true
-	}
-	for w := range leases {
-		names[w] = true
-	}
-	v := api.Workers{Result: state.ResultOK, At: formatTime(at), Note: registryNote, Workers: []api.Worker{}}
-	for _, w := range slices.Sorted(maps.Keys(names)) {
-		wv := api.Worker{WorkerID: w, Leases: leases[w]}
-		if wv.Leases == nil {
-			wv.Leases = []api.HeldLease{}
-		}
-		if last, ok := reg[w]; ok {
-			ago := at - last
-			wv.LastHeartbeat, wv.HeartbeatAge = view.Null(formatTime(last)), &ago
-		}
-		v.Workers = append(v.Workers, wv)
-	}
-	return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+// workersTable draws every worker that heartbeated or holds a lease.
+func workersTable(v api.Workers) func(io.Writer, palette) error {
+	return func(w io.Writer, p palette) error {
 		t := newTable(w, p, "WORKER", "LAST HEARTBEAT", "AGO", "CURRENT LEASES")
 		for _, wv := range v.Workers {
 			ago := "never"
@@ -460,5 +271,5 @@ func workersAnswer(st *state.State, at int64, reg map[string]int64) answer {
 		}
 		_, err := fmt.Fprintln(w, p.line("note: "+v.Note))
 		return err
-	}}
+	}
 }

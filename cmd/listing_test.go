@@ -2,14 +2,16 @@ package cmd
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"leasewal/api"
 	"leasewal/internal/histgen"
-	"leasewal/state"
+	"leasewal/service"
 	"leasewal/store"
 )
 
@@ -21,39 +23,32 @@ func TestListingsAreTheViewStreamed(t *testing.T) {
 	if code, out, errOut := cli("--wal", walPath, "--now", "2026-11-01T00:00:00Z", "submit", "--payload", "<a & b>", "-o", "json"); code != 0 {
 		t.Fatal(out, errOut)
 	}
-	h := store.Open(store.Options{Path: walPath, LockTimeout: time.Second})
-	defer h.Close()
-	var st *state.State
-	var now int64
-	if err := h.Read(func(tx *store.Tx) error { st, now = tx.State, tx.Now; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	for _, only := range []taskFilter{{}, {state: state.Waiting}, {state: state.Leased}, {state: state.Completed}, {state: state.Failed}, {state: state.Dead}, {queue: "default"}, {queue: "none"}, {state: state.Dead, queue: "default"}} {
-		v, err := buildInspect(st, now, nil, only)
+	const at = "2026-11-01T00:00:00Z"
+	svc := service.New(service.Options{Store: store.Options{Path: walPath, LockTimeout: time.Second,
+		Clock: func(int64) (int64, error) { return api.ParseTime("2026-11-01T00:00:00.000Z"), nil }}})
+	for _, only := range []api.InspectRequest{{}, {State: "WAITING"}, {State: "LEASED"}, {State: "COMPLETED"}, {State: "FAILED"}, {State: "DEAD"}, {Queue: "default"}, {Queue: "none"}, {State: "DEAD", Queue: "default"}} {
+		v, err := svc.Inspect(context.Background(), only)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v.Summary = summarize(st, now)
-		a, err := listingAnswer(st, now, only)
-		if err != nil {
-			t.Fatal(err)
+		args := []string{"--wal", walPath, "--now", at, "inspect"}
+		if only.State != "" {
+			args = append(args, "--state", only.State)
 		}
-		var want, got bytes.Buffer
+		if only.Queue != "" {
+			args = append(args, "--queue", only.Queue)
+		}
+		var want bytes.Buffer
 		writeJSON(&want, v)
-		if err := a.doc.(jsonStreamer).streamJSON(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got.String() != want.String() {
-			t.Fatalf("--state %q: streamed %d bytes differ from the view's %d", only, got.Len(), want.Len())
+		code, got, errOut := cli(append(args, "-o", "json")...)
+		if code != 0 || got != want.String() {
+			t.Fatalf("%+v: exit %d, streamed %d bytes differ from the view's %d: %s", only, code, len(got), want.Len(), errOut)
 		}
 		want.Reset()
-		got.Reset()
 		renderInspect(&want, palette{}, v)
-		if err := a.table(&got, palette{}); err != nil {
-			t.Fatal(err)
-		}
-		if got.String() != want.String() || !strings.Contains(got.String(), "DEADLINE") && len(v.Tasks) > 0 {
-			t.Fatalf("--state %q: the table drawn row by row differs from the view's:\n%s\n%s", only, got.String(), want.String())
+		code, got, errOut = cli(append(args, "-o", "wide")...)
+		if code != 0 || got != want.String() || !strings.Contains(got, "DEADLINE") && len(v.Tasks) > 0 {
+			t.Fatalf("%+v: exit %d, the table drawn row by row differs from the view's:\n%s\n%s%s", only, code, got, want.String(), errOut)
 		}
 	}
 }

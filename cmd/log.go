@@ -5,19 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"leasewal/api"
 	"leasewal/state"
-	"leasewal/store"
-	"leasewal/view"
 )
 
 type logOptions struct {
@@ -53,12 +47,6 @@ ms, or +DURATION after the first record). Writes nothing.`,
   leasewal log --from 10 --to 20 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if a.env.Server != "" {
-				if o.follow {
-					return a.env.followRemote(o.request())
-				}
-				return a.env.sendTyped("log", o.request())
-			}
 			return runLog(a.env, *o)
 		},
 	}
@@ -84,199 +72,131 @@ func (o logOptions) request() api.LogRequest {
 		Lease: o.lease, Domain: o.domain, Queue: o.queue, Since: o.since, Until: o.until, Absolute: o.absolute}
 }
 
-// runLogRequest prints the records r asks for: a server's client's.
-func runLogRequest(e env, r api.LogRequest) error {
-	o := logOptions{taskID: r.Task, from: max(r.From, 1), to: r.To, worker: r.Worker, lease: r.Lease, domain: r.Domain,
-		queue: r.Queue, since: r.Since, until: r.Until, absolute: r.Absolute}
-	if r.From < 0 {
-		o.from = r.From // refused as the flag is
-	}
-	if r.Type != "" {
-		o.types = strings.Split(string(r.Type), ",")
-	}
-	return runLog(e, o)
-}
-
-// logFilter decides which records log prints.
-type logFilter struct {
-	o            *logOptions
-	types        map[state.RecordType]bool
-	since, until int64
-	st           *state.State // as of the record being filtered
-}
-
-// newLogFilter reads the filter flags; --since and --until count from the
-// time of the first record (first).
-func newLogFilter(o *logOptions, first int64) (*logFilter, error) {
-	if o.from < 1 || (o.to != 0 && o.to < o.from) {
-		return nil, usageErr("--from must be at least 1 and --to (if given) at least --from")
-	}
-	f := &logFilter{o: o, until: -1}
-	for _, name := range o.types {
-		typ, ok := state.ParseRecordType(name)
-		if !ok {
-			return nil, usageErr("--type %q is not a record type: use one of %s", name, strings.Join(state.RecordTypeNames(), ", "))
-		}
-		if f.types == nil {
-			f.types = map[state.RecordType]bool{}
-		}
-		f.types[typ] = true
-	}
-	var err error
-	if o.since != "" {
-		if f.since, err = logTime("since", o.since, first); err != nil {
-			return nil, err
-		}
-	}
-	if o.until != "" {
-		if f.until, err = logTime("until", o.until, first); err != nil {
-			return nil, err
-		}
-	}
-	return f, nil
-}
-
-// logTime reads a --since/--until time: RFC 3339, unix ms, or +DURATION after first.
-func logTime(flag, text string, first int64) (int64, error) {
-	if n, err := strconv.ParseInt(text, 10, 64); err == nil && n >= 0 && n < 1e11 {
-		seq := map[string]string{"since": "from", "until": "to"}[flag]
-		return 0, usageErr("--%s %q is a time, and this looks like a record's seq: did you mean --%s %s?", flag, text, seq, text)
-	}
-	ms, err := api.ParseTimeFlag("--"+flag, text, first, first)
-	if err != nil {
-		return 0, usageErr("--%s %q is not a time: use RFC 3339, unix milliseconds, or +DURATION after the first record", flag, text)
-	}
-	return ms, nil
-}
-
-func (f *logFilter) keep(r state.Record) bool {
-	o := f.o
-	switch {
-	case r.Seq < o.from || (o.to != 0 && r.Seq > o.to):
-		return false
-	case r.At < f.since || (f.until >= 0 && r.At > f.until):
-		return false
-	case f.types != nil && !f.types[r.Type]:
-		return false
-	case o.taskID != "" && r.TaskID != o.taskID:
-		return false
-	case o.lease != "" && r.LeaseID != o.lease:
-		return false
-	case o.domain != "" && r.Domain != o.domain:
-		return false
-	case o.worker != "" && f.workerOf(r) != o.worker:
-		return false
-	case o.queue != "" && f.queueOf(r) != o.queue:
-		return false
-	}
-	return true
-}
-
-// queueOf is the queue of the task a record is about ("" for none).
-func (f *logFilter) queueOf(r state.Record) string {
-	if r.TaskID == "" {
-		return ""
-	}
-	if t, err := f.st.Task(r.TaskID); err == nil {
-		return t.Queue
-	}
-	return ""
-}
-
-// workerOf is the worker a record concerns: the one it names, or the one its
-// lease was granted to.
-func (f *logFilter) workerOf(r state.Record) string {
-	if r.WorkerID != "" || r.LeaseID == "" {
-		return r.WorkerID
-	}
-	if t, err := f.st.Task(r.TaskID); err == nil {
-		if a := t.AttemptOf(r.LeaseID); a != nil {
-			return a.Worker
-		}
-	}
-	return ""
-}
-
-// runLog filters the records as the replay reads them, so that it holds the
-// state and the rows to draw, never every record; JSON lines wait in a spool,
-// so that a damaged record prints only the error, as for any command.
+// runLog prints the records as the service hands them on, so that it
+// holds the rows to draw, never every record; JSON lines wait in a spool,
+// so that a damaged record prints only the error, as for any command. With
+// --follow it then prints each new record as it comes, until SIGINT or
+// SIGTERM, on the WAL or through a server alike.
 func runLog(e env, o logOptions) error {
-	f, err := newLogFilter(&o, 0) // the flags' syntax, before reading anything
+	req := o.request()
+	if o.follow {
+		if err := e.needsWallClock("log --follow"); err != nil {
+			return err
+		}
+	}
+	s, err := e.session()
 	if err != nil {
 		return err
 	}
-	first, taskFirst := int64(0), int64(-1)
 	var entries []api.Record
 	lines := &spool{}
 	defer lines.discard()
-	opts := e.storeOptions()
-	opts.FullReplay = true
-	opts.OnRecord = func(r state.Record, st *state.State) error {
-		if r.Seq == 1 {
-			first = r.At
-			if f, err = newLogFilter(&o, first); err != nil {
-				return err
-			}
-		}
-		if f.st = st; !f.keep(r) {
-			return nil
-		}
-		if taskFirst < 0 && o.taskID != "" {
-			taskFirst = r.At // a task's story is told from its own first record, as inspect T does
-		}
+	end, err := s.svc.Log(e.context(), req, func(r api.Record) error {
 		if e.Output == "json" {
-			writeJSON(lines, view.Record(r))
+			writeJSON(lines, r)
 		} else {
-			entries = append(entries, view.Record(r))
-		}
-		if o.to != 0 && r.Seq >= o.to {
-			return store.ErrStop // nothing after --to is printed
+			entries = append(entries, r)
 		}
 		return nil
-	}
-	var last int64 // the last record of the first pass: following prints what comes after
-	h := store.Open(opts)
-	defer h.Close()
-	err = e.operateOn(h, false, func(tx *store.Tx) (answer, error) {
-		last = tx.State.LastSeq()
-		if o.taskID != "" {
-			if _, err := tx.State.Task(o.taskID); err != nil {
-				return answer{}, err
-			}
-		}
-		base := first
-		if taskFirst >= 0 {
-			base = taskFirst
-		}
-		if o.absolute {
-			base = -1
-		}
-		return answer{doc: lines, outcome: state.ResultOK, table: func(w io.Writer, p palette) error {
-			if o.follow && !p.tsv { // a box cannot grow: the whole stream is aligned lines
-				stream := newLogStream(p, o.absolute)
-				stream.header(w)
-				for _, entry := range entries {
-					stream.line(w, entry, base)
-				}
-				return nil
-			}
-			if len(entries) == 0 && !p.tsv {
-				_, err := fmt.Fprintln(w, "no records match")
-				return err
-			}
-			return renderLog(w, p, entries, base)
-		}}, nil
 	})
+	if err != nil {
+		return e.remoteError(err)
+	}
+	first, err := e.firstAt(s, end)
+	if err != nil {
+		return err
+	}
+	base := first
+	if o.taskID != "" && len(entries) > 0 {
+		base = entries[0].Record.At // a task's story is told from its own first record, as inspect T does
+	}
+	if o.absolute {
+		base = -1
+	}
+	err = e.print(answer{doc: lines, outcome: state.ResultOK, table: func(w io.Writer, p palette) error {
+		if o.follow && !p.tsv { // a box cannot grow: the whole stream is aligned lines
+			stream := newLogStream(p, o.absolute)
+			stream.header(w)
+			for _, entry := range entries {
+				stream.line(w, entry, base)
+			}
+			return nil
+		}
+		if len(entries) == 0 && !p.tsv {
+			_, err := fmt.Fprintln(w, "no records match")
+			return err
+		}
+		return renderLog(w, p, entries, base)
+	}}, nil)
 	if err != nil || !o.follow {
 		return err
 	}
-	if err := e.needsWallClock("log --follow"); err != nil {
+	return e.follow(s, req, base, end.LastSeq)
+}
+
+// firstAt is the time of the WAL's first record, which a table's offsets
+// count from: as the log call read it, or asked for.
+func (e env) firstAt(s *session, end api.LogEnd) (int64, error) {
+	if end.FirstAt != "" || end.LastSeq == 0 {
+		return api.ParseTime(end.FirstAt), nil
+	}
+	var first int64
+	_, err := s.svc.Log(e.context(), api.LogRequest{From: 1, To: 1}, func(r api.Record) error { first = r.Record.At; return nil })
+	return first, e.remoteError(err)
+}
+
+// follow prints the records appended after seq last as they come, one line
+// each in the columns of the records so far (base as theirs), until SIGINT
+// or SIGTERM: it looks again whenever the service says the WAL may have
+// changed (inotify on this machine, a poll of a server).
+func (e env) follow(s *session, req api.LogRequest, base, last int64) error {
+	_, ctx, stop := e.catchInterrupts()
+	defer stop()
+	changes, err := s.svc.Changes(ctx)
+	if err != nil {
 		return err
 	}
-	if taskFirst >= 0 {
-		first = taskFirst // new records are timed as the ones so far were
+	out := bufio.NewWriter(e.stdout)
+	p := e.palette()
+	stream := newLogStream(p, req.Absolute)
+	for { // a turn first: what came before the changes were watched is not missed
+		turn := req
+		turn.From = max(last+1, req.From)
+		end, err := s.svc.Log(ctx, turn, func(r api.Record) error {
+			if base == 0 { // the log was empty: offsets count from its first record
+				base = r.Record.At
+			}
+			switch e.Output {
+			case "json":
+				writeJSON(out, r)
+			case "tsv":
+				p := p
+				p.noHeaders = true // the header came with the records so far
+				_ = renderLog(out, p, []api.Record{r}, base)
+			default:
+				stream.line(out, r, base)
+			}
+			return nil
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return e.remoteError(err)
+		}
+		last = max(last, end.LastSeq)
+		if err := out.Flush(); err != nil {
+			if errors.Is(err, syscall.EPIPE) {
+				return nil // the reader went away: 'leasewal log --follow | head'
+			}
+			return fmt.Errorf("writing the records to stdout: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+		}
 	}
-	return followLog(e, &o, f, first, last)
 }
 
 // logStream draws log --follow's records as lines of fixed columns fitted
@@ -331,69 +251,6 @@ func (s logStream) write(w io.Writer, cells []string) {
 		}
 	}
 	fmt.Fprintln(w, s.p.line(strings.TrimRight(b.String(), " ")))
-}
-
-// followLog prints the records appended after seq last as they come, one
-// line each in the columns of the records so far, until SIGINT or SIGTERM. It keeps one
-// handle: each turn reads only what was appended since the last.
-func followLog(e env, o *logOptions, f *logFilter, first, last int64) error {
-	out := bufio.NewWriter(e.stdout)
-	stream := newLogStream(e.palette(), o.absolute)
-	opts := e.storeOptions()
-	opts.OnRecord = func(r state.Record, st *state.State) error {
-		if r.Seq <= last {
-			return nil // printed already, or before a checkpoint's position
-		}
-		last = r.Seq
-		if f.st = st; !f.keep(r) {
-			return nil
-		}
-		entry := view.Record(r)
-		base := first
-		if o.absolute {
-			base = -1
-		}
-		switch e.Output {
-		case "json":
-			writeJSON(out, entry)
-		case "tsv":
-			p := e.palette()
-			p.noHeaders = true // the header came with the records so far
-			_ = renderLog(out, p, []api.Record{entry}, base)
-		default:
-			stream.line(out, entry, base)
-		}
-		return nil
-	}
-	h := store.Open(opts)
-	defer h.Close()
-	watcher, err := h.Watch()
-	if err != nil {
-		return fmt.Errorf("watching %s for changes: %w", e.WAL, err)
-	}
-	defer watcher.Close()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	for {
-		if err := h.Read(func(*store.Tx) error { return nil }); err != nil {
-			return err
-		}
-		if err := out.Flush(); err != nil {
-			if errors.Is(err, syscall.EPIPE) {
-				return nil // the reader went away: 'leasewal log --follow | head'
-			}
-			return fmt.Errorf("writing the records to stdout: %w", err)
-		}
-		select {
-		case <-sigs:
-			return nil
-		default:
-		}
-		if _, err := watcher.Wait(time.Now().Add(250 * time.Millisecond)); err != nil {
-			return err
-		}
-	}
 }
 
 // logColumns are the columns of log's table, TSV and follow lines.

@@ -23,7 +23,7 @@ func init() {
 	openapi3filter.RegisterBodyDecoder("application/x-ndjson", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
 		var lines []any
 		scan := bufio.NewScanner(body)
-		scan.Buffer(nil, maxBatchLine)
+		scan.Buffer(nil, api.MaxBatchLine)
 		for scan.Scan() {
 			if len(bytes.TrimSpace(scan.Bytes())) == 0 {
 				continue

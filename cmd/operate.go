@@ -2,18 +2,15 @@ package cmd
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"leasewal/api"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	"leasewal/server"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -59,60 +56,10 @@ func (e env) read(decide func(tx *store.Tx) (answer, error)) error {
 // operate opens a handle with opts, runs decide once in it, and prints the
 // answer once the lock is released (the handle stays open until then, since
 // a listing draws from its state).
-//
-// Inside a server (serve), an operation on the plain options joins the
-// server's next batch instead (group commit: one write and one fsync for the
-// batch); one that reads the records itself runs on a handle of its own.
 func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx) (answer, error)) error {
-	if e.batch != nil && opts.OnRecord == nil && opts.BeforeRecord == nil && opts.Verifier == nil && !opts.FullReplay {
-		a, committed, err := e.inBatch(decide)
-		if err != nil {
-			return err
-		}
-		return e.print(a, committed)
-	}
 	h := store.Open(opts)
 	defer h.Close()
 	return e.operateOn(h, writing, decide)
-}
-
-// inBatch decides in the server's next batch (group commit), and returns
-// once the batch is durable.
-func (e env) inBatch(decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
-	var a answer
-	committed, err := e.batch.Run(e.context(), func(tx *store.Tx) error {
-		var err error
-		a, err = decide(tx)
-		return err
-	})
-	return a, committed, err
-}
-
-// committer commits in tx the records of the decision it is given, or passes
-// its refusal on: committer(tx)(tx.State.DecideX(…)).
-func committer(tx *store.Tx) func(state.Decision, error) (state.Decision, error) {
-	return func(d state.Decision, err error) (state.Decision, error) {
-		if err != nil {
-			return d, err
-		}
-		return d, tx.Commit(d.Records)
-	}
-}
-
-// runAck runs a verb that creates a task (submit, requeue): it commits the
-// decision and answers ACK with the task.
-func (e env) runAck(decide func(st *state.State, now int64) (state.Decision, error)) error {
-	return e.write(func(tx *store.Tx) (answer, error) {
-		d, err := committer(tx)(decide(tx.State, tx.Now))
-		if err != nil {
-			return answer{}, err
-		}
-		t, err := tx.State.Task(d.TaskID)
-		if err != nil {
-			return answer{}, err
-		}
-		return ackAnswer(d, t), nil
-	})
 }
 
 // operateOn is operate on a handle the caller holds.
@@ -145,128 +92,8 @@ func decideOn(h *store.Handle, writing bool, decide func(tx *store.Tx) (answer, 
 	return a, committed, err
 }
 
-// waitUntil is when a waiter next looks again: at the next time-based event
-// (next, unix ms; 0 for none) or at its deadline, whichever comes first. A
-// zero deadline is no deadline.
-func waitUntil(next int64, deadline time.Time) time.Time {
-	if next == 0 {
-		return deadline
-	}
-	at := time.UnixMilli(next)
-	if deadline.IsZero() || at.Before(deadline) {
-		return at
-	}
-	return deadline
-}
-
 // resultInterrupted is the answer of a wait ended by SIGINT or SIGTERM.
 const resultInterrupted state.Outcome = "INTERRUPTED"
-
-// interrupter catches SIGINT and SIGTERM for a command that waits, from
-// before its wait can begin (a signal then is kept, not fatal), and ends the
-// wait of the watcher it is given.
-type interrupter struct {
-	sigs   chan os.Signal
-	caught chan os.Signal
-	done   chan struct{}
-	got    os.Signal
-}
-
-func catchInterrupts() *interrupter {
-	i := &interrupter{sigs: make(chan os.Signal, 1), caught: make(chan os.Signal, 1), done: make(chan struct{})}
-	signal.Notify(i.sigs, syscall.SIGINT, syscall.SIGTERM)
-	return i
-}
-
-// watch ends w's waits at the first signal, caught already or to come.
-func (i *interrupter) watch(w *store.Watcher) {
-	if i == nil {
-		return
-	}
-	go func() {
-		select {
-		case s := <-i.sigs:
-			i.caught <- s
-			w.Interrupt()
-		case <-i.done:
-		}
-	}()
-}
-
-// signalled is the signal that came, nil while none has (or for no
-// interrupter: a server's request ends with the request, not by a signal).
-func (i *interrupter) signalled() os.Signal {
-	if i == nil {
-		return nil
-	}
-	select {
-	case i.got = <-i.caught:
-	default:
-	}
-	return i.got
-}
-
-// stop stops catching: the signals' default actions are back.
-func (i *interrupter) stop() {
-	if i == nil {
-		return
-	}
-	signal.Stop(i.sigs)
-	close(i.done)
-}
-
-// waiter is what a command that waits (wait, lease --wait) waits with: the
-// WAL's watcher, whose waits end early at SIGINT or SIGTERM for a local
-// command (caught from before the watch exists, so a signal is never
-// fatal), or inside a server when the request's client goes or the server
-// stops.
-type waiter struct {
-	watcher    *store.Watcher
-	interrupts *interrupter // nil inside a server: a request ends with its request, not by a signal
-	ctx        context.Context
-	release    func()
-}
-
-func (e env) newWaiter(h *store.Handle) (*waiter, error) {
-	var interrupts *interrupter
-	if e.batch == nil {
-		interrupts = catchInterrupts()
-	}
-	w, err := h.Watch()
-	if err != nil {
-		interrupts.stop()
-		return nil, fmt.Errorf("watching %s for changes: %w", e.WAL, err)
-	}
-	interrupts.watch(w)
-	return &waiter{watcher: w, interrupts: interrupts, ctx: e.context(), release: e.interruptWhenDone(w)}, nil
-}
-
-// wait blocks until the WAL may have changed, until is reached, or a
-// signal came; server.ErrClientGone once the request's client has gone.
-func (x *waiter) wait(until time.Time) error {
-	if _, err := x.watcher.Wait(until); err != nil && !errors.Is(err, store.ErrInterrupted) {
-		return err
-	}
-	if x.ctx.Err() != nil {
-		return server.ErrClientGone
-	}
-	return nil
-}
-
-// signalled is the signal that came, nil while none has (and before the
-// waiter exists).
-func (x *waiter) signalled() os.Signal {
-	if x == nil {
-		return nil
-	}
-	return x.interrupts.signalled()
-}
-
-func (x *waiter) close() {
-	x.release()
-	x.interrupts.stop()
-	x.watcher.Close()
-}
 
 // interrupted prints a's answer as INTERRUPTED and exits as a shell does
 // after the signal: 130 for SIGINT, 143 for SIGTERM.
@@ -274,10 +101,7 @@ func (e env) interrupted(a answer, sig os.Signal) error {
 	if err := e.print(a, nil); err != nil {
 		return err
 	}
-	if sig == syscall.SIGINT {
-		return &exitStatus{code: 130}
-	}
-	return &exitStatus{code: 143}
+	return exitAfter(sig)
 }
 
 // needsWallClock refuses an explicit --now for a verb that waits in real time.
@@ -321,7 +145,7 @@ func (e env) print(a answer, committed []state.Record) error {
 	if a.advice != "" {
 		fmt.Fprintf(e.stderr, "leasewal: %s\n", a.advice)
 	}
-	if code := outcomeExit(a.outcome); code != ExitOK {
+	if code := api.OutcomeExit(a.outcome); code != ExitOK {
 		return &exitStatus{code: code}
 	}
 	return nil

@@ -29,7 +29,6 @@ import (
 	"leasewal/client"
 	"leasewal/expect"
 	"leasewal/runner"
-	"leasewal/server"
 	"leasewal/store"
 )
 
@@ -59,46 +58,11 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	// batch, inside a server, is where operations go to be group-committed.
-	batch *server.Batcher
-	// ctx, inside a server, is the request's: a wait ends when its client
-	// goes, and nothing is decided for a client that has gone. nil outside.
-	ctx context.Context
-	// stopping, inside a server, is done once the server stops: its waits
-	// end early, answering what they have.
-	stopping context.Context
 }
 
-// stopped says whether the server this runs in is stopping.
-func (e env) stopped() bool { return e.stopping != nil && e.stopping.Err() != nil }
-
-// interruptWhenDone ends w's waits once the request's client goes or the
-// server stops; the returned function stops watching for either.
-func (e env) interruptWhenDone(w *store.Watcher) func() {
-	stopClient := context.AfterFunc(e.context(), w.Interrupt)
-	stopServer := func() bool { return false }
-	if e.stopping != nil {
-		stopServer = context.AfterFunc(e.stopping, w.Interrupt)
-	}
-	return func() { stopClient(); stopServer() }
-}
-
-// context is the request's context inside a server, else one never done.
-func (e env) context() context.Context {
-	if e.ctx == nil {
-		return context.Background()
-	}
-	return e.ctx
-}
-
-// capWait is how long a wait of d may last here: d, or inside a server at
-// most server.WaitCap (0 looks once, here as anywhere).
-func (e env) capWait(d time.Duration) time.Duration {
-	if e.batch != nil && d > server.WaitCap {
-		return server.WaitCap
-	}
-	return d
-}
+// context is the context of this invocation's operations: a command line
+// has no caller that could go away.
+func (e env) context() context.Context { return context.Background() }
 
 // sayWALMissing is the note for a read of a WAL that does not exist, most
 // often a mistyped --wal.
@@ -246,9 +210,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(),
 		a.newWorkleaseCmd(),
 	)
-	if a.env.batch == nil { // a request inside a server completes nothing
-		a.registerCompletions(root)
-	}
+	a.registerCompletions(root)
 	return root
 }
 
@@ -494,7 +456,7 @@ func (a *app) finish(err error) int {
 	var mm *expect.MismatchError
 	if errors.As(err, &mm) { // every difference, one line each
 		view.Mismatches = mm.Mismatches
-		msg = fmt.Sprintf("%d %s against %s:", len(mm.Mismatches), plural(len(mm.Mismatches), "difference", "differences"), mm.File)
+		msg = fmt.Sprintf("%d %s against %s:", len(mm.Mismatches), api.Plural(len(mm.Mismatches), "difference", "differences"), mm.File)
 		for _, m := range mm.Mismatches {
 			msg += "\nleasewal: " + escape(m.String())
 		}

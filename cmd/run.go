@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/runner"
+	"leasewal/service"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -260,4 +261,12 @@ func (e env) printRunLine(w io.Writer, line runner.Line) {
 		fmt.Fprintf(w, "%-8s %-8s attempt %-3d %s exit %-4s %7.2fs\n", escape(line.TaskID), escape(line.LeaseID), line.Attempt,
 			outcome, exit, line.Seconds)
 	}
+}
+
+// parseQueues reads a --queue list ("" and not given: every queue).
+func parseQueues(list string, given bool) ([]string, error) {
+	if list == "" && given { // an unset variable in --queue "$Q" must not mean every queue
+		return nil, usageErr("--queue is empty: name one or more queues, or leave --queue out to take from every queue")
+	}
+	return service.Queues(api.List(list))
 }

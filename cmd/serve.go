@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"leasewal/client"
 	"leasewal/cluster"
 	"leasewal/server"
+	"leasewal/service"
 	"leasewal/store"
 )
 
@@ -148,7 +148,7 @@ func runServe(e env, o serveOptions) error {
 		return err
 	}
 	var (
-		back server.Backend
+		back service.Backend
 		node *cluster.Node
 		life = server.Lifetime{Join: o.join, Log: e.stderr}
 	)
@@ -169,16 +169,16 @@ func runServe(e env, o serveOptions) error {
 			return usageErr("%v", err)
 		}
 		defer node.Shutdown()
-		back, life.Failed = server.NodeBackend{Node: node}, node.Failed()
+		back, life.Failed = service.NodeBackend{Node: node}, node.Failed()
 		life.JoinAs = server.JoinRequest{ID: o.raft.ID, RaftAddr: node.RaftAddr(), URL: url}
 	} else {
 		opts := e.storeOptions()
 		opts.Resident = true
 		h := store.Open(opts)
 		defer h.Close()
-		back = server.NewWALBackend(h, url)
+		back = service.NewWALBackend(h, url)
 	}
-	s := newServer(e, back, node, server.Options{URL: url, Token: token, ReadToken: readOnly, MaxBatch: o.maxBatch, HTTP: httpClient})
+	s, _ := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient})
 	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, url)
 	// SIGTERM ends the open waits at once (each answers what it has, as if
 	// its time had run out), so that the shutdown has only short requests
@@ -188,67 +188,23 @@ func runServe(e env, o serveOptions) error {
 	return s.Serve(ctx, listener, life)
 }
 
-// newServer is the HTTP API over back, every operation the one a command
-// runs locally; node is the raft node behind back, nil for a single server.
-func newServer(e env, back server.Backend, node *cluster.Node, o server.Options) *server.Server {
-	o.Operations, o.Unknown = e.operations(), unknownRoute
+// newServer is the HTTP API of the service deciding on back, in batches of
+// at most maxBatch (group commit); node is the raft node behind back, nil
+// for a single server.
+func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o server.Options) (*server.Server, *service.Batcher) {
+	batch := service.NewBatcher(back, maxBatch)
+	stopping, stopWaits := context.WithCancel(context.Background())
+	svc := service.New(service.Options{Store: e.storeOptions(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries})
+	o.Describe, o.Unknown, o.StopWaits, o.Stop = describe, unknownRoute, stopWaits, batch.Stop
 	if o.HTTP == nil {
 		o.HTTP = http.DefaultClient
 	}
-	return server.New(back, node, o)
+	return server.New(svc, back.Status, node, o), batch
 }
 
-// readOnlyOps are the operations that write nothing: a read-only token may
-// ask for them.
-var readOnlyOps = map[string]bool{"inspect": true, "log": true, "why": true, "wait": true, "worklease/inspect": true}
-
-// operations are the API's routes: each typed request decoded, and run by
-// the function its command runs locally, with the client's output format.
-func (e env) operations() map[string]server.Operation {
-	e.Server = "" // a server's operations are its own: it sends none on
-	ops := map[string]server.Operation{}
-	for path, decode := range typedOps {
-		jsonType := "application/json"
-		if path == "log" {
-			jsonType = "application/x-ndjson" // one record a line
-		}
-		ops[path] = server.Operation{ReadOnly: readOnlyOps[path], Run: func(r server.Request) server.Answer {
-			run, err := decode(r.Body)
-			if err != nil {
-				return server.Answer{Refused: err}
-			}
-			return e.answer(r, jsonType, run)
-		}}
-	}
-	// The batch door: one submit per line (NDJSON, decoded straight into
-	// api.SubmitRequest), decided all or nothing in the next batch; the
-	// answer is one line per task. A line's error names the line.
-	ops["submit/batch"] = server.Operation{Limit: maxBatchBody, Run: func(r server.Request) server.Answer {
-		subs, lines, err := readSubmits(bytes.NewReader(r.Body), api.SubmitRequest{})
-		if err != nil {
-			return server.Answer{Refused: err}
-		}
-		return e.answer(r, "application/x-ndjson", func(e env) error { return e.submitBatch(subs, lines) })
-	}}
-	return ops
-}
-
-// answer runs a request's operation and answers what it printed: with -o
-// json a document of type jsonType, its exit code, its stderr.
-func (e env) answer(r server.Request, jsonType string, run func(env) error) server.Answer {
-	var stdout, stderr bytes.Buffer
-	e.ctx, e.stdout, e.stderr, e.Output, e.Color, e.NoHeaders = r.Ctx, &stdout, &stderr, r.Output, false, r.NoHeaders
-	e.batch, e.stopping = r.Batch, r.Stopping
-	e.getenv = func(k string) string {
-		if k == "COLUMNS" {
-			return r.Columns
-		}
-		return ""
-	}
-	code := (&app{env: e, resolved: true}).finish(run(e))
-	a := server.Answer{Exit: code, Stderr: stderr.String(), ContentType: "text/plain; charset=utf-8", Body: stdout.Bytes()}
-	if r.Output == "json" {
-		a.ContentType = jsonType
-	}
-	return a
+// describe is an error as the HTTP API answers it: the kind and exit code
+// the command line would exit with, the message it would print.
+func describe(err error) api.Error {
+	c := classify(err)
+	return api.Error{Result: "ERROR", Kind: c.kind, Message: withAdvice(err), Seq: c.seq, Exit: c.code}
 }

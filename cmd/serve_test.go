@@ -23,6 +23,7 @@ import (
 	"leasewal/internal/testwait"
 	"leasewal/runner"
 	"leasewal/server"
+	"leasewal/service"
 	"leasewal/state"
 	"leasewal/store"
 	"leasewal/wal"
@@ -64,7 +65,7 @@ func TestServerGroupCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(e, server.NewWALBackend(h, "http://test"), nil, server.Options{Token: "secret", MaxBatch: 64})
+	s, batch := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret"})
 	stop := s.Stop
 	ts := httptest.NewServer(s)
 	defer ts.Close()
@@ -97,8 +98,8 @@ func TestServerGroupCommits(t *testing.T) {
 	}
 	// Wait until every request is with the batcher: the first batch holds
 	// one or a few of them, the queue the rest.
-	testwait.Until(t, "every request to reach the batcher", func() bool { return s.Batcher().Received() == requests },
-		func() string { return fmt.Sprint(s.Batcher().Received(), " received") })
+	testwait.Until(t, "every request to reach the batcher", func() bool { return batch.Received() == requests },
+		func() string { return fmt.Sprint(batch.Received(), " received") })
 	held.Close()
 	wg.Wait()
 	stop()
@@ -128,8 +129,7 @@ func testServerWith(t *testing.T, o server.Options) (walPath string, s *server.S
 	walPath = filepath.Join(t.TempDir(), "q.wal")
 	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
 	h := store.Open(e.storeOptions())
-	o.MaxBatch = 64
-	s = newServer(e, server.NewWALBackend(h, "http://test"), nil, o)
+	s, _ = newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, o)
 	t.Cleanup(func() { s.Stop(); h.Close() })
 	return walPath, s
 }
@@ -513,22 +513,6 @@ func TestGoneClientGetsNoLease(t *testing.T) {
 	}
 	if code, out, _ := cli("--wal", walPath, "inspect", "T1", "-o", "json"); code != 0 || !strings.Contains(out, `"state":"WAITING"`) || strings.Contains(out, "ghost") {
 		t.Fatalf("after the client went away: %s", out)
-	}
-}
-
-// TestServerCapsAWait: a server waits at most server.WaitCap in one request;
-// the CLI asks again until its own wait runs out (here: a wait shorter than
-// the cap ends as asked, and 0 looks once: wait --timeout 0 through a server
-// waited five minutes once).
-func TestServerCapsAWait(t *testing.T) {
-	e := env{batch: &server.Batcher{}}
-	for asked, want := range map[time.Duration]time.Duration{0: 0, time.Hour: server.WaitCap, time.Second: time.Second} {
-		if got := e.capWait(asked); got != want {
-			t.Errorf("a server's wait of %s lasts %s, want %s", asked, got, want)
-		}
-	}
-	if got := (env{}).capWait(time.Hour); got != time.Hour {
-		t.Errorf("a local wait of 1h lasts %s", got)
 	}
 }
 

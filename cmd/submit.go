@@ -1,12 +1,10 @@
 package cmd
 
 import (
-	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"os"
-	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -83,54 +81,6 @@ func (o *submitOptions) request(stdin io.Reader) (api.SubmitRequest, error) {
 		RequestID: o.requestID, Delay: o.delay, NotBefore: o.notBefore, Queue: o.queue, Priority: o.priority}, nil
 }
 
-// submitCommand is a submit request as state decides it: the one place its
-// durations and times are read and its defaults filled in.
-func submitCommand(r api.SubmitRequest) (state.Submit, error) {
-	window, err := api.ParseDuration("window", cmp.Or(r.Window, "5m"))
-	if err != nil {
-		return state.Submit{}, err
-	}
-	backoff, err := api.ParseDuration("backoff", cmp.Or(r.Backoff, "0s"))
-	if err != nil {
-		return state.Submit{}, err
-	}
-	backoffMax := 100 * backoff
-	if r.BackoffMax != "" {
-		if backoffMax, err = api.ParseDuration("backoff-max", r.BackoffMax); err != nil {
-			return state.Submit{}, err
-		}
-	}
-	maxAttempts := 3
-	if r.MaxAttempts != nil {
-		maxAttempts = *r.MaxAttempts
-	}
-	sub := state.Submit{
-		Payload: r.Payload, Window: state.Duration(window), RequestID: r.RequestID,
-		Policy: state.RetryPolicy{MaxAttempts: maxAttempts, Backoff: state.Duration(backoff), BackoffMax: state.Duration(backoffMax)},
-		Queue:  cmp.Or(r.Queue, state.DefaultQueue), Priority: r.Priority,
-	}
-	if r.Delay != "" && r.NotBefore != "" {
-		return state.Submit{}, usageErr("give --delay or --not-before, not both")
-	}
-	if r.Delay != "" {
-		if sub.Delay, err = api.ParseDuration("delay", r.Delay); err != nil {
-			return state.Submit{}, err
-		}
-		if sub.Delay < 0 {
-			return state.Submit{}, usageErr("--delay %s is negative; give a duration of 0 or more", r.Delay)
-		}
-	}
-	if r.NotBefore != "" {
-		if strings.HasPrefix(r.NotBefore, "+") {
-			return state.Submit{}, usageErr("--not-before %q: give a time (RFC 3339 or unix ms); for a time after now use --delay", r.NotBefore)
-		}
-		if sub.NotBefore, err = api.ParseTimeFlag("--not-before", r.NotBefore, 0, 0); err != nil {
-			return state.Submit{}, err
-		}
-	}
-	return sub, nil
-}
-
 func (o *submitOptions) readPayload(stdin io.Reader) (string, error) {
 	switch {
 	case o.payload != "" && o.payloadFile != "":
@@ -168,22 +118,19 @@ func unwrapPathErr(err error) error {
 	return err
 }
 
-// ackOf is the answer of a submit or a requeue that created (or names) task t.
-func ackOf(d state.Decision, t *state.Task) api.Ack {
-	return api.Ack{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
-		AvailableAt: formatTime(t.AvailableAt), Deadline: formatTime(t.Deadline()), RequeuedFrom: t.RequeuedFrom}
+// ackRecovery says how to get the answer of a submit or a requeue again:
+// by its request id, given or assigned.
+func ackRecovery(requestID string) string {
+	return "repeat the same command with --request-id " + requestID + ": it answers with the same task and writes nothing"
 }
 
-// ackAnswer is ackOf as a command prints it.
-func ackAnswer(d state.Decision, t *state.Task) answer {
-	v := ackOf(d, t)
-	return answer{doc: v, outcome: v.Result, recovery: "repeat the same command with --request-id " + t.RequestID + ": it answers with the same task and writes nothing",
-		table: func(w io.Writer, p palette) error {
-			return fields(w, p, "result", string(v.Result), "task", v.TaskID, "request", v.RequestID,
-				"duplicate", fmt.Sprint(v.Duplicate), "queue", v.Queue, "priority", fmt.Sprint(v.Priority),
-				"available at", v.AvailableAt, "deadline", v.Deadline, "requeued from", v.RequeuedFrom,
-				"window", time.Duration(t.Window).String(), "max attempts", fmt.Sprint(t.Policy.MaxAttempts))
-		}}
+func ackTable(v api.Ack) func(io.Writer, palette) error {
+	return func(w io.Writer, p palette) error {
+		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "request", v.RequestID,
+			"duplicate", fmt.Sprint(v.Duplicate), "queue", v.Queue, "priority", fmt.Sprint(v.Priority),
+			"available at", v.AvailableAt, "deadline", v.Deadline, "requeued from", v.RequeuedFrom,
+			"window", v.Window, "max attempts", fmt.Sprint(v.MaxAttempts))
+	}
 }
 
 func runSubmit(e env, o submitOptions) error {
@@ -194,19 +141,7 @@ func runSubmit(e env, o submitOptions) error {
 	if err != nil {
 		return err
 	}
-	if e.Server != "" {
-		req.Actor = e.Actor
-		return e.sendTyped("submit", req)
-	}
-	return runSubmitCommand(e, req)
-}
-
-// runSubmitCommand decides a submit request: the command's, or a server's
-// client's.
-func runSubmitCommand(e env, req api.SubmitRequest) error {
-	cmd, err := submitCommand(req)
-	if err != nil {
-		return err
-	}
-	return e.runAck(func(st *state.State, now int64) (state.Decision, error) { return st.DecideSubmit(cmd, now) })
+	req.Actor = e.Actor
+	return call(e, func(ctx context.Context, s api.Service) (api.Ack, error) { return s.Submit(ctx, req) },
+		ackTable, "", "")
 }

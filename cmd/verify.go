@@ -66,7 +66,11 @@ func runVerify(e env, expectFile string) error {
 		if err != nil {
 			return answer{}, err
 		}
-		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: len(tasks), Counts: countStates(tasks, tx.Now, taskFilter{}), TornBytes: tx.TornBytes()}
+		counts := map[string]int{}
+		for _, t := range tasks {
+			counts[string(t.At(tx.Now).State)]++
+		}
+		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: len(tasks), Counts: counts, TornBytes: tx.TornBytes()}
 		if want != nil {
 			if err := want.Check(tx.State, tx.Now); err != nil {
 				return answer{}, err

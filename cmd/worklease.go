@@ -1,7 +1,7 @@
 package cmd
 
 import (
-	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -9,9 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"leasewal/api"
-	"leasewal/state"
-	"leasewal/store"
-	"leasewal/view"
 )
 
 func (a *app) newWorkleaseCmd() *cobra.Command {
@@ -34,67 +31,18 @@ inspect writes nothing.`,
 	return c
 }
 
-// newWorkView renders a decision; for succeed and fail, offset is the hint
-// and the finished offset is named processed or failed.
-func newWorkView(d state.WorkDecision) api.Work {
-	v := api.Work{Result: d.Outcome, Domain: d.Domain, Offset: &d.Offset, Token: d.Token}
-	switch d.Outcome {
-	case state.ResultNoBacklog, state.ResultNextHint:
-		v.Processed, v.Offset = &d.Offset, d.Hint
-	case state.ResultGiveUpNoBacklog, state.ResultGiveUpNextHint:
-		v.Failed, v.Offset = &d.Offset, d.Hint
-	case state.ResultRetryScheduled:
-		v.RetryCount = d.Retries
-	}
-	return v
-}
+// workRecovery says how to learn a work-lease call's outcome again.
+const workRecovery = "'leasewal worklease inspect --domain D' shows the domain as it now stands"
 
-// runWork decides a work-lease call, commits its record if it has one, and
-// prints the answer.
-func runWork(e env, decide func(st *state.State) (state.WorkDecision, error)) error {
-	return e.write(func(tx *store.Tx) (answer, error) {
-		d, err := decide(tx.State)
-		if err != nil {
-			return answer{}, err
+func workTable(v api.Work) func(io.Writer, palette) error {
+	return func(w io.Writer, p palette) error {
+		retries := ""
+		if v.RetryCount > 0 {
+			retries = fmt.Sprint(v.RetryCount)
 		}
-		if d.Record != nil {
-			if err := tx.Commit([]state.Record{*d.Record}); err != nil {
-				return answer{}, err
-			}
-		}
-		v := newWorkView(d)
-		return answer{doc: v, outcome: v.Result, recovery: "'leasewal worklease inspect --domain D' shows the domain as it now stands",
-			table: func(w io.Writer, p palette) error {
-				retries := ""
-				if v.RetryCount > 0 {
-					retries = fmt.Sprint(v.RetryCount)
-				}
-				return fields(w, p, "result", string(v.Result), "domain", v.Domain, "offset", optInt(v.Offset),
-					"token", v.Token, "retry count", retries, "processed", optInt(v.Processed), "failed", optInt(v.Failed))
-			}}, nil
-	})
-}
-
-func runWorkAcquire(e env, r api.WorkAcquireRequest) error {
-	if r.Offset == nil {
-		return usageErr("required flag(s) \"offset\" not set; see 'leasewal worklease acquire --help'")
+		return fields(w, p, "result", string(v.Result), "domain", v.Domain, "offset", optInt(v.Offset),
+			"token", v.Token, "retry count", retries, "processed", optInt(v.Processed), "failed", optInt(v.Failed))
 	}
-	e.Actor = cmp.Or(r.Actor, e.Actor)
-	return runWork(e, func(st *state.State) (state.WorkDecision, error) { return st.DecideAcquire(r.Domain, *r.Offset) })
-}
-
-func runWorkSucceed(e env, r api.WorkSucceedRequest) error {
-	e.Actor = cmp.Or(r.Actor, e.Actor)
-	return runWork(e, func(st *state.State) (state.WorkDecision, error) { return st.DecideSucceed(r.Domain, r.Token) })
-}
-
-func runWorkFail(e env, r api.WorkFailRequest) error {
-	limit := e.MaxRetries
-	if r.MaxRetries != nil {
-		limit = *r.MaxRetries
-	}
-	e.Actor = cmp.Or(r.Actor, e.Actor)
-	return runWork(e, func(st *state.State) (state.WorkDecision, error) { return st.DecideWorkFail(r.Domain, r.Token, limit) })
 }
 
 func optInt(p *int64) string {
@@ -119,7 +67,8 @@ offset then is a BacklogOrdering error, exit 7, and nothing is written.`,
 		Example: `  leasewal worklease acquire --domain orders --offset 41`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return sendOrRun(a.env, "worklease/acquire", api.WorkAcquireRequest{Domain: domain, Offset: &offset, Actor: a.env.Actor}, runWorkAcquire)
+			req := api.WorkAcquireRequest{Domain: domain, Offset: &offset, Actor: a.env.Actor}
+			return call(a.env, func(ctx context.Context, s api.Service) (api.Work, error) { return s.WorkAcquire(ctx, req) }, workTable, workRecovery, "")
 		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "the domain (any text; required)")
@@ -141,7 +90,8 @@ TokenMismatch; both exit 7 and write nothing.`,
 		Example: `  leasewal worklease succeed --domain orders --token K3`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return sendOrRun(a.env, "worklease/succeed", api.WorkSucceedRequest{Domain: domain, Token: token, Actor: a.env.Actor}, runWorkSucceed)
+			req := api.WorkSucceedRequest{Domain: domain, Token: token, Actor: a.env.Actor}
+			return call(a.env, func(ctx context.Context, s api.Service) (api.Work, error) { return s.WorkSucceed(ctx, req) }, workTable, workRecovery, "")
 		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "the domain (required)")
@@ -171,7 +121,7 @@ LEASEWAL_WORKLEASE_MAX_RETRIES).`,
 			if a.env.Server == "" || c.Flags().Changed("max-retries") { // else the server's own setting
 				req.MaxRetries = &a.env.MaxRetries
 			}
-			return sendOrRun(a.env, "worklease/fail", req, runWorkFail)
+			return call(a.env, func(ctx context.Context, s api.Service) (api.Work, error) { return s.WorkFail(ctx, req) }, workTable, workRecovery, "")
 		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "the domain (required)")
@@ -194,37 +144,26 @@ An unknown --domain: exit 4.`,
 		Example: `  leasewal worklease inspect --domain orders -o json`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return sendOrRun(a.env, "worklease/inspect", api.WorkInspectRequest{Domain: domain}, runWorkInspect)
+			req := api.WorkInspectRequest{Domain: domain}
+			return call(a.env, func(ctx context.Context, s api.Service) (api.WorkInspect, error) { return s.WorkInspect(ctx, req) }, workInspectTable, "", "")
 		},
 	}
 	c.Flags().StringVar(&domain, "domain", "", "only this domain")
 	return c
 }
 
-func runWorkInspect(e env, r api.WorkInspectRequest) error {
-	only := r.Domain
-	return e.read(func(tx *store.Tx) (answer, error) {
-		v := api.WorkInspect{Result: state.ResultOK, Domains: []api.Domain{}}
-		for _, d := range tx.State.Domains() {
-			if only == "" || d.Name == only {
-				v.Domains = append(v.Domains, view.Domain(d))
+func workInspectTable(v api.WorkInspect) func(io.Writer, palette) error {
+	return func(w io.Writer, p palette) error {
+		t := newTable(w, p, "DOMAIN", "IN FLIGHT", "TOKEN", "ACQUIRED AT", "RETRIES", "BACKLOG (FIFO)", "PROCESSED", "FAILED")
+		for _, d := range v.Domains {
+			inFlight, token, at, retries := "-", "", "", ""
+			if l := d.Lease; l != nil {
+				inFlight, token, at, retries = fmt.Sprint(l.Offset), l.Token, l.AcquiredAt, fmt.Sprint(l.RetryCount)
 			}
+			_ = t.Append(escape(d.Domain), inFlight, token, at, retries, joinOffsets(d.Backlog), joinOffsets(d.Processed), joinOffsets(d.Failed))
 		}
-		if only != "" && len(v.Domains) == 0 {
-			return answer{}, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("unknown domain %q; 'leasewal worklease inspect' lists the domains", only)}
-		}
-		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
-			t := newTable(w, p, "DOMAIN", "IN FLIGHT", "TOKEN", "ACQUIRED AT", "RETRIES", "BACKLOG (FIFO)", "PROCESSED", "FAILED")
-			for _, d := range v.Domains {
-				inFlight, token, at, retries := "-", "", "", ""
-				if l := d.Lease; l != nil {
-					inFlight, token, at, retries = fmt.Sprint(l.Offset), l.Token, l.AcquiredAt, fmt.Sprint(l.RetryCount)
-				}
-				_ = t.Append(escape(d.Domain), inFlight, token, at, retries, joinOffsets(d.Backlog), joinOffsets(d.Processed), joinOffsets(d.Failed))
-			}
-			return t.Render()
-		}}, nil
-	})
+		return t.Render()
+	}
 }
 
 func joinOffsets(offs []int64) string {

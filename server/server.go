@@ -1,8 +1,8 @@
-// Package server is leasewal's HTTP API: the routes, the tokens, the body
-// limits, group commit (Batcher), a raft follower's forwarding to its
-// leader, and a server's lifetime. What each operation does is given to it
-// (Options.Operations): the server decodes no operation itself and opens no
-// file for a request.
+// Package server is leasewal's HTTP API: each operation's typed request
+// decoded from its body and handed to the service (api.Service), its typed
+// answer encoded as JSON with its exit code; the tokens, the body limits, a
+// raft follower's forwarding to its leader, and a server's lifetime. It
+// renders nothing for a client and opens no file for a request.
 package server
 
 import (
@@ -22,85 +22,54 @@ import (
 
 	"leasewal/api"
 	"leasewal/cluster"
+	"leasewal/service"
 )
 
 // DefaultLimit is the most a request body may hold unless its operation
 // says otherwise: a 64 KiB payload escaped, and the rest.
 const DefaultLimit = 1 << 20
 
-// Operation is one route of the API (POST /v1/<path>).
-type Operation struct {
-	// Limit is the most its body may hold; 0 is DefaultLimit.
-	Limit int64
-	// ReadOnly operations write nothing: a read-only token may ask for them.
-	ReadOnly bool
-	Run      func(Request) Answer
-}
-
-// Request is one request as an operation sees it.
-type Request struct {
-	Ctx       context.Context // done when the client goes
-	Body      []byte
-	Output    string // the client's Leasewal-Output: json (the default), table, wide or tsv
-	Columns   string // the client's terminal width, for a table
-	NoHeaders bool
-	Batch     *Batcher        // where the operation's decision joins the next batch
-	Stopping  context.Context // done once the server stops: waits end and answer what they have
-}
-
-// Answer is an operation's answer.
-type Answer struct {
-	// Refused is a body that does not parse: HTTP 400, exit 2, nothing
-	// decided; the rest is then unused.
-	Refused     error
-	Exit        int
-	Stderr      string
-	ContentType string
-	Body        []byte
-}
-
 // Options configure a server; they are read once, by New.
 type Options struct {
-	URL        string // where clients and the other nodes reach it
-	Token      string // "": no token asked for (loopback, or --insecure)
-	ReadToken  string // a second token, which may only read
-	MaxBatch   int
-	HTTP       *http.Client // for a follower's forwarding, and for joining
-	Operations map[string]Operation
-	// Unknown says why a POST path is no operation (400).
+	URL       string       // where clients and the other nodes reach it
+	Token     string       // "": no token asked for (loopback, or --insecure)
+	ReadToken string       // a second token, which may only read
+	HTTP      *http.Client // for a follower's forwarding, and for joining
+	// Describe says what an error of the service is: its kind, its
+	// message, its exit code.
+	Describe func(error) api.Error
+	// Unknown says why a POST path is no operation (400); the operations
+	// are listed after it.
 	Unknown func(path string) string
+	// StopWaits ends the service's open waits (each answers what it has);
+	// Stop, called once no request is under way, ends its group committer.
+	StopWaits, Stop func()
 }
 
 // Server answers the HTTP API.
 type Server struct {
-	o        Options
-	back     Backend
-	node     *cluster.Node // nil: a single server
-	batch    *Batcher
-	stopping context.Context
-	stop     context.CancelFunc
+	o      Options
+	routes map[string]route
+	status func() (service.Status, error)
+	node   *cluster.Node // nil: a single server
 }
 
-// New is a server deciding on back; node is the raft node behind back, nil
-// for a single server. Stop ends its batcher.
-func New(back Backend, node *cluster.Node, o Options) *Server {
-	stopping, stop := context.WithCancel(context.Background())
-	return &Server{o: o, back: back, node: node, batch: NewBatcher(back, o.MaxBatch), stopping: stopping, stop: stop}
+// New is a server of svc, its status told by status; node is the raft node
+// behind svc, nil for a single server.
+func New(svc api.Service, status func() (service.Status, error), node *cluster.Node, o Options) *Server {
+	return &Server{o: o, routes: routes(svc, o.Describe), status: status, node: node}
 }
-
-// Batcher is the server's group committer.
-func (s *Server) Batcher() *Batcher { return s.batch }
 
 // StopWaits ends the open waits at once: each answers what it has, as if
 // its time had run out, so that a shutdown has only short requests to
 // finish.
-func (s *Server) StopWaits() { s.stop() }
+func (s *Server) StopWaits() { s.o.StopWaits() }
 
-// Stop ends the batcher once no request is under way: call it after the
-// HTTP server has drained.
+// Stop ends the service's group committer once no request is under way:
+// call it after the HTTP server has drained.
 func (s *Server) Stop() {
-	s.stop()
-	s.batch.Stop()
+	s.o.StopWaits()
+	s.o.Stop()
 }
 
 // bearerIs says whether an Authorization header carries token: the scheme
@@ -117,7 +86,7 @@ func (s *Server) readOnly(path string) bool {
 	case "status", "cluster/members", "openapi.json":
 		return true
 	}
-	return s.o.Operations[path].ReadOnly
+	return s.routes[path].readOnly
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -129,8 +98,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		case !s.readOnly(path):
 			var reads []string
-			for p, op := range s.o.Operations {
-				if op.ReadOnly {
+			for p, op := range s.routes {
+				if op.readOnly {
 					reads = append(reads, strings.ReplaceAll(p, "/", " "))
 				}
 			}
@@ -144,7 +113,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusNotFound, api.ExitUsage, "NotFound", "the API is under /v1/")
 		return
 	case path == "status" && r.Method == http.MethodGet:
-		s.status(w)
+		s.statusOf(w)
 		return
 	case path == "openapi.json" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", "application/json")
@@ -157,8 +126,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusMethodNotAllowed, api.ExitUsage, "Usage", "POST /v1/<command>")
 		return
 	}
-	op, known := s.o.Operations[path]
-	limit := cmp.Or(op.Limit, DefaultLimit)
+	op, known := s.routes[path]
+	limit := cmp.Or(op.limit, DefaultLimit)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		Error(w, http.StatusRequestEntityTooLarge, api.ExitUsage, "Usage", fmt.Sprintf("the request body is over %d bytes", limit))
@@ -177,26 +146,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !known {
-		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", s.o.Unknown(path))
+		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", fmt.Sprintf("%s; the operations are %s and GET /v1/openapi.json describes them", s.o.Unknown(path), operationList(s.routes)))
 		return
 	}
-	a := op.Run(Request{Ctx: r.Context(), Body: body, Output: cmp.Or(r.Header.Get("Leasewal-Output"), "json"),
-		Columns: r.Header.Get("Leasewal-Columns"), NoHeaders: r.Header.Get("Leasewal-No-Headers") == "1",
-		Batch: s.batch, Stopping: s.stopping})
-	if a.Refused != nil {
-		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", a.Refused.Error())
+	a := op.serve(r.Context(), body)
+	switch {
+	case a.refused != nil:
+		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", a.refused.Error())
 		return
+	case a.gone:
+		return // nothing was decided, and no one is there to be told
 	}
-	w.Header().Set("Leasewal-Exit", strconv.Itoa(a.Exit))
-	if a.Stderr != "" {
-		w.Header().Set("Leasewal-Stderr", strconv.Quote(a.Stderr))
+	for k, v := range a.header {
+		w.Header()[k] = v
 	}
-	w.Header().Set("Content-Type", a.ContentType)
-	_, _ = w.Write(a.Body) // a client gone away: the decision stands, a retry with its request id gets it
+	w.Header().Set("Leasewal-Exit", strconv.Itoa(a.exit))
+	w.Header().Set("Content-Type", a.contentType)
+	_, _ = w.Write(a.body) // a client gone away: the decision stands, a retry with its request id gets it
 }
 
-func (s *Server) status(w http.ResponseWriter) {
-	v, err := s.back.Status()
+func (s *Server) statusOf(w http.ResponseWriter) {
+	v, err := s.status()
 	if err != nil {
 		Error(w, http.StatusInternalServerError, api.ExitInternal, "Internal", err.Error())
 		return
@@ -278,7 +248,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, body []byte) {
 	case !s.node.Leading():
 		s.forward(w, r, body)
 		return
-	case DecodeStrict(body, &req) != nil || req.ID == "":
+	case api.DecodeStrict(body, &req) != nil || req.ID == "":
 		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", `the body is not {"id":"<node id>"}`)
 		return
 	}
@@ -301,8 +271,8 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, body []byte) {
 
 // forwarded are the headers a follower passes on to its leader, and back.
 var (
-	forwardedAsked    = []string{"Authorization", "Content-Type", "Leasewal-Output", "Leasewal-Columns", "Leasewal-No-Headers"}
-	forwardedAnswered = []string{"Content-Type", "Leasewal-Exit", "Leasewal-Stderr"}
+	forwardedAsked    = []string{"Authorization", "Content-Type"}
+	forwardedAnswered = []string{"Content-Type", "Leasewal-Exit", "Leasewal-Log-First-At", "Leasewal-Log-Last-Seq"}
 )
 
 // forward sends a request that reached a follower to the leader, and its
@@ -377,20 +347,3 @@ func writeJSON(w io.Writer, v any) {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the types here always encode; a client gone away is not the server's error
 }
-
-// DecodeStrict decodes one JSON object into v: unknown fields and anything
-// after it are refused (ErrTrailing).
-func DecodeStrict(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return ErrTrailing
-	}
-	return nil
-}
-
-// ErrTrailing is a body with something after its JSON object.
-var ErrTrailing = errors.New("data after the JSON object")

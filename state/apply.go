@@ -653,3 +653,29 @@ func (s *State) applyAborted(r Record) error {
 	t.State, t.EndReason, t.EndCause = Dead, "aborted: "+r.Reason, BecauseAborted
 	return nil
 }
+
+// TaskOf is the task its own records leave behind (every record about one
+// task, in order), replayed as if the task were alone in a WAL: what a
+// reader that has only a task's records (inspect's timeline, drawn by a
+// client) needs of its history. The records' seqs are renumbered for the
+// replay; the task's Seqs are the records' own.
+func TaskOf(recs []Record) (*Task, error) {
+	if len(recs) == 0 {
+		return nil, invalid("no records to replay a task from")
+	}
+	s := New()
+	for i, r := range recs {
+		r.Seq = int64(i + 1)
+		if err := s.Apply(r); err != nil {
+			return nil, err
+		}
+	}
+	t, err := s.Task(recs[0].TaskID)
+	if err != nil {
+		return nil, err
+	}
+	for i, seq := range t.Seqs { // back from the replay's numbering to the records' own
+		t.Seqs[i] = recs[seq-1].Seq
+	}
+	return t, nil
+}

@@ -12,6 +12,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -42,6 +43,10 @@ type Options struct {
 	// --until) set FullReplay too; log --follow does not. ErrStop ends the
 	// replay there.
 	OnRecord func(state.Record, *state.State) error
+	// ReplayFrom, if set, is the first record OnRecord must see: a
+	// checkpoint is used only when it ends before that record (log --from,
+	// and each turn of a follow, need not replay the history before it).
+	ReplayFrom int64
 	// BeforeRecord, if set, sees each record of a full replay just before it
 	// is applied, with the state as of the record before (verify --expect
 	// checks its "at" steps there). It implies FullReplay.
@@ -118,6 +123,9 @@ type Tx struct {
 	Missing bool
 	// Committed holds the records this operation appended, as stamped.
 	Committed []state.Record
+	// Actor, when set, is stamped into this operation's records instead of
+	// the handle's: a server's request names its own caller.
+	Actor string
 
 	h   *Handle
 	log *wal.Log
@@ -224,8 +232,10 @@ func (h *Handle) begin(mode wal.Mode) (*Tx, error) {
 		}
 	}
 	if h.cache == nil && !h.fullReplay() {
-		if st, pos, release, ok := h.loadCheckpoint(); ok {
+		if st, pos, release, ok := h.loadCheckpoint(); ok && (h.opts.ReplayFrom == 0 || int64(pos.Count) < h.opts.ReplayFrom) {
 			h.cache, h.pos, h.checkpointed, h.release = st, pos, pos.Count, release
+		} else if ok {
+			release()
 		}
 	}
 	tx, err := h.catchUp(mode)
@@ -374,7 +384,7 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	version := 1
 	for _, r := range recs {
 		version = max(version, r.FormatVersion())
-		r.Seq, r.At, r.Actor = tx.State.LastSeq()+1, tx.Now, h.opts.Actor
+		r.Seq, r.At, r.Actor = tx.State.LastSeq()+1, tx.Now, cmp.Or(tx.Actor, h.opts.Actor)
 		body, err := tx.applyEncode(r)
 		if err != nil {
 			return fmt.Errorf("internal error: a decided %w", err)
@@ -451,7 +461,7 @@ func (tx *Tx) flushStaged() error {
 // that includes the decisions before it, with their commits staged.
 func (tx *Tx) decideEach(fns []func(*Tx) error, errs []error, committed [][]state.Record) error {
 	for i, fn := range fns {
-		tx.Committed = nil
+		tx.Committed, tx.Actor = nil, ""
 		errs[i] = fn(tx)
 		committed[i] = tx.Committed
 		if tx.State.Damage() != nil {

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -11,8 +11,9 @@ import (
 	"leasewal/store"
 )
 
-// ErrClientGone is a request whose client went away before it was decided:
-// nothing was decided.
+// ErrClientGone is a request whose client went away (or, on the command
+// line, whose wait a signal ended) before it was decided: nothing was
+// decided.
 var ErrClientGone = errors.New("the client went away before the request was decided: nothing was decided")
 
 // ErrStopping is a request that reached a server after it began to stop:

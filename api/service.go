@@ -1,0 +1,73 @@
+package api
+
+import (
+	"context"
+
+	"leasewal/state"
+)
+
+// Service is every operation of leasewal, whichever side decides it: the
+// local one (leasewal/service, on a WAL of this machine) or a server's
+// (leasewal/client, over HTTP). The command line, the runner and a Go
+// program call it the same way. A refusal is an *Error (or a
+// *UsageError), no eligible task an *Empty, a lease that is not the
+// authority any more a *Cancelled.
+type Service interface {
+	Submit(context.Context, SubmitRequest) (Ack, error)
+	// SubmitBatch creates every task or none, in one write.
+	SubmitBatch(context.Context, []SubmitRequest) ([]Ack, error)
+	Lease(context.Context, LeaseRequest) (Lease, error)
+	Extend(context.Context, ExtendRequest) (Extended, error)
+	Complete(context.Context, CompleteRequest) (Committed, error)
+	Fail(context.Context, FailRequest) (Failed, error)
+	Heartbeat(context.Context, HeartbeatRequest) (Heartbeat, error)
+	Expire(context.Context, ExpireRequest) (Expired, error)
+	Abort(context.Context, AbortRequest) (Aborted, error)
+	Requeue(context.Context, RequeueRequest) (Ack, error)
+	Why(context.Context, WhyRequest) (Why, error)
+	Wait(context.Context, WaitRequest) (Wait, error)
+	// Inspect answers the tasks named (one named alone with its records),
+	// or every task; List hands every task on one at a time instead.
+	Inspect(context.Context, InspectRequest) (Inspect, error)
+	List(context.Context, InspectRequest, Listing) error
+	Workers(context.Context) (Workers, error)
+	// Log hands each record that matches on to each, in order.
+	Log(context.Context, LogRequest, func(Record) error) (LogEnd, error)
+	// Changes signals whenever the WAL may have changed, until the
+	// context is done: a follower of the log, or a worker waiting for a
+	// task, looks again then.
+	Changes(context.Context) (<-chan struct{}, error)
+	WorkAcquire(context.Context, WorkAcquireRequest) (Work, error)
+	WorkSucceed(context.Context, WorkSucceedRequest) (Work, error)
+	WorkFail(context.Context, WorkFailRequest) (Work, error)
+	WorkInspect(context.Context, WorkInspectRequest) (WorkInspect, error)
+}
+
+// Listing receives a listing of every task: its head (the counts and the
+// summary, no tasks) first, then each task.
+type Listing struct {
+	Head func(Inspect) error
+	Task func(Task) error
+}
+
+// LogEnd is where the log stood when a Log call read it.
+type LogEnd struct {
+	// FirstAt is the first record's time, when the call read it (always
+	// when it asked From the first record, or with Since or Until).
+	FirstAt string `json:"first_at,omitempty"`
+	LastSeq int64  `json:"last_seq"`
+}
+
+// OutcomeExit is the exit code of each answer that is not an error: EMPTY
+// 4, CANCELLED 3, a wait's TIMEOUT or UNREACHABLE 9, every other 0.
+func OutcomeExit(o state.Outcome) int {
+	switch o {
+	case state.ResultCancelled:
+		return ExitCancelled
+	case state.ResultEmpty:
+		return ExitNotFound
+	case state.ResultTimeout, state.ResultUnreachable:
+		return ExitWaitedOut
+	}
+	return ExitOK
+}

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"leasewal/api"
+	"leasewal/service"
+	"leasewal/state"
+)
+
+// route is one operation of the API (POST /v1/<path>): its body decoded
+// into the operation's typed request, handed to the service, and its typed
+// answer encoded as JSON with its exit code.
+type route struct {
+	readOnly bool
+	limit    int64 // the most its body may hold; 0 is DefaultLimit
+	serve    func(ctx context.Context, body []byte) reply
+}
+
+// reply is an operation's answer, ready to send.
+type reply struct {
+	refused     error // a body that does not decode: 400, exit 2, nothing decided
+	gone        bool  // the client went away: nothing to send
+	exit        int
+	contentType string
+	header      http.Header
+	body        []byte
+}
+
+// routes are every operation of svc; describe says what an error is.
+func routes(svc api.Service, describe func(error) api.Error) map[string]route {
+	answer := func(v any, err error) reply { return encode(v, err, describe) }
+	return map[string]route{
+		"submit": typed(func(ctx context.Context, r api.SubmitRequest) reply { return answer(svc.Submit(ctx, r)) }),
+		"submit/batch": {limit: api.MaxBatchBody, serve: func(ctx context.Context, body []byte) reply {
+			var reqs []api.SubmitRequest
+			var lines []int
+			err := api.ReadBatch(bytes.NewReader(body), api.SubmitRequest{}, func(r api.SubmitRequest, line int) error {
+				reqs, lines = append(reqs, r), append(lines, line)
+				return nil
+			})
+			if err != nil {
+				return reply{refused: err}
+			}
+			acks, err := svc.SubmitBatch(ctx, reqs)
+			if err != nil {
+				return encode(nil, api.BatchRefusal(err, lines), describe)
+			}
+			var out bytes.Buffer
+			for _, a := range acks {
+				writeJSON(&out, a)
+			}
+			return reply{contentType: "application/x-ndjson", body: out.Bytes()}
+		}},
+		"lease":     typed(func(ctx context.Context, r api.LeaseRequest) reply { return answer(svc.Lease(ctx, r)) }),
+		"extend":    typed(func(ctx context.Context, r api.ExtendRequest) reply { return answer(svc.Extend(ctx, r)) }),
+		"complete":  typed(func(ctx context.Context, r api.CompleteRequest) reply { return answer(svc.Complete(ctx, r)) }),
+		"fail":      typed(func(ctx context.Context, r api.FailRequest) reply { return answer(svc.Fail(ctx, r)) }),
+		"heartbeat": typed(func(ctx context.Context, r api.HeartbeatRequest) reply { return answer(svc.Heartbeat(ctx, r)) }),
+		"expire":    typed(func(ctx context.Context, r api.ExpireRequest) reply { return answer(svc.Expire(ctx, r)) }),
+		"abort":     typed(func(ctx context.Context, r api.AbortRequest) reply { return answer(svc.Abort(ctx, r)) }),
+		"requeue":   typed(func(ctx context.Context, r api.RequeueRequest) reply { return answer(svc.Requeue(ctx, r)) }),
+		"why":       readOnly(typed(func(ctx context.Context, r api.WhyRequest) reply { return answer(svc.Why(ctx, r)) })),
+		"wait":      readOnly(typed(func(ctx context.Context, r api.WaitRequest) reply { return answer(svc.Wait(ctx, r)) })),
+		"inspect": readOnly(typed(func(ctx context.Context, r api.InspectRequest) reply {
+			switch {
+			case r.Workers:
+				return answer(svc.Workers(ctx))
+			case len(r.Tasks) > 0:
+				return answer(svc.Inspect(ctx, r))
+			}
+			return listing(ctx, svc, r, describe)
+		})),
+		"log": readOnly(typed(func(ctx context.Context, r api.LogRequest) reply {
+			var out bytes.Buffer
+			end, err := svc.Log(ctx, r, func(rec api.Record) error { writeJSON(&out, rec); return nil })
+			if err != nil {
+				return encode(nil, err, describe)
+			}
+			h := http.Header{"Leasewal-Log-Last-Seq": {strconv.FormatInt(end.LastSeq, 10)}}
+			if end.FirstAt != "" {
+				h.Set("Leasewal-Log-First-At", end.FirstAt)
+			}
+			return reply{contentType: "application/x-ndjson", header: h, body: out.Bytes()}
+		})),
+		"worklease/acquire": typed(func(ctx context.Context, r api.WorkAcquireRequest) reply { return answer(svc.WorkAcquire(ctx, r)) }),
+		"worklease/succeed": typed(func(ctx context.Context, r api.WorkSucceedRequest) reply { return answer(svc.WorkSucceed(ctx, r)) }),
+		"worklease/fail":    typed(func(ctx context.Context, r api.WorkFailRequest) reply { return answer(svc.WorkFail(ctx, r)) }),
+		"worklease/inspect": readOnly(typed(func(ctx context.Context, r api.WorkInspectRequest) reply { return answer(svc.WorkInspect(ctx, r)) })),
+	}
+}
+
+func readOnly(r route) route { r.readOnly = true; return r }
+
+// typed is the route of an operation whose request is R: its body decoded
+// straight into R, every key one of R's, one JSON object and nothing else.
+func typed[R any](serve func(context.Context, R) reply) route {
+	return route{serve: func(ctx context.Context, body []byte) reply {
+		var r R
+		if len(bytes.TrimSpace(body)) > 0 {
+			if err := api.DecodeStrict(body, &r); err != nil {
+				return reply{refused: decodeError(err)}
+			}
+		}
+		return serve(ctx, r)
+	}}
+}
+
+// listing is inspect of every task, encoded one task at a time as the
+// service hands them on.
+func listing(ctx context.Context, svc api.Service, r api.InspectRequest, describe func(error) api.Error) reply {
+	var out bytes.Buffer
+	first := true
+	err := svc.List(ctx, r, api.Listing{
+		Head: func(head api.Inspect) error {
+			var b bytes.Buffer
+			writeJSON(&b, head)
+			prefix, ok := bytes.CutSuffix(b.Bytes(), []byte("[]}\n"))
+			if !ok {
+				return errors.New("internal error: the listing does not end with its tasks")
+			}
+			out.Write(prefix)
+			out.WriteByte('[')
+			return nil
+		},
+		Task: func(t api.Task) error {
+			if !first {
+				out.WriteByte(',')
+			}
+			first = false
+			var b bytes.Buffer
+			writeJSON(&b, t)
+			out.Write(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+			return nil
+		},
+	})
+	if err != nil {
+		return encode(nil, err, describe)
+	}
+	out.WriteString("]}\n")
+	return reply{contentType: "application/json", body: out.Bytes()}
+}
+
+// encode is an answer, or the error in its place, as JSON with its exit
+// code: EMPTY and CANCELLED are answers with their own exit codes.
+func encode(v any, err error, describe func(error) api.Error) reply {
+	var (
+		empty     *api.Empty
+		cancelled *api.Cancelled
+	)
+	switch {
+	case errors.Is(err, service.ErrClientGone):
+		return reply{gone: true}
+	case errors.As(err, &empty):
+		v = empty
+	case errors.As(err, &cancelled):
+		v = cancelled
+	case err != nil:
+		e := describe(err)
+		e.Result = "ERROR"
+		var b bytes.Buffer
+		writeJSON(&b, e)
+		return reply{exit: e.Exit, contentType: "application/json", body: b.Bytes()}
+	}
+	var b bytes.Buffer
+	writeJSON(&b, v)
+	return reply{exit: api.OutcomeExit(outcomeOf(v)), contentType: "application/json", body: b.Bytes()}
+}
+
+// outcomeOf is an answer's result.
+func outcomeOf(v any) state.Outcome {
+	f := reflect.Indirect(reflect.ValueOf(v))
+	if f.Kind() == reflect.Struct {
+		if r := f.FieldByName("Result"); r.IsValid() && r.Type() == reflect.TypeOf(state.Outcome("")) {
+			return r.Interface().(state.Outcome)
+		}
+	}
+	return state.ResultOK
+}
+
+// decodeError says what is wrong with a typed request's body, as the
+// command line would say it of a flag.
+func decodeError(err error) error {
+	var typ *json.UnmarshalTypeError
+	var syntax *json.SyntaxError
+	switch {
+	case errors.Is(err, api.ErrTrailing):
+		return errors.New("the body holds more than one JSON object: send one object of flags")
+	case errors.As(err, &typ):
+		want := "a string"
+		switch typ.Type.Kind() {
+		case reflect.Int, reflect.Int64, reflect.Pointer:
+			want = "a number"
+		case reflect.Bool:
+			want = "true or false"
+		}
+		return fmt.Errorf("flag %q must be %s, not a JSON %s (the API is typed: GET /v1/openapi.json)", typ.Field, want, typ.Value)
+	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("the body is not a JSON object of flags: %v", err)
+	}
+	name, unknown := strings.CutPrefix(err.Error(), "json: unknown field ")
+	if !unknown {
+		return fmt.Errorf("the body is not a JSON object of flags: %v", err)
+	}
+	name = strings.Trim(name, `"`)
+	switch {
+	case name == "args":
+		return fmt.Errorf(`"args" is gone: the API is typed, and what were positional arguments are named fields now ("task" for why, "tasks" for wait and inspect); see GET /v1/openapi.json`)
+	case name == "follow": // a request that never ends would hold the server's resources for ever
+		return errors.New(`"follow" is the client's loop: ask again for the records "from" the one after the last you have`)
+	case clientFiles[name]:
+		err = fmt.Errorf("--%s names a file, which the client reads: a server opens no file for a request", name)
+	case serverSettings[name]:
+		err = fmt.Errorf("--%s is the server's to set, not a request's", name)
+	default:
+		err = fmt.Errorf("unknown flag: --%s", name)
+	}
+	return fmt.Errorf("%v; see 'leasewal help' for the commands and their flags", err)
+}
+
+// clientFiles name files, which a client reads on its own machine
+// (--payload-file is sent as payload, --batch-file to the batch door): a
+// server never opens a file for a request.
+var clientFiles = map[string]bool{"payload-file": true, "batch-file": true, "expect": true, "token-file": true}
+
+// serverSettings are the flags that configure a process, never a request.
+var serverSettings = map[string]bool{"wal": true, "ca": true, "config": true, "output": true, "no-color": true, "no-headers": true,
+	"lock-timeout": true, "server": true, "now": true, "help": true}
+
+// operationList is the operations' paths, for a request to an unknown one.
+func operationList(rs map[string]route) string {
+	return "/v1/" + strings.Join(slices.Sorted(maps.Keys(rs)), ", /v1/")
+}

@@ -1,0 +1,425 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"leasewal/api"
+	"leasewal/state"
+	"leasewal/store"
+	"leasewal/view"
+)
+
+// inspection is an inspect request read: what it shows, and from which
+// state.
+type inspection struct {
+	ids   []string
+	only  taskFilter
+	until int64 // 0: the state now
+}
+
+func readInspect(r api.InspectRequest) (inspection, error) {
+	in := inspection{only: taskFilter{queue: r.Queue}}
+	if r.State != "" {
+		st, ok := state.ParseTaskState(r.State)
+		if !ok {
+			return in, api.Usage("--state %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", r.State)
+		}
+		in.only.state = st
+	}
+	in.ids = slices.Compact(slices.Clone(r.Tasks)) // a task named twice in a row is shown once
+	if seen := map[string]bool{}; len(in.ids) > 1 {
+		in.ids = slices.DeleteFunc(in.ids, func(id string) bool { dup := seen[id]; seen[id] = true; return dup })
+	}
+	if r.Timeline && len(in.ids) != 1 {
+		return in, api.Usage("--timeline draws one task: name it, e.g. 'leasewal inspect T1 --timeline'")
+	}
+	if r.Until != nil {
+		if *r.Until < 1 {
+			return in, api.Usage("--until %d: give the seq of a record (1 or more)", *r.Until)
+		}
+		in.until = *r.Until
+	}
+	return in, nil
+}
+
+// inspectOn reads the state inspect shows: now, or right after record
+// in.until (at its time); with one task named, its records too.
+func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *state.State, at int64, records []state.Record) (any, error)) (any, error) {
+	opts := l.o.Store
+	var taskRecords []state.Record // the records about the one task named
+	if len(in.ids) == 1 || in.until != 0 {
+		opts.FullReplay = true
+		opts.OnRecord = func(rec state.Record, _ *state.State) error {
+			if len(in.ids) == 1 && rec.TaskID == in.ids[0] {
+				taskRecords = append(taskRecords, rec)
+			}
+			if in.until != 0 && rec.Seq == in.until {
+				return store.ErrStop // the state right after record --until
+			}
+			return nil
+		}
+	}
+	return l.operate(ctx, opts, false, "", func(tx *store.Tx) (any, error) {
+		st, at := tx.State, tx.Now
+		if in.until != 0 {
+			if st.LastSeq() < in.until {
+				return nil, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: the WAL has records 1 to %d", in.until, st.LastSeq())}
+			}
+			at = st.LastAt()
+		}
+		return decide(st, at, taskRecords)
+	})
+}
+
+// Inspect shows the tasks named as they stand (a task named alone with
+// its records), or every task (List streams them instead).
+func (l *Local) Inspect(ctx context.Context, r api.InspectRequest) (api.Inspect, error) {
+	in, err := readInspect(r)
+	if err != nil {
+		return api.Inspect{}, err
+	}
+	if len(in.ids) == 0 {
+		v := api.Inspect{}
+		err := l.List(ctx, r, api.Listing{
+			Head: func(head api.Inspect) error { v = head; return nil },
+			Task: func(t api.Task) error { v.Tasks = append(v.Tasks, t); return nil },
+		})
+		return v, err
+	}
+	return as[api.Inspect](l.inspectOn(ctx, in, func(st *state.State, at int64, records []state.Record) (any, error) {
+		v := api.Inspect{Result: state.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Tasks: []api.Task{}}
+		for _, id := range in.ids {
+			t, err := st.Task(id)
+			if err != nil {
+				return nil, err
+			}
+			if tv := view.Task(t, at); in.only.shows(tv) {
+				v.Counts[tv.State]++
+				v.Tasks = append(v.Tasks, tv)
+			}
+		}
+		if len(in.ids) == 1 && len(v.Tasks) == 1 {
+			v.Tasks[0].Records = make([]api.Record, 0, len(records))
+			for _, r := range records {
+				v.Tasks[0].Records = append(v.Tasks[0].Records, view.Record(r))
+			}
+		}
+		return v, nil
+	}))
+}
+
+// List hands every task inspect lists to into, its head (counts and
+// summary) first, one task at a time: a listing of a long history never
+// holds every task's view in memory.
+func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing) error {
+	in, err := readInspect(r)
+	if err != nil {
+		return err
+	}
+	if len(in.ids) > 0 {
+		v, err := l.Inspect(ctx, r)
+		if err != nil {
+			return err
+		}
+		tasks := v.Tasks
+		v.Tasks = []api.Task{}
+		if err := into.Head(v); err != nil {
+			return err
+		}
+		for _, t := range tasks {
+			if err := into.Task(t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	_, err = l.inspectOn(ctx, in, func(st *state.State, at int64, _ []state.Record) (any, error) {
+		tasks, err := listed(st, in.only)
+		if err != nil {
+			return nil, err
+		}
+		head := api.Inspect{Result: state.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at), Tasks: []api.Task{}}
+		for _, t := range tasks {
+			if c := t.At(at); in.only.shows(api.Task{State: string(c.State), Queue: c.Queue}) {
+				head.Counts[string(c.State)]++
+			}
+		}
+		if err := into.Head(head); err != nil {
+			return nil, err
+		}
+		for _, t := range tasks {
+			if tv := view.Task(t, at); in.only.shows(tv) {
+				if err := into.Task(tv); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return nil, nil
+	})
+	return err
+}
+
+// taskFilter is what --state and --queue keep of a listing.
+type taskFilter struct {
+	state state.TaskState
+	queue string
+}
+
+// shows reports whether a task as viewed is listed.
+func (f taskFilter) shows(tv api.Task) bool {
+	return (f.state == "" || tv.State == string(f.state)) && (f.queue == "" || tv.Queue == f.queue)
+}
+
+// listed are the tasks a listing draws from: every task, or only the
+// unfinished ones for WAITING or LEASED (a finished task never waits or
+// holds a lease again, so the archive is not read).
+func listed(st *state.State, only taskFilter) ([]*state.Task, error) {
+	if only.state == state.Waiting || only.state == state.Leased {
+		return st.Live(), nil
+	}
+	return st.Tasks()
+}
+
+func summarize(st *state.State, at int64) *api.InspectSummary {
+	sum := &api.InspectSummary{Queues: map[string]map[string]int{}}
+	var next int64
+	for _, t := range st.Live() { // only unfinished tasks wait or hold leases
+		c := t.At(at)
+		if !c.State.Terminal() {
+			if sum.Queues[c.Queue] == nil {
+				sum.Queues[c.Queue] = map[string]int{}
+			}
+			sum.Queues[c.Queue][string(c.State)]++
+		}
+		switch {
+		case c.State == state.Leased:
+			sum.CurrentLeases++
+			if sum.NextExpiry == nil || c.Lease.Expiry < next {
+				next = c.Lease.Expiry
+				sum.NextExpiry = &api.HeldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: api.FormatTime(next)}
+			}
+		case c.State == state.Waiting && sum.OldestWaiting == nil: // tasks are in creation order
+			sum.OldestWaiting = &api.OldestWaiting{TaskID: c.ID, CreatedAt: api.FormatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
+		}
+	}
+	return sum
+}
+
+// RegistryNote says what the worker registry is, and is not.
+const RegistryNote = "the registry is advisory soft state: heartbeats never grant or keep a lease, only the WAL does"
+
+// Workers shows every worker that heartbeated or holds a lease.
+func (l *Local) Workers(ctx context.Context) (api.Workers, error) {
+	h, done := l.handle(l.o.Store)
+	defer done()
+	var v api.Workers
+	err := h.Read(func(tx *store.Tx) error {
+		reg := h.Workers()
+		leases := CurrentLeases(tx.State, tx.Now)
+		names := map[string]bool{}
+		for w := range reg {
+			names[w] = true
+		}
+		for w := range leases {
+			names[w] = true
+		}
+		v = api.Workers{Result: state.ResultOK, At: api.FormatTime(tx.Now), Note: RegistryNote, Workers: []api.Worker{}}
+		for _, w := range slices.Sorted(maps.Keys(names)) {
+			wv := api.Worker{WorkerID: w, Leases: leases[w]}
+			if wv.Leases == nil {
+				wv.Leases = []api.HeldLease{}
+			}
+			if last, ok := reg[w]; ok {
+				ago := tx.Now - last
+				wv.LastHeartbeat, wv.HeartbeatAge = view.Null(api.FormatTime(last)), &ago
+			}
+			v.Workers = append(v.Workers, wv)
+		}
+		return nil
+	})
+	return v, err
+}
+
+// logFilter decides which records log hands on.
+type logFilter struct {
+	r            api.LogRequest
+	from         int64
+	types        map[state.RecordType]bool
+	since, until int64
+	st           *state.State // as of the record being filtered
+}
+
+// newLogFilter reads a log request; --since and --until count from the
+// time of the first record (first).
+func newLogFilter(r api.LogRequest, first int64) (*logFilter, error) {
+	f := &logFilter{r: r, from: max(r.From, 1), until: -1}
+	if r.From < 0 || (r.To != 0 && r.To < f.from) {
+		return nil, api.Usage("--from must be at least 1 and --to (if given) at least --from")
+	}
+	if r.Type != "" {
+		for _, name := range strings.Split(string(r.Type), ",") {
+			typ, ok := state.ParseRecordType(name)
+			if !ok {
+				return nil, api.Usage("--type %q is not a record type: use one of %s", name, strings.Join(state.RecordTypeNames(), ", "))
+			}
+			if f.types == nil {
+				f.types = map[state.RecordType]bool{}
+			}
+			f.types[typ] = true
+		}
+	}
+	var err error
+	if r.Since != "" {
+		if f.since, err = logTime("since", r.Since, first); err != nil {
+			return nil, err
+		}
+	}
+	if r.Until != "" {
+		if f.until, err = logTime("until", r.Until, first); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// logTime reads a --since/--until time: RFC 3339, unix ms, or +DURATION after first.
+func logTime(flag, text string, first int64) (int64, error) {
+	if n, err := strconv.ParseInt(text, 10, 64); err == nil && n >= 0 && n < 1e11 {
+		seq := map[string]string{"since": "from", "until": "to"}[flag]
+		return 0, api.Usage("--%s %q is a time, and this looks like a record's seq: did you mean --%s %s?", flag, text, seq, text)
+	}
+	ms, err := api.ParseTimeFlag("--"+flag, text, first, first)
+	if err != nil {
+		return 0, api.Usage("--%s %q is not a time: use RFC 3339, unix milliseconds, or +DURATION after the first record", flag, text)
+	}
+	return ms, nil
+}
+
+func (f *logFilter) keep(r state.Record) bool {
+	o := f.r
+	switch {
+	case r.Seq < f.from || (o.To != 0 && r.Seq > o.To):
+		return false
+	case r.At < f.since || (f.until >= 0 && r.At > f.until):
+		return false
+	case f.types != nil && !f.types[r.Type]:
+		return false
+	case o.Task != "" && r.TaskID != o.Task:
+		return false
+	case o.Lease != "" && r.LeaseID != o.Lease:
+		return false
+	case o.Domain != "" && r.Domain != o.Domain:
+		return false
+	case o.Worker != "" && f.workerOf(r) != o.Worker:
+		return false
+	case o.Queue != "" && f.queueOf(r) != o.Queue:
+		return false
+	}
+	return true
+}
+
+// queueOf is the queue of the task a record is about ("" for none).
+func (f *logFilter) queueOf(r state.Record) string {
+	if r.TaskID == "" {
+		return ""
+	}
+	if t, err := f.st.Task(r.TaskID); err == nil {
+		return t.Queue
+	}
+	return ""
+}
+
+// workerOf is the worker a record concerns: the one it names, or the one its
+// lease was granted to.
+func (f *logFilter) workerOf(r state.Record) string {
+	if r.WorkerID != "" || r.LeaseID == "" {
+		return r.WorkerID
+	}
+	if t, err := f.st.Task(r.TaskID); err == nil {
+		if a := t.AttemptOf(r.LeaseID); a != nil {
+			return a.Worker
+		}
+	}
+	return ""
+}
+
+// Log hands each record that matches r to each, in order, as the replay
+// reads it (a reader that must not show records before the end was found
+// sound keeps them aside until Log returns). It answers where the log
+// stands: its first record's time, and its last seq.
+func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record) error) (api.LogEnd, error) {
+	f, err := newLogFilter(r, 0) // the request's syntax, before reading anything
+	if err != nil {
+		return api.LogEnd{}, err
+	}
+	var end api.LogEnd
+	opts := l.o.Store
+	opts.FullReplay = true
+	if r.From > 1 && r.Since == "" && r.Until == "" {
+		// Only --since and --until read the first record: else a checkpoint
+		// that ends before From stands in for the records before it.
+		opts.FullReplay, opts.ReplayFrom = false, r.From
+	}
+	opts.OnRecord = func(rec state.Record, st *state.State) error {
+		if rec.Seq == 1 {
+			end.FirstAt = api.FormatTime(rec.At)
+			if f, err = newLogFilter(r, rec.At); err != nil {
+				return err
+			}
+		}
+		if f.st = st; !f.keep(rec) {
+			return nil
+		}
+		if err := each(view.Record(rec)); err != nil {
+			return err
+		}
+		if r.To != 0 && rec.Seq >= r.To {
+			return store.ErrStop // nothing after To is asked for
+		}
+		return nil
+	}
+	_, err = l.operate(ctx, opts, false, "", func(tx *store.Tx) (any, error) {
+		end.LastSeq = tx.State.LastSeq()
+		if r.Task != "" {
+			if _, err := tx.State.Task(r.Task); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+	return end, err
+}
+
+// Changes signals on the channel whenever the WAL may have changed, until
+// ctx is done: a reader that follows the log, or a worker waiting for a
+// task, looks again then.
+func (l *Local) Changes(ctx context.Context) (<-chan struct{}, error) {
+	h := store.Open(l.o.Store)
+	w, err := h.Watch()
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("watching %s for changes: %w", l.o.Store.Path, err)
+	}
+	stop := context.AfterFunc(ctx, w.Interrupt)
+	changed := make(chan struct{}, 1)
+	go func() {
+		defer h.Close()
+		defer w.Close()
+		defer stop()
+		for ctx.Err() == nil {
+			if yes, _ := w.Wait(time.Now().Add(time.Second)); yes {
+				select {
+				case changed <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return changed, nil
+}
