@@ -1,7 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
 
 	"leasewal/state"
 )
@@ -70,4 +74,59 @@ func OutcomeExit(o state.Outcome) int {
 		return ExitWaitedOut
 	}
 	return ExitOK
+}
+
+// Hand hands an answer with every task in it on to the listing: its head
+// first, then each task.
+func (l Listing) Hand(v Inspect) error {
+	tasks := v.Tasks
+	v.Tasks = []Task{}
+	if err := l.Head(v); err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		if err := l.Task(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// JSONListing is a listing that writes to w, a task at a time, exactly the
+// JSON document of the Inspect answer with every task in it (one line, as
+// json.Encoder without HTML escaping writes it); end closes the document.
+func JSONListing(w io.Writer) (l Listing, end func() error) {
+	first := true
+	encode := func(v any) ([]byte, error) {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		err := enc.Encode(v)
+		return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
+	}
+	l.Head = func(v Inspect) error {
+		b, err := encode(v)
+		if err != nil {
+			return err
+		}
+		prefix, ok := bytes.CutSuffix(b, []byte("[]}"))
+		if !ok {
+			return errors.New("internal error: a listing's head does not end with its tasks")
+		}
+		_, err = w.Write(append(prefix, '['))
+		return err
+	}
+	l.Task = func(t Task) error {
+		b, err := encode(t)
+		if err != nil {
+			return err
+		}
+		if !first {
+			b = append([]byte{','}, b...)
+		}
+		first = false
+		_, err = w.Write(b)
+		return err
+	}
+	return l, func() error { _, err := io.WriteString(w, "]}\n"); return err }
 }

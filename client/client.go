@@ -491,17 +491,7 @@ func (c *Client) List(ctx context.Context, req api.InspectRequest, into api.List
 	if err != nil {
 		return err
 	}
-	tasks := v.Tasks
-	v.Tasks = []api.Task{}
-	if err := into.Head(v); err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		if err := into.Task(t); err != nil {
-			return err
-		}
-	}
-	return nil
+	return into.Hand(v)
 }
 
 // Changes signals every PollEvery until ctx is done: a server's WAL cannot

@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -106,58 +105,38 @@ func runInspect(e env, r api.InspectRequest) error {
 // never holds every task's view, nor all of its output, in memory.
 func (e env) list(s *session, r api.InspectRequest) error {
 	out := &stickyWriter{w: bufio.NewWriterSize(e.stdout, 8<<10)}
-	p := e.palette()
-	var (
-		table *sheet
-		first = true
-		at    int64
-	)
-	into := api.Listing{
-		Head: func(v api.Inspect) error {
-			at = api.ParseTime(v.At)
-			if e.Output == "json" {
-				var b bytes.Buffer
-				writeJSON(&b, v)
-				prefix, ok := bytes.CutSuffix(b.Bytes(), []byte("[]}\n"))
-				if !ok {
-					return fmt.Errorf("internal error: the listing does not end with its tasks")
+	into, end := api.JSONListing(out)
+	var table *sheet
+	if e.Output != "json" {
+		p := e.palette()
+		var at int64
+		into = api.Listing{
+			Head: func(v api.Inspect) error {
+				at = api.ParseTime(v.At)
+				listed := 0
+				for _, n := range v.Counts {
+					listed += n
 				}
-				out.Write(prefix)
-				_, err := out.Write([]byte{'['})
-				return err
-			}
-			listed := 0
-			for _, n := range v.Counts {
-				listed += n
-			}
-			renderInspectHead(out, p, v, listed)
-			if listed > 0 || p.tsv { // TSV has its header row even with no rows
-				table = newInspectTable(out, p)
-			}
-			return nil
-		},
-		Task: func(t api.Task) error {
-			if e.Output != "json" {
-				appendTaskRow(table, p, t, at)
+				renderInspectHead(out, p, v, listed)
+				if listed > 0 || p.tsv { // TSV has its header row even with no rows
+					table = newInspectTable(out, p)
+				}
+				return nil
+			},
+			Task: func(t api.Task) error { appendTaskRow(table, p, t, at); return nil },
+		}
+		end = func() error {
+			if table == nil {
 				return nil
 			}
-			if !first {
-				out.Write([]byte{','})
-			}
-			first = false
-			return writeJSONValue(out, t)
-		},
+			return table.Render()
+		}
 	}
 	if err := s.svc.List(e.context(), r, into); err != nil {
 		return e.remoteError(err)
 	}
-	switch {
-	case e.Output == "json":
-		out.Write([]byte("]}\n"))
-	case table != nil:
-		if err := table.Render(); err != nil {
-			return err
-		}
+	if err := end(); err != nil && !out.failed() {
+		return err
 	}
 	if err := out.flush(); err != nil && !errors.Is(err, syscall.EPIPE) {
 		return fmt.Errorf("writing the answer to stdout: %w", err)

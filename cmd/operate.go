@@ -48,11 +48,6 @@ func (e env) write(decide func(tx *store.Tx) (answer, error)) error {
 	return e.operate(e.storeOptions(), true, decide)
 }
 
-// read runs decide under a shared lock and prints its answer.
-func (e env) read(decide func(tx *store.Tx) (answer, error)) error {
-	return e.operate(e.storeOptions(), false, decide)
-}
-
 // operate opens a handle with opts, runs decide once in it, and prints the
 // answer once the lock is released (the handle stays open until then, since
 // a listing draws from its state).

@@ -36,19 +36,6 @@ func writeJSON(w io.Writer, v any) {
 	_ = enc.Encode(v) // a failed write to stdout has nowhere better to be reported
 }
 
-// writeJSONValue writes v as writeJSON does, without the newline after it:
-// one element of a document streamed a piece at a time.
-func writeJSONValue(w io.Writer, v any) error {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	_, err := w.Write(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
-	return err
-}
-
 // palette is how human output is drawn: colored (on a terminal only; JSON
 // and TSV never are), fitted to a width (0: wide, every cell whole), as TSV,
 // with or without headers.

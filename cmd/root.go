@@ -428,9 +428,6 @@ func defaultActor() string {
 	return fmt.Sprintf("%s@%s:%d", name, host, os.Getpid())
 }
 
-// sidePath names a file kept beside the WAL.
-func (e env) sidePath(suffix string) string { return filepath.Clean(e.WAL) + suffix }
-
 // exitStatus is a command's normal answer with a non-zero exit code
 // (CANCELLED, EMPTY), already printed.
 type exitStatus struct{ code int }

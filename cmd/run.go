@@ -181,21 +181,22 @@ func runRun(e env, o runOptions, argv []string) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	var c runner.Coordinator
+	var svc api.Service
 	if e.Server != "" {
-		cl, err := e.client()
-		if err != nil {
+		if svc, err = e.client(); err != nil {
 			return err
 		}
-		if c, err = runner.NewRemote(e.context(), cl, e.Actor); err != nil {
-			return err
-		}
-	} else {
+	} else { // one handle for the runner's life: each turn reads only what was appended since the last
 		opts := e.storeOptions()
 		opts.Resident = true
-		c = runner.Local{H: store.Open(opts), WAL: e.WAL}
+		h := store.Open(opts)
+		defer h.Close()
+		svc = service.New(service.Options{Store: opts, Handle: h, MaxRetries: e.MaxRetries})
 	}
-	defer c.Close()
+	c, err := runner.NewCoordinator(e.context(), svc, e.Actor)
+	if err != nil {
+		return err
+	}
 	out := bufio.NewWriter(e.stdout)
 	if e.Output == "tsv" && !e.NoHeaders { // the header row even when nothing runs, as every TSV
 		fmt.Fprintln(out, "TASK\tLEASE\tATTEMPT\tOUTCOME\tEXIT\tSECONDS")

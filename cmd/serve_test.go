@@ -206,7 +206,7 @@ func TestRunLeaseAnswerLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := runner.NewRemote(context.Background(), cl, "test")
+	c, err := runner.NewCoordinator(context.Background(), cl, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

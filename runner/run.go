@@ -83,7 +83,7 @@ type jobEnd struct {
 // runner is a runner's state between the turns of its loop.
 type runner struct {
 	p       Plan
-	c       Coordinator
+	c       *Coordinator
 	spawn   chan spawnRequest
 	ends    chan jobEnd
 	running map[string]*job
@@ -122,7 +122,7 @@ func spawner() chan spawnRequest {
 // nothing has become leasable for p.Wait (never with p.Forever), p.MaxTasks
 // leases have finished, or a signal comes on sigs (the first stops leasing
 // and stops the children; a second kills them at once).
-func Run(p Plan, c Coordinator, sigs <-chan os.Signal) (Result, error) {
+func Run(p Plan, c *Coordinator, sigs <-chan os.Signal) (Result, error) {
 	r := &runner{p: p, c: c, spawn: spawner(), ends: make(chan jobEnd), running: map[string]*job{}}
 	quit := make(chan struct{})
 	defer close(quit)

@@ -121,34 +121,11 @@ func typed[R any](serve func(context.Context, R) reply) route {
 // service hands them on.
 func listing(ctx context.Context, svc api.Service, r api.InspectRequest, describe func(error) api.Error) reply {
 	var out bytes.Buffer
-	first := true
-	err := svc.List(ctx, r, api.Listing{
-		Head: func(head api.Inspect) error {
-			var b bytes.Buffer
-			writeJSON(&b, head)
-			prefix, ok := bytes.CutSuffix(b.Bytes(), []byte("[]}\n"))
-			if !ok {
-				return errors.New("internal error: the listing does not end with its tasks")
-			}
-			out.Write(prefix)
-			out.WriteByte('[')
-			return nil
-		},
-		Task: func(t api.Task) error {
-			if !first {
-				out.WriteByte(',')
-			}
-			first = false
-			var b bytes.Buffer
-			writeJSON(&b, t)
-			out.Write(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
-			return nil
-		},
-	})
-	if err != nil {
+	into, end := api.JSONListing(&out)
+	if err := svc.List(ctx, r, into); err != nil {
 		return encode(nil, err, describe)
 	}
-	out.WriteString("]}\n")
+	_ = end() // a bytes.Buffer takes every write
 	return reply{contentType: "application/json", body: out.Bytes()}
 }
 

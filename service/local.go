@@ -113,14 +113,6 @@ func as[A any](v any, err error) (A, error) {
 	return a, err
 }
 
-// commit commits a decision's records in tx, or passes its refusal on.
-func commit(tx *store.Tx, d state.Decision, err error) (state.Decision, error) {
-	if err != nil {
-		return d, err
-	}
-	return d, tx.Commit(d.Records)
-}
-
 // committer commits in tx the records of the decision it is given, or
 // passes its refusal on: committer(tx)(tx.State.DecideX(…)).
 func committer(tx *store.Tx) func(state.Decision, error) (state.Decision, error) {

@@ -127,17 +127,7 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 		if err != nil {
 			return err
 		}
-		tasks := v.Tasks
-		v.Tasks = []api.Task{}
-		if err := into.Head(v); err != nil {
-			return err
-		}
-		for _, t := range tasks {
-			if err := into.Task(t); err != nil {
-				return err
-			}
-		}
-		return nil
+		return into.Hand(v)
 	}
 	_, err = l.inspectOn(ctx, in, func(st *state.State, at int64, _ []state.Record) (any, error) {
 		tasks, err := listed(st, in.only)
