@@ -35,6 +35,7 @@ type serveOptions struct {
 	tlsCert       string
 	tlsKey        string
 	maxBatch      int
+	pipeline      bool
 	raft          cluster.Config
 	join          string
 }
@@ -57,8 +58,13 @@ for a missing or wrong token. GET /v1/status answers
 Group commit: requests that arrive together are decided one after the other
 in arrival order, each against the state that includes the earlier ones, their
 records appended in one write with one fsync, and only then answered; if the
-write fails, every request of the batch is answered WriteFailed. Local
-commands on the same WAL keep working beside it. It binds to loopback unless
+write fails, every request of the batch is answered WriteFailed. Batches are
+pipelined: the next is decided (on the state that includes the last) and
+written while the last one's fsync runs; the WAL stays locked while batches
+keep coming and is let go as soon as none is in flight, so local commands on
+the same WAL keep working beside it. If an fsync fails, its batch is answered
+WriteFailed, the WAL is cut back to what was durable, and the batches after
+it are decided again. A raft node's batches go one at a time. It binds to loopback unless
 told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
 		Example: `  leasewal serve --wal /var/lib/leasewal/q.wal --listen 127.0.0.1:7420
   LEASEWAL_SERVER=http://127.0.0.1:7420 leasewal submit --payload job-1
@@ -75,6 +81,7 @@ told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
 	c.Flags().StringVar(&o.tlsCert, "tls-cert", "", "serve https with this PEM certificate (chain); needs --tls-key")
 	c.Flags().StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	c.Flags().IntVar(&o.maxBatch, "max-batch", 256, "most requests decided in one batch")
+	c.Flags().BoolVar(&o.pipeline, "pipeline", true, "decide the next batch while the last one's fsync runs (false: one batch at a time)")
 	c.Flags().StringVar(&o.advertise, "advertise", "", "the URL other nodes and clients reach this server at (default: http://<the --listen address>)")
 	c.Flags().StringVar(&o.raft.ID, "raft-id", "", "run as this node of a raft cluster (with --raft-dir and --raft-bind)")
 	c.Flags().StringVar(&o.raft.Dir, "raft-dir", "", "the node's raft log and snapshots")
@@ -177,6 +184,9 @@ func runServe(e env, o serveOptions) error {
 		h := store.Open(opts)
 		defer h.Close()
 		back = service.NewWALBackend(h, url)
+		if !o.pipeline {
+			back = service.Serial{Backend: back}
+		}
 	}
 	s, _ := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient})
 	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, url)

@@ -34,12 +34,28 @@ type Status struct {
 	LastSeq int64  `json:"last_seq"`
 }
 
+// Piper is a backend whose batches may be pipelined: a WAL this process
+// holds the lock of across a run of batches (see store.Pipe). A raft node
+// is not one: its leader would need a speculative state apart from the
+// applied one, so a cluster's batches go one after the other.
+type Piper interface {
+	// Pipe takes the WAL's lock for a run of batches; Unpipe ends it.
+	Pipe() (*store.Pipe, error)
+	Unpipe(*store.Pipe)
+}
+
+// Serial is a backend's batches one after the other, never pipelined
+// (serve --pipeline=false).
+type Serial struct{ Backend }
+
 // WALBackend is a single server's: one resident handle, shared by the
-// batches and the status under mu.
+// batches and the status under mu; while a pipe holds the WAL, the status
+// is the pipe's.
 type WALBackend struct {
-	mu  sync.Mutex
-	h   *store.Handle
-	url string
+	mu   sync.Mutex
+	h    *store.Handle
+	url  string
+	pipe atomic.Pointer[store.Pipe]
 }
 
 // NewWALBackend decides on h; url is the server's, which its status names
@@ -52,7 +68,30 @@ func (b *WALBackend) Commit(fns []func(*store.Tx) error) ([]error, [][]state.Rec
 	return b.h.WriteBatch(fns)
 }
 
+// Pipe takes the WAL's lock for a run of batches; the handle is the pipe's
+// until Unpipe.
+func (b *WALBackend) Pipe() (*store.Pipe, error) {
+	b.mu.Lock()
+	p, err := b.h.Pipe()
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	b.pipe.Store(p)
+	return p, nil
+}
+
+// Unpipe closes p and gives the handle back.
+func (b *WALBackend) Unpipe(p *store.Pipe) {
+	p.Close()
+	b.pipe.Store(nil)
+	b.mu.Unlock()
+}
+
 func (b *WALBackend) Status() (Status, error) {
+	if p := b.pipe.Load(); p != nil { // the WAL is the pipe's: its durable end is the last record
+		return Status{Role: "single", Leader: b.url, LastSeq: p.LastSeq()}, nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var last int64
@@ -89,6 +128,10 @@ type Batcher struct {
 	stopped bool
 	// received counts the requests ever handed to the batcher.
 	received atomic.Int64
+	// again holds the requests of batches decided but not kept (an
+	// earlier batch's fsync failed), to be decided again first.
+	againMu sync.Mutex
+	again   []*pending
 }
 
 type pending struct {
@@ -145,8 +188,12 @@ func (b *Batcher) Stop() {
 }
 
 // loop takes what has queued, decides it as one batch, and answers it,
-// until the queue is closed.
+// until the queue is closed: pipelined on a backend that can be.
 func (b *Batcher) loop() {
+	if p, ok := b.back.(Piper); ok {
+		b.pipelined(p)
+		return
+	}
 	for first := range b.queue {
 		batch := []*pending{first}
 	gather:
@@ -166,12 +213,147 @@ func (b *Batcher) loop() {
 			fns[i] = p.decide
 		}
 		errs, committed, err := b.back.Commit(fns)
-		for i, p := range batch {
-			p.err, p.committed = errs[i], committed[i]
-			if err != nil {
-				p.err, p.committed = err, nil // nothing of the batch was written
+		answer(batch, errs, committed, err)
+	}
+}
+
+// inFlight is a batch decided and written in a pipe, waiting for its fsync.
+type inFlight struct {
+	batch     []*pending
+	errs      []error
+	committed [][]state.Record
+	f         *store.Flight
+}
+
+// pipelined is loop on a WAL of its own: batch N+1 is decided (on the state
+// that includes N) and written while N's fsync runs; each batch is answered
+// once it is durable, in order. The lock is held while requests keep
+// coming, and given back when none waits, so that local writers get their
+// turn. When an fsync fails, its batch is answered with the failure, the
+// file is cut back to what was durable, and the batches after it are
+// decided again on a new pipe.
+func (b *Batcher) pipelined(back Piper) {
+	flights := make(chan inFlight, 4096)
+	var outstanding sync.WaitGroup
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		for x := range flights {
+			err := x.f.Wait()
+			if errors.Is(err, store.ErrPipeBroken) {
+				b.decideAgain(x.batch)
+			} else {
+				answer(x.batch, x.errs, x.committed, err)
 			}
-			close(p.done)
+			outstanding.Done()
+		}
+	}()
+	var (
+		pipe *store.Pipe
+		last *store.Flight // the latest batch written in the pipe
+	)
+	closePipe := func() {
+		if pipe != nil {
+			back.Unpipe(pipe)
+			pipe, last = nil, nil
+			outstanding.Wait() // what must be decided again is queued before anything new
 		}
 	}
+	for {
+		batch, open := b.take(pipe == nil)
+		if !open {
+			break
+		}
+		if len(batch) == 0 && last != nil { // nothing waits yet: the next request may come while the last fsync runs
+			select {
+			case p, ok := <-b.queue:
+				if ok {
+					batch = append(batch, p)
+				}
+			case <-last.Settled():
+			}
+		}
+		if len(batch) == 0 { // nothing waits and nothing is in flight: the lock goes back to local writers
+			closePipe()
+			continue
+		}
+		if pipe == nil {
+			var err error
+			if pipe, err = back.Pipe(); err != nil {
+				answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
+				continue
+			}
+		}
+		fns := make([]func(*store.Tx) error, len(batch))
+		for i, p := range batch {
+			fns[i] = p.decide
+		}
+		errs, committed, f, err := pipe.Batch(fns)
+		switch {
+		case errors.Is(err, store.ErrPipeBroken):
+			closePipe()
+			b.decideAgain(batch)
+		case err != nil: // its own write failed: nothing of it was written
+			closePipe()
+			answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
+		default:
+			outstanding.Add(1)
+			flights <- inFlight{batch: batch, errs: errs, committed: committed, f: f}
+			last = f
+		}
+	}
+	closePipe()
+	close(flights)
+	<-answered
+}
+
+// answer tells each request of a batch its outcome: err, the batch's, voids
+// every answer of it.
+func answer(batch []*pending, errs []error, committed [][]state.Record, err error) {
+	for i, p := range batch {
+		p.err, p.committed = errs[i], committed[i]
+		if err != nil {
+			p.err, p.committed = err, nil // nothing of the batch was written
+		}
+		close(p.done)
+	}
+}
+
+// decideAgain queues a batch that was decided but not kept to be decided
+// again, before anything that arrived since.
+func (b *Batcher) decideAgain(batch []*pending) {
+	b.againMu.Lock()
+	b.again = append(b.again, batch...)
+	b.againMu.Unlock()
+}
+
+// take is the next batch: what waits to be decided again first, then what
+// queued, at most max. It waits for a first request when block is set;
+// else an empty batch says nothing waits. open is false once the queue is
+// closed and nothing is left.
+func (b *Batcher) take(block bool) (batch []*pending, open bool) {
+	b.againMu.Lock()
+	n := min(len(b.again), b.max)
+	batch = append(batch, b.again[:n]...)
+	b.again = b.again[n:]
+	b.againMu.Unlock()
+	if len(batch) == 0 && block {
+		p, ok := <-b.queue
+		if !ok {
+			return nil, false
+		}
+		batch = append(batch, p)
+	}
+	for len(batch) < b.max {
+		select {
+		case p, ok := <-b.queue:
+			if !ok {
+				return batch, len(batch) > 0 || !block
+			}
+			batch = append(batch, p)
+		default:
+			return batch, true
+		}
+	}
+	return batch, true
 }

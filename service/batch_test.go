@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"leasewal/internal/gatedfs"
 	"leasewal/internal/testwait"
 	"leasewal/state"
 	"leasewal/store"
@@ -97,5 +100,67 @@ func TestBatcher(t *testing.T) {
 	b.Stop() // a second stop is harmless
 	if _, err := b.Run(context.Background(), decide(5)); !errors.Is(err, ErrStopping) || len(order) != 4 {
 		t.Fatalf("after Stop: %v, decided %v", err, order)
+	}
+}
+
+// TestPipelinedBatcher: on a WAL, the batcher decides the next batch while
+// the last one's fsync runs; when that fsync fails, its request is answered
+// with the failure, and the request decided after it is decided again, on
+// the WAL as it was cut back: the task it creates takes the id the failed
+// one had, and the WAL holds it alone.
+func TestPipelinedBatcher(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	submit := func(decided chan<- string) func(tx *store.Tx) error {
+		return func(tx *store.Tx) error {
+			d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+			if err != nil {
+				return err
+			}
+			decided <- d.TaskID
+			return tx.Commit(d.Records)
+		}
+	}
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second})
+	if err := plain.Write(submit(make(chan string, 1))); err != nil { // T1: the WAL exists
+		t.Fatal(err)
+	}
+	plain.Close()
+	fsys := gatedfs.New()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, FS: fsys, Resident: true})
+	defer h.Close()
+	b := NewBatcher(NewWALBackend(h, "http://test"), 64)
+	defer b.Stop()
+	firstDecided, secondDecided := make(chan string, 4), make(chan string, 4)
+	first, second := make(chan error, 1), make(chan []state.Record, 1)
+	go func() { _, err := b.Run(context.Background(), submit(firstDecided)); first <- err }()
+	if id := <-firstDecided; id != "T2" {
+		t.Fatalf("the first request created %s", id)
+	}
+	<-fsys.Syncing // the first batch's fsync runs, held
+	var secondErr error
+	go func() {
+		recs, err := b.Run(context.Background(), submit(secondDecided))
+		secondErr = err
+		second <- recs
+	}()
+	if id := <-secondDecided; id != "T3" {
+		t.Fatalf("the second request, decided while the first's fsync runs, created %s; want T3", id)
+	}
+	fsys.Gated.Store(false)
+	fsys.Gate <- errors.New("injected: EIO")
+	var failed *store.AppendError
+	if err := <-first; !errors.As(err, &failed) {
+		t.Fatalf("the request whose fsync failed: %v", err)
+	}
+	recs := <-second
+	if secondErr != nil || len(recs) != 1 || recs[0].TaskID != "T2" || <-secondDecided != "T2" {
+		t.Fatalf("the request decided again: %v %+v; want T2, the WAL being cut back", secondErr, recs)
+	}
+	b.Stop()
+	check := store.Open(store.Options{Path: path, LockTimeout: time.Second, Verifier: state.NewVerifier()})
+	defer check.Close()
+	var last int64
+	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 2 {
+		t.Fatalf("the WAL: %v, %d records; want the first and the one decided again", err, last)
 	}
 }

@@ -308,6 +308,23 @@ func (l *Log) Append(body []byte) (*CutResult, error) { return l.AppendBatch([][
 // not depend on it). A torn tail is first cut off and kept in a side file
 // (see CutTorn). On any failure the file is truncated back to its previous size.
 func (l *Log) AppendBatch(bodies [][]byte, version int) (cut *CutResult, err error) {
+	before := l.Position
+	if cut, err = l.Write(bodies, version); err != nil {
+		return cut, err
+	}
+	if err := l.store.Sync(); err != nil {
+		return cut, l.Abandon(before, err)
+	}
+	l.fault.reach("after-sync")
+	return cut, nil
+}
+
+// Write is AppendBatch without the fsync, for a writer that makes many
+// batches durable in the background (a pipelined server): the frames are
+// written after the ones before them and the position moves past them, but
+// nothing is durable until Sync returns. On a failed write the file is cut
+// back to where the batch began.
+func (l *Log) Write(bodies [][]byte, version int) (cut *CutResult, err error) {
 	if l.mode != Write {
 		return nil, errors.New("append on a WAL opened for reading")
 	}
@@ -328,12 +345,30 @@ func (l *Log) AppendBatch(bodies [][]byte, version int) (cut *CutResult, err err
 			return nil, err
 		}
 	}
-	if err := l.writeDurably(frames, pos.Count-l.Count); err != nil {
+	if err := l.writeAtEnd(frames, pos.Count-l.Count); err != nil {
 		return cut, err
 	}
-	l.fault.reach("after-sync")
 	l.Position = pos
 	return cut, nil
+}
+
+// Sync makes everything written so far durable.
+func (l *Log) Sync() error {
+	if err := l.store.Sync(); err != nil {
+		return err
+	}
+	l.fault.reach("after-sync")
+	return nil
+}
+
+// Abandon cuts the file back to durable, a position Sync made durable
+// earlier, after a Sync failed: what was written after it is not known to
+// be on disk, and was never acknowledged. The log's position is durable's
+// then.
+func (l *Log) Abandon(durable Position, cause error) error {
+	records := l.Count - durable.Count
+	l.Position = durable
+	return l.rollback("fsync", cause, int(records))
 }
 
 // encodeFrames chains the bodies' frames after pos and returns them as one
@@ -377,6 +412,17 @@ func (l *Log) upgrade(version int) error {
 
 // writeDurably writes frame (records records) at the end and fsyncs it, or rolls back.
 func (l *Log) writeDurably(frame []byte, records int) error {
+	if err := l.writeAtEnd(frame, records); err != nil {
+		return err
+	}
+	if err := l.store.Sync(); err != nil {
+		return l.rollback("fsync", err, records)
+	}
+	return nil
+}
+
+// writeAtEnd writes frame (records records) at the end, or rolls back.
+func (l *Log) writeAtEnd(frame []byte, records int) error {
 	l.fault.reach("before-write")
 	written, err := writeFrame(l.store, frame, l.End, l.fault)
 	if err == nil && written < len(frame) {
@@ -386,9 +432,6 @@ func (l *Log) writeDurably(frame []byte, records int) error {
 		return l.rollback("write", err, records)
 	}
 	l.fault.reach("after-write")
-	if err := l.store.Sync(); err != nil {
-		return l.rollback("fsync", err, records)
-	}
 	return nil
 }
 

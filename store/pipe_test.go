@@ -1,0 +1,144 @@
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"leasewal/internal/gatedfs"
+	"leasewal/state"
+	"leasewal/store"
+)
+
+// leaseOne and addOne are a batch's decisions: lease the next task to W,
+// submit a task.
+func leaseOne(leased *[]string) func(tx *store.Tx) error {
+	return func(tx *store.Tx) error {
+		d, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute}, tx.Now)
+		if err != nil {
+			return err
+		}
+		*leased = append(*leased, d.TaskID)
+		return tx.Commit(d.Records)
+	}
+}
+
+func addOne(tx *store.Tx) error {
+	d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+	if err != nil {
+		return err
+	}
+	return tx.Commit(d.Records)
+}
+
+// TestPipe: in a pipe, a batch is decided on the state that includes the
+// batches before it while their fsync has not returned; each flight ends
+// once its batch is durable; the WAL stays locked until the pipe closes,
+// and then holds every batch.
+func TestPipe(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	submit(t, plain, "first") // T1
+	fsys := gatedfs.New()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
+	defer h.Close()
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leased []string
+	_, committed, first, err := p.Batch([]func(*store.Tx) error{leaseOne(&leased), addOne})
+	if err != nil || len(committed[0]) != 1 || len(committed[1]) != 1 {
+		t.Fatalf("the first batch: %v %v", err, committed)
+	}
+	<-fsys.Syncing // its fsync is under way, and held
+	_, _, second, err := p.Batch([]func(*store.Tx) error{leaseOne(&leased)})
+	if err != nil || len(leased) != 2 || leased[1] != "T2" {
+		t.Fatalf("the second batch, decided while the first's fsync runs: %v, leased %v (want T1, then the T2 the first created)", err, leased)
+	}
+	select {
+	case <-first.Settled():
+		t.Fatal("the first batch settled before its fsync returned")
+	default:
+	}
+	var locked *store.LockTimeoutError
+	if err := store.Open(store.Options{Path: path, LockTimeout: 10 * time.Millisecond}).Read(func(*store.Tx) error { return nil }); !errors.As(err, &locked) {
+		t.Fatalf("a reader while the pipe holds the WAL: %v, want a lock timeout", err)
+	}
+	fsys.Gate <- nil // the first fsync returns
+	if err := first.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Gated.Store(false)
+	select {
+	case <-fsys.Syncing: // the second's, begun before the gate opened
+		fsys.Gate <- nil
+	case <-second.Settled():
+	}
+	if err := second.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	submit(t, plain, "after") // a local writer gets the lock back
+	plain.Close()
+	var last int64
+	check := store.Open(store.Options{Path: path, LockTimeout: time.Second, Verifier: state.NewVerifier()})
+	defer check.Close()
+	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 5 {
+		t.Fatalf("the WAL after the pipe: %v, %d records, want 5", err, last)
+	}
+}
+
+// TestPipeFsyncFails: when a batch's fsync fails, the batch is answered
+// with the failure, the batches written after it are refused with
+// ErrPipeBroken (to be decided again), and closing the pipe cuts the WAL
+// back to what was durable before them: none of their records is left,
+// and the handle decides on the WAL as it is.
+func TestPipeFsyncFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	submit(t, plain, "first") // T1
+	plain.Close()
+	before, _ := os.ReadFile(path)
+	fsys := gatedfs.New()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
+	defer h.Close()
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, first, err := p.Batch([]func(*store.Tx) error{addOne})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-fsys.Syncing
+	_, _, second, err := p.Batch([]func(*store.Tx) error{addOne})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.Gated.Store(false) // the rollback's own fsync goes through
+	fsys.Gate <- errors.New("injected: EIO")
+	<-second.Settled()
+	if _, _, _, err := p.Batch([]func(*store.Tx) error{addOne}); !errors.Is(err, store.ErrPipeBroken) {
+		t.Fatalf("a batch after the failed fsync: %v, want ErrPipeBroken", err)
+	}
+	p.Close()
+	var failed *store.AppendError
+	if err := first.Wait(); !errors.As(err, &failed) || !failed.RolledBack {
+		t.Fatalf("the batch whose fsync failed: %v, want a rolled-back append error", err)
+	}
+	if err := second.Wait(); !errors.Is(err, store.ErrPipeBroken) {
+		t.Fatalf("the batch after it: %v, want ErrPipeBroken", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatalf("the WAL was not cut back:\n%s\nwant\n%s", after, before)
+	}
+	submit(t, h, "again") // decided on the WAL as it is: T2, seq 2
+	var last int64
+	if err := h.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 2 {
+		t.Fatalf("after the failure: %v, %d records, want 2", err, last)
+	}
+}
