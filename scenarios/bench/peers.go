@@ -37,6 +37,7 @@ func peersBench(dir, leasewal string, phase time.Duration) {
 	}
 	peers := []peer{
 		leasewalPeer{bin: leasewal, dir: dir},
+		leasewalPeer{bin: leasewal, dir: dir, serial: true},
 		beanstalkPeer{bin: beanstalkd, dir: dir},
 		redisPeer{bin: redis, dir: dir},
 	}
@@ -54,13 +55,13 @@ func peersBench(dir, leasewal string, phase time.Duration) {
 	} else {
 		fmt.Println("(strace is not on PATH: the fsync counts are not shown; apt-get install -y strace)")
 	}
-	fmt.Printf("%-8s %-34s %12s %12s %12s\n", "clients", "operation", "leasewal/s", "beanstalkd/s", "redis/s")
+	fmt.Printf("%-8s %-34s %12s %12s %12s %12s\n", "clients", "operation", "leasewal/s", "beanstalkd/s", "redis/s", "serial/s")
 	for _, clients := range []int{1, 8, 32} {
 		for _, work := range []string{"submit", "take", "take-separate"} {
 			rates := map[string][]float64{}
 			for range 2 {
 				for _, p := range peers {
-					if work == "take-separate" && p.name() != "leasewal" {
+					if work == "take-separate" && p.name() != "leasewal" && p.name() != "serial" {
 						continue
 					}
 					s := p.start(work != "submit")
@@ -71,10 +72,8 @@ func peersBench(dir, leasewal string, phase time.Duration) {
 			label := map[string]string{"submit": "submit (put, LPUSH)",
 				"take":          "complete-and-lease-next (reserve+delete, RPOPLPUSH+LREM)",
 				"take-separate": "lease, then complete (2 requests)"}[work]
-			fmt.Printf("%-8d %-34s %12s %12s %12s\n", clients, label, figure(rates["leasewal"]), figure(rates["beanstalkd"]), figure(rates["redis"]))
-			if work != "take-separate" {
-				fmt.Printf("%-8s %-34s %12s %12s %12s\n", "", "  leasewal as a multiple of", "", ratio(rates["leasewal"], rates["beanstalkd"]), ratio(rates["leasewal"], rates["redis"]))
-			}
+			fmt.Printf("%-8d %-34s %12s %12s %12s %12s\n", clients, label, figure(rates["leasewal"]), figure(rates["beanstalkd"]), figure(rates["redis"]), figure(rates["serial"]))
+			fmt.Printf("%-8s %-34s %12s %12s %12s %12s\n", "", "  leasewal as a multiple of", "", ratio(rates["leasewal"], rates["beanstalkd"]), ratio(rates["leasewal"], rates["redis"]), ratio(rates["leasewal"], rates["serial"]))
 		}
 	}
 }
@@ -162,10 +161,20 @@ func countSyncs(s server, work string, clients int) (int64, int64) {
 // fill is how many tasks wait before a phase that takes them.
 const fill = 60000
 
-// leasewalPeer is leasewal serve over a new WAL, filled through the batch door.
-type leasewalPeer struct{ bin, dir string }
+// leasewalPeer is leasewal serve over a new WAL, filled through the batch
+// door; serial is serve --pipeline=false (one batch at a time), the A of
+// the pipelined server's A/B.
+type leasewalPeer struct {
+	bin, dir string
+	serial   bool
+}
 
-func (leasewalPeer) name() string { return "leasewal" }
+func (p leasewalPeer) name() string {
+	if p.serial {
+		return "serial"
+	}
+	return "leasewal"
+}
 
 type leasewalServer struct {
 	cmd  *exec.Cmd
@@ -181,7 +190,7 @@ func (p leasewalPeer) start(filled bool) server {
 	port := nextPort.Add(1)
 	wal := filepath.Join(p.dir, fmt.Sprintf("peer-%d.wal", port))
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	s := &leasewalServer{cmd: startServe(p.bin, "--wal", wal, "serve", "--listen", addr), base: "http://" + addr,
+	s := &leasewalServer{cmd: startServe(p.bin, "--wal", wal, "serve", "--listen", addr, "--pipeline="+strconv.FormatBool(!p.serial)), base: "http://" + addr,
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	if filled {
 		var lines bytes.Buffer
