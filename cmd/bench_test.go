@@ -2,13 +2,19 @@ package cmd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"leasewal/api"
+	"leasewal/client"
 	"leasewal/internal/histgen"
+	"leasewal/server"
 )
 
 // benchWAL writes a history of n records once per benchmark.
@@ -103,4 +109,27 @@ func benchSubmitBacklog(b *testing.B, waiting int) {
 	for range b.N {
 		benchMain(b, "--wal", path, "submit", "--payload", "job", "-o", "json")
 	}
+}
+
+// BenchmarkServeSubmit32 is 32 clients submitting through a server in this
+// process, over loopback HTTP (a profile of the server's path:
+// go test ./cmd -run - -bench ServeSubmit32 -cpuprofile cpu.out).
+func BenchmarkServeSubmit32(b *testing.B) {
+	_, s := testServerWith(b, server.Options{})
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	c, err := client.New([]string{ts.URL}, client.Options{HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(16) // 2 cores: 32 clients
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.Submit(context.Background(), api.SubmitRequest{Payload: "job"}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -124,7 +124,7 @@ func testServer(t *testing.T, token string) (walPath string, s *server.Server) {
 }
 
 // testServerWith is testServer with the server's options o.
-func testServerWith(t *testing.T, o server.Options) (walPath string, s *server.Server) {
+func testServerWith(t testing.TB, o server.Options) (walPath string, s *server.Server) {
 	t.Helper()
 	walPath = filepath.Join(t.TempDir(), "q.wal")
 	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
