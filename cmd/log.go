@@ -127,7 +127,7 @@ func runLog(e env, o logOptions) error {
 			return err
 		}
 		return renderLog(w, p, entries, base)
-	}}, nil)
+	}}, written{})
 	if err != nil || !o.follow {
 		return err
 	}

@@ -63,7 +63,9 @@ func (e env) operateOn(h *store.Handle, writing bool, decide func(tx *store.Tx) 
 	if err != nil {
 		return err
 	}
-	return e.print(a, committed)
+	var w written
+	w.add(committed)
+	return e.print(a, w)
 }
 
 // decideOn runs decide as one operation on h and returns its answer and the
@@ -93,7 +95,7 @@ const resultInterrupted state.Outcome = "INTERRUPTED"
 // interrupted prints a's answer as INTERRUPTED and exits as a shell does
 // after the signal: 130 for SIGINT, 143 for SIGTERM.
 func (e env) interrupted(a answer, sig os.Signal) error {
-	if err := e.print(a, nil); err != nil {
+	if err := e.print(a, written{}); err != nil {
 		return err
 	}
 	return exitAfter(sig)
@@ -107,11 +109,25 @@ func (e env) needsWallClock(what string) error {
 	return nil
 }
 
+// written is the range of records an operation appended (none: first 0).
+type written struct{ first, last int64 }
+
+// add notes records appended.
+func (w *written) add(recs []state.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	if w.first == 0 {
+		w.first = recs[0].Seq
+	}
+	w.last = recs[len(recs)-1].Seq
+}
+
 // print writes the answer to stdout and returns its exit status. A failed
 // write is exit 8 when records were written (the caller must learn that they
 // were), quiet when stdout was closed on a command that wrote nothing
 // ('leasewal log | head -1'), and exit 1 otherwise.
-func (e env) print(a answer, committed []state.Record) error {
+func (e env) print(a answer, w written) error {
 	out := &stickyWriter{w: bufio.NewWriterSize(e.stdout, 8<<10)}
 	var err error
 	switch s, streams := a.doc.(jsonStreamer); {
@@ -130,8 +146,8 @@ func (e env) print(a answer, committed []state.Record) error {
 			return err // not about stdout: a command's own failure
 		}
 		switch {
-		case len(committed) > 0:
-			return &answerLostError{first: committed[0].Seq, last: committed[len(committed)-1].Seq, hint: a.recoveryHint(), err: err}
+		case w.first > 0:
+			return &answerLostError{first: w.first, last: w.last, hint: a.recoveryHint(), err: err}
 		case errors.Is(err, syscall.EPIPE):
 			return nil
 		}

@@ -18,11 +18,11 @@ import (
 )
 
 // session is one invocation's service: the server's (--server) through the
-// Go client, or the local one on --wal; committed are the records a local
+// Go client, or the local one on --wal; written are the records a local
 // write appended (an answer that cannot be printed after them is exit 8).
 type session struct {
-	svc       api.Service
-	committed []state.Record
+	svc     api.Service
+	written written
 }
 
 // session opens this invocation's service.
@@ -37,7 +37,7 @@ func (e env) session() (*session, error) {
 		return s, nil
 	}
 	s.svc = service.New(service.Options{Store: e.storeOptions(), MaxRetries: e.MaxRetries,
-		Committed: func(recs []state.Record) { s.committed = append(s.committed, recs...) }})
+		Committed: s.written.add})
 	return s, nil
 }
 
@@ -62,18 +62,18 @@ func present[A any](e env, s *session, v A, err error, table func(A) func(io.Wri
 	)
 	switch {
 	case errors.As(err, &empty):
-		return e.print(answer{doc: empty, outcome: empty.Result, table: emptyTable(empty)}, s.committed)
+		return e.print(answer{doc: empty, outcome: empty.Result, table: emptyTable(empty)}, s.written)
 	case errors.As(err, &cancelled):
 		return e.print(answer{doc: cancelled, outcome: cancelled.Result, table: cancelledTable(cancelled),
 			advice:   "CANCELLED: " + escape(cancelled.Reason) + "; " + consequence,
-			recovery: "'leasewal inspect " + cancelled.TaskID + "' shows who holds the task now; stop working on it"}, s.committed)
+			recovery: "'leasewal inspect " + cancelled.TaskID + "' shows who holds the task now; stop working on it"}, s.written)
 	case err != nil:
 		return err
 	}
 	if ack, ok := any(v).(api.Ack); ok && recovery == "" { // the request id the task was given
 		recovery = ackRecovery(ack.RequestID)
 	}
-	return e.print(answer{doc: v, outcome: outcomeOf(v), table: table(v), recovery: recovery}, s.committed)
+	return e.print(answer{doc: v, outcome: outcomeOf(v), table: table(v), recovery: recovery}, s.written)
 }
 
 // outcomeOf is an answer's result, which picks its exit code.
