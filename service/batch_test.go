@@ -146,6 +146,20 @@ func TestPipelinedBatcher(t *testing.T) {
 	if id := <-secondDecided; id != "T3" {
 		t.Fatalf("the second request, decided while the first's fsync runs, created %s; want T3", id)
 	}
+	// A read decided now sees both, and is answered only once they are durable.
+	seen, read := make(chan int64, 2), make(chan error, 1)
+	go func() {
+		_, err := b.Run(context.Background(), func(tx *store.Tx) error { seen <- tx.State.LastSeq(); return nil })
+		read <- err
+	}()
+	if last := <-seen; last != 3 {
+		t.Fatalf("a read decided during the held fsync saw %d records; want 3", last)
+	}
+	select {
+	case err := <-read:
+		t.Fatalf("a read was answered (%v) before the records it saw were durable", err)
+	default:
+	}
 	fsys.Gated.Store(false)
 	fsys.Gate <- errors.New("injected: EIO")
 	var failed *store.AppendError
@@ -156,11 +170,21 @@ func TestPipelinedBatcher(t *testing.T) {
 	if secondErr != nil || len(recs) != 1 || recs[0].TaskID != "T2" || <-secondDecided != "T2" {
 		t.Fatalf("the request decided again: %v %+v; want T2, the WAL being cut back", secondErr, recs)
 	}
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	// Nothing in flight, nothing waiting: the pipe has let the WAL go, and
+	// a local writer gets its turn while the batcher runs.
+	local := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer local.Close()
+	if err := local.Write(submit(make(chan string, 1))); err != nil {
+		t.Fatalf("a local writer beside an idle server: %v", err)
+	}
 	b.Stop()
 	check := store.Open(store.Options{Path: path, LockTimeout: time.Second, Verifier: state.NewVerifier()})
 	defer check.Close()
 	var last int64
-	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 2 {
-		t.Fatalf("the WAL: %v, %d records; want the first and the one decided again", err, last)
+	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 3 {
+		t.Fatalf("the WAL: %v, %d records; want the first, the one decided again and the local one", err, last)
 	}
 }
