@@ -1,0 +1,71 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"leasewal/wal"
+)
+
+// Backup is what Backup copied.
+type Backup struct {
+	Path    string
+	Records int
+	Bytes   int64
+	Caches  []string // the cache files copied beside it
+}
+
+// ErrBackupExists is a backup whose destination exists: nothing is
+// overwritten.
+var ErrBackupExists = errors.New("the backup's destination exists")
+
+// Backup copies the WAL as it stands, under the shared lock (writers wait
+// for it, readers do not), to dest: its header and every record (not a
+// torn tail after them), whole or not at all (see wal.Log.CopyTo). With
+// caches, the checkpoint, archive and cold set beside it are copied too,
+// before the WAL, so that the copy starts as fast as the original; they
+// describe a prefix of the copied records, as they describe the WAL's.
+func (h *Handle) Backup(dest string, caches bool) (Backup, error) {
+	dest = filepath.Clean(dest)
+	b := Backup{Path: dest}
+	err := h.Read(func(tx *Tx) error {
+		if tx.log == nil {
+			return fmt.Errorf("no WAL at %s: %w", h.opts.Path, fs.ErrNotExist)
+		}
+		if _, err := os.Lstat(dest); err == nil {
+			return fmt.Errorf("%s: %w", dest, ErrBackupExists)
+		}
+		if caches {
+			for _, suffix := range []string{ArchiveSuffix, ColdSuffix, CheckpointSuffix} {
+				data, err := os.ReadFile(h.side(suffix))
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err == nil {
+					_, err = wal.WriteNew(dest+suffix, bytes.NewReader(data))
+				}
+				if err != nil {
+					return fmt.Errorf("copying %s: %w", h.side(suffix), err)
+				}
+				b.Caches = append(b.Caches, dest+suffix)
+			}
+		}
+		n, err := tx.log.CopyTo(dest)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s: %w", dest, ErrBackupExists)
+		}
+		b.Records, b.Bytes = tx.log.Count, n
+		return err
+	})
+	if err != nil {
+		for _, c := range b.Caches { // caches without their WAL describe nothing
+			os.Remove(c)
+		}
+		b.Caches = nil
+	}
+	return b, err
+}
