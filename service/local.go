@@ -48,12 +48,6 @@ var _ api.Service = (*Local)(nil)
 // New is the service o describes.
 func New(o Options) *Local { return &Local{o: o} }
 
-// decided is what an operation hands back from inside its transaction.
-type decided struct {
-	answer    any
-	committed []state.Record
-}
-
 // write decides one writing operation: in the server's next batch, or on
 // a handle of its own. actor, if set, is stamped into its records.
 func (l *Local) write(ctx context.Context, actor string, decide func(tx *store.Tx) (any, error)) (any, error) {
@@ -67,33 +61,52 @@ func (l *Local) read(ctx context.Context, decide func(tx *store.Tx) (any, error)
 
 // operate runs decide once: inside a server in its next batch (unless
 // opts reads the records itself, which a handle of its own does), else on
-// a handle opened with opts.
+// a handle for opts.
 func (l *Local) operate(ctx context.Context, opts store.Options, writing bool, actor string, decide func(tx *store.Tx) (any, error)) (any, error) {
-	var d decided
+	if l.o.Batch != nil && opts.OnRecord == nil && !opts.FullReplay {
+		var answer any
+		committed, err := l.o.Batch.Run(ctx, func(tx *store.Tx) error {
+			tx.Actor = actor
+			var err error
+			answer, err = decide(tx)
+			return err
+		})
+		return answer, l.told(committed, err)
+	}
+	h, done := l.handle(opts)
+	defer done()
+	return l.on(h, writing, actor, decide)
+}
+
+// on runs decide once on h.
+func (l *Local) on(h *store.Handle, writing bool, actor string, decide func(tx *store.Tx) (any, error)) (any, error) {
+	var (
+		answer    any
+		committed []state.Record
+	)
 	run := func(tx *store.Tx) error {
 		tx.Actor = actor
 		var err error
-		d.answer, err = decide(tx)
-		d.committed = tx.Committed
+		answer, err = decide(tx)
+		committed = tx.Committed
 		return err
 	}
 	var err error
-	switch {
-	case l.o.Batch != nil && opts.OnRecord == nil && !opts.FullReplay:
-		d.committed, err = l.o.Batch.Run(ctx, func(tx *store.Tx) error { return run(tx) })
-	default:
-		h, done := l.handle(opts)
-		defer done()
-		if writing {
-			err = h.Write(run)
-		} else {
-			err = h.Read(run)
-		}
+	if writing {
+		err = h.Write(run)
+	} else {
+		err = h.Read(run)
 	}
-	if err == nil && len(d.committed) > 0 && l.o.Committed != nil {
-		l.o.Committed(d.committed)
+	return answer, l.told(committed, err)
+}
+
+// told tells Options.Committed of what a write appended, and passes its
+// error on.
+func (l *Local) told(committed []state.Record, err error) error {
+	if err == nil && len(committed) > 0 && l.o.Committed != nil {
+		l.o.Committed(committed)
 	}
-	return d.answer, err
+	return err
 }
 
 // handle is the handle an operation on opts decides on: the service's own,

@@ -233,17 +233,7 @@ func (l *Local) leaseOnce(ctx context.Context, h *store.Handle, actor string, de
 	if l.o.Batch != nil {
 		return l.write(ctx, actor, decide)
 	}
-	var d decided
-	err := h.Write(func(tx *store.Tx) error {
-		var err error
-		d.answer, err = decide(tx)
-		d.committed = tx.Committed
-		return err
-	})
-	if err == nil && len(d.committed) > 0 && l.o.Committed != nil {
-		l.o.Committed(d.committed)
-	}
-	return d.answer, err
+	return l.on(h, true, actor, decide)
 }
 
 // settled answers a decision about a lease: its answer, or *api.Cancelled.
