@@ -114,8 +114,12 @@ func document() map[string]any {
 	schemas := map[string]any{}
 	errRef := schemaOf(reflect.TypeOf(api.Error{}), schemas, false)
 	exit := map[string]any{"Leasewal-Exit": map[string]any{"description": "the exit code the command line exits with", "schema": map[string]any{"type": "integer"}}}
-	refusal := map[string]any{"description": "nothing decided: a body that does not parse, a wrong token, a body too large, no leader", "headers": exit,
+	refusal := map[string]any{"description": "nothing decided: bad input (a body that does not parse, a missing or wrong field), a wrong token, a body too large, no leader", "headers": exit,
 		"content": map[string]any{"application/json": map[string]any{"schema": errRef}}}
+	decided := func(what string) map[string]any {
+		return map[string]any{"description": "refused: " + what, "headers": exit,
+			"content": map[string]any{"application/json": map[string]any{"schema": errRef}}}
+	}
 	paths := map[string]any{}
 	for _, r := range routes {
 		req := schemaOf(reflect.TypeOf(r.request), schemas, true)
@@ -142,9 +146,12 @@ func document() map[string]any {
 			"operationId": strings.ReplaceAll(strings.TrimPrefix(r.path, "/v1/"), "/", "_"),
 			"requestBody": map[string]any{"required": true, "content": map[string]any{kind: map[string]any{"schema": in}}},
 			"responses": map[string]any{
-				"200": map[string]any{"description": "decided (refusals included): the answer, its exit code in Leasewal-Exit", "headers": headers,
+				"200": map[string]any{"description": "the answer (EMPTY and CANCELLED included), its exit code in Leasewal-Exit", "headers": headers,
 					"content": map[string]any{outKind: map[string]any{"schema": out}}},
 				"400": refusal, "401": refusal, "403": refusal, "413": refusal, "503": refusal,
+				"404": decided("an unknown task, lease or domain (exit 4)"),
+				"409": decided("a request id reused with other options, a fencing token or backlog order that does not hold"),
+				"500": decided("not the request's fault: a damaged or locked WAL, a failed write, an outcome unknown (exit 10)"),
 			},
 		}}
 	}

@@ -50,9 +50,10 @@ func (a *app) newServeCmd() *cobra.Command {
 whose keys are the flags' names, positional arguments as named fields, e.g.
 {"payload":"x","window":"5m"} or {"task":"T1"}; GET /v1/openapi.json describes
 every request and answer. The answer is the JSON document the command prints
-with -o json, its exit code in the header Leasewal-Exit, HTTP 200 for every
-decided outcome (refusals included), 400 for a body that does not parse, 401
-for a missing or wrong token. GET /v1/status answers
+with -o json, its exit code in the header Leasewal-Exit: HTTP 200 for every
+answer (EMPTY and CANCELLED included); a refusal 400 (bad input), 409 (a request
+id reused with other options, a fencing conflict), 404 (an unknown task) or 500
+(the server's failure); 401 for a missing or wrong token. GET /v1/status answers
 {"role":"single","leader":URL,"last_seq":N}.
 
 Group commit: requests that arrive together are decided one after the other

@@ -589,7 +589,7 @@ func TestServerBatchDoor(t *testing.T) {
 			t.Errorf("%q: HTTP %d, exit %s, %s; want 400 with %s", body, status, exit, out, want)
 		}
 	}
-	if status, exit, out := post("{\"payload\":\"new\"}\n{\"payload\":\"not a\",\"request-id\":\"a\"}\n"); status != http.StatusOK || exit != "2" || !strings.Contains(out, `"error":"RequestConflict"`) {
+	if status, exit, out := post("{\"payload\":\"new\"}\n{\"payload\":\"not a\",\"request-id\":\"a\"}\n"); status != http.StatusConflict || exit != "2" || !strings.Contains(out, `"error":"RequestConflict"`) {
 		t.Errorf("a conflicting batch: HTTP %d, exit %s, %s", status, exit, out)
 	}
 	if after, _ := os.ReadFile(walPath); !bytes.Equal(before, after) {

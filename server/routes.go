@@ -32,6 +32,7 @@ type route struct {
 type reply struct {
 	refused     error // a body that does not decode: 400, exit 2, nothing decided
 	gone        bool  // the client went away: nothing to send
+	status      int   // 0: 200
 	exit        int
 	contentType string
 	header      http.Header
@@ -148,11 +149,29 @@ func encode(v any, err error, describe func(error) api.Error) reply {
 		e.Result = "ERROR"
 		var b bytes.Buffer
 		writeJSON(&b, e)
-		return reply{exit: e.Exit, contentType: "application/json", body: b.Bytes()}
+		return reply{status: statusOf(e), exit: e.Exit, contentType: "application/json", body: b.Bytes()}
 	}
 	var b bytes.Buffer
 	writeJSON(&b, v)
 	return reply{exit: api.OutcomeExit(outcomeOf(v)), contentType: "application/json", body: b.Bytes()}
+}
+
+// statusOf is the HTTP status of a refusal: bad input 400, a request id
+// reused with other options 409, an unknown task, lease or domain 404, a
+// fencing token or backlog order that does not hold 409, and 500 for what
+// is not the request's fault (a damaged or locked WAL, a failed write, an
+// outcome unknown). Every answer, EMPTY and CANCELLED included, is 200; the
+// exit code says the rest.
+func statusOf(e api.Error) int {
+	switch {
+	case e.Kind == "RequestConflict" || e.Exit == api.ExitContract:
+		return http.StatusConflict
+	case e.Exit == api.ExitUsage:
+		return http.StatusBadRequest
+	case e.Exit == api.ExitNotFound:
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
 }
 
 // outcomeOf is an answer's result.

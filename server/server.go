@@ -162,6 +162,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Leasewal-Exit", strconv.Itoa(a.exit))
 	w.Header().Set("Content-Type", a.contentType)
+	if a.status != 0 {
+		w.WriteHeader(a.status)
+	}
 	_, _ = w.Write(a.body) // a client gone away: the decision stands, a retry with its request id gets it
 }
 
