@@ -62,6 +62,16 @@ type LogEnd struct {
 	LastSeq int64  `json:"last_seq"`
 }
 
+// OutcomeOf is an answer's result where it picks an exit code of its own
+// (a wait's TIMEOUT or UNREACHABLE), else OK: every other answer exits 0,
+// and EMPTY and CANCELLED are errors of their own.
+func OutcomeOf(answer any) state.Outcome {
+	if r, ok := answer.(interface{ Outcome() state.Outcome }); ok {
+		return r.Outcome()
+	}
+	return state.ResultOK
+}
+
 // OutcomeExit is the exit code of each answer that is not an error: EMPTY
 // 4, CANCELLED 3, a wait's TIMEOUT or UNREACHABLE 9, every other 0.
 func OutcomeExit(o state.Outcome) int {

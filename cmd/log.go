@@ -131,6 +131,12 @@ func runLog(e env, o logOptions) error {
 	if err != nil || !o.follow {
 		return err
 	}
+	for _, t := range []*string{&req.Since, &req.Until} {
+		if rest, after := strings.CutPrefix(*t, "+"); after && first != 0 {
+			d, _ := api.ParseSpan(rest)                   // read already, by the first call
+			*t = api.FormatTime(first + d.Milliseconds()) // so that each turn need not read the first record again
+		}
+	}
 	return e.follow(s, req, base, end.LastSeq)
 }
 

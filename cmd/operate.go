@@ -49,44 +49,25 @@ func (e env) write(decide func(tx *store.Tx) (answer, error)) error {
 }
 
 // operate opens a handle with opts, runs decide once in it, and prints the
-// answer once the lock is released (the handle stays open until then, since
-// a listing draws from its state).
+// answer once the lock is released (verify and repair, which read the file
+// themselves; every other verb goes through the service).
 func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx) (answer, error)) error {
 	h := store.Open(opts)
 	defer h.Close()
-	return e.operateOn(h, writing, decide)
-}
-
-// operateOn is operate on a handle the caller holds.
-func (e env) operateOn(h *store.Handle, writing bool, decide func(tx *store.Tx) (answer, error)) error {
-	a, committed, err := decideOn(h, writing, decide)
+	var (
+		a answer
+		w written
+	)
+	err := h.Run(writing, func(tx *store.Tx) error {
+		var err error
+		a, err = decide(tx)
+		w.add(tx.Committed)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	var w written
-	w.add(committed)
 	return e.print(a, w)
-}
-
-// decideOn runs decide as one operation on h and returns its answer and the
-// records it committed, unprinted: a verb that waits decides many times and
-// prints once.
-func decideOn(h *store.Handle, writing bool, decide func(tx *store.Tx) (answer, error)) (answer, []state.Record, error) {
-	var a answer
-	var committed []state.Record
-	run := func(tx *store.Tx) error {
-		var err error
-		a, err = decide(tx)
-		committed = tx.Committed
-		return err
-	}
-	var err error
-	if writing {
-		err = h.Write(run)
-	} else {
-		err = h.Read(run)
-	}
-	return a, committed, err
 }
 
 // resultInterrupted is the answer of a wait ended by SIGINT or SIGTERM.

@@ -14,7 +14,6 @@ import (
 	"leasewal/api"
 	"leasewal/client"
 	"leasewal/service"
-	"leasewal/state"
 )
 
 // session is one invocation's service: the server's (--server) through the
@@ -73,15 +72,7 @@ func present[A any](e env, s *session, v A, err error, table func(A) func(io.Wri
 	if ack, ok := any(v).(api.Ack); ok && recovery == "" { // the request id the task was given
 		recovery = ackRecovery(ack.RequestID)
 	}
-	return e.print(answer{doc: v, outcome: outcomeOf(v), table: table(v), recovery: recovery}, s.written)
-}
-
-// outcomeOf is an answer's result, which picks its exit code.
-func outcomeOf(v any) state.Outcome {
-	if r, ok := v.(interface{ Outcome() state.Outcome }); ok {
-		return r.Outcome()
-	}
-	return state.ResultOK
+	return e.print(answer{doc: v, outcome: api.OutcomeOf(v), table: table(v), recovery: recovery}, s.written)
 }
 
 func emptyTable(v *api.Empty) func(io.Writer, palette) error {

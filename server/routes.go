@@ -16,7 +16,6 @@ import (
 
 	"leasewal/api"
 	"leasewal/service"
-	"leasewal/state"
 )
 
 // route is one operation of the API (POST /v1/<path>): its body decoded
@@ -153,7 +152,7 @@ func encode(v any, err error, describe func(error) api.Error) reply {
 	}
 	var b bytes.Buffer
 	writeJSON(&b, v)
-	return reply{exit: api.OutcomeExit(outcomeOf(v)), contentType: "application/json", body: b.Bytes()}
+	return reply{exit: api.OutcomeExit(api.OutcomeOf(v)), contentType: "application/json", body: b.Bytes()}
 }
 
 // statusOf is the HTTP status of a refusal: bad input 400, a request id
@@ -172,17 +171,6 @@ func statusOf(e api.Error) int {
 		return http.StatusNotFound
 	}
 	return http.StatusInternalServerError
-}
-
-// outcomeOf is an answer's result.
-func outcomeOf(v any) state.Outcome {
-	f := reflect.Indirect(reflect.ValueOf(v))
-	if f.Kind() == reflect.Struct {
-		if r := f.FieldByName("Result"); r.IsValid() && r.Type() == reflect.TypeOf(state.Outcome("")) {
-			return r.Interface().(state.Outcome)
-		}
-	}
-	return state.ResultOK
 }
 
 // decodeError says what is wrong with a typed request's body, as the

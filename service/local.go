@@ -91,12 +91,7 @@ func (l *Local) on(h *store.Handle, writing bool, actor string, decide func(tx *
 		committed = tx.Committed
 		return err
 	}
-	var err error
-	if writing {
-		err = h.Write(run)
-	} else {
-		err = h.Read(run)
-	}
+	err := h.Run(writing, run)
 	return answer, l.told(committed, err)
 }
 

@@ -351,9 +351,9 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 	var end api.LogEnd
 	opts := l.o.Store
 	opts.FullReplay = true
-	if r.From > 1 && r.Since == "" && r.Until == "" {
-		// Only --since and --until read the first record: else a checkpoint
-		// that ends before From stands in for the records before it.
+	if r.From > 1 && !strings.HasPrefix(r.Since, "+") && !strings.HasPrefix(r.Until, "+") {
+		// Only a time after the first record reads that record: else a
+		// checkpoint that ends before From stands in for the records before it.
 		opts.FullReplay, opts.ReplayFrom = false, r.From
 	}
 	opts.OnRecord = func(rec state.Record, st *state.State) error {

@@ -158,6 +158,14 @@ func (h *Handle) Write(fn func(*Tx) error) error { return h.do(wal.Write, fn) }
 // Read runs fn under a shared lock; fn must not Commit.
 func (h *Handle) Read(fn func(*Tx) error) error { return h.do(wal.Read, fn) }
 
+// Run is Write when writing is set, else Read.
+func (h *Handle) Run(writing bool, fn func(*Tx) error) error {
+	if writing {
+		return h.Write(fn)
+	}
+	return h.Read(fn)
+}
+
 // maxStartOvers bounds how often one operation starts over because the WAL
 // was created or replaced under it; each start-over means another process
 // made progress, so reaching it takes a storm of renames.
