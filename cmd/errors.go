@@ -132,6 +132,7 @@ func classify(err error) class {
 		proposal *cluster.UnknownOutcomeError
 		owned    *store.NodeOwnedError
 		remote   *api.Error
+		history  *store.HistoryError
 	)
 	switch {
 	case errors.As(err, &remote): // a server's answer: its kind and exit code
@@ -157,6 +158,10 @@ func classify(err error) class {
 		default:
 			return class{code: ExitUsage, kind: string(refusal.Kind)}
 		}
+	case errors.As(err, &history):
+		return class{code: ExitDamaged, kind: "DamagedHistory"}
+	case errors.Is(err, store.ErrCompactedMeanwhile):
+		return class{code: ExitLocked, kind: "CompactedMeanwhile"}
 	case errors.As(err, &walDmg):
 		seq := int64(walDmg.Index)
 		return class{code: ExitDamaged, kind: "DamagedWAL", seq: &seq}

@@ -207,7 +207,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newExpireCmd(),
 		a.newAbortCmd(), a.newRequeueCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
-		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(), a.newBackupCmd(),
+		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(), a.newBackupCmd(), a.newCompactCmd(),
 		a.newWorkleaseCmd(),
 	)
 	a.registerCompletions(root)

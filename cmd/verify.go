@@ -14,8 +14,9 @@ import (
 
 func (a *app) newVerifyCmd() *cobra.Command {
 	var expect string
+	var history bool
 	c := &cobra.Command{
-		Use:   "verify [--expect FILE]",
+		Use:   "verify [--expect FILE] [--history]",
 		Short: "Check that the WAL obeys every rule and invariant",
 		Long: `Replay the whole WAL checking every frame's chained checksum, the sequence, each
 record's preconditions and, after every record, every invariant. Exit 5 names
@@ -25,13 +26,22 @@ the first record that breaks one. Writes nothing.
 trace (YAML or JSON: a list of steps, each 'after: SEQ', 'at: TIME' or
 'final: true', with the tasks, domains or records that should hold there; every
 difference is reported) or an 'inspect -o json' document, whose tasks are
-compared at --now.`,
+compared at --now.
+
+A compacted WAL starts with a base (see 'leasewal compact'): verify checks the
+base's digest and every invariant of the state it holds, then the records after
+it. --history also verifies the sealed segments in <wal>.history/, each as a WAL
+of its own, and checks that each base is exactly the state the segment before
+it leads to; a damaged segment fails with its name (exit 5) and never stops the
+WAL itself from working.`,
 		Example: `  leasewal verify
   leasewal verify --expect testdata/seeds/lease_expiry.trace.yaml --wal testdata/seeds/lease_expiry.wal
-  leasewal verify --expect testdata/seeds/happy_path.expect.json --wal testdata/seeds/happy_path.wal --now 2026-01-01T00:01:00Z`,
+  leasewal verify --expect testdata/seeds/happy_path.expect.json --wal testdata/seeds/happy_path.wal --now 2026-01-01T00:01:00Z
+  leasewal verify --history`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error { return runVerify(a.env, expect) },
+		RunE: func(*cobra.Command, []string) error { return runVerify(a.env, expect, history) },
 	}
+	c.Flags().BoolVar(&history, "history", false, "also verify the sealed history segments and that each base follows from them")
 	c.Flags().StringVar(&expect, "expect", "", "an expectation trace (YAML/JSON steps) or an 'inspect -o json' file to check the WAL against")
 	return c
 }
@@ -43,9 +53,11 @@ type verifyView struct {
 	Counts    map[string]int `json:"counts"`
 	TornBytes int64          `json:"torn_tail_bytes"`
 	Expect    string         `json:"expect,omitempty"`
+	Base      string         `json:"base,omitempty"`
+	History   string         `json:"history,omitempty"`
 }
 
-func runVerify(e env, expectFile string) error {
+func runVerify(e env, expectFile string, history bool) error {
 	var want *expect.Expectation
 	if expectFile != "" {
 		var err error
@@ -71,6 +83,19 @@ func runVerify(e env, expectFile string) error {
 			counts[string(t.At(tx.Now).State)]++
 		}
 		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: len(tasks), Counts: counts, TornBytes: tx.TornBytes()}
+		if b := tx.State.Base(); b != nil {
+			out.Base = b.Compacted()
+		}
+		if history {
+			check, err := store.Open(opts).VerifyHistory()
+			if err != nil {
+				return answer{}, err
+			}
+			out.History = fmt.Sprintf("%d segments from seq %d, %d bases checked against the records before them", check.Segments, check.First, check.Derived)
+			if check.First > 1 {
+				out.History += fmt.Sprintf(" (the records before seq %d are no longer kept)", check.First)
+			}
+		}
 		if want != nil {
 			if err := want.Check(tx.State, tx.Now); err != nil {
 				return answer{}, err
@@ -82,7 +107,7 @@ func runVerify(e env, expectFile string) error {
 		}
 		return answer{doc: out, outcome: out.Result, table: func(w io.Writer, p palette) error {
 			return fields(w, p, "result", string(out.Result), "records", fmt.Sprint(out.Records), "tasks", fmt.Sprint(out.Tasks),
-				"torn tail bytes", fmt.Sprint(out.TornBytes), "expect", out.Expect)
+				"torn tail bytes", fmt.Sprint(out.TornBytes), "expect", out.Expect, "base", out.Base, "history", out.History)
 		}}, nil
 	})
 }

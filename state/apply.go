@@ -53,6 +53,11 @@ type State struct {
 	domains     map[string]*Domain
 	domainOrder []*Domain
 
+	// base is the base the WAL starts with (nil: never compacted), and
+	// loading a base being replayed.
+	base    *Base
+	loading *baseLoad
+
 	lastSeq      int64
 	lastAt       int64
 	lastLeaseNum int64
@@ -86,6 +91,9 @@ func (s *State) Task(id string) (*Task, error) {
 	t, err := s.lookupTask(id)
 	if err == nil && t == nil {
 		err = refuse(NotFound, "task", "unknown task %q", id)
+		if s.base != nil {
+			err = refuse(NotFound, "task", "unknown task %q; %s", id, s.base.Compacted())
+		}
 	}
 	return t, err
 }
@@ -183,7 +191,16 @@ func (s *State) Apply(r Record) error {
 // apply is Apply, returning also the task the record applied to (nil for a
 // work-lease record), so that the Verifier need not look it up again.
 func (s *State) apply(r Record) (*Task, error) {
+	if r.Type.IsBase() || s.loading != nil {
+		if err := s.applyBase(r); err != nil {
+			return nil, recordError(r, err)
+		}
+		return nil, nil // a base's records stand for the ones it replaced: lastSeq and lastAt are theirs
+	}
 	err := s.checkSequence(r)
+	if err == nil && r.ChainFrom != "" {
+		err = invalid("only a BaseEnd may carry chain_from")
+	}
 	if err == nil {
 		err = s.applyTyped(r)
 	}
@@ -193,19 +210,27 @@ func (s *State) apply(r Record) (*Task, error) {
 		return nil, err // not this record's fault: the archive a lookup read is damaged
 	}
 	if err != nil {
-		re := &RecordError{Seq: r.Seq, Type: r.Type, Msg: err.Error()}
-		var v *violation
-		if errors.As(err, &v) {
-			re.Invariant = v.invariant
-		}
-		return nil, re
+		return nil, recordError(r, err)
 	}
 	s.lastSeq, s.lastAt = r.Seq, r.At
 	if t != nil {
+		if t.State.Terminal() && t.Ended == 0 {
+			t.Ended = r.At
+		}
 		s.adopt(t)
 	}
 	s.noteEnded(t)
 	return t, nil
+}
+
+// recordError is a refused record's error, naming the invariant it breaks.
+func recordError(r Record, err error) error {
+	re := &RecordError{Seq: r.Seq, Type: r.Type, Msg: err.Error()}
+	var v *violation
+	if errors.As(err, &v) {
+		re.Invariant = v.invariant
+	}
+	return re
 }
 
 // noteEnded keeps live short: once half of it has ended, it is compacted, so

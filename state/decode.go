@@ -336,6 +336,22 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 		if n, err = d.optInteger(); n != nil {
 			r.MaxRetries = ptr(int(*n))
 		}
+	case "chain_from":
+		return d.setString(&r.ChainFrom)
+	case "parts":
+		return d.setInt(&r.Parts)
+	case "kept_from":
+		r.KeptFrom, err = d.optInteger()
+	case "history":
+		return d.setString(&r.History)
+	case "part":
+		return d.setInt(&r.Part)
+	case "data":
+		return d.setString(&r.Data)
+	case "digest":
+		return d.setString(&r.Digest)
+	case "hash":
+		return d.setString(&r.Hash)
 	default:
 		return fmt.Errorf("unknown field %q", key)
 	}

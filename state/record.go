@@ -27,9 +27,18 @@ const (
 	TaskAborted   RecordType = "TaskAborted" // revision 2
 )
 
+// The records of a compaction's base (format version 3): a WAL that was
+// compacted starts with one BaseBegin, its BaseParts and one BaseEnd, all
+// with the seq of the last record they replace (see base.go).
+const (
+	BaseBegin RecordType = "BaseBegin"
+	BasePart  RecordType = "BasePart"
+	BaseEnd   RecordType = "BaseEnd"
+)
+
 // recordTypes lists every record type, tasks first, as help texts show them.
 var recordTypes = []RecordType{TaskCreated, LeaseGranted, LeaseExtended, LeaseExpired, TaskCompleted, TaskCancelled,
-	TaskFailed, TaskDead, TaskAborted, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed}
+	TaskFailed, TaskDead, TaskAborted, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
 
 // RecordTypeNames returns the names of all record types.
 func RecordTypeNames() []string {
@@ -105,6 +114,10 @@ type RetryPolicy struct {
 // actor; the other fields belong to particular types and are omitted otherwise.
 // actor is for audit only: no decision ever reads it.
 type Record struct {
+	// ChainFrom comes first because the WAL reads it from the body's first
+	// bytes: only a BaseEnd has it (wal.Reseed).
+	ChainFrom string `json:"chain_from,omitempty"`
+
 	Seq   int64      `json:"seq"`
 	At    int64      `json:"at"`
 	Type  RecordType `json:"type"`
@@ -138,11 +151,23 @@ type Record struct {
 	Outcome    string `json:"outcome,omitempty"`
 	Hint       *int64 `json:"hint,omitempty"`
 	MaxRetries *int   `json:"max_retries,omitempty"`
+
+	// A compaction's base (format version 3).
+	Parts    int    `json:"parts,omitempty"`     // BaseBegin: how many BaseParts follow
+	KeptFrom *int64 `json:"kept_from,omitempty"` // BaseBegin: finished tasks that ended before were dropped
+	History  string `json:"history,omitempty"`   // BaseBegin: "kept" (sealed segments) or "dropped"
+	Part     int    `json:"part,omitempty"`      // BasePart: its number, from 1
+	Data     string `json:"data,omitempty"`      // BasePart: a piece of the state snapshot, base64
+	Digest   string `json:"digest,omitempty"`    // BaseEnd: SHA-256 of the whole snapshot, hex
+	Hash     string `json:"hash,omitempty"`      // BaseEnd: SHA-256 chain head of the records replaced, hex
 }
 
-// FormatVersion is the WAL format version a record needs: 2 for the record
-// types and fields of revision 2, else 1.
+// FormatVersion is the WAL format version a record needs: 3 for a base, 2
+// for the record types and fields of revision 2, else 1.
 func (r Record) FormatVersion() int {
+	if r.Type.IsBase() {
+		return 3
+	}
 	if r.Type == TaskAborted || r.NotBefore != nil || r.Queue != "" || r.Priority != nil || r.RequeuedFrom != "" {
 		return 2
 	}

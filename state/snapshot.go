@@ -14,7 +14,7 @@ import (
 // does; the indexes are rebuilt on load: tasks by id at once, request ids
 // and leases when a lookup first needs them (keySubmits, keyLeases).
 
-const snapshotVersion = 4
+const snapshotVersion = 5
 
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
 var ErrSnapshot = errors.New("not a valid state snapshot")
@@ -54,6 +54,15 @@ func (s *State) Snapshot() []byte {
 	e.uint(snapshotVersion)
 	for _, v := range []int64{s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum} {
 		e.int(v)
+	}
+	e.bool(s.base != nil)
+	if b := s.base; b != nil {
+		e.int(b.Seq)
+		e.int(b.At)
+		e.int(b.KeptFrom)
+		e.str(b.History)
+		e.str(b.Hash)
+		e.str(b.ChainFrom)
 	}
 	for _, a := range []*Archive{s.archive, s.cold} {
 		e.bool(a != nil)
@@ -111,6 +120,7 @@ func (e *encoder) task(t *Task) {
 	e.int(t.NotBefore)
 	e.str(t.EndReason)
 	e.str(t.EndCause)
+	e.int(t.Ended)
 	e.bool(t.counted)
 	e.length(len(t.Attempts), t.Attempts == nil)
 	for _, a := range t.Attempts {
@@ -250,6 +260,9 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 	}
 	s := New()
 	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
+	if d.bool() {
+		s.base = &Base{Seq: d.int(), At: d.int(), KeptFrom: d.int(), History: d.str(), Hash: d.str(), ChainFrom: d.str()}
+	}
 	for _, named := range []struct {
 		given *Archive
 		field **Archive
@@ -380,7 +393,7 @@ func (d *snapDecoder) task(t *Task) {
 	if d.bool() {
 		t.Lease = &Lease{ID: d.str(), Worker: d.str(), Expiry: d.int()}
 	}
-	t.NotBefore, t.EndReason, t.EndCause, t.counted = d.int(), d.str(), d.str(), d.bool()
+	t.NotBefore, t.EndReason, t.EndCause, t.Ended, t.counted = d.int(), d.str(), d.str(), d.int(), d.bool()
 	if n, isNil := d.length(); !isNil {
 		t.Attempts = make([]Attempt, n)
 		for i := range t.Attempts {

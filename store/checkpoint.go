@@ -34,7 +34,8 @@ import (
 //
 // Layout of <wal>.checkpoint: the line "leasewal-checkpoint v3\n", the CRC32C
 // of the rest (4 bytes, little endian), the WAL position as uvarints (count,
-// end, checksum, offset of the last frame), then the state snapshot.
+// end, seed of the next frame, offset of the last frame, generation), then the
+// state snapshot. The generation ties it to one compaction of the WAL.
 
 // The side files a writer keeps beside the WAL.
 const (
@@ -44,7 +45,7 @@ const (
 )
 
 const (
-	checkpointMagic = "leasewal-checkpoint v3\n"
+	checkpointMagic = "leasewal-checkpoint v4\n"
 	// minCheckpointTail is the least number of records a checkpoint may lag
 	// behind before a writer rewrites it (see checkpointDue).
 	minCheckpointTail = 100
@@ -95,7 +96,7 @@ var checkpointCRC = crc32.MakeTable(crc32.Castagnoli)
 
 func encodeCheckpoint(st *state.State, pos wal.Position) []byte {
 	var body []byte
-	for _, v := range []uint64{uint64(pos.Count), uint64(pos.End), uint64(pos.LastSum), uint64(pos.LastOffset)} {
+	for _, v := range []uint64{uint64(pos.Count), uint64(pos.End), uint64(pos.LastSum), uint64(pos.LastOffset), uint64(pos.Generation)} {
 		body = binary.AppendUvarint(body, v)
 	}
 	body = append(body, st.Snapshot()...)
@@ -114,7 +115,7 @@ func decodeCheckpoint(data []byte, archive, cold *state.Archive) (*state.State, 
 	if binary.LittleEndian.Uint32(rest) != crc32.Checksum(body, checkpointCRC) {
 		return nil, wal.Position{}, false
 	}
-	var fields [4]uint64
+	var fields [5]uint64
 	for i := range fields {
 		v, n := binary.Uvarint(body)
 		if n <= 0 {
@@ -123,10 +124,10 @@ func decodeCheckpoint(data []byte, archive, cold *state.Archive) (*state.State, 
 		fields[i], body = v, body[n:]
 	}
 	st, err := state.LoadSnapshot(body, archive, cold)
-	if err != nil || fields[0] == 0 || int64(fields[0]) != st.LastSeq() {
+	if err != nil || fields[0] == 0 {
 		return nil, wal.Position{}, false
 	}
-	return st, wal.Position{Count: int(fields[0]), End: int64(fields[1]), LastSum: uint32(fields[2]), LastOffset: int64(fields[3])}, true
+	return st, wal.Position{Count: int(fields[0]), End: int64(fields[1]), LastSum: uint32(fields[2]), LastOffset: int64(fields[3]), Generation: uint32(fields[4])}, true
 }
 
 // loadCheckpoint reads the checkpoint beside the WAL, if there is a good one.

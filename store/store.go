@@ -277,6 +277,12 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	}
 	tx := &Tx{State: st, h: h}
 	apply := func(d decoded) error {
+		if d.r.Type.IsBase() { // the hooks see the records, not the base that stands for some
+			if err := step(d.r); err != nil {
+				return &DamageError{Seq: int64(d.index), Offset: d.offset, Err: err}
+			}
+			return nil
+		}
 		if h.opts.BeforeRecord != nil {
 			if err := h.opts.BeforeRecord(d.r, st); err != nil {
 				return &hookError{err}
@@ -304,10 +310,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		add = p.add
 	}
 	log, err := wal.OpenAt(h.opts.Path, mode, h.opts.LockTimeout, h.pos, func(f wal.Frame) error {
-		r, err := state.DecodeRecord(f.Body)
-		if err == nil && r.FormatVersion() > f.Version {
-			err = fmt.Errorf("a record of format version %d in a file of version %d", r.FormatVersion(), f.Version)
-		}
+		r, err := decodeFrame(f)
 		if err != nil {
 			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
 		}
@@ -329,6 +332,10 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		tx.Missing = true
 		h.cache = st
+	case err == nil && log.Version >= 3 && log.Count == 0:
+		log.Close()
+		h.cache = nil
+		return nil, &wal.FormatError{Reason: fmt.Sprintf("%s: a WAL of format version %d starts with a base, and this one holds no record at all; restore it from a copy", h.opts.Path, log.Version)}
 	case err != nil:
 		h.cache = nil
 		return nil, h.openError(err)
@@ -346,6 +353,21 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		h.cache = nil // a verifier's, or a full replay's, state is its own
 	}
 	return tx, nil
+}
+
+// decodeFrame reads a frame's record and checks that the file's version
+// allows it.
+func decodeFrame(f wal.Frame) (state.Record, error) {
+	r, err := state.DecodeRecord(f.Body)
+	switch {
+	case err != nil:
+		return r, err
+	case r.FormatVersion() > f.Version:
+		return r, fmt.Errorf("a record of format version %d in a file of version %d", r.FormatVersion(), f.Version)
+	case f.Version >= 3 && f.Index == 1 && r.Type != state.BaseBegin:
+		return r, fmt.Errorf("a WAL of format version %d starts with a base (BaseBegin), not %s", f.Version, r.Type)
+	}
+	return r, nil
 }
 
 func (h *Handle) openError(err error) error {
@@ -481,11 +503,11 @@ func (tx *Tx) decideEach(fns []func(*Tx) error, errs []error, committed [][]stat
 }
 
 // append writes the records' bodies; version is the format version they
-// need. A new WAL is created at the newest version; an older one is upgraded
+// need. A new WAL is created at wal.NewVersion; an older one is upgraded
 // only when a record needs it.
 func (tx *Tx) append(bodies [][]byte, version int) error {
 	if tx.log == nil {
-		log, err := wal.CreateBatch(tx.h.opts.Path, bodies, wal.Version, tx.h.opts.Fault, seamOf(tx.h.opts.FS))
+		log, err := wal.CreateBatch(tx.h.opts.Path, bodies, wal.NewVersion, tx.h.opts.Fault, seamOf(tx.h.opts.FS))
 		if err != nil {
 			return err
 		}

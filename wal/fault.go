@@ -21,6 +21,13 @@ import (
 //	after-write   the whole frame is written, not yet fsynced
 //	after-sync    the frame is durable; the answer is not printed yet
 //
+// and in the order a compaction's replacement of the WAL passes them (Replace):
+//
+//	compact-partial  half of the new WAL is written beside the old one
+//	compact-synced   the new WAL is complete and fsynced, not yet renamed
+//	compact-renamed  the new WAL is renamed over the old, the directory not fsynced
+//	compact-done     the directory is fsynced; the caches are not removed yet
+//
 // Actions: kill (the default), sleep=DURATION, and the disk faults
 // short-write, enospc, fsync-eio and dirsync-eio (the fsync of the directory
 // of a new WAL), which need no point.
@@ -30,7 +37,8 @@ type Fault struct {
 	Delay  time.Duration
 }
 
-var faultPoints = map[string]bool{"before-write": true, "mid-write": true, "after-write": true, "after-sync": true}
+var faultPoints = map[string]bool{"before-write": true, "mid-write": true, "after-write": true, "after-sync": true,
+	"compact-partial": true, "compact-synced": true, "compact-renamed": true, "compact-done": true}
 
 // ParseFault reads "POINT[:ACTION]" or a disk fault name.
 func ParseFault(spec string) (*Fault, error) {
@@ -40,7 +48,7 @@ func ParseFault(spec string) (*Fault, error) {
 	}
 	point, action, _ := strings.Cut(spec, ":")
 	if !faultPoints[point] {
-		return nil, fmt.Errorf("unknown failpoint %q: use before-write, mid-write, after-write or after-sync, optionally with :kill or :sleep=DURATION; or short-write, enospc, fsync-eio, dirsync-eio", spec)
+		return nil, fmt.Errorf("unknown failpoint %q: use before-write, mid-write, after-write, after-sync or compact-partial, compact-synced, compact-renamed, compact-done, optionally with :kill or :sleep=DURATION; or short-write, enospc, fsync-eio, dirsync-eio", spec)
 	}
 	f := &Fault{Point: point, Action: "kill"}
 	if d, ok := strings.CutPrefix(action, "sleep="); ok {

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -254,7 +255,15 @@ func checkPosition(f *os.File, size int64, from Position) error {
 	if _, err := f.ReadAt(line, from.LastOffset); err != nil {
 		return ErrStalePosition
 	}
-	if sum, ok := parseHex8(line[:crcHexLen]); !ok || sum != from.LastSum || line[n-1] != '\n' {
+	sum, ok := parseHex8(line[:crcHexLen])
+	if !ok || line[n-1] != '\n' || nextSeed(sum, line[crcHexLen+1:n-1]) != from.LastSum {
+		return ErrStalePosition
+	}
+	first := make([]byte, crcHexLen)
+	if _, err := f.ReadAt(first, start.End); err != nil {
+		return ErrStalePosition
+	}
+	if generation, ok := parseHex8(first); !ok || generation != from.Generation {
 		return ErrStalePosition
 	}
 	if _, err := f.Seek(from.End, io.SeekStart); err != nil {
@@ -389,7 +398,7 @@ func encodeFrames(pos Position, bodies [][]byte) ([]byte, Position, error) {
 		if frames, sum, err = AppendFrame(frames, pos.LastSum, body); err != nil {
 			return nil, pos, err
 		}
-		pos = Position{Count: pos.Count + 1, End: pos.End + int64(len(frames)-start), LastSum: sum, LastOffset: pos.End}
+		pos = pos.advance(len(frames)-start, body, sum)
 	}
 	return frames, pos, nil
 }
@@ -523,9 +532,9 @@ func KeepFile(name string, src io.Reader) error {
 	return werr
 }
 
-// Create makes a new WAL holding the header and one record (see CreateBatch).
+// Create makes a new WAL of NewVersion holding the header and one record (see CreateBatch).
 func Create(path string, body []byte, fault *Fault) (*Log, error) {
-	return CreateBatch(path, [][]byte{body}, Version, fault, Seam{})
+	return CreateBatch(path, [][]byte{body}, NewVersion, fault, Seam{})
 }
 
 // CreateBatch makes a new WAL holding the header and the records, atomically,
@@ -656,6 +665,91 @@ func WriteNew(dest string, src io.Reader) (int64, error) {
 				os.Remove(dest) // a copy that may not survive a crash is no copy
 			}
 		}
+	}
+	return n, err
+}
+
+// Section reads the file's bytes from from to to, which must lie within its
+// valid frames (which never change under a reader).
+func (l *Log) Section(from, to int64) *io.SectionReader {
+	return io.NewSectionReader(l.file, from, to-from)
+}
+
+// Replace puts a new WAL of version holding bodies where the locked log is:
+// written beside it, fsynced, renamed over it, the directory fsynced. A
+// crash at any point leaves the old WAL or the new one, each whole. The log
+// stays open and locked on the old file, so that the commands waiting for
+// its lock find it replaced (ErrReplaced) and start over on the new one; it
+// must only be closed after.
+func (l *Log) Replace(version int, bodies [][]byte) error {
+	dir := filepath.Dir(l.Path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(l.Path)+".compacting-*")
+	if err != nil {
+		return fmt.Errorf("writing the new WAL beside %s: %w", l.Path, err)
+	}
+	defer os.Remove(tmp.Name()) // nothing once renamed
+	err = l.writeReplacement(tmp, version, bodies)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing the new WAL beside %s: %w; the WAL is unchanged", l.Path, err)
+	}
+	l.fault.reach("compact-synced")
+	if err := os.Rename(tmp.Name(), l.Path); err != nil {
+		return fmt.Errorf("renaming the new WAL over %s: %w; the WAL is unchanged", l.Path, err)
+	}
+	l.fault.reach("compact-renamed")
+	if err := syncDir(dir, l.fault); err != nil {
+		return fmt.Errorf("the new WAL replaced %s but its directory could not be fsynced (%w): after a crash the WAL may be the old one, which holds the same records", l.Path, err)
+	}
+	l.fault.reach("compact-done")
+	return nil
+}
+
+// writeReplacement writes and fsyncs the new WAL's header and frames.
+func (l *Log) writeReplacement(f *os.File, version int, bodies [][]byte) error {
+	var store Storage = f
+	if l.fault != nil && l.fault.Point == "" {
+		store = &faultyStore{Storage: f, action: l.fault.Action}
+	}
+	w := bufio.NewWriterSize(&appender{w: store}, 1<<20)
+	w.Write(HeaderLine(version))
+	prev, frame := headerSeed, []byte(nil)
+	for i, body := range bodies {
+		var sum uint32
+		var err error
+		if frame, sum, err = AppendFrame(frame[:0], prev, body); err != nil {
+			return err
+		}
+		prev = nextSeed(sum, body)
+		if _, err := w.Write(frame); err != nil {
+			return err
+		}
+		if i == len(bodies)/2 && l.fault != nil && l.fault.Point == "compact-partial" {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			l.fault.reach("compact-partial")
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return store.Sync()
+}
+
+// appender writes a Storage from its start, in order.
+type appender struct {
+	w   io.WriterAt
+	off int64
+}
+
+func (a *appender) Write(p []byte) (int, error) {
+	n, err := a.w.WriteAt(p, a.off)
+	a.off += int64(n)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
 	}
 	return n, err
 }

@@ -3,16 +3,22 @@
 //
 // File layout (text, so that grep and jq work on it while debugging):
 //
-//	leasewal-wal v2\n          (v1 in a file written before revision 2)
+//	leasewal-wal v3\n          (v1 or v2 in a file that was never compacted)
 //	<crc32c, 8 lowercase hex> <record body: one JSON object, no newline>\n
 //	...
 //
 // Each frame's checksum is CRC32C (Castagnoli) of its body, seeded with the
 // previous frame's checksum; the first frame is seeded with the CRC32C of the
 // version-1 header line, for every version: the versions differ in which
-// records they may hold, not in framing, so a version-1 file is upgraded in
-// place by rewriting the one digit of its header. A spliced, reordered or
-// stale frame cannot validate.
+// records they may hold, not in framing, so a file is upgraded in place by
+// rewriting the one digit of its header. A spliced, reordered or stale frame
+// cannot validate.
+//
+// One frame may re-seed the chain: a body that begins with
+// {"chain_from":"<8 lowercase hex>" is followed by a frame chained from that
+// checksum instead of its own. A compaction ends its base with one, naming the
+// checksum of the last record the base replaces, so that the records after it
+// keep their frames byte for byte (see Reseed).
 package wal
 
 import (
@@ -25,8 +31,12 @@ import (
 const Magic = "leasewal-wal"
 
 // Version is the newest format version this code reads and writes; it reads
-// every version from 1.
-const Version = 2
+// every version from 1. Version 3 is a compacted WAL: it starts with a base.
+const Version = 3
+
+// NewVersion is the version of a new WAL: the newest for a WAL that does not
+// start with a base.
+const NewVersion = 2
 
 // MaxBodySize bounds one record body; the scanner checks a frame's length
 // against it before trusting anything else in the frame. It holds the largest
@@ -39,7 +49,7 @@ const crcHexLen = 8
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// HeaderLine is the exact first line of a WAL of version v (1 or 2).
+// HeaderLine is the exact first line of a WAL of version v (1 to 3).
 func HeaderLine(v int) []byte { return []byte(fmt.Sprintf("%s v%d\n", Magic, v)) }
 
 // headerLen is the length of every header line.
@@ -51,6 +61,26 @@ var headerSeed = crc32.Checksum(HeaderLine(1), castagnoli)
 
 // HeaderSeed is the checksum chain's seed: the first frame continues from it.
 func HeaderSeed() uint32 { return headerSeed }
+
+// reseedPrefix opens the body of a frame that re-seeds the chain.
+const reseedPrefix = `{"chain_from":"`
+
+// Reseed returns the opening of a body that makes the frame after it continue
+// the chain from sum: a record that starts with it (and a closing quote) is
+// written by a compaction, as the last frame of its base.
+func Reseed(sum uint32) string { return fmt.Sprintf("%s%08x\"", reseedPrefix, sum) }
+
+// nextSeed is the seed of the frame after one with body and checksum sum.
+func nextSeed(sum uint32, body []byte) uint32 {
+	rest, ok := bytes.CutPrefix(body, []byte(reseedPrefix))
+	if !ok || len(rest) < crcHexLen+1 || rest[crcHexLen] != '"' {
+		return sum
+	}
+	if seed, ok := parseHex8(rest[:crcHexLen]); ok {
+		return seed
+	}
+	return sum
+}
 
 // chain returns the checksum of body continuing from prev.
 func chain(prev uint32, body []byte) uint32 {

@@ -18,13 +18,27 @@ type Frame struct {
 }
 
 // Position is where a valid prefix of frames ends: how many frames it holds,
-// its length in bytes, the checksum of its last frame (the seed of the next),
-// and where that last frame starts.
+// its length in bytes, the seed of the next frame (the checksum of the last
+// one, unless that one re-seeds the chain: see Reseed), where that last frame
+// starts, and the file's generation: the checksum of its first frame, which a
+// compaction changes (its base's first frame is new), so that a position taken
+// on one generation is never trusted on another.
 type Position struct {
 	Count      int
 	End        int64
 	LastSum    uint32
 	LastOffset int64
+	Generation uint32
+}
+
+// advance is the position after a valid frame of n bytes (its newline
+// included) whose body is body and whose checksum is sum.
+func (p Position) advance(n int, body []byte, sum uint32) Position {
+	next := Position{Count: p.Count + 1, End: p.End + int64(n), LastSum: nextSeed(sum, body), LastOffset: p.End, Generation: p.Generation}
+	if p.Count == 0 {
+		next.Generation = sum
+	}
+	return next
 }
 
 // start is the position of a WAL holding only its header.
@@ -157,7 +171,7 @@ func scanFrames(r io.Reader, size int64, from Position, each func(Frame) error) 
 		if err := each(Frame{Index: pos.Count + 1, Offset: pos.End, Body: body}); err != nil {
 			return pos, nil, err
 		}
-		pos = Position{Count: pos.Count + 1, End: pos.End + int64(len(line)), LastSum: sum, LastOffset: pos.End}
+		pos = pos.advance(len(line), body, sum)
 	}
 }
 

@@ -42,7 +42,7 @@ func WriteFile(path string, o Options) error {
 // Write writes a whole WAL file to w and returns the final state.
 func Write(w io.Writer, o Options) (*state.State, error) {
 	g := &generator{st: state.New(), w: bufio.NewWriterSize(w, 1<<20), now: Start}
-	if _, err := g.w.Write(wal.HeaderLine(wal.Version)); err != nil {
+	if _, err := g.w.Write(wal.HeaderLine(wal.NewVersion)); err != nil {
 		return nil, err
 	}
 	g.sum = wal.HeaderSeed()

@@ -1,0 +1,340 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"leasewal/state"
+	"leasewal/wal"
+)
+
+// Compaction keeps a WAL bounded. It replaces every record with a base (the
+// state they lead to, less the finished tasks older than the retention:
+// state.BaseRecords) in a WAL of format version 3, and seals the records it
+// replaced in <wal>.history/ unless told to drop them.
+//
+// It works in two steps so that writers wait only for the second. First,
+// without the lock (as every reader reads), it replays and verifies the WAL
+// as it stands and copies it to a new history segment. Then, under the
+// exclusive lock, it reads the records appended meanwhile (checked by the
+// chained checksum and the WAL's generation to continue exactly what it read),
+// adds them to the segment, seals it, builds the base at the last record and
+// writes the new WAL beside the old one, fsynced, renamed over it, the
+// directory fsynced (wal.Log.Replace). A crash leaves the old WAL or the new
+// one; a segment sealed before a crash that kept the old WAL holds records
+// the WAL still holds, and the next compaction's segment replaces it.
+//
+// A segment is the WAL it sealed, as it was at the last record the base
+// replaced: a WAL of its own that verify reads like any other, starting with
+// the base before it (or with the first record), its last record the seq the
+// next base stands at. Its name says which records it holds and when the
+// last one was written: <first seq>-<last seq>-<unix ms>.wal.
+
+// HistorySuffix names the directory of sealed history segments beside a WAL.
+const HistorySuffix = ".history"
+
+// CompactOptions say what a compaction keeps.
+type CompactOptions struct {
+	// KeepFinished keeps the finished tasks that ended within it (and with
+	// them their request ids and leases, so that a retry within it still
+	// answers as before).
+	KeepFinished time.Duration
+	// KeepHistory deletes the sealed segments whose last record is older.
+	KeepHistory time.Duration
+	// Drop seals nothing: the records replaced are gone.
+	Drop bool
+}
+
+// Compaction is what a compaction did.
+type Compaction struct {
+	Seq          int64 // the last record the base replaces
+	At           int64 // the compaction's time
+	KeptFrom     int64 // finished tasks that ended before were dropped
+	Records      int   // the records replaced (bases not counted)
+	BytesBefore  int64
+	BytesAfter   int64
+	TasksKept    int
+	TasksDropped int
+	Segment      string   // the sealed history ("" when dropped)
+	Expired      []string // segments deleted, older than KeepHistory
+}
+
+// ErrNothingToCompact means no record follows the WAL's base.
+var ErrNothingToCompact = errors.New("nothing to compact: no record follows the last compaction")
+
+// ErrCompactedMeanwhile means the WAL was compacted or replaced while a
+// compaction read it.
+var ErrCompactedMeanwhile = errors.New("the WAL was compacted or replaced while this compaction read it; nothing was changed: run compact again")
+
+// historyReader replays frames through a Verifier (a compaction trusts the
+// WAL no more than verify does) and keeps the SHA-256 chain of the records'
+// bodies, continuing from the hash the WAL's base carries.
+type historyReader struct {
+	v       *state.Verifier
+	hash    [sha256.Size]byte
+	records int            // the records read, not counting a base
+	base    []state.Record // the base read, if the file starts with one
+}
+
+func newHistoryReader() *historyReader { return &historyReader{v: state.NewVerifier()} }
+
+func (c *historyReader) read(f wal.Frame) error {
+	r, err := decodeFrame(f)
+	if err == nil {
+		err = c.v.Step(r)
+	}
+	if err != nil {
+		return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+	}
+	if r.Type.IsBase() {
+		c.base = append(c.base, r)
+	}
+	switch {
+	case r.Type == state.BaseEnd:
+		hash, err := hex.DecodeString(r.Hash)
+		if err != nil || len(hash) != sha256.Size {
+			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: fmt.Errorf("the base's hash %q is not SHA-256 hex", r.Hash)}
+		}
+		copy(c.hash[:], hash)
+	case !r.Type.IsBase():
+		c.hash = chainHash(c.hash, f.Body)
+		c.records++
+	}
+	return nil
+}
+
+// chainHash is the history hash after body: SHA-256 of the hash before and
+// the record's body as the WAL holds it.
+func chainHash(prev [sha256.Size]byte, body []byte) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write(prev[:])
+	h.Write(body)
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// Compact compacts the WAL (see above): Prepare, then Finish.
+func (h *Handle) Compact(opts CompactOptions) (Compaction, error) {
+	p, err := h.PrepareCompaction(opts)
+	if err != nil {
+		return Compaction{}, err
+	}
+	return p.Finish()
+}
+
+// PreparedCompaction is a compaction's first step done: the WAL read and
+// verified up to read, its copy in segment (nil with Drop).
+type PreparedCompaction struct {
+	h       *Handle
+	opts    CompactOptions
+	history *historyReader
+	read    wal.Position
+	first   int64 // the seq of the first record the segment holds
+	segment *os.File
+}
+
+// PrepareCompaction is the first step, without the lock: it replays and
+// verifies the WAL as it stands and copies it to a new segment. Finish or
+// Abandon the result.
+func (h *Handle) PrepareCompaction(opts CompactOptions) (*PreparedCompaction, error) {
+	if h.closed {
+		return nil, ErrNotOpen
+	}
+	if mark, err := h.ownedBy(); err != nil || mark != nil {
+		if err == nil {
+			err = &NodeOwnedError{Path: h.opts.Path, Mark: *mark}
+		}
+		return nil, err
+	}
+	p := &PreparedCompaction{h: h, opts: opts, history: newHistoryReader(), first: 1}
+	log, err := wal.OpenAt(h.opts.Path, wal.Read, h.opts.LockTimeout, wal.Position{}, p.history.read)
+	if err != nil {
+		return nil, h.openError(err)
+	}
+	defer log.Close()
+	if b := p.history.v.State.Base(); b != nil {
+		p.first = b.Seq + 1
+	}
+	p.read = log.Position
+	if !opts.Drop {
+		if p.segment, err = h.startSegment(log, p.read); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Abandon drops a prepared compaction: the WAL is as it was.
+func (p *PreparedCompaction) Abandon() {
+	if p.segment != nil {
+		p.segment.Close()
+		os.Remove(p.segment.Name()) // nothing once sealed
+		p.segment = nil
+	}
+}
+
+// Finish is the second step, under the exclusive lock: the records appended
+// since the first, the segment sealed, the base written, the WAL replaced.
+func (p *PreparedCompaction) Finish() (Compaction, error) {
+	defer p.Abandon()
+	h, c := p.h, p.history
+	defer h.forget() // the WAL it knew is gone
+	log, err := wal.OpenAt(h.opts.Path, wal.Write, h.opts.LockTimeout, p.read, c.read)
+	if errors.Is(err, wal.ErrStalePosition) || errors.Is(err, wal.ErrReplaced) || errors.Is(err, fs.ErrNotExist) {
+		return Compaction{}, ErrCompactedMeanwhile
+	}
+	if err != nil {
+		return Compaction{}, h.openError(err)
+	}
+	defer log.Close()
+	log.Inject(h.opts.Fault)
+	if c.records == 0 {
+		return Compaction{}, ErrNothingToCompact
+	}
+	if log.Torn != nil {
+		if _, err := log.CutTorn(); err != nil {
+			return Compaction{}, err
+		}
+	}
+	st := c.v.State
+	now, err := h.opts.Clock(st.LastAt())
+	if err != nil {
+		return Compaction{}, err
+	}
+	out := Compaction{Seq: st.LastSeq(), At: now, KeptFrom: max(state.MinTime, now-p.opts.KeepFinished.Milliseconds()),
+		Records: c.records, BytesBefore: log.End}
+	history := state.HistoryDropped
+	if p.segment != nil {
+		history = state.HistoryKept
+		if out.Segment, err = h.sealSegment(p.segment, log, p.read, p.first, st); err != nil {
+			return Compaction{}, err
+		}
+	}
+	base, dropped, err := st.BaseRecords(now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum)
+	if err != nil {
+		return Compaction{}, err
+	}
+	tasks, _ := st.Tasks()
+	out.TasksKept, out.TasksDropped = len(tasks)-dropped, dropped
+	bodies := make([][]byte, len(base))
+	for i, r := range base {
+		if bodies[i], err = state.EncodeRecord(r); err != nil {
+			return Compaction{}, err
+		}
+		out.BytesAfter += int64(len(bodies[i]) + 10) // the checksum, a space and a newline
+	}
+	out.BytesAfter += int64(len(wal.HeaderLine(wal.Version)))
+	if err := log.Replace(wal.Version, bodies); err != nil {
+		return Compaction{}, err
+	}
+	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix, ColdSuffix} {
+		if err := h.opts.FS.Remove(h.side(suffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			h.warnCache(fmt.Errorf("could not remove the cache %s of the WAL before the compaction: %w", h.side(suffix), err))
+		}
+	}
+	out.Expired = h.expireHistory(now - p.opts.KeepHistory.Milliseconds())
+	return out, nil
+}
+
+// startSegment copies what the first step read to a new segment file in
+// the history directory, not yet sealed.
+func (h *Handle) startSegment(log *wal.Log, read wal.Position) (*os.File, error) {
+	dir := h.side(HistorySuffix)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the history directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "sealing-*")
+	if err != nil {
+		return nil, fmt.Errorf("creating a history segment: %w", err)
+	}
+	if _, err := io.Copy(f, log.Section(0, read.End)); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("writing the history segment %s: %w", f.Name(), err)
+	}
+	return f, nil
+}
+
+// sealSegment adds the records appended since the first step to the
+// segment, makes it durable under its name and removes the segments a
+// crashed compaction left that it holds too.
+func (h *Handle) sealSegment(f *os.File, log *wal.Log, read wal.Position, first int64, st *state.State) (string, error) {
+	if _, err := io.Copy(f, log.Section(read.End, log.End)); err != nil {
+		return "", fmt.Errorf("writing the history segment %s: %w; the WAL is unchanged", f.Name(), err)
+	}
+	if err := f.Sync(); err != nil {
+		return "", fmt.Errorf("writing the history segment %s: %w; the WAL is unchanged", f.Name(), err)
+	}
+	dir := filepath.Dir(f.Name())
+	for _, s := range Segments(dir) {
+		if s.First >= first {
+			os.Remove(s.Path)
+		}
+	}
+	name := filepath.Join(dir, fmt.Sprintf("%012d-%012d-%d.wal", first, st.LastSeq(), st.LastAt()))
+	if err := os.Rename(f.Name(), name); err != nil {
+		return "", fmt.Errorf("sealing the history segment %s: %w; the WAL is unchanged", name, err)
+	}
+	if err := wal.SyncDir(dir); err != nil {
+		return "", fmt.Errorf("sealing the history segment %s (fsync of %s): %w; the WAL is unchanged", name, dir, err)
+	}
+	return name, nil
+}
+
+// expireHistory deletes the segments whose last record is older than
+// before, oldest first, and the leftovers of crashed sealing.
+func (h *Handle) expireHistory(before int64) []string {
+	dir := h.side(HistorySuffix)
+	var gone []string
+	for _, s := range Segments(dir) {
+		if s.LastAt < before && os.Remove(s.Path) == nil {
+			gone = append(gone, s.Path)
+		}
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(globEscape(dir), "sealing-*"))
+	for _, path := range leftovers {
+		os.Remove(path)
+	}
+	return gone
+}
+
+// Segment is one sealed history segment.
+type Segment struct {
+	Path        string
+	First, Last int64 // the seqs of its first and last records
+	LastAt      int64 // the time of its last record
+}
+
+// Segments lists the sealed segments in dir, oldest first; files that are
+// not named as segments are not listed.
+func Segments(dir string) []Segment {
+	entries, _ := os.ReadDir(dir)
+	var out []Segment
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".wal")
+		fields := strings.SplitN(name, "-", 3) // the time may be negative
+		if !ok || len(fields) != 3 || !e.Type().IsRegular() {
+			continue
+		}
+		var n [3]int64
+		valid := true
+		for i, f := range fields {
+			v, err := strconv.ParseInt(f, 10, 64)
+			n[i], valid = v, valid && err == nil
+		}
+		if valid && n[0] >= 1 && n[1] >= n[0] {
+			out = append(out, Segment{Path: filepath.Join(dir, e.Name()), First: n[0], Last: n[1], LastAt: n[2]})
+		}
+	}
+	return out // ReadDir sorts by name, and the zero-padded first seq leads it
+}

@@ -1,0 +1,102 @@
+package store
+
+import (
+	"encoding/hex"
+	"fmt"
+	"reflect"
+
+	"leasewal/state"
+	"leasewal/wal"
+)
+
+// HistoryCheck is what VerifyHistory found.
+type HistoryCheck struct {
+	Segments int   // the sealed segments read
+	First    int64 // the seq of the first record the history holds (1: all of it)
+	// Derived says that each base (the WAL's and the segments') was checked
+	// to be exactly the base of the state the records before it lead to.
+	Derived int
+}
+
+// HistoryError is a history that does not hold: a segment that does not
+// verify, or that does not lead to the base after it.
+type HistoryError struct {
+	Path string
+	Err  error
+}
+
+func (e *HistoryError) Error() string {
+	return fmt.Sprintf("the history segment %s: %v; the WAL itself is not affected", e.Path, e.Err)
+}
+
+func (e *HistoryError) Unwrap() error { return e.Err }
+
+// historyEnd is where a segment leaves the history: the state its records
+// lead to, the hash chain head and the checksum the next record continues from.
+type historyEnd struct {
+	path  string
+	state *state.State
+	hash  string
+	seed  uint32
+}
+
+// VerifyHistory checks the WAL's sealed history: every segment verifies as
+// a WAL of its own (chained checksums, every rule and invariant), each one
+// starts where the one before ended, and the base each one (and the WAL)
+// starts with is exactly the base of the state the segment before leads to,
+// with the same hash chain head and checksum seed. The oldest segment left
+// (after --keep-history deleted older ones) is checked alone.
+func (h *Handle) VerifyHistory() (HistoryCheck, error) {
+	var check HistoryCheck
+	var prev *historyEnd
+	paths := []string{}
+	for _, s := range Segments(h.side(HistorySuffix)) {
+		paths = append(paths, s.Path)
+	}
+	paths = append(paths, h.opts.Path)
+	for i, path := range paths {
+		c := newHistoryReader()
+		log, err := wal.OpenAt(path, wal.Read, h.opts.LockTimeout, wal.Position{}, c.read)
+		if err != nil {
+			return check, &HistoryError{Path: path, Err: h.openError(err)}
+		}
+		log.Close()
+		st := c.v.State
+		base := st.Base()
+		switch {
+		case i == 0 && base != nil:
+			check.First = base.Seq + 1
+		case i == 0:
+			check.First = 1
+		case base == nil:
+			return check, &HistoryError{Path: path, Err: fmt.Errorf("it follows the segment %s but does not start with a base", prev.path)}
+		default:
+			if err := prev.leadsTo(c.base); err != nil {
+				return check, &HistoryError{Path: path, Err: err}
+			}
+			check.Derived++
+		}
+		if i < len(paths)-1 {
+			check.Segments++
+		}
+		prev = &historyEnd{path: path, state: st, hash: hex.EncodeToString(c.hash[:]), seed: log.LastSum}
+	}
+	return check, nil
+}
+
+// leadsTo checks that base is the base of the state the segment ends with.
+func (e *historyEnd) leadsTo(base []state.Record) error {
+	begin, end := base[0], base[len(base)-1]
+	if e.state.LastSeq() != begin.Seq {
+		return fmt.Errorf("its base stands for the records up to seq %d, but %s ends at seq %d", begin.Seq, e.path, e.state.LastSeq())
+	}
+	want, _, err := e.state.BaseRecords(begin.At, *begin.KeptFrom, begin.History, e.hash, e.seed)
+	if err != nil {
+		return err
+	}
+	if !reflect.DeepEqual(want, base) {
+		return fmt.Errorf("its base is not the state %s leads to (digest %s, hash %s; want %s, %s)",
+			e.path, end.Digest, end.Hash, want[len(want)-1].Digest, want[len(want)-1].Hash)
+	}
+	return nil
+}
