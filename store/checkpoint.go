@@ -235,8 +235,8 @@ func (h *Handle) dropCheckpoint() {
 	}
 }
 
-// removeLeftovers removes the temporary files of checkpoints and archives
-// that a crash interrupted. Only a writer, under the exclusive lock, writes
+// removeLeftovers removes the temporary files of checkpoints, archives and
+// compactions that a crash interrupted. Only a writer, under the exclusive lock, writes
 // those files, so every one found then is a leftover.
 func (h *Handle) removeLeftovers() {
 	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix, ColdSuffix} {
@@ -244,6 +244,10 @@ func (h *Handle) removeLeftovers() {
 		for _, path := range leftovers {
 			_ = h.opts.FS.Remove(path)
 		}
+	}
+	leftovers, _ := filepath.Glob(globEscape(h.side("")) + ".compacting-*") // a compaction writes its new WAL under the lock too
+	for _, path := range leftovers {
+		_ = h.opts.FS.Remove(path)
 	}
 }
 

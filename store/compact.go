@@ -234,6 +234,7 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 		out.BytesAfter += int64(len(bodies[i]) + 10) // the checksum, a space and a newline
 	}
 	out.BytesAfter += int64(len(wal.HeaderLine(wal.Version)))
+	h.removeLeftovers()
 	if err := log.Replace(wal.Version, bodies); err != nil {
 		return Compaction{}, err
 	}

@@ -1,0 +1,257 @@
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"leasewal/store"
+	"leasewal/wal"
+)
+
+// copyFile copies a WAL to a new path.
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keepAll is a retention longer than any history here.
+var keepAll = store.CompactOptions{KeepFinished: 100_000 * 24 * time.Hour, KeepHistory: 100_000 * 24 * time.Hour}
+
+// handle opens a store on path whose clock is the last record's time.
+func handle(path string, fault *wal.Fault) *store.Handle {
+	return store.Open(store.Options{Path: path, LockTimeout: time.Minute, Fault: fault,
+		Clock: func(lastAt int64) (int64, error) { return lastAt, nil }})
+}
+
+// TestCompactedWALAnswersAsTheOriginal runs the same random commands on a
+// WAL and on a copy compacted at random points (keeping every task), and
+// requires the same exit code and the same answer from both, every time; at
+// the end the listings are equal, the compacted WAL verifies, and so does its
+// history, each base checked against the records before it.
+func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
+	dir := t.TempDir()
+	a := backlogWAL(t, dir, 3000, 40)
+	b := filepath.Join(dir, "b.wal")
+	copyFile(t, a, b)
+	rng := rand.New(rand.NewPCG(7, 11))
+	var leases [][2]string // task, lease
+	compactions := 0
+	for step := range 150 {
+		if step%25 == 3 || rng.IntN(20) == 0 {
+			if _, err := handle(b, nil).Compact(keepAll); err != nil {
+				t.Fatalf("step %d: compact: %v", step, err)
+			}
+			compactions++
+		}
+		var args []string
+		switch op := rng.IntN(6); {
+		case op == 0:
+			args = []string{"submit", "--payload", fmt.Sprint("p", step), "--request-id", fmt.Sprint("r", rng.IntN(20))}
+		case op == 1 && len(leases) > 0:
+			l := leases[rng.IntN(len(leases))]
+			args = []string{"complete", "--task", l[0], "--lease", l[1]}
+		case op == 2 && len(leases) > 0:
+			l := leases[rng.IntN(len(leases))]
+			args = []string{"fail", "--task", l[0], "--lease", l[1], "--reason", "r"}
+		case op == 3:
+			args = []string{"expire"}
+		default:
+			args = []string{"lease", "--worker", "W", "--duration", "20s"}
+		}
+		args = append([]string{"--now", "+7s", "-o", "json"}, args...)
+		codeA, outA, errA := cli(append([]string{"--wal", a}, args...)...)
+		codeB, outB, errB := cli(append([]string{"--wal", b}, args...)...)
+		if codeA != codeB || outA != outB || strings.ReplaceAll(errB, b, a) != errA {
+			t.Fatalf("step %d %v:\noriginal  exit %d %s %s\ncompacted exit %d %s %s", step, args, codeA, outA, errA, codeB, outB, errB)
+		}
+		if args[4] == "lease" && codeA == 0 {
+			var task, lease string
+			fmt.Sscanf(outA[strings.Index(outA, `"task_id":"`)+len(`"task_id":"`):], "%s", &task)
+			fmt.Sscanf(outA[strings.Index(outA, `"lease_id":"`)+len(`"lease_id":"`):], "%s", &lease)
+			leases = append(leases, [2]string{strings.Split(task, `"`)[0], strings.Split(lease, `"`)[0]})
+		}
+	}
+	if got, want := stateOf(t, b), stateOf(t, a); got != want {
+		t.Fatalf("the listings differ:\ncompacted %s\noriginal  %s", got, want)
+	}
+	if code, out, errOut := cli("--wal", b, "verify", "--history", "-o", "json"); code != 0 || !strings.Contains(out, fmt.Sprintf("%d bases checked", compactions)) {
+		t.Fatalf("verify --history: exit %d %s %s", code, out, errOut)
+	}
+	if len(leases) == 0 || compactions < 3 {
+		t.Fatalf("%d leases and %d compactions: the test needs more", len(leases), compactions)
+	}
+}
+
+// TestCompactionTakesTheRecordsWrittenDuringIt: a writer is not kept
+// waiting while the compaction reads and copies the history; what it wrote
+// then is in the compacted WAL and in the sealed segment.
+func TestCompactionTakesTheRecordsWrittenDuringIt(t *testing.T) {
+	path := historyWAL(t, t.TempDir(), 2000)
+	p, err := handle(path, nil).PrepareCompaction(keepAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli("--wal", path, "--now", "+1s", "--lock-timeout", "0s", "submit", "--payload", "during", "--request-id", "during", "-o", "json")
+	if code != 0 {
+		t.Fatalf("a writer during the compaction's first step: exit %d %s %s", code, out, errOut)
+	}
+	c, err := p.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, again, _ := cli("--wal", path, "--now", "+1s", "submit", "--payload", "during", "--request-id", "during", "-o", "json")
+	if code != 0 || !strings.Contains(again, `"duplicate":true`) || !strings.Contains(again, strings.Split(strings.Split(out, `"task_id":"`)[1], `"`)[0]) {
+		t.Fatalf("the retry after the compaction: exit %d %s", code, again)
+	}
+	segs := store.Segments(path + store.HistorySuffix)
+	if len(segs) != 1 || segs[0].Path != c.Segment || segs[0].Last != c.Seq {
+		t.Fatalf("segments %+v, compaction %+v", segs, c)
+	}
+	if code, out, errOut := cli("--wal", path, "verify", "--history"); code != 0 {
+		t.Fatalf("verify --history: exit %d %s %s", code, out, errOut)
+	}
+}
+
+// TestCompactedMeanwhile: two compactions of one WAL; the one that read it
+// first and finishes second changes nothing and says so.
+func TestCompactedMeanwhile(t *testing.T) {
+	path := historyWAL(t, t.TempDir(), 500)
+	p, err := handle(path, nil).PrepareCompaction(keepAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := handle(path, nil).Compact(keepAll); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	if _, err := p.Finish(); !errors.Is(err, store.ErrCompactedMeanwhile) {
+		t.Fatalf("the late compaction: %v", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatal("the late compaction changed the WAL")
+	}
+	if segs := store.Segments(path + store.HistorySuffix); len(segs) != 1 {
+		t.Fatalf("segments %+v, want the first compaction's only", segs)
+	}
+	if leftovers, _ := filepath.Glob(path + store.HistorySuffix + "/sealing-*"); len(leftovers) != 0 {
+		t.Fatalf("leftovers %v", leftovers)
+	}
+	if _, err := handle(path, nil).Compact(keepAll); !errors.Is(err, store.ErrNothingToCompact) {
+		t.Fatalf("a compaction with nothing after the base: %v", err)
+	}
+}
+
+// TestCompactionOnAFullDisk: the new WAL cannot be written; the WAL stays
+// byte for byte as it was, nothing is left beside it, commands go on, and
+// the next compaction succeeds with a history that verifies.
+func TestCompactionOnAFullDisk(t *testing.T) {
+	path := historyWAL(t, t.TempDir(), 800)
+	want := stateOf(t, path)
+	before, _ := os.ReadFile(path)
+	_, err := handle(path, &wal.Fault{Action: "enospc"}).Compact(keepAll)
+	if err == nil || !strings.Contains(err.Error(), "the WAL is unchanged") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("compaction on a full disk: %v", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatal("the failed compaction changed the WAL")
+	}
+	if leftovers, _ := filepath.Glob(path + ".compacting-*"); len(leftovers) != 0 {
+		t.Fatalf("leftovers %v", leftovers)
+	}
+	if got := stateOf(t, path); got != want {
+		t.Fatal("the state changed")
+	}
+	if _, err := handle(path, nil).Compact(keepAll); err != nil {
+		t.Fatal(err)
+	}
+	if segs := store.Segments(path + store.HistorySuffix); len(segs) != 1 {
+		t.Fatalf("segments %+v: the one the failed compaction sealed must be replaced", segs)
+	}
+	if code, out, errOut := cli("--wal", path, "verify", "--history"); code != 0 {
+		t.Fatalf("verify --history: exit %d %s %s", code, out, errOut)
+	}
+	if got := stateOf(t, path); got != want {
+		t.Fatal("the compacted WAL answers differently")
+	}
+}
+
+// TestDamagedSegment: a flipped byte in a sealed segment fails verify
+// --history with the segment's name; the WAL itself goes on working.
+func TestDamagedSegment(t *testing.T) {
+	path := historyWAL(t, t.TempDir(), 800)
+	c, err := handle(path, nil).Compact(keepAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(c.Segment)
+	data[len(data)/2] ^= 0x20
+	if err := os.WriteFile(c.Segment, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := cli("--wal", path, "verify", "--history")
+	if code != 5 || !strings.Contains(errOut, filepath.Base(c.Segment)) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Fatalf("verify --history of a damaged segment: exit %d %q", code, errOut)
+	}
+	for _, args := range [][]string{{"verify"}, {"--now", "+1s", "submit", "--payload", "p"}, {"inspect"}} {
+		if code, out, errOut := cli(append([]string{"--wal", path}, args...)...); code != 0 {
+			t.Fatalf("%v: exit %d %s %s", args, code, out, errOut)
+		}
+	}
+}
+
+// TestRetention: a compaction drops the tasks that ended before
+// --keep-finished and says so when one is asked for; segments older than
+// --keep-history are deleted.
+func TestRetention(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	step := func(now string, args ...string) string {
+		t.Helper()
+		code, out, errOut := cli(append([]string{"--wal", path, "--now", now, "-o", "json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d %s %s", args, code, out, errOut)
+		}
+		return out
+	}
+	step("2026-01-01T00:00:00Z", "submit", "--payload", "old", "--request-id", "old")
+	step("2026-01-01T00:00:00Z", "lease", "--worker", "W")
+	step("2026-01-01T00:00:01Z", "complete", "--task", "T1", "--lease", "L1")
+	step("2026-01-05T00:00:00Z", "submit", "--payload", "new", "--request-id", "new")
+	step("2026-01-05T00:00:00Z", "lease", "--worker", "W")
+	step("2026-01-05T00:00:01Z", "complete", "--task", "T2", "--lease", "L2")
+	step("2026-01-06T00:00:00Z", "submit", "--payload", "waiting")
+	out := step("2026-01-07T00:00:00Z", "compact", "--keep-finished", "3d", "--keep-history", "30d")
+	if !strings.Contains(out, `"tasks_kept":2,"tasks_dropped":1`) {
+		t.Fatalf("compact: %s", out)
+	}
+	code, _, errOut := cli("--wal", path, "requeue", "T1")
+	if code != 4 || !strings.Contains(errOut, "compacted on 2026-01-07") {
+		t.Fatalf("requeue of a dropped task: exit %d %s", code, errOut)
+	}
+	if again := step("2026-01-07T00:00:00Z", "submit", "--payload", "new", "--request-id", "new"); !strings.Contains(again, `"task_id":"T2"`) || !strings.Contains(again, `"duplicate":true`) {
+		t.Fatalf("a retry within the retention: %s", again)
+	}
+	if fresh := step("2026-01-07T00:00:00Z", "submit", "--payload", "old", "--request-id", "old"); !strings.Contains(fresh, `"task_id":"T4"`) {
+		t.Fatalf("a request id older than the retention starts a new task, numbered after every task ever: %s", fresh)
+	}
+	step("2026-02-28T00:00:00Z", "submit", "--payload", "recent")
+	out = step("2026-03-01T00:00:00Z", "compact", "--keep-finished", "3d", "--keep-history", "30d")
+	if segs := store.Segments(path + store.HistorySuffix); len(segs) != 1 || !strings.Contains(out, `"expired":["`) {
+		t.Fatalf("after a compaction 60 days later, segments %+v: %s", segs, out)
+	}
+	if code, out, errOut := cli("--wal", path, "verify", "--history", "-o", "json"); code != 0 || !strings.Contains(out, "no longer kept") {
+		t.Fatalf("verify --history after the oldest segment expired: exit %d %s %s", code, out, errOut)
+	}
+}
