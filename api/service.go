@@ -56,10 +56,15 @@ type Listing struct {
 
 // LogEnd is where the log stood when a Log call read it.
 type LogEnd struct {
-	// FirstAt is the first record's time, when the call read it (always
-	// when it asked From the first record, or with Since or Until).
+	// FirstAt is the time of the first record the call read: the first
+	// record held (always when it asked From the first record, or with
+	// Since or Until). After a compaction that dropped its history, it is
+	// the time of the first record after the base.
 	FirstAt string `json:"first_at,omitempty"`
 	LastSeq int64  `json:"last_seq"`
+	// Compacted says, when records asked for are no longer held (neither
+	// in the WAL nor in a sealed segment), where they went.
+	Compacted string `json:"compacted,omitempty"`
 }
 
 // OutcomeOf is an answer's result where it picks an exit code of its own

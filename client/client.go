@@ -482,7 +482,7 @@ func (c *Client) Log(ctx context.Context, req api.LogRequest, each func(api.Reco
 		return api.LogEnd{}, err
 	}
 	last, _ := strconv.ParseInt(h.Get("Leasewal-Log-Last-Seq"), 10, 64)
-	return api.LogEnd{FirstAt: h.Get("Leasewal-Log-First-At"), LastSeq: last}, nil
+	return api.LogEnd{FirstAt: h.Get("Leasewal-Log-First-At"), LastSeq: last, Compacted: h.Get("Leasewal-Log-Compacted")}, nil
 }
 
 // List hands inspect's listing on one task at a time, its head first.

@@ -102,6 +102,9 @@ func runLog(e env, o logOptions) error {
 	if err != nil {
 		return e.remoteError(err)
 	}
+	if end.Compacted != "" {
+		fmt.Fprintf(e.stderr, "leasewal: note: %s\n", end.Compacted)
+	}
 	first, err := e.firstAt(s, end)
 	if err != nil {
 		return err

@@ -92,6 +92,9 @@ func routes(svc api.Service, describe func(error) api.Error) map[string]route {
 			if end.FirstAt != "" {
 				h.Set("Leasewal-Log-First-At", end.FirstAt)
 			}
+			if end.Compacted != "" {
+				h.Set("Leasewal-Log-Compacted", end.Compacted)
+			}
 			return reply{contentType: "application/x-ndjson", header: h, body: out.Bytes()}
 		})),
 		"worklease/acquire": typed(func(ctx context.Context, r api.WorkAcquireRequest) reply { return answer(svc.WorkAcquire(ctx, r)) }),

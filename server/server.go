@@ -275,7 +275,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, body []byte) {
 // forwarded are the headers a follower passes on to its leader, and back.
 var (
 	forwardedAsked    = []string{"Authorization", "Content-Type"}
-	forwardedAnswered = []string{"Content-Type", "Leasewal-Exit", "Leasewal-Log-First-At", "Leasewal-Log-Last-Seq"}
+	forwardedAnswered = []string{"Content-Type", "Leasewal-Exit", "Leasewal-Log-First-At", "Leasewal-Log-Last-Seq", "Leasewal-Log-Compacted"}
 )
 
 // forward sends a request that reached a follower to the leader, and its

@@ -54,8 +54,7 @@ func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *st
 	opts := l.o.Store
 	var taskRecords []state.Record // the records about the one task named
 	if len(in.ids) == 1 || in.until != 0 {
-		opts.FullReplay = true
-		opts.OnRecord = func(rec state.Record, _ *state.State) error {
+		onRecord := func(rec state.Record, _ *state.State) error {
 			if len(in.ids) == 1 && rec.TaskID == in.ids[0] {
 				taskRecords = append(taskRecords, rec)
 			}
@@ -64,10 +63,31 @@ func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *st
 			}
 			return nil
 		}
+		from := int64(1) // a task's records from its first
+		if len(in.ids) == 0 {
+			from = in.until
+		}
+		last, stopped, err := l.replaySegments(ctx, from, onRecord)
+		if err != nil {
+			return nil, err
+		}
+		if stopped != nil { // a sealed segment holds record --until
+			return decide(stopped, stopped.LastAt(), taskRecords)
+		}
+		opts.FullReplay = true
+		opts.OnRecord = func(rec state.Record, st *state.State) error {
+			if rec.Seq <= last {
+				return nil
+			}
+			return onRecord(rec, st)
+		}
 	}
 	return l.operate(ctx, opts, false, "", func(tx *store.Tx) (any, error) {
 		st, at := tx.State, tx.Now
 		if in.until != 0 {
+			if b := st.Base(); b != nil && in.until <= b.Seq {
+				return nil, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: %s", in.until, b.Compacted())}
+			}
 			if st.LastSeq() < in.until {
 				return nil, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("--until %d: the WAL has records 1 to %d", in.until, st.LastSeq())}
 			}
@@ -356,12 +376,19 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		// checkpoint that ends before From stands in for the records before it.
 		opts.FullReplay, opts.ReplayFrom = false, r.From
 	}
-	opts.OnRecord = func(rec state.Record, st *state.State) error {
-		if rec.Seq == 1 {
-			end.FirstAt = api.FormatTime(rec.At)
-			if f, err = newLogFilter(r, rec.At); err != nil {
-				return err
+	first, stopped := int64(0), false
+	onRecord := func(rec state.Record, st *state.State) error {
+		if first == 0 {
+			first, end.FirstAt = rec.Seq, api.FormatTime(rec.At)
+			if opts.FullReplay {
+				if f, err = newLogFilter(r, rec.At); err != nil {
+					return err
+				}
 			}
+		}
+		if r.To != 0 && rec.Seq > r.To {
+			stopped = true
+			return store.ErrStop // nothing after To is asked for
 		}
 		if f.st = st; !f.keep(rec) {
 			return nil
@@ -370,12 +397,31 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 			return err
 		}
 		if r.To != 0 && rec.Seq >= r.To {
-			return store.ErrStop // nothing after To is asked for
+			stopped = true
+			return store.ErrStop
 		}
 		return nil
 	}
+	// The records compaction sealed are read first, from their segments.
+	last, _, err := l.replaySegments(ctx, max(r.From, 1), onRecord)
+	if err != nil || stopped {
+		end.LastSeq = last // where reading stopped, as a stop in the WAL leaves it
+		return end, err
+	}
+	opts.OnRecord = func(rec state.Record, st *state.State) error {
+		if rec.Seq <= last {
+			return nil
+		}
+		return onRecord(rec, st)
+	}
 	_, err = l.operate(ctx, opts, false, "", func(tx *store.Tx) (any, error) {
 		end.LastSeq = tx.State.LastSeq()
+		if b := tx.State.Base(); b != nil && (first == 0 || first > max(r.From, 1)) && r.From <= b.Seq {
+			end.Compacted = b.Compacted()
+			if last != 0 {
+				end.Compacted += "; the segments left start at seq " + strconv.FormatInt(first, 10)
+			}
+		}
 		if r.Task != "" {
 			if _, err := tx.State.Task(r.Task); err != nil {
 				return nil, err

@@ -42,6 +42,9 @@ import (
 // HistorySuffix names the directory of sealed history segments beside a WAL.
 const HistorySuffix = ".history"
 
+// HistoryDir is the directory of the sealed segments of the WAL at path.
+func HistoryDir(path string) string { return filepath.Clean(path) + HistorySuffix }
+
 // CompactOptions say what a compaction keeps.
 type CompactOptions struct {
 	// KeepFinished keeps the finished tasks that ended within it (and with

@@ -87,11 +87,34 @@ func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 	if got, want := stateOf(t, b), stateOf(t, a); got != want {
 		t.Fatalf("the listings differ:\ncompacted %s\noriginal  %s", got, want)
 	}
+	// The records the compactions sealed are read through their segments.
+	reads := [][]string{{"log"}, {"log", "--from", "100", "--to", "2990"}, {"log", "--task", leases[0][0]}, {"log", "--type", "LeaseExpired", "--since", "+1h"},
+		{"inspect", leases[0][0]}, {"inspect", leases[len(leases)-1][0]}, {"inspect", "--until", "1"}, {"inspect", "--until", "2999"}}
+	for _, args := range reads {
+		args = append([]string{"--now", "+0s", "-o", "json"}, args...)
+		codeA, outA, errA := cli(append([]string{"--wal", a}, args...)...)
+		codeB, outB, errB := cli(append([]string{"--wal", b}, args...)...)
+		if codeA != 0 || codeA != codeB || outA != outB || errA != errB {
+			t.Fatalf("%v:\noriginal  exit %d %.300s %s\ncompacted exit %d %.300s %s", args, codeA, outA, errA, codeB, outB, errB)
+		}
+	}
 	if code, out, errOut := cli("--wal", b, "verify", "--history", "-o", "json"); code != 0 || !strings.Contains(out, fmt.Sprintf("%d bases checked", compactions)) {
 		t.Fatalf("verify --history: exit %d %s %s", code, out, errOut)
 	}
 	if len(leases) == 0 || compactions < 3 {
 		t.Fatalf("%d leases and %d compactions: the test needs more", len(leases), compactions)
+	}
+	// Without its segments, the WAL says where the records went.
+	if err := os.RemoveAll(b + store.HistorySuffix); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli("--wal", b, "log", "--from", "5", "--to", "6")
+	if code != 0 || out != "no records match\n" || !strings.Contains(errOut, "records up to seq") || !strings.Contains(errOut, "were compacted on") {
+		t.Fatalf("log of records compacted away: exit %d %q %q", code, out, errOut)
+	}
+	code, _, errOut = cli("--wal", b, "inspect", "--until", "5")
+	if code != 4 || !strings.Contains(errOut, "compacted on") {
+		t.Fatalf("inspect --until a record compacted away: exit %d %q", code, errOut)
 	}
 }
 
