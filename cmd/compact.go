@@ -86,8 +86,8 @@ func runCompact(e env, opts store.CompactOptions) error {
 	defer h.Close()
 	c, err := h.Compact(opts)
 	switch {
-	case errors.Is(err, store.ErrNothingToCompact):
-		return usageErr("%v", err)
+	case errors.Is(err, store.ErrNothingToCompact): // a nightly compaction of an idle WAL did its job
+		fmt.Fprintf(e.stderr, "leasewal: note: %v\n", err)
 	case err != nil:
 		return err
 	}

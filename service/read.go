@@ -67,20 +67,15 @@ func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *st
 		if len(in.ids) == 0 {
 			from = in.until
 		}
-		last, stopped, err := l.replaySegments(ctx, from, onRecord)
+		opts.FullReplay, opts.OnRecord = true, onRecord
+		last, stopped, err := store.ReadSegments(opts, from)
 		if err != nil {
 			return nil, err
 		}
 		if stopped != nil { // a sealed segment holds record --until
 			return decide(stopped, stopped.LastAt(), taskRecords)
 		}
-		opts.FullReplay = true
-		opts.OnRecord = func(rec state.Record, st *state.State) error {
-			if rec.Seq <= last {
-				return nil
-			}
-			return onRecord(rec, st)
-		}
+		store.SkipThrough(&opts, last)
 	}
 	return l.operate(ctx, opts, false, "", func(tx *store.Tx) (any, error) {
 		st, at := tx.State, tx.Now
@@ -376,7 +371,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		// checkpoint that ends before From stands in for the records before it.
 		opts.FullReplay, opts.ReplayFrom = false, r.From
 	}
-	first, stopped := int64(0), false
+	first, stopped, toldTask := int64(0), false, false
 	onRecord := func(rec state.Record, st *state.State) error {
 		if first == 0 {
 			first, end.FirstAt = rec.Seq, api.FormatTime(rec.At)
@@ -393,6 +388,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		if f.st = st; !f.keep(rec) {
 			return nil
 		}
+		toldTask = toldTask || (r.Task != "" && rec.TaskID == r.Task)
 		if err := each(view.Record(rec)); err != nil {
 			return err
 		}
@@ -403,17 +399,13 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		return nil
 	}
 	// The records compaction sealed are read first, from their segments.
-	last, _, err := l.replaySegments(ctx, max(r.From, 1), onRecord)
+	opts.OnRecord = onRecord
+	last, _, err := store.ReadSegments(opts, max(r.From, 1))
 	if err != nil || stopped {
 		end.LastSeq = last // where reading stopped, as a stop in the WAL leaves it
 		return end, err
 	}
-	opts.OnRecord = func(rec state.Record, st *state.State) error {
-		if rec.Seq <= last {
-			return nil
-		}
-		return onRecord(rec, st)
-	}
+	store.SkipThrough(&opts, last)
 	_, err = l.operate(ctx, opts, false, "", func(tx *store.Tx) (any, error) {
 		end.LastSeq = tx.State.LastSeq()
 		if b := tx.State.Base(); b != nil && (first == 0 || first > max(r.From, 1)) && r.From <= b.Seq {
@@ -422,7 +414,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 				end.Compacted += "; the segments left start at seq " + strconv.FormatInt(first, 10)
 			}
 		}
-		if r.Task != "" {
+		if r.Task != "" && !toldTask { // a task compaction dropped is told from its segments
 			if _, err := tx.State.Task(r.Task); err != nil {
 				return nil, err
 			}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -99,4 +100,85 @@ func (e *historyEnd) leadsTo(base []state.Record) error {
 			e.path, end.Digest, end.Hash, want[len(want)-1].Digest, want[len(want)-1].Hash)
 	}
 	return nil
+}
+
+// ReadSegments replays the sealed segments beside the WAL (see Compact)
+// through opts' hooks, oldest first, each record once: every segment is a WAL
+// of its own, replayed from its start (the base of the records before it, or
+// the first record), and only its records after the last one handed on reach
+// OnRecord and BeforeRecord, with the segment's state. Segments that end
+// before from are skipped. When a hook returns ErrStop, stopped is the state
+// there; else last is the seq of the last record handed on (0: none), and
+// the WAL's replay goes on after it (SkipThrough).
+func ReadSegments(opts Options, from int64) (last int64, stopped *state.State, err error) {
+	onRecord, beforeRecord := opts.OnRecord, opts.BeforeRecord
+	for _, seg := range Segments(HistoryDir(opts.Path)) {
+		if seg.Last < from || seg.Last <= last {
+			continue
+		}
+		o := opts
+		o.Path, o.FullReplay, o.ReplayFrom, o.Verifier = seg.Path, true, 0, nil
+		o.Clock = func(lastAt int64) (int64, error) { return lastAt, nil } // a segment is read, never decided on
+		halted := false
+		o.BeforeRecord = nil
+		if beforeRecord != nil {
+			o.BeforeRecord = func(rec state.Record, st *state.State) error {
+				if rec.Seq <= last {
+					return nil
+				}
+				return beforeRecord(rec, st)
+			}
+		}
+		o.OnRecord = func(rec state.Record, st *state.State) error {
+			if rec.Seq <= last {
+				return nil
+			}
+			last = rec.Seq
+			var err error
+			if onRecord != nil {
+				err = onRecord(rec, st)
+			}
+			halted = errors.Is(err, ErrStop)
+			return err
+		}
+		h := Open(o)
+		err := h.Read(func(tx *Tx) error {
+			if halted {
+				stopped = tx.State
+			}
+			return nil
+		})
+		h.Close()
+		if err != nil {
+			return last, nil, &HistoryError{Path: seg.Path, Err: err}
+		}
+		if halted {
+			return last, stopped, nil
+		}
+	}
+	return last, nil, nil
+}
+
+// SkipThrough has opts' hooks skip the records up to last, which
+// ReadSegments handed them already.
+func SkipThrough(opts *Options, last int64) {
+	if last == 0 {
+		return
+	}
+	if on := opts.OnRecord; on != nil {
+		opts.OnRecord = func(rec state.Record, st *state.State) error {
+			if rec.Seq <= last {
+				return nil
+			}
+			return on(rec, st)
+		}
+	}
+	if before := opts.BeforeRecord; before != nil {
+		opts.BeforeRecord = func(rec state.Record, st *state.State) error {
+			if rec.Seq <= last {
+				return nil
+			}
+			return before(rec, st)
+		}
+	}
 }
