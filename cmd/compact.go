@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,7 +20,42 @@ import (
 const (
 	defaultKeepFinished = "7d"
 	defaultKeepHistory  = "30d"
+	defaultCompactAbove = "1GiB" // serve's
 )
+
+// compactOptions reads the retention flags.
+func compactOptions(keepFinished, keepHistory string, drop bool) (store.CompactOptions, error) {
+	finished, err := api.ParseDuration("keep-finished", keepFinished)
+	if err != nil {
+		return store.CompactOptions{}, err
+	}
+	history, err := api.ParseDuration("keep-history", keepHistory)
+	if err != nil {
+		return store.CompactOptions{}, err
+	}
+	if finished < 0 || history < 0 {
+		return store.CompactOptions{}, usageErr("--keep-finished and --keep-history are durations of 0 or more, e.g. 7d")
+	}
+	return store.CompactOptions{KeepFinished: finished, KeepHistory: history, Drop: drop}, nil
+}
+
+// parseSize reads a size in bytes: a number, optionally with KiB, MiB or GiB.
+func parseSize(flag, text string) (int64, error) {
+	units := []struct {
+		suffix string
+		bytes  int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		if number, ok := strings.CutSuffix(strings.TrimSpace(text), u.suffix); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(number), 10, 64)
+			if err != nil || n < 0 || n > math.MaxInt64/u.bytes {
+				break
+			}
+			return n * u.bytes, nil
+		}
+	}
+	return 0, usageErr("--%s %q is not a size: give bytes, or a whole number of KiB, MiB or GiB (e.g. 512MiB), or 0", flag, text)
+}
 
 func (a *app) newCompactCmd() *cobra.Command {
 	var keepFinished, keepHistory string
@@ -44,18 +81,11 @@ leasewal older than 2026-11-25 refuses it (see docs/wal-format.md).`,
   leasewal compact --drop`,
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
-			finished, err := api.ParseDuration("keep-finished", keepFinished)
+			opts, err := compactOptions(keepFinished, keepHistory, drop)
 			if err != nil {
 				return err
 			}
-			history, err := api.ParseDuration("keep-history", keepHistory)
-			if err != nil {
-				return err
-			}
-			if finished < 0 || history < 0 {
-				return usageErr("--keep-finished and --keep-history are durations of 0 or more, e.g. 7d")
-			}
-			return runCompact(a.env, store.CompactOptions{KeepFinished: finished, KeepHistory: history, Drop: drop})
+			return runCompact(a.env, opts)
 		},
 	}
 	c.Flags().StringVar(&keepFinished, "keep-finished", defaultKeepFinished, "keep the finished tasks that ended within this")

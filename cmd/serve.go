@@ -38,6 +38,24 @@ type serveOptions struct {
 	pipeline      bool
 	raft          cluster.Config
 	join          string
+	compactAbove  string
+	compactEvery  string
+	keepFinished  string
+	keepHistory   string
+}
+
+// compaction reads the automatic compaction's flags.
+func (o serveOptions) compaction() (service.AutoCompact, error) {
+	above, err := parseSize("compact-above", o.compactAbove)
+	if err != nil {
+		return service.AutoCompact{}, err
+	}
+	every, err := api.ParseDuration("compact-every", o.compactEvery)
+	if err != nil {
+		return service.AutoCompact{}, err
+	}
+	keep, err := compactOptions(o.keepFinished, o.keepHistory, false)
+	return service.AutoCompact{Above: above, Every: every, Options: keep}, err
 }
 
 func (a *app) newServeCmd() *cobra.Command {
@@ -66,7 +84,13 @@ keep coming and is let go as soon as none is in flight, so local commands on
 the same WAL keep working beside it. If an fsync fails, its batch is answered
 WriteFailed, the WAL is cut back to what was durable, and the batches after
 it are decided again. A raft node's batches go one at a time. It binds to loopback unless
-told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
+told otherwise; SIGTERM finishes the batch under way, answers it, and exits.
+
+A single server compacts its WAL as 'leasewal compact' does, keeping
+--keep-finished and --keep-history: once it is larger than --compact-above
+(and twice what the last compaction left), and every --compact-every. The
+history is read and copied beside the batches; they pause only for the last
+step.`,
 		Example: `  leasewal serve --wal /var/lib/leasewal/q.wal --listen 127.0.0.1:7420
   LEASEWAL_SERVER=http://127.0.0.1:7420 leasewal submit --payload job-1
 
@@ -88,6 +112,10 @@ told otherwise; SIGTERM finishes the batch under way, answers it, and exits.`,
 	c.Flags().StringVar(&o.raft.Dir, "raft-dir", "", "the node's raft log and snapshots")
 	c.Flags().StringVar(&o.raft.Bind, "raft-bind", "", "the address raft listens on for the other nodes")
 	c.Flags().StringVar(&o.raft.Advertise, "raft-advertise", "", "the address the other nodes dial for raft (default: --raft-bind), when a proxy, NAT or name stands in front of it")
+	c.Flags().StringVar(&o.compactAbove, "compact-above", defaultCompactAbove, "compact the WAL once it is larger than this (and twice what the last compaction left); 0: never by size")
+	c.Flags().StringVar(&o.compactEvery, "compact-every", "0s", "compact the WAL this often (e.g. 1d); 0s: never by age")
+	c.Flags().StringVar(&o.keepFinished, "keep-finished", defaultKeepFinished, "a compaction keeps the finished tasks that ended within this")
+	c.Flags().StringVar(&o.keepHistory, "keep-history", defaultKeepHistory, "a compaction deletes the history segments older than this")
 	c.Flags().StringVar(&o.join, "join", "", "join the cluster a member at this URL belongs to, instead of founding one")
 	return c
 }
@@ -114,6 +142,10 @@ func runServe(e env, o serveOptions) error {
 	}
 	if o.maxBatch < 1 {
 		return usageErr("--max-batch %d: give 1 or more", o.maxBatch)
+	}
+	compaction, err := o.compaction()
+	if err != nil {
+		return err
 	}
 	clustered := o.raft.ID != "" || o.raft.Dir != "" || o.raft.Bind != "" || o.join != ""
 	if clustered && (o.raft.ID == "" || o.raft.Dir == "" || o.raft.Bind == "") {
@@ -189,7 +221,12 @@ func runServe(e env, o serveOptions) error {
 			back = service.Serial{Backend: back}
 		}
 	}
-	s, _ := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient})
+	s, batch := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient})
+	if !clustered { // a raft node's WAL is compacted by no one yet (docs/not-done.md)
+		compacting, stopCompacting := context.WithCancel(context.Background())
+		c := service.StartCompactor(compacting, compaction, e.storeOptions(), batch, func(line string) { fmt.Fprintf(e.stderr, "leasewal: %s\n", line) })
+		defer func() { stopCompacting(); c.Wait() }()
+	}
 	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, url)
 	// SIGTERM ends the open waits at once (each answers what it has, as if
 	// its time had run out), so that the shutdown has only short requests

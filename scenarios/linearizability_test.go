@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,7 +44,10 @@ func TestLinearizable(t *testing.T) {
 			return
 		}
 	}
-	t.Logf("%d rounds, %d operations from 3 concurrent client processes each: linearizable", rounds, total)
+	t.Logf("%d rounds, %d operations from 3 concurrent client processes each, %d compactions beside them: linearizable", rounds, total, compactions.Load())
+	if compactions.Load() == 0 {
+		t.Fatal("no compaction ran beside the clients")
+	}
 }
 
 func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
@@ -96,9 +101,37 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 			}
 		}()
 	}
+	// A compaction keeping every task runs beside the clients, again and
+	// again: it writes no record, so the history must stay linearizable
+	// whichever WAL, the old or the new, each call met.
+	compacted, clientsDone := 0, make(chan struct{})
+	compactor := make(chan struct{})
+	go func() {
+		defer close(compactor)
+		for {
+			select {
+			case <-clientsDone:
+				return
+			default:
+			}
+			code, stdout, stderr := run(t, walPath, nil, "compact", "--keep-finished", "100000d", "--now", "+0s", "-o", "json")
+			switch {
+			case code == 0 && !strings.Contains(stderr, "nothing to compact"):
+				compacted++
+			case code != 0 && !strings.Contains(stderr, "compacted or replaced while"):
+				t.Errorf("compact beside the clients: exit %d %s %s", code, stdout, stderr)
+				return
+			}
+		}
+	}()
 	wg.Wait()
+	close(clientsDone)
+	<-compactor
 	if t.Failed() {
 		return 0
+	}
+	if code, out, errOut := run(t, walPath, nil, "verify", "--history"); code != 0 {
+		t.Fatalf("round %d, %d compactions: verify --history: exit %d %s %s", round, compacted, code, out, errOut)
 	}
 	if res, where := lincheck.Check(initialAt, history, testwait.HangGuard); res != porcupine.Ok {
 		slices.SortFunc(history, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
@@ -109,5 +142,9 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 		t.Logf("the WAL:\n%s", records)
 		t.Fatalf("round %d: the history of %d operations is %s; see %s", round, len(history), res, where)
 	}
+	compactions.Add(int64(compacted))
 	return len(history)
 }
+
+// compactions counts the compactions that ran beside the clients.
+var compactions atomic.Int64

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -132,10 +133,15 @@ type Batcher struct {
 	// earlier batch's fsync failed), to be decided again first.
 	againMu sync.Mutex
 	again   []*pending
+	// wrote is signalled (without blocking) after each batch written.
+	wrote chan struct{}
 }
 
 type pending struct {
-	decide    func(tx *store.Tx) error
+	decide func(tx *store.Tx) error
+	// exclusive, when set instead of decide, runs alone between two
+	// batches, with nothing in flight and the WAL's lock let go (Exclusive).
+	exclusive func() error
 	committed []state.Record
 	err       error
 	done      chan struct{}
@@ -144,9 +150,19 @@ type pending struct {
 // NewBatcher starts a batcher of at most max requests a batch on back; Stop
 // ends it.
 func NewBatcher(back Backend, max int) *Batcher {
-	b := &Batcher{back: back, queue: make(chan *pending, 4096), max: max, done: make(chan struct{})}
+	b := &Batcher{back: back, queue: make(chan *pending, 4096), max: max, done: make(chan struct{}), wrote: make(chan struct{}, 1)}
 	go func() { b.loop(); close(b.done) }()
 	return b
+}
+
+// Wrote is signalled after a batch was written (a compactor looks then).
+func (b *Batcher) Wrote() <-chan struct{} { return b.wrote }
+
+func (b *Batcher) signalWrote() {
+	select {
+	case b.wrote <- struct{}{}:
+	default:
+	}
 }
 
 // Received is how many requests were ever handed to the batcher.
@@ -175,6 +191,22 @@ func (b *Batcher) Run(ctx context.Context, decide func(tx *store.Tx) error) ([]s
 	return p.committed, p.err
 }
 
+// Exclusive runs fn between two batches, with nothing in flight and the
+// WAL's lock let go, so that fn may take the lock itself: a compaction's
+// last step. The requests that come meanwhile wait for it.
+func (b *Batcher) Exclusive(fn func() error) error {
+	p := &pending{exclusive: fn, done: make(chan struct{})}
+	b.mu.RLock()
+	if b.stopped {
+		b.mu.RUnlock()
+		return ErrStopping
+	}
+	b.queue <- p
+	b.mu.RUnlock()
+	<-p.done
+	return p.err
+}
+
 // Stop refuses new requests, and returns once the batches under way are
 // answered.
 func (b *Batcher) Stop() {
@@ -194,19 +226,15 @@ func (b *Batcher) loop() {
 		b.pipelined(p)
 		return
 	}
-	for first := range b.queue {
-		batch := []*pending{first}
-	gather:
-		for len(batch) < b.max {
-			select {
-			case p, ok := <-b.queue:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, p)
-			default:
-				break gather
-			}
+	for {
+		batch, exclusive, open := b.next(true)
+		switch {
+		case !open:
+			return
+		case exclusive != nil:
+			exclusive.err = exclusive.exclusive()
+			close(exclusive.done)
+			continue
 		}
 		fns := make([]func(*store.Tx) error, len(batch))
 		for i, p := range batch {
@@ -214,6 +242,7 @@ func (b *Batcher) loop() {
 		}
 		errs, committed, err := b.back.Commit(fns)
 		answer(batch, errs, committed, err)
+		b.signalWrote()
 	}
 }
 
@@ -260,14 +289,22 @@ func (b *Batcher) pipelined(back Piper) {
 		}
 	}
 	for {
-		batch, open := b.take(pipe == nil)
+		batch, exclusive, open := b.next(pipe == nil)
 		if !open {
 			break
+		}
+		if exclusive != nil {
+			closePipe()
+			exclusive.err = exclusive.exclusive()
+			close(exclusive.done)
+			continue
 		}
 		if len(batch) == 0 && last != nil { // nothing waits yet: the next request may come while the last fsync runs
 			select {
 			case p, ok := <-b.queue:
-				if ok {
+				if ok && p.exclusive != nil {
+					b.takeFirst([]*pending{p}) // alone, once what is in flight has settled
+				} else if ok {
 					batch = append(batch, p)
 				}
 			case <-last.Settled():
@@ -300,6 +337,7 @@ func (b *Batcher) pipelined(back Piper) {
 			outstanding.Add(1)
 			flights <- inFlight{batch: batch, errs: errs, committed: committed, f: f}
 			last = f
+			b.signalWrote()
 		}
 	}
 	closePipe()
@@ -324,6 +362,34 @@ func answer(batch []*pending, errs []error, committed [][]state.Record, err erro
 func (b *Batcher) decideAgain(batch []*pending) {
 	b.againMu.Lock()
 	b.again = append(b.again, batch...)
+	b.againMu.Unlock()
+}
+
+// next is take, cutting a batch before an exclusive request: that one
+// comes alone, and what was taken after it is taken first next time.
+func (b *Batcher) next(block bool) (batch []*pending, exclusive *pending, open bool) {
+	batch, open = b.take(block)
+	for i, p := range batch {
+		switch {
+		case p.exclusive == nil:
+			continue
+		case i == 0:
+			b.takeFirst(batch[1:])
+			return nil, p, open
+		}
+		b.takeFirst(batch[i:])
+		return batch[:i], nil, open
+	}
+	return batch, nil, open
+}
+
+// takeFirst puts requests back at the head of what take takes.
+func (b *Batcher) takeFirst(ps []*pending) {
+	if len(ps) == 0 {
+		return
+	}
+	b.againMu.Lock()
+	b.again = append(slices.Clone(ps), b.again...)
 	b.againMu.Unlock()
 }
 

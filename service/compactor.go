@@ -1,0 +1,113 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"leasewal/store"
+)
+
+// AutoCompact is a resident server's compaction policy.
+type AutoCompact struct {
+	// Above compacts once the WAL is larger than this many bytes and twice
+	// as large as the last compaction left it (so that a WAL whose kept
+	// tasks alone are larger is not compacted again and again); 0: never
+	// by size.
+	Above int64
+	// Every compacts once this long has passed since the last compaction
+	// (or since the server started); 0: never by age.
+	Every time.Duration
+	// Options say what a compaction keeps.
+	Options store.CompactOptions
+}
+
+// Compactor compacts the WAL a batcher writes, by policy: the first step
+// (the history read and copied) beside the batches, the last between two of
+// them (Batcher.Exclusive). It looks after every batch written and once a
+// minute.
+type Compactor struct {
+	policy AutoCompact
+	store  store.Options
+	batch  *Batcher
+	note   func(string)
+	done   chan struct{}
+}
+
+// StartCompactor starts compacting by policy until ctx ends; Wait returns
+// once it has. note receives one line per compaction, or per failure.
+func StartCompactor(ctx context.Context, policy AutoCompact, opts store.Options, batch *Batcher, note func(string)) *Compactor {
+	c := &Compactor{policy: policy, store: opts, batch: batch, note: note, done: make(chan struct{})}
+	go c.run(ctx)
+	return c
+}
+
+// Wait returns once the compactor has stopped.
+func (c *Compactor) Wait() { <-c.done }
+
+func (c *Compactor) run(ctx context.Context) {
+	defer close(c.done)
+	if c.policy.Above <= 0 && c.policy.Every <= 0 {
+		return
+	}
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	last, left := c.now(), int64(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.batch.Wrote():
+		case <-tick.C:
+		}
+		info, err := os.Stat(c.store.Path)
+		if err != nil {
+			continue
+		}
+		bySize := c.policy.Above > 0 && info.Size() > c.policy.Above && info.Size() > 2*left
+		byAge := c.policy.Every > 0 && c.now()-last >= c.policy.Every.Milliseconds()
+		if !bySize && !byAge {
+			continue
+		}
+		done, err := c.compact()
+		switch {
+		case errors.Is(err, store.ErrNothingToCompact):
+		case err != nil:
+			c.note(fmt.Sprintf("compaction failed (serving goes on): %v", err))
+		default:
+			c.note(fmt.Sprintf("compacted %d records up to seq %d: %d -> %d bytes, %d tasks kept, %d dropped", done.Records, done.Seq,
+				done.BytesBefore, done.BytesAfter, done.TasksKept, done.TasksDropped))
+			left = done.BytesAfter
+		}
+		last = c.now()
+	}
+}
+
+// compact runs one compaction.
+func (c *Compactor) compact() (store.Compaction, error) {
+	h := store.Open(c.store)
+	defer h.Close()
+	p, err := h.PrepareCompaction(c.policy.Options)
+	if err != nil {
+		return store.Compaction{}, err
+	}
+	defer p.Abandon()
+	var done store.Compaction
+	err = c.batch.Exclusive(func() error {
+		var err error
+		done, err = p.Finish()
+		return err
+	})
+	return done, err
+}
+
+// now is the store's clock's time.
+func (c *Compactor) now() int64 {
+	if c.store.Clock == nil {
+		return time.Now().UnixMilli()
+	}
+	now, _ := c.store.Clock(0)
+	return now
+}
