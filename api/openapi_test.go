@@ -138,8 +138,8 @@ func document() map[string]any {
 		headers := exit
 		if r.lines { // where the log stood (api.LogEnd)
 			headers = map[string]any{"Leasewal-Exit": exit["Leasewal-Exit"],
-				"Leasewal-Log-First-At": map[string]any{"description": "the time of the first record held, when the request read it (always with from 1, since or until)", "schema": map[string]any{"type": "string"}},
-				"Leasewal-Log-Last-Seq": map[string]any{"description": "the WAL's last seq when it was read", "schema": map[string]any{"type": "integer"}},
+				"Leasewal-Log-First-At":  map[string]any{"description": "the time of the first record held, when the request read it (always with from 1, since or until)", "schema": map[string]any{"type": "string"}},
+				"Leasewal-Log-Last-Seq":  map[string]any{"description": "the WAL's last seq when it was read", "schema": map[string]any{"type": "integer"}},
 				"Leasewal-Log-Compacted": map[string]any{"description": "where the records asked for went, when a compaction left them in neither the WAL nor a segment", "schema": map[string]any{"type": "string"}}}
 		}
 		paths[r.path] = map[string]any{"post": map[string]any{
