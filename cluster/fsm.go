@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -15,14 +16,28 @@ import (
 	"leasewal/store"
 )
 
-// A raft entry is one of two kinds, told apart by its first byte: records a
+// A raft entry is one of three kinds, told apart by its first byte: records a
 // leader decided (each a record body as the WAL frames it, length-prefixed),
-// or a member's URL (JSON), which followers need to forward to the leader;
-// an empty URL is a member removed, kept so that a repeated removal knows it.
+// a member's URL (JSON), which followers need to forward to the leader (an
+// empty URL is a member removed, kept so that a repeated removal knows it),
+// or a compaction (JSON), which every node applies to its WAL at the same
+// record with the same time and retention, so that their WALs stay
+// byte-identical.
 const (
 	entryRecords byte = 'R'
 	entryMember  byte = 'M'
+	entryCompact byte = 'C'
 )
+
+// compaction is a compaction entry: the last record the base stands for,
+// when, and what to keep.
+type compaction struct {
+	Seq          int64 `json:"seq"`
+	At           int64 `json:"at"`
+	KeepFinished int64 `json:"keep_finished_ms"`
+	KeepHistory  int64 `json:"keep_history_ms"`
+	Drop         bool  `json:"drop,omitempty"`
+}
 
 func recordsEntry(recs []state.Record) ([]byte, error) {
 	out := []byte{entryRecords}
@@ -130,6 +145,23 @@ func (f *fsm) Apply(l *raft.Log) any {
 		}
 		f.mu.Unlock()
 		return nil
+	case entryCompact:
+		var c compaction
+		if err := json.Unmarshal(l.Data[1:], &c); err != nil {
+			return f.failed(l.Index, err)
+		}
+		f.n.mu.Lock()
+		done, err := f.n.compactWAL(c)
+		end := f.n.h.End()
+		f.n.mu.Unlock()
+		if errors.Is(err, store.ErrNothingToCompact) {
+			return done
+		}
+		if err != nil { // the other nodes compacted: this WAL would differ from theirs
+			return f.failed(l.Index, err)
+		}
+		f.setEnd(end)
+		return done
 	}
 	return f.failed(l.Index, fmt.Errorf("unknown entry kind %q", l.Data[0]))
 }
@@ -140,16 +172,27 @@ func (f *fsm) failed(index uint64, err error) error {
 	return err
 }
 
-// Snapshot captures the WAL's length and the members; Persist copies that
-// much of the WAL, which is append-only, while entries go on being applied.
+// Snapshot captures the WAL's length and the members, and opens the WAL;
+// Persist copies that much of it, which is append-only, while entries go on
+// being applied. A compaction applied meanwhile renames a new WAL over it:
+// the file opened here is still the one the length describes.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.n.mu.Lock() // no compaction replaces the WAL between the length and the open
+	defer f.n.mu.Unlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	members := make(map[string]string, len(f.members))
 	for id, url := range f.members {
 		members[id] = url
 	}
-	return &snapshot{h: f.n.h, header: snapshotHeader{Members: members, WALBytes: f.end}}, nil
+	var wal *os.File
+	if f.end > 0 {
+		var err error
+		if wal, err = os.Open(f.n.h.Path()); err != nil {
+			return nil, fmt.Errorf("opening the WAL for a raft snapshot: %w", err)
+		}
+	}
+	return &snapshot{wal: wal, header: snapshotHeader{Members: members, WALBytes: f.end}}, nil
 }
 
 // snapshotHeader is the first line of a snapshot; the WAL's bytes follow.
@@ -159,14 +202,14 @@ type snapshotHeader struct {
 }
 
 type snapshot struct {
-	h      *store.Handle
+	wal    *os.File // nil for an empty WAL
 	header snapshotHeader
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	err := json.NewEncoder(sink).Encode(s.header)
-	if err == nil {
-		err = s.h.WALBytes(sink, s.header.WALBytes)
+	if err == nil && s.wal != nil {
+		_, err = io.CopyN(sink, s.wal, s.header.WALBytes)
 	}
 	if err != nil {
 		_ = sink.Cancel()
@@ -175,7 +218,11 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 
-func (s *snapshot) Release() {}
+func (s *snapshot) Release() {
+	if s.wal != nil {
+		s.wal.Close()
+	}
+}
 
 // Restore makes the node's WAL the snapshot's (keeping a WAL that already
 // begins with it).

@@ -469,6 +469,78 @@ func (n *Node) Commit(fns []func(*store.Tx) error) (errs []error, committed [][]
 	return errs, committed, n.propose(entry)
 }
 
+// Compact compacts the cluster's WAL, on the leader, with no batch in
+// flight (the server's batcher runs it between two: Batcher.Exclusive): the
+// compaction is an entry naming the last record the leader applied, so that
+// every node compacts at that record, with the leader's time and the same
+// retention, and their WALs stay byte-identical. Each node seals its own copy
+// of the history beside its WAL. It returns what this node's compaction did
+// (store.ErrNothingToCompact when nothing followed the last one).
+func (n *Node) Compact(opts store.CompactOptions) (store.Compaction, error) {
+	if !n.Leading() {
+		return store.Compaction{}, ErrNotLeader
+	}
+	seq, err := n.LastSeq()
+	if err != nil {
+		return store.Compaction{}, err
+	}
+	at := time.Now().UnixMilli()
+	if n.opts.Clock != nil { // a test's clock, as the leader stamps records with
+		var err error
+		if at, err = n.opts.Clock(0); err != nil {
+			return store.Compaction{}, err
+		}
+	}
+	entry, _ := json.Marshal(compaction{Seq: seq, At: at, KeepFinished: opts.KeepFinished.Milliseconds(),
+		KeepHistory: opts.KeepHistory.Milliseconds(), Drop: opts.Drop}) // integers and a bool always marshal
+	f := n.raft.Apply(append([]byte{entryCompact}, entry...), n.timing.Apply)
+	if err := f.Error(); errors.Is(err, raft.ErrNotLeader) {
+		return store.Compaction{}, ErrNotLeader
+	} else if err != nil {
+		return store.Compaction{}, &UnknownOutcomeError{Err: err}
+	}
+	switch done := f.Response().(type) {
+	case store.Compaction:
+		if done.Records == 0 {
+			return done, store.ErrNothingToCompact
+		}
+		return done, nil
+	case error:
+		return store.Compaction{}, done
+	}
+	return store.Compaction{}, store.ErrNothingToCompact
+}
+
+// compactWAL applies a compaction entry to the node's WAL (under n.mu): at
+// the entry's record and time (never before the last record's), so that
+// every node builds the same base. Applied again (raft hands a restarted node
+// the entries after its last snapshot again), it finds its base in the WAL
+// and does nothing.
+func (n *Node) compactWAL(c compaction) (store.Compaction, error) {
+	var base *state.Base
+	var last int64
+	if err := n.h.Read(func(tx *store.Tx) error { base, last = tx.State.Base(), tx.State.LastSeq(); return nil }); err != nil {
+		return store.Compaction{}, err
+	}
+	switch {
+	case base != nil && base.Seq >= c.Seq:
+		return store.Compaction{}, store.ErrNothingToCompact
+	case last != c.Seq:
+		return store.Compaction{}, fmt.Errorf("a compaction at seq %d, but the node's WAL ends at seq %d: it differs from the cluster's; restore it from another node's copy", c.Seq, last)
+	}
+	opts := n.opts
+	opts.Node = true
+	opts.Clock = func(lastAt int64) (int64, error) { return max(c.At, lastAt), nil }
+	h := store.Open(opts)
+	defer h.Close()
+	done, err := h.Compact(store.CompactOptions{KeepFinished: time.Duration(c.KeepFinished) * time.Millisecond,
+		KeepHistory: time.Duration(c.KeepHistory) * time.Millisecond, Drop: c.Drop})
+	if err != nil {
+		return done, err
+	}
+	return done, n.h.Read(func(*store.Tx) error { return nil }) // the node's handle learns the new WAL's end
+}
+
 func (n *Node) propose(entry []byte) error {
 	f := n.raft.Apply(entry, n.timing.Apply)
 	if err := f.Error(); errors.Is(err, raft.ErrNotLeader) {

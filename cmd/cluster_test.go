@@ -651,3 +651,78 @@ func (c *testCluster) runClients(clients, ops int, began time.Time, more func() 
 	}()
 	return done
 }
+
+// TestClusterCompaction: a compaction is an entry the leader proposes, and
+// every node compacts at that record: the WALs stay byte-identical through
+// it, through the records after it, through a restart (raft hands the
+// restarted node the compaction entry again, which finds its base in place)
+// and through a raft snapshot that carries the compacted WAL to a new node.
+// Each node seals the same history beside its WAL.
+func TestClusterCompaction(t *testing.T) {
+	c := newTestCluster(t, 3, cluster.Timing{SnapshotInterval: 100 * time.Millisecond, SnapshotThreshold: 4, TrailingLogs: 2})
+	submit := func(n int) {
+		t.Helper()
+		for range n {
+			if code, out, stderr := cli("--server", c.urls(0), "submit", "--payload", "x"); code != 0 {
+				t.Fatalf("submit: exit %d\n%s%s", code, out, stderr)
+			}
+		}
+	}
+	identical := func(when string) [][]byte { // a follower applies the compaction entry after the leader
+		t.Helper()
+		var wals [][]byte
+		differs := ""
+		testwait.Until(t, "every node's WAL equal to the others' "+when, func() bool {
+			wals, differs = c.converge(), ""
+			for i, wal := range wals {
+				if !bytes.Equal(wal, wals[0]) {
+					differs = fmt.Sprintf("%s's WAL differs from %s's:\n%s\nwant\n%s", c.nodes[i].id, c.nodes[0].id, wal, wals[0])
+				}
+			}
+			return differs == ""
+		}, func() string { return differs })
+		return wals
+	}
+	submit(6)
+	if code, out, stderr := cli("--server", c.urls(0), "lease", "--worker", "W", "--duration", "1h"); code != 0 {
+		t.Fatalf("lease: exit %d\n%s%s", code, out, stderr)
+	}
+	c.converge()
+	leader := c.leader()
+	done, err := leader.node.Compact(store.CompactOptions{KeepFinished: time.Hour, KeepHistory: 24 * time.Hour})
+	if err != nil || done.Seq != 7 || done.TasksKept != 6 {
+		t.Fatalf("compact: %+v %v", done, err)
+	}
+	wals := identical("after the compaction")
+	if !bytes.HasPrefix(wals[0], []byte("leasewal-wal v3\n")) {
+		t.Fatalf("the WAL was not compacted:\n%s", wals[0])
+	}
+	for _, tn := range c.nodes {
+		if segs := store.Segments(store.HistoryDir(tn.wal)); len(segs) != 1 || segs[0].Last != 7 {
+			t.Fatalf("%s's history: %+v", tn.id, segs)
+		}
+		if code, out, stderr := cli("--wal", tn.wal, "verify", "--history"); code != 0 {
+			t.Fatalf("%s: verify --history: exit %d %s %s", tn.id, code, out, stderr)
+		}
+	}
+	submit(5)
+	identical("after records past the compaction")
+	follower := c.nodes[0]
+	if follower == c.leader() {
+		follower = c.nodes[1]
+	}
+	c.restart(follower)
+	submit(1)
+	identical("after a follower's restart")
+	c.snapshotted(c.leader())
+	added := c.add("n4")
+	submit(1)
+	identical("after a node joined from a snapshot")
+	if code, out, _ := cli("--wal", added.wal, "inspect", "-o", "json"); code != 0 || strings.Count(out, `"task_id"`) != 13 {
+		t.Fatalf("the added node's tasks: exit %d %s", code, out)
+	}
+	if _, err := c.leader().node.Compact(store.CompactOptions{KeepFinished: time.Hour}); err != nil {
+		t.Fatalf("a second compaction: %v", err)
+	}
+	identical("after a second compaction")
+}

@@ -222,11 +222,16 @@ func runServe(e env, o serveOptions) error {
 		}
 	}
 	s, batch := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient})
-	if !clustered { // a raft node's WAL is compacted by no one yet (docs/not-done.md)
-		compacting, stopCompacting := context.WithCancel(context.Background())
-		c := service.StartCompactor(compacting, compaction, e.storeOptions(), batch, func(line string) { fmt.Fprintf(e.stderr, "leasewal: %s\n", line) })
-		defer func() { stopCompacting(); c.Wait() }()
+	compact := service.LocalCompaction(e.storeOptions(), batch)
+	if node != nil { // the leader proposes it, between two batches, and every node compacts at that record
+		compact = func(keep store.CompactOptions) (done store.Compaction, err error) {
+			err = batch.Exclusive(func() error { done, err = node.Compact(keep); return err })
+			return done, err
+		}
 	}
+	compacting, stopCompacting := context.WithCancel(context.Background())
+	compactor := service.StartCompactor(compacting, compaction, e.storeOptions(), batch, compact, func(line string) { fmt.Fprintf(e.stderr, "leasewal: %s\n", line) })
+	defer func() { stopCompacting(); compactor.Wait() }()
 	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, url)
 	// SIGTERM ends the open waits at once (each answers what it has, as if
 	// its time had run out), so that the shutdown has only short requests

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"leasewal/cluster"
 	"leasewal/store"
 )
 
@@ -24,24 +25,49 @@ type AutoCompact struct {
 	Options store.CompactOptions
 }
 
-// Compactor compacts the WAL a batcher writes, by policy: the first step
-// (the history read and copied) beside the batches, the last between two of
-// them (Batcher.Exclusive). It looks after every batch written and once a
-// minute.
+// Compactor compacts the WAL a batcher writes, by policy, with compact
+// (LocalCompaction, or a raft node's). It looks after every batch written
+// and once a minute.
 type Compactor struct {
-	policy AutoCompact
-	store  store.Options
-	batch  *Batcher
-	note   func(string)
-	done   chan struct{}
+	policy  AutoCompact
+	store   store.Options
+	batch   *Batcher
+	compact func(store.CompactOptions) (store.Compaction, error)
+	note    func(string)
+	done    chan struct{}
 }
 
-// StartCompactor starts compacting by policy until ctx ends; Wait returns
-// once it has. note receives one line per compaction, or per failure.
-func StartCompactor(ctx context.Context, policy AutoCompact, opts store.Options, batch *Batcher, note func(string)) *Compactor {
-	c := &Compactor{policy: policy, store: opts, batch: batch, note: note, done: make(chan struct{})}
+// StartCompactor starts compacting the WAL of opts by policy until ctx ends;
+// Wait returns once it has. note receives one line per compaction, or per
+// failure. A compaction that fails with ErrNotLeader (a raft follower's) is
+// not one.
+func StartCompactor(ctx context.Context, policy AutoCompact, opts store.Options, batch *Batcher,
+	compact func(store.CompactOptions) (store.Compaction, error), note func(string)) *Compactor {
+	c := &Compactor{policy: policy, store: opts, batch: batch, compact: compact, note: note, done: make(chan struct{})}
 	go c.run(ctx)
 	return c
+}
+
+// LocalCompaction compacts the WAL of opts, which batch writes: the first
+// step (the history read and copied) beside the batches, the last between
+// two of them (Batcher.Exclusive).
+func LocalCompaction(opts store.Options, batch *Batcher) func(store.CompactOptions) (store.Compaction, error) {
+	return func(keep store.CompactOptions) (store.Compaction, error) {
+		h := store.Open(opts)
+		defer h.Close()
+		p, err := h.PrepareCompaction(keep)
+		if err != nil {
+			return store.Compaction{}, err
+		}
+		defer p.Abandon()
+		var done store.Compaction
+		err = batch.Exclusive(func() error {
+			var err error
+			done, err = p.Finish()
+			return err
+		})
+		return done, err
+	}
 }
 
 // Wait returns once the compactor has stopped.
@@ -71,9 +97,9 @@ func (c *Compactor) run(ctx context.Context) {
 		if !bySize && !byAge {
 			continue
 		}
-		done, err := c.compact()
+		done, err := c.compact(c.policy.Options)
 		switch {
-		case errors.Is(err, store.ErrNothingToCompact):
+		case errors.Is(err, store.ErrNothingToCompact), errors.Is(err, cluster.ErrNotLeader):
 		case err != nil:
 			c.note(fmt.Sprintf("compaction failed (serving goes on): %v", err))
 		default:
@@ -83,24 +109,6 @@ func (c *Compactor) run(ctx context.Context) {
 		}
 		last = c.now()
 	}
-}
-
-// compact runs one compaction.
-func (c *Compactor) compact() (store.Compaction, error) {
-	h := store.Open(c.store)
-	defer h.Close()
-	p, err := h.PrepareCompaction(c.policy.Options)
-	if err != nil {
-		return store.Compaction{}, err
-	}
-	defer p.Abandon()
-	var done store.Compaction
-	err = c.batch.Exclusive(func() error {
-		var err error
-		done, err = p.Finish()
-		return err
-	})
-	return done, err
 }
 
 // now is the store's clock's time.

@@ -153,7 +153,7 @@ func (h *Handle) PrepareCompaction(opts CompactOptions) (*PreparedCompaction, er
 	if h.closed {
 		return nil, ErrNotOpen
 	}
-	if mark, err := h.ownedBy(); err != nil || mark != nil {
+	if mark, err := h.ownedBy(); !h.opts.Node && (err != nil || mark != nil) { // a node compacts as the cluster decides
 		if err == nil {
 			err = &NodeOwnedError{Path: h.opts.Path, Mark: *mark}
 		}

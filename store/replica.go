@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 
@@ -113,21 +112,6 @@ func (h *Handle) Replicate(recs []state.Record) (end int64, err error) {
 		return nil
 	})
 	return end, err
-}
-
-// WALBytes copies the WAL's first n bytes to w: a snapshot of a node's WAL
-// as of a position it reached (records before it never change).
-func (h *Handle) WALBytes(w io.Writer, n int64) error {
-	if n == 0 {
-		return nil
-	}
-	f, err := os.Open(h.opts.Path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.CopyN(w, f, n)
-	return err
 }
 
 // Install makes the WAL hold data, a copy of another node's WAL: a WAL that
