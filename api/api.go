@@ -126,6 +126,15 @@ type AbortRequest struct {
 	Actor  string `json:"actor,omitempty"`
 }
 
+// RedactRequest has a task's payload no longer served (redact): a secret
+// pasted into a payload can be removed; the next compaction drops it from
+// the WAL.
+type RedactRequest struct {
+	Task   string `json:"task"`
+	Reason string `json:"reason"`
+	Actor  string `json:"actor,omitempty"`
+}
+
 // RequeueRequest runs a FAILED or DEAD task again, as a new task (requeue);
 // its answer is an Ack.
 type RequeueRequest struct {
@@ -265,6 +274,16 @@ type Aborted struct {
 	Duplicate bool          `json:"duplicate"`
 }
 
+// Redacted is a task's payload redacted (OK), or found redacted already
+// (Duplicate, with the first reason).
+type Redacted struct {
+	Result    state.Outcome `json:"result"`
+	TaskID    string        `json:"task_id"`
+	State     string        `json:"state"`
+	Reason    string        `json:"reason"`
+	Duplicate bool          `json:"duplicate"`
+}
+
 // Why says why a task is where it is (OK): in a sentence, and in fields.
 type Why struct {
 	Result     state.Outcome `json:"result"`
@@ -390,6 +409,7 @@ type Task struct {
 	Priority    int      `json:"priority"`
 	AvailableAt string   `json:"available_at"`
 	Payload     string   `json:"payload"`
+	Redacted    string   `json:"redacted,omitempty"` // why its payload is no longer served
 	Reason      string   `json:"reason,omitempty"`
 	Requeued    string   `json:"requeued_from,omitempty"`
 	Records     []Record `json:"records,omitempty"` // when one task is named: its records

@@ -27,6 +27,7 @@ type Service interface {
 	Heartbeat(context.Context, HeartbeatRequest) (Heartbeat, error)
 	Expire(context.Context, ExpireRequest) (Expired, error)
 	Abort(context.Context, AbortRequest) (Aborted, error)
+	Redact(context.Context, RedactRequest) (Redacted, error)
 	Requeue(context.Context, RequeueRequest) (Ack, error)
 	Why(context.Context, WhyRequest) (Why, error)
 	Wait(context.Context, WaitRequest) (Wait, error)

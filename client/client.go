@@ -390,6 +390,12 @@ func (c *Client) Expire(ctx context.Context, req api.ExpireRequest) (api.Expired
 	return callAs[api.Expired](ctx, c, "expire", req)
 }
 
+// Redact has a task's payload no longer served.
+func (c *Client) Redact(ctx context.Context, req api.RedactRequest) (api.Redacted, error) {
+	req.Actor = c.actor(req.Actor)
+	return callAs[api.Redacted](ctx, c, "redact", req)
+}
+
 // Abort ends a waiting or leased task: DEAD, its lease no longer counts.
 func (c *Client) Abort(ctx context.Context, req api.AbortRequest) (api.Aborted, error) {
 	req.Actor = c.actor(req.Actor)

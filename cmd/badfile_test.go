@@ -69,7 +69,6 @@ func TestBadFiles(t *testing.T) {
 		{"no header", []byte("hello\nworld\n"), ExitDamaged, "not a leasewal WAL"},
 		{"wrong magic", []byte("leasewol-wal v1\n"), ExitDamaged, "not a leasewal WAL"},
 		{"future version", []byte("leasewal-wal v4\n"), ExitDamaged, "version 4 is not supported"},
-		{"version 3 without a base", []byte("leasewal-wal v3\n"), ExitDamaged, "starts with a base"},
 		{"empty file", []byte{}, ExitDamaged, "the file is empty"},
 		{"partial header", []byte("leasewal-w"), ExitDamaged, "not a leasewal WAL"},
 		{"CRLF line ends", bytes.ReplaceAll(good, []byte("\n"), []byte("\r\n")), ExitDamaged, "not a leasewal WAL"},

@@ -121,6 +121,10 @@ func runCompact(e env, opts store.CompactOptions) error {
 	case err != nil:
 		return err
 	}
+	if c.Redacted > 0 {
+		fmt.Fprintf(e.stderr, "leasewal: note: the WAL holds no redacted payload now, but the history in %s may still hold those of %s: delete the segments, or compact with --drop, to remove them from disk\n",
+			store.HistoryDir(e.WAL), fmt.Sprintf("%d redacted %s", c.Redacted, api.Plural(c.Redacted, "task", "tasks")))
+	}
 	v := compactView{Result: state.ResultOK, Seq: c.Seq, At: formatTime(c.At), KeptFrom: formatTime(c.KeptFrom), Records: c.Records,
 		BytesBefore: c.BytesBefore, BytesAfter: c.BytesAfter, TasksKept: c.TasksKept, TasksDropped: c.TasksDropped,
 		Segment: c.Segment, Expired: c.Expired}

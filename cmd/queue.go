@@ -37,6 +37,39 @@ FAILED or DEAD otherwise: exit 2; an unknown task: exit 4.`,
 	return c
 }
 
+func (a *app) newRedactCmd() *cobra.Command {
+	var reason string
+	c := &cobra.Command{
+		Use:   "redact TASK --reason TEXT",
+		Short: "Stop serving a task's payload; the next compaction drops it (writes TaskRedacted)",
+		Long: `For a secret pasted into a payload: writes TaskRedacted, after which no answer
+shows the task's payload (lease, inspect, wait, log and its records, inspect
+--until of a time before), in any state; nothing else of the task changes. The
+next compaction writes no copy of it into the WAL. The history segments sealed
+before (<wal>.history/) still hold it: compact --drop, or delete them, to remove
+it from disk. Redacting a task again answers again (duplicate, with the first
+reason) and writes nothing. An unknown task: exit 4.`,
+		Example:           `  leasewal redact T7 --reason 'an API key was pasted into it'`,
+		Args:              exactlyOneTask,
+		ValidArgsFunction: a.completion(completeTasks),
+		RunE: func(_ *cobra.Command, args []string) error {
+			req := api.RedactRequest{Task: args[0], Reason: reason, Actor: a.env.Actor}
+			return call(a.env, func(ctx context.Context, s api.Service) (api.Redacted, error) { return s.Redact(ctx, req) },
+				redactedTable, "repeat the same redact: it answers again and writes nothing", "")
+		},
+	}
+	c.Flags().StringVar(&reason, "reason", "", "why the payload must go (required)")
+	_ = c.MarkFlagRequired("reason")
+	return c
+}
+
+func redactedTable(v api.Redacted) func(io.Writer, palette) error {
+	return func(w io.Writer, p palette) error {
+		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "state", v.State, "redacted", v.Reason,
+			"duplicate", fmt.Sprint(v.Duplicate))
+	}
+}
+
 // exactlyOneTask is the argument rule of the verbs about one task.
 func exactlyOneTask(c *cobra.Command, args []string) error {
 	if len(args) != 1 {

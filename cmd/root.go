@@ -206,7 +206,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	root.AddCommand(
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newExpireCmd(),
-		a.newAbortCmd(), a.newRequeueCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
+		a.newAbortCmd(), a.newRedactCmd(), a.newRequeueCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
 		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(), a.newBackupCmd(), a.newCompactCmd(),
 		a.newWorkleaseCmd(),
 	)

@@ -637,6 +637,8 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"requeue", "T1", "--request-id", "again", "-o", "json"}, 0, `"task_id":"T2","request_id":"again"`},
 		{[]string{"why", "T2", "-o", "json"}, 0, `"eligible":true`},
 		{[]string{"abort", "T2", "--reason", "not needed", "-o", "json"}, 0, `"state":"DEAD"`},
+		{[]string{"redact", "T2", "--reason", "secret", "-o", "json"}, 0, `"reason":"secret","duplicate":false`},
+		{[]string{"inspect", "T2", "-o", "json"}, 0, `"payload":"","redacted":"secret"`},
 		{[]string{"complete", "--task", "T2", "--lease", "L9"}, ExitNotFound, ""},
 		{[]string{"expire", "-o", "json"}, 0, `"transitions":[]`},
 		{[]string{"why", "T9"}, ExitNotFound, ""},

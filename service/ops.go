@@ -391,6 +391,19 @@ func (l *Local) Expire(ctx context.Context, r api.ExpireRequest) (api.Expired, e
 	}))
 }
 
+func (l *Local) Redact(ctx context.Context, r api.RedactRequest) (api.Redacted, error) {
+	if err := required("redact", "task", r.Task, "reason", r.Reason); err != nil {
+		return api.Redacted{}, err
+	}
+	return as[api.Redacted](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		d, err := committer(tx)(tx.State.DecideRedact(r.Task, r.Reason, tx.Now))
+		if err != nil {
+			return nil, err
+		}
+		return api.Redacted{Result: d.Outcome, TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, Duplicate: d.Duplicate}, nil
+	}))
+}
+
 func (l *Local) Abort(ctx context.Context, r api.AbortRequest) (api.Aborted, error) {
 	if err := required("abort", "task", r.Task, "reason", r.Reason); err != nil {
 		return api.Aborted{}, err

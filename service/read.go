@@ -54,9 +54,20 @@ func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *st
 	opts := l.o.Store
 	var taskRecords []state.Record // the records about the one task named
 	if len(in.ids) == 1 || in.until != 0 {
+		redacted, err := l.redactedTasks(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if in.until != 0 { // a state of the past shows no payload redacted since
+			inner := decide
+			decide = func(st *state.State, at int64, records []state.Record) (any, error) {
+				st.ForgetPayloads(redacted)
+				return inner(st, at, records)
+			}
+		}
 		onRecord := func(rec state.Record, _ *state.State) error {
 			if len(in.ids) == 1 && rec.TaskID == in.ids[0] {
-				taskRecords = append(taskRecords, rec)
+				taskRecords = append(taskRecords, masked(rec, redacted))
 			}
 			if in.until != 0 && rec.Seq == in.until {
 				return store.ErrStop // the state right after record --until
@@ -371,8 +382,13 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		// checkpoint that ends before From stands in for the records before it.
 		opts.FullReplay, opts.ReplayFrom = false, r.From
 	}
+	redacted, err := l.redactedTasks(ctx)
+	if err != nil {
+		return api.LogEnd{}, err
+	}
 	first, stopped, toldTask := int64(0), false, false
 	onRecord := func(rec state.Record, st *state.State) error {
+		rec = masked(rec, redacted)
 		if first == 0 {
 			first, end.FirstAt = rec.Seq, api.FormatTime(rec.At)
 			if opts.FullReplay {
@@ -422,6 +438,35 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		return nil, nil
 	})
 	return end, err
+}
+
+// redactedTasks is every task whose payload was redacted, with why, as the
+// WAL stands: a reader of records, or of a past state, shows none of their
+// payloads.
+func (l *Local) redactedTasks(ctx context.Context) (map[string]string, error) {
+	out, err := l.operate(ctx, l.o.Store, false, "", func(tx *store.Tx) (any, error) {
+		reasons := map[string]string{}
+		for _, id := range tx.State.Redacted() {
+			reasons[id] = "redacted"
+			if t, err := tx.State.Task(id); err == nil {
+				reasons[id] = t.Redacted
+			}
+		}
+		return reasons, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.(map[string]string), nil
+}
+
+// masked is a record as a reader sees it: without the payload of a task
+// redacted since.
+func masked(rec state.Record, redacted map[string]string) state.Record {
+	if _, gone := redacted[rec.TaskID]; gone && rec.Type == state.TaskCreated {
+		rec.Payload = ""
+	}
+	return rec
 }
 
 // Changes signals on the channel whenever the WAL may have changed, until

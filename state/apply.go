@@ -53,6 +53,10 @@ type State struct {
 	domains     map[string]*Domain
 	domainOrder []*Domain
 
+	// redacted lists the tasks whose payload was redacted, in order: a
+	// reader of records masks theirs without a look at every task.
+	redacted []string
+
 	// base is the base the WAL starts with (nil: never compacted), and
 	// loading a base being replayed.
 	base    *Base
@@ -297,6 +301,8 @@ func (s *State) applyTyped(r Record) error {
 		return s.applyDead(r)
 	case TaskAborted:
 		return s.applyAborted(r)
+	case TaskRedacted:
+		return s.applyRedacted(r)
 	case WorkAcquired:
 		return s.applyWorkAcquired(r)
 	case WorkEnqueued:
@@ -657,6 +663,40 @@ func (s *State) queueFields(r Record, t *Task) error {
 	}
 	t.AvailableAt, t.Queue, t.Priority = *r.NotBefore, r.Queue, *r.Priority
 	return nil
+}
+
+// applyRedacted is the TaskRedacted rule: the task's payload is no longer
+// served, and no base holds it; nothing else of the task changes.
+func (s *State) applyRedacted(r Record) error {
+	t, err := s.subject(r)
+	if err != nil {
+		return err
+	}
+	if r.Reason == "" {
+		return invalid("a redaction needs a reason")
+	}
+	if t.Redacted != "" {
+		return invalid("%s is already redacted", t.ID)
+	}
+	commit(t, t.At(r.At), r.Seq)
+	t.Payload, t.Redacted = "", r.Reason
+	s.redacted = append(s.redacted, t.ID)
+	return nil
+}
+
+// Redacted lists the tasks whose payloads were redacted.
+func (s *State) Redacted() []string { return s.redacted }
+
+// ForgetPayloads blanks the payloads of the tasks named (with why), in a
+// state replayed up to a record of the past: the tasks redacted since show
+// no payload there either. It is for a reader's own replay, never for a
+// state that goes on to decide.
+func (s *State) ForgetPayloads(reasons map[string]string) {
+	for id, reason := range reasons {
+		if t, _ := s.lookupTask(id); t != nil {
+			t.Payload, t.Redacted = "", reason
+		}
+	}
 }
 
 func (s *State) applyAborted(r Record) error {

@@ -131,7 +131,11 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 				return nil, &BatchError{Index: i, Err: err}
 			}
 			if t != nil {
-				if !repeats(c, t.Payload, t.Window, t.Policy, t.Queue, t.Priority, t.RequeuedFrom != "") {
+				payload := t.Payload
+				if t.Redacted != "" { // its payload is gone: a repeat is known by the rest
+					payload = c.Payload
+				}
+				if !repeats(c, payload, t.Window, t.Policy, t.Queue, t.Priority, t.RequeuedFrom != "") {
 					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q already created %s with a different payload, policy, queue or priority", c.RequestID, t.ID)}
 				}
 				ds = append(ds, Decision{Outcome: ResultAck, TaskID: t.ID, Duplicate: true})

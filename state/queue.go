@@ -137,6 +137,28 @@ func (s *State) DecideAbort(taskID, reason string, now int64) (Decision, error) 
 	return write(Record{Type: TaskAborted, TaskID: t.ID, Reason: reason}, d), nil
 }
 
+// DecideRedact decides redact: the task's payload is no longer served (by
+// any answer, listing or log), and the next compaction drops it from the
+// WAL. A task redacted already answers Duplicate, whatever the reason.
+func (s *State) DecideRedact(taskID, reason string, now int64) (Decision, error) {
+	if reason == "" {
+		return Decision{}, refuse(InvalidInput, "reason", "a redaction needs a reason: say why the payload must go, e.g. --reason 'a password was pasted'")
+	}
+	if len(reason) > MaxPayloadBytes {
+		return Decision{}, refuse(InvalidInput, "reason", "the reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+	}
+	t, err := s.Task(taskID)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Outcome: ResultOK, TaskID: t.ID, State: t.At(now).State, Reason: reason}
+	if t.Redacted != "" {
+		d.Duplicate, d.Reason = true, t.Redacted
+		return d, nil
+	}
+	return write(Record{Type: TaskRedacted, TaskID: t.ID, Reason: reason}, d), nil
+}
+
 // abortedLease is the attempt an abort ended, if any.
 func (t *Task) abortedLease() *Attempt {
 	if len(t.Attempts) > 0 && t.current().End == EndAborted {

@@ -24,7 +24,8 @@ const (
 	TaskCancelled RecordType = "TaskCancelled"
 	TaskFailed    RecordType = "TaskFailed"
 	TaskDead      RecordType = "TaskDead"
-	TaskAborted   RecordType = "TaskAborted" // revision 2
+	TaskAborted   RecordType = "TaskAborted"  // revision 2
+	TaskRedacted  RecordType = "TaskRedacted" // format version 3
 )
 
 // The records of a compaction's base (format version 3): a WAL that was
@@ -38,7 +39,7 @@ const (
 
 // recordTypes lists every record type, tasks first, as help texts show them.
 var recordTypes = []RecordType{TaskCreated, LeaseGranted, LeaseExtended, LeaseExpired, TaskCompleted, TaskCancelled,
-	TaskFailed, TaskDead, TaskAborted, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
+	TaskFailed, TaskDead, TaskAborted, TaskRedacted, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
 
 // RecordTypeNames returns the names of all record types.
 func RecordTypeNames() []string {
@@ -162,10 +163,11 @@ type Record struct {
 	Hash     string `json:"hash,omitempty"`      // BaseEnd: SHA-256 chain head of the records replaced, hex
 }
 
-// FormatVersion is the WAL format version a record needs: 3 for a base, 2
+// FormatVersion is the WAL format version a record needs: 3 for a base and
+// a redaction, 2
 // for the record types and fields of revision 2, else 1.
 func (r Record) FormatVersion() int {
-	if r.Type.IsBase() {
+	if r.Type.IsBase() || r.Type == TaskRedacted {
 		return 3
 	}
 	if r.Type == TaskAborted || r.NotBefore != nil || r.Queue != "" || r.Priority != nil || r.RequeuedFrom != "" {

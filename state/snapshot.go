@@ -93,6 +93,10 @@ func (s *State) Snapshot() []byte {
 	for _, d := range s.domainOrder {
 		e.domain(d)
 	}
+	e.uint(uint64(len(s.redacted)))
+	for _, id := range s.redacted {
+		e.str(id)
+	}
 	return e.b
 }
 
@@ -121,6 +125,7 @@ func (e *encoder) task(t *Task) {
 	e.str(t.EndReason)
 	e.str(t.EndCause)
 	e.int(t.Ended)
+	e.str(t.Redacted)
 	e.bool(t.counted)
 	e.length(len(t.Attempts), t.Attempts == nil)
 	for _, a := range t.Attempts {
@@ -327,6 +332,14 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 			s.domainOrder = append(s.domainOrder, dom)
 		}
 	}
+	if n := d.uint(); n > 0 && n <= uint64(len(d.b)) {
+		s.redacted = make([]string, n)
+		for i := range s.redacted {
+			s.redacted[i] = d.str()
+		}
+	} else if n > 0 {
+		d.fail()
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail()
 	}
@@ -393,7 +406,7 @@ func (d *snapDecoder) task(t *Task) {
 	if d.bool() {
 		t.Lease = &Lease{ID: d.str(), Worker: d.str(), Expiry: d.int()}
 	}
-	t.NotBefore, t.EndReason, t.EndCause, t.Ended, t.counted = d.int(), d.str(), d.str(), d.int(), d.bool()
+	t.NotBefore, t.EndReason, t.EndCause, t.Ended, t.Redacted, t.counted = d.int(), d.str(), d.str(), d.int(), d.str(), d.bool()
 	if n, isNil := d.length(); !isNil {
 		t.Attempts = make([]Attempt, n)
 		for i := range t.Attempts {

@@ -67,8 +67,11 @@ type Compaction struct {
 	BytesAfter   int64
 	TasksKept    int
 	TasksDropped int
-	Segment      string   // the sealed history ("" when dropped)
-	Expired      []string // segments deleted, older than KeepHistory
+	Segment      string // the sealed history ("" when dropped)
+	// Redacted is how many redacted tasks' payloads the history segments
+	// may still hold (the records are sealed as they were written).
+	Redacted int
+	Expired  []string // segments deleted, older than KeepHistory
 }
 
 // ErrNothingToCompact means no record follows the WAL's base.
@@ -218,7 +221,7 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 		Records: c.records, BytesBefore: log.End}
 	history := state.HistoryDropped
 	if p.segment != nil {
-		history = state.HistoryKept
+		history, out.Redacted = state.HistoryKept, len(st.Redacted())
 		if out.Segment, err = h.sealSegment(p.segment, log, p.read, p.first, st); err != nil {
 			return Compaction{}, err
 		}

@@ -332,10 +332,6 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		tx.Missing = true
 		h.cache = st
-	case err == nil && log.Version >= 3 && log.Count == 0:
-		log.Close()
-		h.cache = nil
-		return nil, &wal.FormatError{Reason: fmt.Sprintf("%s: a WAL of format version %d starts with a base, and this one holds no record at all; restore it from a copy", h.opts.Path, log.Version)}
 	case err != nil:
 		h.cache = nil
 		return nil, h.openError(err)
@@ -364,8 +360,6 @@ func decodeFrame(f wal.Frame) (state.Record, error) {
 		return r, err
 	case r.FormatVersion() > f.Version:
 		return r, fmt.Errorf("a record of format version %d in a file of version %d", r.FormatVersion(), f.Version)
-	case f.Version >= 3 && f.Index == 1 && r.Type != state.BaseBegin:
-		return r, fmt.Errorf("a WAL of format version %d starts with a base (BaseBegin), not %s", f.Version, r.Type)
 	}
 	return r, nil
 }

@@ -179,8 +179,8 @@ func TestFlipEveryBit(t *testing.T) {
 			var format *FormatError
 			switch {
 			case off == len(HeaderLine(Version))-2 && s != nil && s.Version == Version:
-				// v2 to v3: the frames still read; the store refuses a
-				// version-3 file whose first record is not a base.
+				// v2 to v3: the frames still read, as version 3 may hold
+				// every record version 2 may.
 			case off < len(HeaderLine(Version)):
 				if !errors.As(err, &format) {
 					t.Fatalf("flip %d.%d in the header: %v", off, bit, err)
