@@ -40,6 +40,7 @@ func (e env) storeOptions() store.Options {
 		Clock:       e.clock,
 		Fault:       e.Fault,
 		Warn:        func(msg string) { fmt.Fprintf(e.stderr, "leasewal: warning: %s\n", msg) },
+		Progress:    e.progress("reading " + e.WAL),
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"leasewal/internal/histgen"
 )
 
 // TestColorsOnlyOnATerminal runs leasewal under a pseudo-terminal (util-linux
@@ -60,5 +62,42 @@ func TestColorsOnlyOnATerminal(t *testing.T) {
 		if strings.Contains(out, esc) || bytes.ContainsRune([]byte(out), '━') {
 			t.Fatalf("colors with %s:\n%q", name, out)
 		}
+	}
+}
+
+// TestProgressOnlyOnATerminal: a read of a WAL over 64 MiB draws a progress
+// bar on stderr under a pseudo-terminal (bytes done, rate, then "done"), and
+// none with -o json, nor through a pipe.
+func TestProgressOnlyOnATerminal(t *testing.T) {
+	scriptCmd, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no `script` (util-linux) to make a pseudo-terminal")
+	}
+	walPath := filepath.Join(t.TempDir(), "big.wal")
+	if err := histgen.WriteFile(walPath, histgen.Options{Records: 360_000}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(walPath); err != nil || info.Size() < 64<<20 {
+		t.Fatalf("the WAL is too small for a bar: %v %v", info.Size(), err)
+	}
+	verify := func(args ...string) string {
+		line := "stty cols 120 rows 40; " + strings.Join(append([]string{binary(), "--wal", walPath, "verify"}, args...), " ")
+		out, err := exec.Command(scriptCmd, "-qec", line, "/dev/null").Output()
+		if err != nil {
+			t.Fatalf("verify %v under a pseudo-terminal: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := verify(); !strings.Contains(out, "reading "+walPath) || !strings.Contains(out, "MiB/s") || !strings.Contains(out, "done") {
+		t.Fatalf("no progress bar on a terminal:\n%q", out)
+	}
+	if out := verify("-o", "json"); strings.Contains(out, "reading ") {
+		t.Fatalf("a progress bar with -o json:\n%q", out)
+	}
+	cmd := exec.Command(binary(), "--wal", walPath, "verify")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil || stderr.Len() != 0 {
+		t.Fatalf("verify through a pipe: %v, stderr %q", err, stderr.String())
 	}
 }

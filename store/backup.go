@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -25,7 +26,7 @@ var ErrBackupExists = errors.New("the backup's destination exists")
 
 // Backup copies the WAL as it stands, under the shared lock (writers wait
 // for it, readers do not), to dest: its header and every record (not a
-// torn tail after them), whole or not at all (see wal.Log.CopyTo). With
+// torn tail after them), whole or not at all (see wal.WriteNew). With
 // caches, the checkpoint, archive and cold set beside it are copied too,
 // before the WAL, so that the copy starts as fast as the original; they
 // describe a prefix of the copied records, as they describe the WAL's.
@@ -54,7 +55,9 @@ func (h *Handle) Backup(dest string, caches bool) (Backup, error) {
 				b.Caches = append(b.Caches, dest+suffix)
 			}
 		}
-		n, err := tx.log.CopyTo(dest)
+		report := &progressReport{report: h.opts.Progress, total: tx.log.End}
+		n, err := wal.WriteNew(dest, &reportingReader{r: tx.log.Section(0, tx.log.End), report: report})
+		report.end()
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("%s: %w", dest, ErrBackupExists)
 		}
@@ -68,4 +71,18 @@ func (h *Handle) Backup(dest string, caches bool) (Backup, error) {
 		b.Caches = nil
 	}
 	return b, err
+}
+
+// reportingReader reports the bytes read through it.
+type reportingReader struct {
+	r      io.Reader
+	done   int64
+	report *progressReport
+}
+
+func (r *reportingReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.done += int64(n)
+	r.report.at(r.done)
+	return n, err
 }

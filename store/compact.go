@@ -163,7 +163,12 @@ func (h *Handle) PrepareCompaction(opts CompactOptions) (*PreparedCompaction, er
 		return nil, err
 	}
 	p := &PreparedCompaction{h: h, opts: opts, history: newHistoryReader(), first: 1}
-	log, err := wal.OpenAt(h.opts.Path, wal.Read, h.opts.LockTimeout, wal.Position{}, p.history.read)
+	report := h.progress(true)
+	defer report.end()
+	log, err := wal.OpenAt(h.opts.Path, wal.Read, h.opts.LockTimeout, wal.Position{}, func(f wal.Frame) error {
+		report.at(f.Offset)
+		return p.history.read(f)
+	})
 	if err != nil {
 		return nil, h.openError(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"time"
 
 	"leasewal/state"
@@ -61,6 +62,10 @@ type Options struct {
 	// Node opens the handle as the raft node that owns the WAL: the one
 	// handle that may write it (see NodeMark).
 	Node bool
+	// Progress, if set, hears how far a long read has come: bytes of the
+	// WAL (or of what a backup copies) done, of total, every few MiB, and
+	// once at its end (done == total) whatever became of it.
+	Progress func(done, total int64)
 	// Resident says the handle serves many operations and keeps its state
 	// between them (a server, a worker loop): tasks in memory cost it nothing
 	// to load, so it writes a new cold set less often (coldDue).
@@ -309,7 +314,10 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		p = startPipeline(apply)
 		add = p.add
 	}
+	report := h.progress(h.pos.Count == 0)
+	defer report.end()
 	log, err := wal.OpenAt(h.opts.Path, mode, h.opts.LockTimeout, h.pos, func(f wal.Frame) error {
+		report.at(f.Offset)
 		r, err := decodeFrame(f)
 		if err != nil {
 			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
@@ -349,6 +357,44 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		h.cache = nil // a verifier's, or a full replay's, state is its own
 	}
 	return tx, nil
+}
+
+// progress reports a read's progress to Options.Progress: only a read of
+// the whole WAL (when whole is set) reports, and only every few MiB.
+func (h *Handle) progress(whole bool) *progressReport {
+	r := &progressReport{report: h.opts.Progress}
+	if !whole || r.report == nil {
+		r.report = nil
+		return r
+	}
+	if info, err := os.Stat(h.opts.Path); err == nil {
+		r.total = info.Size()
+	}
+	return r
+}
+
+// progressReport is one read's progress.
+type progressReport struct {
+	report func(done, total int64)
+	total  int64
+	next   int64 // the offset of the next report
+}
+
+const progressStep = 4 << 20
+
+// at notes that the read has come to offset.
+func (r *progressReport) at(offset int64) {
+	if r.report != nil && offset >= r.next {
+		r.report(offset, r.total)
+		r.next = offset + progressStep
+	}
+}
+
+// end reports the read done.
+func (r *progressReport) end() {
+	if r.report != nil {
+		r.report(r.total, r.total)
+	}
 }
 
 // decodeFrame reads a frame's record and checks that the file's version

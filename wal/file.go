@@ -632,15 +632,6 @@ func copySparse(f *os.File, src io.Reader) error {
 	}
 }
 
-// CopyTo copies the WAL as it stands to dest, durably, and says how many
-// bytes: its header and valid records (not a torn tail after them), written
-// to a new file beside dest, fsynced, then linked in as dest (which must not
-// exist) and the directory fsynced, so that dest holds the whole copy or
-// nothing, even across a crash.
-func (l *Log) CopyTo(dest string) (int64, error) {
-	return WriteNew(dest, io.NewSectionReader(l.file, 0, l.End))
-}
-
 // WriteNew writes src to dest, which must not exist, durably and whole or
 // not at all: a file beside it, fsynced, linked in as dest, the directory
 // fsynced. An error wrapping fs.ErrExist says dest exists.

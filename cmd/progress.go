@@ -1,0 +1,45 @@
+package cmd
+
+import (
+	"sync"
+
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+)
+
+// progressMin is the least a read must cover for a bar to be worth drawing.
+const progressMin = 64 << 20
+
+// progress is Options.Progress for a person watching a terminal: a bar on
+// stderr for a long read (what, bytes done, rate, time left), drawn only when
+// stderr is a terminal and the output is for a person (never with -o json or
+// tsv), and only for a read of progressMin bytes or more. Each read gets its
+// own bar, which ends with it.
+func (e env) progress(what string) func(done, total int64) {
+	if !isTerminal(e.stderr) || e.Output == "json" || e.Output == "tsv" {
+		return nil
+	}
+	var (
+		mu  sync.Mutex // a server's handles may read at once
+		p   *mpb.Progress
+		bar *mpb.Bar
+	)
+	return func(done, total int64) {
+		if total < progressMin {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if p == nil {
+			p = mpb.New(mpb.WithOutput(e.stderr), mpb.WithWidth(40))
+			bar = p.AddBar(total,
+				mpb.PrependDecorators(decor.Name(what+" ", decor.WC{C: decor.DindentRight}), decor.CountersKibiByte("% .1f / % .1f")),
+				mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), " % .1f"), decor.Name(" "), decor.OnComplete(decor.AverageETA(decor.ET_STYLE_GO), "done")))
+		}
+		bar.SetCurrent(done)
+		if done >= total {
+			p.Wait()
+			p, bar = nil, nil // the next read, if any, gets a bar of its own
+		}
+	}
+}
