@@ -284,6 +284,39 @@ type Redacted struct {
 	Duplicate bool          `json:"duplicate"`
 }
 
+// StatsRequest asks for the figures an operator watches (stats, GET
+// /metrics): of every queue, or of one.
+type StatsRequest struct {
+	Queue string `json:"queue,omitempty"`
+}
+
+// Stats is the figures an operator watches (OK): the unfinished tasks of
+// each queue, how long the oldest eligible one has waited, and how many
+// records of each type the WAL's history holds (counters that compaction
+// keeps). Queues lists the MaxStatsQueues busiest queues by name; the rest
+// are summed as "other", so that a monitoring system's series stay bounded.
+type Stats struct {
+	Result  state.Outcome    `json:"result"`
+	At      string           `json:"at"`
+	LastSeq int64            `json:"last_seq"`
+	Queues  []QueueStats     `json:"queues"`
+	Records map[string]int64 `json:"records"`
+}
+
+// MaxStatsQueues is how many queues Stats names; the others are "other".
+const MaxStatsQueues = 50
+
+// QueueStats is one queue's unfinished tasks.
+type QueueStats struct {
+	Queue    string `json:"queue"`
+	Waiting  int    `json:"waiting"`
+	Eligible int    `json:"eligible"` // waiting and leasable now
+	Leased   int    `json:"leased"`
+	// OldestEligibleAgeMs is how long the task eligible longest has been
+	// eligible (0: none is): the queue's latency.
+	OldestEligibleAgeMs int64 `json:"oldest_eligible_age_ms"`
+}
+
 // Why says why a task is where it is (OK): in a sentence, and in fields.
 type Why struct {
 	Result     state.Outcome `json:"result"`

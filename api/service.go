@@ -28,6 +28,7 @@ type Service interface {
 	Expire(context.Context, ExpireRequest) (Expired, error)
 	Abort(context.Context, AbortRequest) (Aborted, error)
 	Redact(context.Context, RedactRequest) (Redacted, error)
+	Stats(context.Context, StatsRequest) (Stats, error)
 	Requeue(context.Context, RequeueRequest) (Ack, error)
 	Why(context.Context, WhyRequest) (Why, error)
 	Wait(context.Context, WaitRequest) (Wait, error)

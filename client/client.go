@@ -390,6 +390,11 @@ func (c *Client) Expire(ctx context.Context, req api.ExpireRequest) (api.Expired
 	return callAs[api.Expired](ctx, c, "expire", req)
 }
 
+// Stats is the figures an operator watches.
+func (c *Client) Stats(ctx context.Context, req api.StatsRequest) (api.Stats, error) {
+	return callAs[api.Stats](ctx, c, "stats", req)
+}
+
 // Redact has a task's payload no longer served.
 func (c *Client) Redact(ctx context.Context, req api.RedactRequest) (api.Redacted, error) {
 	req.Actor = c.actor(req.Actor)

@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -423,6 +424,13 @@ func (n *Node) Role() string {
 		return "candidate"
 	}
 	return "follower"
+}
+
+// Indexes is the node's raft term, and its commit and applied indexes.
+func (n *Node) Indexes() (term, commit, applied uint64) {
+	stats := n.raft.Stats()
+	parse := func(key string) uint64 { v, _ := strconv.ParseUint(stats[key], 10, 64); return v }
+	return parse("term"), parse("commit_index"), parse("applied_index")
 }
 
 // LastSeq is the last seq of the node's WAL.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -725,4 +726,15 @@ func TestClusterCompaction(t *testing.T) {
 		t.Fatalf("a second compaction: %v", err)
 	}
 	identical("after a second compaction")
+	resp, err := http.Get(c.leader().http.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`leasewal_raft_role{role="leader"} 1`, "leasewal_raft_term ", "leasewal_raft_commit_index ", "leasewal_raft_applied_index "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the leader's /metrics has no %q:\n%s", want, body)
+		}
+	}
 }

@@ -26,6 +26,8 @@ type answer struct {
 	// recovery says how to get the answer again if it cannot be printed after
 	// its records were written (exit 8).
 	recovery string
+	// prom is the Prometheus text form (-o prom), for stats.
+	prom func(w io.Writer) error
 }
 
 // jsonStreamer is a document too large to build whole (a listing of every task).
@@ -117,6 +119,8 @@ func (e env) print(a answer, w written) error {
 		err = s.streamJSON(out)
 	case e.Output == "json":
 		writeJSON(out, a.doc)
+	case e.Output == "prom" && a.prom != nil:
+		err = a.prom(out)
 	default:
 		err = a.table(out, e.palette())
 	}

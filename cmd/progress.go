@@ -16,7 +16,7 @@ const progressMin = 64 << 20
 // tsv), and only for a read of progressMin bytes or more. Each read gets its
 // own bar, which ends with it.
 func (e env) progress(what string) func(done, total int64) {
-	if !isTerminal(e.stderr) || e.Output == "json" || e.Output == "tsv" {
+	if !isTerminal(e.stderr) || e.Output == "json" || e.Output == "tsv" || e.Output == "prom" {
 		return nil
 	}
 	var (

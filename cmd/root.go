@@ -155,6 +155,9 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 			if err := a.resolve(); err != nil {
 				return err
 			}
+			if a.env.Output == "prom" && c.CommandPath() != "leasewal stats" {
+				return usageErr("-o prom is the Prometheus text format of 'leasewal stats'; give table, wide, json or tsv")
+			}
 			// serve is the server; run is a client of its own (runcoord.go)
 			if a.env.Server != "" && c.Name() != "serve" && c.CommandPath() != "leasewal run" && !strings.HasPrefix(c.CommandPath(), "leasewal cluster") {
 				return a.remote(c)
@@ -207,7 +210,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newExpireCmd(),
 		a.newAbortCmd(), a.newRedactCmd(), a.newRequeueCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
-		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newRepairCmd(), a.newBackupCmd(), a.newCompactCmd(),
+		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newStatsCmd(), a.newRepairCmd(), a.newBackupCmd(), a.newCompactCmd(),
 		a.newWorkleaseCmd(),
 	)
 	a.registerCompletions(root)
@@ -295,9 +298,9 @@ func (a *app) resolve() error {
 	}
 	c.Output = strings.ToLower(a.v.GetString("output"))
 	switch c.Output {
-	case "table", "wide", "json", "tsv":
+	case "table", "wide", "json", "tsv", "prom":
 	default:
-		return usageErr("--output must be table, wide, json or tsv, got %q", c.Output)
+		return usageErr("--output must be table, wide, json or tsv (or prom, for stats), got %q", c.Output)
 	}
 	timeout, err := api.ParseSpan(strings.TrimSpace(a.v.GetString("lock_timeout")))
 	if err != nil || timeout < 0 {

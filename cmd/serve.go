@@ -10,11 +10,14 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"leasewal/api"
 	"leasewal/client"
 	"leasewal/cluster"
+	"leasewal/metrics"
 	"leasewal/server"
 	"leasewal/service"
 	"leasewal/store"
@@ -245,9 +248,20 @@ func runServe(e env, o serveOptions) error {
 // at most maxBatch (group commit); node is the raft node behind back, nil
 // for a single server.
 func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o server.Options) (*server.Server, *service.Batcher) {
-	batch := service.NewBatcher(back, maxBatch)
+	own := metrics.NewServer()
+	batch := service.NewBatcher(back, maxBatch, own.Observe)
 	stopping, stopWaits := context.WithCancel(context.Background())
 	svc := service.New(service.Options{Store: e.storeOptions(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(own.BatchSize, own.BatchDurable,
+		metrics.NewStatsCollector(func(ctx context.Context) (api.Stats, error) { return svc.Stats(ctx, api.StatsRequest{}) }))
+	if node != nil {
+		reg.MustRegister(metrics.NewRaftCollector(func() metrics.Raft {
+			term, commit, applied := node.Indexes()
+			return metrics.Raft{Role: node.Role(), Term: term, Commit: commit, Applied: applied}
+		}))
+	}
+	o.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	o.Describe, o.Unknown, o.StopWaits, o.Stop = describe, unknownRoute, stopWaits, batch.Stop
 	if o.HTTP == nil {
 		o.HTTP = http.DefaultClient

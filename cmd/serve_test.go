@@ -554,6 +554,36 @@ func TestReadOnlyToken(t *testing.T) {
 	if code, _, stderr := as("writer", "lease", "--worker", "W"); code != 0 {
 		t.Fatalf("the full token: %s", stderr)
 	}
+	if code, out, stderr := as("viewer", "stats", "-o", "json"); code != 0 || !strings.Contains(out, `"leased":1`) {
+		t.Errorf("a reader's stats: exit %d %s %s", code, out, stderr)
+	}
+	// GET /metrics: the stats and the batches, for the reader's token too, for no one without one
+	metricsAs := func(token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	code, body := metricsAs("viewer")
+	for _, want := range []string{`leasewal_tasks{queue="default",state="LEASED"} 1`, `leasewal_leases_total{event="granted"} 1`,
+		"leasewal_last_seq 2", "leasewal_batch_size_count ", "leasewal_batch_durable_seconds_bucket"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET /metrics: HTTP %d, no %q in\n%s", code, want, body)
+		}
+	}
+	if strings.Contains(body, "leasewal_batch_size_count 0") {
+		t.Errorf("GET /metrics counted no batch:\n%s", body)
+	}
+	if code, _ := metricsAs(""); code != http.StatusUnauthorized {
+		t.Errorf("GET /metrics without a token: HTTP %d", code)
+	}
 }
 
 // TestServerBatchDoor: POST /v1/submit/batch takes NDJSON lines decoded into
@@ -638,6 +668,7 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"why", "T2", "-o", "json"}, 0, `"eligible":true`},
 		{[]string{"abort", "T2", "--reason", "not needed", "-o", "json"}, 0, `"state":"DEAD"`},
 		{[]string{"redact", "T2", "--reason", "secret", "-o", "json"}, 0, `"reason":"secret","duplicate":false`},
+		{[]string{"stats", "-o", "json"}, 0, `"records":{"LeaseExtended":1,"LeaseGranted":1,"TaskAborted":1,"TaskCreated":2,"TaskFailed":1,"TaskRedacted":1}`},
 		{[]string{"inspect", "T2", "-o", "json"}, 0, `"payload":"","redacted":"secret"`},
 		{[]string{"complete", "--task", "T2", "--lease", "L9"}, ExitNotFound, ""},
 		{[]string{"expire", "-o", "json"}, 0, `"transitions":[]`},

@@ -71,6 +71,7 @@ func routes(svc api.Service, describe func(error) api.Error) map[string]route {
 		"expire":    typed(func(ctx context.Context, r api.ExpireRequest) reply { return answer(svc.Expire(ctx, r)) }),
 		"abort":     typed(func(ctx context.Context, r api.AbortRequest) reply { return answer(svc.Abort(ctx, r)) }),
 		"redact":    typed(func(ctx context.Context, r api.RedactRequest) reply { return answer(svc.Redact(ctx, r)) }),
+		"stats":     readOnly(typed(func(ctx context.Context, r api.StatsRequest) reply { return answer(svc.Stats(ctx, r)) })),
 		"requeue":   typed(func(ctx context.Context, r api.RequeueRequest) reply { return answer(svc.Requeue(ctx, r)) }),
 		"why":       readOnly(typed(func(ctx context.Context, r api.WhyRequest) reply { return answer(svc.Why(ctx, r)) })),
 		"wait":      readOnly(typed(func(ctx context.Context, r api.WaitRequest) reply { return answer(svc.Wait(ctx, r)) })),

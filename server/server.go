@@ -44,6 +44,8 @@ type Options struct {
 	// StopWaits ends the service's open waits (each answers what it has);
 	// Stop, called once no request is under way, ends its group committer.
 	StopWaits, Stop func()
+	// Metrics answers GET /metrics (Prometheus); nil: none.
+	Metrics http.Handler
 }
 
 // Server answers the HTTP API.
@@ -83,7 +85,7 @@ func bearerIs(header, token string) bool {
 // readOnly says whether a read-only token may ask for path.
 func (s *Server) readOnly(path string) bool {
 	switch path {
-	case "status", "cluster/members", "openapi.json":
+	case "status", "cluster/members", "openapi.json", "metrics":
 		return true
 	}
 	return s.routes[path].readOnly
@@ -91,6 +93,9 @@ func (s *Server) readOnly(path string) bool {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path, ok := strings.CutPrefix(r.URL.Path, "/v1/")
+	if r.URL.Path == "/metrics" { // where Prometheus looks
+		path, ok = "metrics", true
+	}
 	if auth := r.Header.Get("Authorization"); s.o.Token != "" && !bearerIs(auth, s.o.Token) {
 		switch {
 		case s.o.ReadToken == "" || !bearerIs(auth, s.o.ReadToken):
@@ -121,6 +126,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case path == "cluster/members" && r.Method == http.MethodGet:
 		s.members(w)
+		return
+	case path == "metrics" && r.Method == http.MethodGet && s.o.Metrics != nil:
+		s.o.Metrics.ServeHTTP(w, r)
 		return
 	case r.Method != http.MethodPost:
 		Error(w, http.StatusMethodNotAllowed, api.ExitUsage, "Usage", "POST /v1/<command>")

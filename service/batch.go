@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"leasewal/cluster"
 	"leasewal/state"
@@ -135,6 +136,9 @@ type Batcher struct {
 	again   []*pending
 	// wrote is signalled (without blocking) after each batch written.
 	wrote chan struct{}
+	// observe, if set, hears each batch's size and how long it took from
+	// its write to its records being durable.
+	observe func(size int, durable time.Duration)
 }
 
 type pending struct {
@@ -148,11 +152,19 @@ type pending struct {
 }
 
 // NewBatcher starts a batcher of at most max requests a batch on back; Stop
-// ends it.
-func NewBatcher(back Backend, max int) *Batcher {
-	b := &Batcher{back: back, queue: make(chan *pending, 4096), max: max, done: make(chan struct{}), wrote: make(chan struct{}, 1)}
+// ends it. observe, if set, hears each batch's size and how long it took
+// from its write to its records being durable.
+func NewBatcher(back Backend, max int, observe func(size int, durable time.Duration)) *Batcher {
+	b := &Batcher{back: back, queue: make(chan *pending, 4096), max: max, done: make(chan struct{}), wrote: make(chan struct{}, 1), observe: observe}
 	go func() { b.loop(); close(b.done) }()
 	return b
+}
+
+// observed tells observe of a batch written at began and durable now.
+func (b *Batcher) observed(size int, began time.Time) {
+	if b.observe != nil {
+		b.observe(size, time.Since(began))
+	}
 }
 
 // Wrote is signalled after a batch was written (a compactor looks then).
@@ -240,7 +252,9 @@ func (b *Batcher) loop() {
 		for i, p := range batch {
 			fns[i] = p.decide
 		}
+		began := time.Now()
 		errs, committed, err := b.back.Commit(fns)
+		b.observed(len(batch), began)
 		answer(batch, errs, committed, err)
 		b.signalWrote()
 	}
@@ -248,6 +262,7 @@ func (b *Batcher) loop() {
 
 // inFlight is a batch decided and written in a pipe, waiting for its fsync.
 type inFlight struct {
+	written   time.Time
 	batch     []*pending
 	errs      []error
 	committed [][]state.Record
@@ -269,6 +284,7 @@ func (b *Batcher) pipelined(back Piper) {
 		defer close(answered)
 		for x := range flights {
 			err := x.f.Wait()
+			b.observed(len(x.batch), x.written)
 			if errors.Is(err, store.ErrPipeBroken) {
 				b.decideAgain(x.batch)
 			} else {
@@ -325,6 +341,7 @@ func (b *Batcher) pipelined(back Piper) {
 		for i, p := range batch {
 			fns[i] = p.decide
 		}
+		written := time.Now()
 		errs, committed, f, err := pipe.Batch(fns)
 		switch {
 		case errors.Is(err, store.ErrPipeBroken):
@@ -335,7 +352,7 @@ func (b *Batcher) pipelined(back Piper) {
 			answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
 		default:
 			outstanding.Add(1)
-			flights <- inFlight{batch: batch, errs: errs, committed: committed, f: f}
+			flights <- inFlight{written: written, batch: batch, errs: errs, committed: committed, f: f}
 			last = f
 			b.signalWrote()
 		}

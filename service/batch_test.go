@@ -48,7 +48,7 @@ func (b *fakeBackend) Status() (Status, error) { return Status{Role: "single"}, 
 // stopped, a request is refused with ErrStopping and nothing is decided.
 func TestBatcher(t *testing.T) {
 	back := &fakeBackend{entered: make(chan struct{}, 16), release: make(chan struct{})}
-	b := NewBatcher(back, 64)
+	b := NewBatcher(back, 64, nil)
 	var mu sync.Mutex
 	var order []int
 	decide := func(i int) func(*store.Tx) error {
@@ -128,7 +128,7 @@ func TestPipelinedBatcher(t *testing.T) {
 	fsys := gatedfs.New()
 	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, FS: fsys, Resident: true})
 	defer h.Close()
-	b := NewBatcher(NewWALBackend(h, "http://test"), 64)
+	b := NewBatcher(NewWALBackend(h, "http://test"), 64, nil)
 	defer b.Stop()
 	firstDecided, secondDecided := make(chan string, 4), make(chan string, 4)
 	first, second := make(chan error, 1), make(chan []state.Record, 1)

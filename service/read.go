@@ -496,3 +496,54 @@ func (l *Local) Changes(ctx context.Context) (<-chan struct{}, error) {
 	}()
 	return changed, nil
 }
+
+// Stats is the figures an operator watches: every queue's unfinished tasks
+// (the MaxStatsQueues busiest by name, the rest as "other"; with r.Queue,
+// that queue only) and the records of each type in the history.
+func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error) {
+	if r.Queue != "" {
+		if err := state.ValidateQueue(r.Queue); err != nil {
+			return api.Stats{}, api.Usage("--queue %q: %v", r.Queue, err)
+		}
+	}
+	out, err := l.operate(ctx, l.o.Store, false, "", func(tx *store.Tx) (any, error) {
+		v := api.Stats{Result: state.ResultOK, At: api.FormatTime(tx.Now), LastSeq: tx.State.LastSeq(), Queues: []api.QueueStats{}, Records: map[string]int64{}}
+		for t, n := range tx.State.RecordCounts() {
+			v.Records[string(t)] = n
+		}
+		for _, q := range tx.State.QueueStats(tx.Now) {
+			if r.Queue != "" && q.Queue != r.Queue {
+				continue
+			}
+			qs := api.QueueStats{Queue: q.Queue, Waiting: q.Waiting, Eligible: q.Eligible, Leased: q.Leased}
+			if q.EligibleSince != 0 {
+				qs.OldestEligibleAgeMs = max(0, tx.Now-q.EligibleSince)
+			}
+			v.Queues = append(v.Queues, qs)
+		}
+		v.Queues = boundQueues(v.Queues)
+		return v, nil
+	})
+	if err != nil {
+		return api.Stats{}, err
+	}
+	return out.(api.Stats), nil
+}
+
+// boundQueues keeps the api.MaxStatsQueues busiest queues (most unfinished
+// tasks, then by name) and sums the rest as "other".
+func boundQueues(qs []api.QueueStats) []api.QueueStats {
+	if len(qs) <= api.MaxStatsQueues {
+		return qs
+	}
+	busy := func(q api.QueueStats) int { return q.Waiting + q.Leased }
+	slices.SortStableFunc(qs, func(a, b api.QueueStats) int { return busy(b) - busy(a) })
+	other := api.QueueStats{Queue: "other"}
+	for _, q := range qs[api.MaxStatsQueues:] {
+		other.Waiting, other.Eligible, other.Leased = other.Waiting+q.Waiting, other.Eligible+q.Eligible, other.Leased+q.Leased
+		other.OldestEligibleAgeMs = max(other.OldestEligibleAgeMs, q.OldestEligibleAgeMs)
+	}
+	kept := slices.Clone(qs[:api.MaxStatsQueues])
+	slices.SortFunc(kept, func(a, b api.QueueStats) int { return strings.Compare(a.Queue, b.Queue) })
+	return append(kept, other)
+}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"maps"
 	"fmt"
 	"slices"
 	"unicode/utf8"
@@ -52,6 +53,10 @@ type State struct {
 
 	domains     map[string]*Domain
 	domainOrder []*Domain
+
+	// records counts the records applied by type, bases' included (a base
+	// carries the counts of the records it replaced): what metrics report.
+	records map[RecordType]int64
 
 	// redacted lists the tasks whose payload was redacted, in order: a
 	// reader of records masks theirs without a look at every task.
@@ -217,6 +222,10 @@ func (s *State) apply(r Record) (*Task, error) {
 		return nil, recordError(r, err)
 	}
 	s.lastSeq, s.lastAt = r.Seq, r.At
+	if s.records == nil {
+		s.records = map[RecordType]int64{}
+	}
+	s.records[r.Type]++
 	if t != nil {
 		if t.State.Terminal() && t.Ended == 0 {
 			t.Ended = r.At
@@ -683,6 +692,10 @@ func (s *State) applyRedacted(r Record) error {
 	s.redacted = append(s.redacted, t.ID)
 	return nil
 }
+
+// RecordCounts is how many records of each type the WAL's history holds
+// (compacted ones included).
+func (s *State) RecordCounts() map[RecordType]int64 { return maps.Clone(s.records) }
 
 // Redacted lists the tasks whose payloads were redacted.
 func (s *State) Redacted() []string { return s.redacted }

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 )
@@ -266,4 +267,47 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 		w.Because = BecauseWindowClosed
 	}
 	return w, nil
+}
+
+// QueueStat is one queue's unfinished tasks at a time.
+type QueueStat struct {
+	Queue                     string
+	Waiting, Eligible, Leased int
+	// EligibleSince is when the task eligible longest became eligible (0:
+	// none is eligible).
+	EligibleSince int64
+}
+
+// QueueStats counts the unfinished tasks of every queue as they stand at
+// now (time's lapses applied), in queue name order.
+func (s *State) QueueStats(now int64) []QueueStat {
+	byQueue := map[string]*QueueStat{}
+	for _, t := range s.Live() {
+		c := t.At(now)
+		if c.State.Terminal() {
+			continue
+		}
+		q := byQueue[c.Queue]
+		if q == nil {
+			q = &QueueStat{Queue: c.Queue}
+			byQueue[c.Queue] = q
+		}
+		switch {
+		case c.State == Leased:
+			q.Leased++
+		case c.leasable(now):
+			q.Waiting++
+			q.Eligible++
+			if since := max(c.AvailableAt, c.NotBefore); q.EligibleSince == 0 || since < q.EligibleSince {
+				q.EligibleSince = since
+			}
+		default:
+			q.Waiting++
+		}
+	}
+	out := make([]QueueStat, 0, len(byQueue))
+	for _, name := range slices.Sorted(maps.Keys(byQueue)) {
+		out = append(out, *byQueue[name])
+	}
+	return out
 }

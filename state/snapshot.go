@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 )
 
 // Snapshots let a command start from a checkpoint instead of the first record.
@@ -96,6 +98,12 @@ func (s *State) Snapshot() []byte {
 	e.uint(uint64(len(s.redacted)))
 	for _, id := range s.redacted {
 		e.str(id)
+	}
+	types := slices.Sorted(maps.Keys(s.records)) // sorted: a base is a function of the state
+	e.uint(uint64(len(types)))
+	for _, t := range types {
+		e.str(string(t))
+		e.int(s.records[t])
 	}
 	return e.b
 }
@@ -336,6 +344,15 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 		s.redacted = make([]string, n)
 		for i := range s.redacted {
 			s.redacted[i] = d.str()
+		}
+	} else if n > 0 {
+		d.fail()
+	}
+	if n := d.uint(); n > 0 && n <= uint64(len(d.b)) {
+		s.records = make(map[RecordType]int64, n)
+		for range n {
+			t := RecordType(d.str())
+			s.records[t] = d.int()
 		}
 	} else if n > 0 {
 		d.fail()

@@ -36,6 +36,7 @@ func main() {
 	servePhase := flag.Duration("serve", 0, "measure leasewal serve instead, in phases of this length (16 HTTP clients against 16 process loops)")
 	backlogOnly := flag.Bool("backlog", false, "measure per-command latency against the number of waiting tasks instead")
 	batch := flag.Int("batch", 0, "measure the batch door instead: this many tasks in one submit --batch-file")
+	compaction := flag.String("compaction", "", "measure compaction instead, on WALs of these sizes in records (e.g. 100000,1000000)")
 	peerPhase := flag.Duration("peers", 0, "measure leasewal serve beside beanstalkd and redis instead, in phases of this length (both on PATH)")
 	flag.Parse()
 	if *generate != "" {
@@ -66,6 +67,18 @@ func main() {
 	}
 	if *batch > 0 {
 		batchBench(dir, *leasewal, *batch)
+		return
+	}
+	if *compaction != "" {
+		var sizes []int
+		for _, field := range strings.Split(*compaction, ",") {
+			n, err := strconv.Atoi(field)
+			check(err)
+			sizes = append(sizes, n)
+		}
+		self, err := os.Executable()
+		check(err)
+		compactionBench(dir, *leasewal, self, sizes)
 		return
 	}
 	if *backlogOnly {
