@@ -2,8 +2,8 @@ package state
 
 import (
 	"errors"
-	"maps"
 	"fmt"
+	"maps"
 	"slices"
 	"unicode/utf8"
 )
