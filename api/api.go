@@ -74,6 +74,9 @@ type ExtendRequest struct {
 type CompleteRequest struct {
 	Task  string `json:"task"`
 	Lease string `json:"lease"`
+	// Result is what the worker reports (at most 64 KiB of UTF-8); a
+	// repeat must give the same one.
+	Result string `json:"result,omitempty"`
 	// Next, if set, also leases the next eligible task to a worker, in the
 	// same write and fsync, whatever became of the completion (the worker
 	// is free either way): one request and one fsync a task for a worker
@@ -443,6 +446,7 @@ type Task struct {
 	AvailableAt string   `json:"available_at"`
 	Payload     string   `json:"payload"`
 	Redacted    string   `json:"redacted,omitempty"` // why its payload is no longer served
+	Result      string   `json:"result,omitempty"`   // what its completing worker reported
 	Reason      string   `json:"reason,omitempty"`
 	Requeued    string   `json:"requeued_from,omitempty"`
 	Records     []Record `json:"records,omitempty"` // when one task is named: its records

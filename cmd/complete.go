@@ -13,9 +13,9 @@ import (
 func (a *app) newCompleteCmd() *cobra.Command {
 	o := &leaseRef{}
 	var next api.NextLease
-	var nextQueue string
+	var nextQueue, result, resultFile string
 	c := &cobra.Command{
-		Use:   "complete --task T --lease L [--next-worker W]",
+		Use:   "complete --task T --lease L [--result TEXT | --result-file F|-] [--next-worker W]",
 		Short: "Commit a task's result under the current lease (writes TaskCompleted)",
 		Long: `Commit the task if --lease is its current, unexpired lease: writes TaskCompleted
 and answers COMMITTED. Repeating it with the lease that completed the task writes
@@ -23,16 +23,25 @@ nothing and answers COMMITTED again. Any other lease, an expired one, or a
 closed window: writes TaskCancelled and answers CANCELLED, exit 3 — the caller
 lost authority and its result must be discarded.
 
+--result TEXT (or --result-file F, - for stdin; at most 64 KiB of UTF-8) keeps
+what the worker reports with the task: inspect, wait and log show it. A repeat
+must give the same result (another one: exit 2, RequestConflict).
+
 --next-worker W also leases the next eligible task to W in the same write and
 fsync, whatever became of the completion (the worker is free either way): the
 answer's "next" holds the lease, or none and when a task becomes eligible. A
 repeat after a lost answer answers the same next lease (its request id is
 next-after-<lease>). The exit code is the completion's.`,
 		Example: `  leasewal complete --task T1 --lease L2
+  leasewal complete --task T1 --lease L2 --result 'resized: 3 images'
   leasewal complete --task T1 --lease L2 --next-worker W1 --next-duration 1m -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			req := api.CompleteRequest{Task: o.taskID, Lease: o.leaseID, Actor: a.env.Actor}
+			text, err := readText(a.env.stdin, "result", result, resultFile)
+			if err != nil {
+				return err
+			}
+			req := api.CompleteRequest{Task: o.taskID, Lease: o.leaseID, Result: text, Actor: a.env.Actor}
 			if c.Flags().Changed("next-queue") && nextQueue == "" { // an unset variable must not mean every queue
 				return usageErr("--next-queue is empty: name one or more queues, or leave it out to take from every queue")
 			}
@@ -46,6 +55,8 @@ next-after-<lease>). The exit code is the completion's.`,
 		},
 	}
 	o.flags(c)
+	c.Flags().StringVar(&result, "result", "", "what the worker reports, kept with the task")
+	c.Flags().StringVar(&resultFile, "result-file", "", "read the result from FILE, or from stdin with -")
 	c.Flags().StringVar(&next.Worker, "next-worker", "", "also lease the next eligible task to this worker, in the same write")
 	c.Flags().StringVar(&next.Duration, "next-duration", "30s", "the next lease's duration")
 	c.Flags().StringVar(&nextQueue, "next-queue", "", "take the next task only from these queues (comma-separated; default all)")

@@ -134,6 +134,9 @@ func TestFlipEveryBitThroughVerify(t *testing.T) {
 			flips++
 			code, v, stderr := verifyFile(t, dir, flipped)
 			switch {
+			case off == len(wal.HeaderLine(wal.Version))-2 && code == 0 && flipped[off] == '3':
+				// the version digit 2 become 3: version 3 may hold every
+				// record version 2 may, so the records read as they are
 			case off < len(wal.HeaderLine(wal.Version)):
 				if code != ExitDamaged || v["error"] != "NotAWAL" {
 					t.Fatalf("flip %d.%d in the header: exit %d %v", off, bit, code, v)

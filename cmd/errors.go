@@ -63,6 +63,8 @@ func advice(e *state.Error) string {
 		return "'leasewal inspect' lists the tasks"
 	case e.Kind == state.NotFound && e.Subject == "lease":
 		return "check --task and --lease ('leasewal inspect T' lists a task's leases)"
+	case e.Kind == state.RequestConflict && e.Subject == "result":
+		return "'leasewal inspect T -o json' shows the result kept"
 	case e.Kind == state.RequestConflict:
 		return "use a new --request-id for a new request"
 	case e.Subject == "payload" && strings.Contains(e.Msg, "empty"):

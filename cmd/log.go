@@ -313,6 +313,9 @@ func details(e api.Record) string {
 	}
 	add("expiry", e.Expiry)
 	add("reason", e.Reason)
+	if e.Result != "" {
+		add("result", fmt.Sprintf("%q", e.Result))
+	}
 	if e.Permanent {
 		add("permanent", "true")
 	}

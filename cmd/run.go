@@ -33,6 +33,7 @@ type runOptions struct {
 	queueSet      bool // --queue was given, perhaps empty
 	killGrace     string
 	permanentExit string
+	resultFrom    string
 }
 
 func (a *app) newRunCmd() *cobra.Command {
@@ -84,6 +85,7 @@ task, lease, attempt, COMMITTED | RETRY | FAILED | LOST, the child's exit code
 	f.IntVar(&o.maxTasks, "max-tasks", 0, "stop after this many leases have finished (0: no limit)")
 	f.StringVar(&o.queues, "queue", "", "lease only from these queues (comma-separated; default all)")
 	f.StringVar(&o.killGrace, "kill-grace", "10s", "after SIGTERM, how long a child has before SIGKILL")
+	f.StringVar(&o.resultFrom, "result-from", "stdout", "keep the child's stdout (its first 64 KiB) as the task's result, or none")
 	f.StringVar(&o.permanentExit, "permanent-exit", "", "exit codes that fail the task for good, e.g. 2,64-78")
 	_ = c.MarkFlagRequired("worker")
 	return c
@@ -95,6 +97,13 @@ func (o runOptions) plan(e env, argv []string) (runner.Plan, error) {
 		ChildStdout: e.stdout, Stderr: e.stderr, Describe: withAdvice}
 	if e.Output == "json" || e.Output == "tsv" {
 		p.ChildStdout = e.stderr // run's stdout holds only its own lines
+	}
+	switch o.resultFrom {
+	case "stdout":
+		p.ResultFromStdout = true
+	case "none":
+	default:
+		return p, usageErr("--result-from %q: give stdout (the child's stdout is the task's result) or none", o.resultFrom)
 	}
 	var err error
 	if err := state.ValidateID("--worker", o.worker); err != nil {

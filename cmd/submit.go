@@ -72,7 +72,7 @@ func (o *submitOptions) request(stdin io.Reader) (api.SubmitRequest, error) {
 	if o.queue == "" {
 		return api.SubmitRequest{}, usageErr("--queue must name a queue (the default is %q)", state.DefaultQueue)
 	}
-	payload, err := o.readPayload(stdin)
+	payload, err := readText(stdin, "payload", o.payload, o.payloadFile)
 	if err != nil {
 		return api.SubmitRequest{}, err
 	}
@@ -81,32 +81,35 @@ func (o *submitOptions) request(stdin io.Reader) (api.SubmitRequest, error) {
 		RequestID: o.requestID, Delay: o.delay, NotBefore: o.notBefore, Queue: o.queue, Priority: o.priority}, nil
 }
 
-func (o *submitOptions) readPayload(stdin io.Reader) (string, error) {
+// readText is a payload or a result (what) as its flags give it: --what
+// TEXT, or --what-file FILE, or - for stdin, at most 64 KiB. The file is
+// read here, by the client: a server never opens a file for a request.
+func readText(stdin io.Reader, what, text, file string) (string, error) {
 	switch {
-	case o.payload != "" && o.payloadFile != "":
-		return "", usageErr("give --payload or --payload-file, not both")
-	case o.payloadFile == "-":
-		return readLimited(stdin, "stdin")
-	case o.payloadFile != "":
-		f, err := os.Open(o.payloadFile)
+	case text != "" && file != "":
+		return "", usageErr("give --%s or --%s-file, not both", what, what)
+	case file == "-":
+		return readLimited(stdin, what, "stdin")
+	case file != "":
+		f, err := os.Open(file)
 		if err != nil {
-			return "", usageErr("cannot read --payload-file %s: %v", o.payloadFile, unwrapPathErr(err))
+			return "", usageErr("cannot read --%s-file %s: %v", what, file, unwrapPathErr(err))
 		}
 		defer f.Close()
-		return readLimited(f, o.payloadFile)
+		return readLimited(f, what, file)
 	}
-	return o.payload, nil
+	return text, nil
 }
 
-// readLimited reads at most one byte past the payload limit, so that an
-// oversized payload is reported without reading all of it.
-func readLimited(r io.Reader, name string) (string, error) {
+// readLimited reads at most one byte past the limit, so that an oversized
+// text is reported without reading all of it.
+func readLimited(r io.Reader, what, name string) (string, error) {
 	b, err := io.ReadAll(io.LimitReader(r, state.MaxPayloadBytes+1))
 	if err != nil {
-		return "", usageErr("cannot read the payload from %s: %v", name, err)
+		return "", usageErr("cannot read the %s from %s: %v", what, name, err)
 	}
 	if len(b) > state.MaxPayloadBytes {
-		return "", usageErr("the payload from %s is over the limit of %d bytes (64 KiB); store large data elsewhere and submit a reference to it", name, state.MaxPayloadBytes)
+		return "", usageErr("the %s from %s is over the limit of %d bytes (64 KiB); store large data elsewhere and give a reference to it", what, name, state.MaxPayloadBytes)
 	}
 	return string(b), nil
 }

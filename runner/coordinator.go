@@ -103,13 +103,13 @@ func (c *Coordinator) Heartbeat(worker string) error {
 	return err
 }
 
-func (c *Coordinator) Complete(l *Lease) (state.Outcome, error) {
-	done, err := c.s.Complete(c.ctx, api.CompleteRequest{Task: l.TaskID, Lease: l.LeaseID, Actor: c.actor})
+func (c *Coordinator) Complete(l *Lease, result string) (state.Outcome, error) {
+	done, err := c.s.Complete(c.ctx, api.CompleteRequest{Task: l.TaskID, Lease: l.LeaseID, Result: result, Actor: c.actor})
 	return cancelledOr(done.Result, err)
 }
 
-func (c *Coordinator) CompleteAndLease(l *Lease, next state.LeaseRequest) (state.Outcome, *Lease, int64, error) {
-	done, err := c.s.Complete(c.ctx, api.CompleteRequest{Task: l.TaskID, Lease: l.LeaseID, Actor: c.actor,
+func (c *Coordinator) CompleteAndLease(l *Lease, result string, next state.LeaseRequest) (state.Outcome, *Lease, int64, error) {
+	done, err := c.s.Complete(c.ctx, api.CompleteRequest{Task: l.TaskID, Lease: l.LeaseID, Result: result, Actor: c.actor,
 		Next: &api.NextLease{Worker: next.Worker, Duration: next.Duration.String(), Queue: api.List(strings.Join(next.Queues, ","))}})
 	answer := done.Next
 	var cancelled *api.Cancelled

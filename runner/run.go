@@ -37,6 +37,9 @@ type Plan struct {
 	// LEASEWAL_WAL=… or LEASEWAL_SERVER=….
 	Where       string
 	ChildStdout io.Writer
+	// ResultFromStdout keeps the first state.MaxResultBytes of a child's
+	// stdout as its task's result when the task completes.
+	ResultFromStdout bool
 	Stderr      io.Writer // the children's stderr, and the runner's notes
 	// Describe is an error as a person reads it (with what to do).
 	Describe func(error) string
@@ -72,6 +75,7 @@ type job struct {
 	childPID   int
 	lost       bool // the lease is no longer the authority: report LOST whatever the child does
 	stderr     *lastLine
+	output     *headBuffer // the child's stdout kept for the result (nil: none)
 }
 
 // jobEnd is how a job's child ended: the supervisor's last status line.
@@ -238,6 +242,10 @@ func (r *runner) start(j *job) {
 	cmd.Args[0] = "leasewal" // the name a test binary dispatches on; the path is the real one
 	cmd.Stdin = stdin
 	cmd.Stdout = r.p.ChildStdout
+	if r.p.ResultFromStdout {
+		j.output = &headBuffer{max: state.MaxResultBytes}
+		cmd.Stdout = io.MultiWriter(r.p.ChildStdout, j.output)
+	}
 	cmd.Stderr = j.stderr
 	cmd.ExtraFiles = []*os.File{statusW}
 	deadline := ""
@@ -383,7 +391,7 @@ func (r *runner) finish(end jobEnd) {
 		// the completion and the next lease in one request and one fsync
 		var next *Lease
 		line.Outcome = r.verdict(j, func() (state.Outcome, error) {
-			outcome, l, when, err := r.c.CompleteAndLease(&j.Lease, r.leaseRequest())
+			outcome, l, when, err := r.c.CompleteAndLease(&j.Lease, j.result(), r.leaseRequest())
 			next, r.next = l, when
 			return outcome, err
 		})
@@ -394,7 +402,7 @@ func (r *runner) finish(end jobEnd) {
 			}
 		}()
 	case line.Exit != nil && *line.Exit == 0:
-		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.Complete(&j.Lease) })
+		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.Complete(&j.Lease, j.result()) })
 	default:
 		if r.res.Stopped != nil {
 			reason, permanent = "worker stopped", false
@@ -433,6 +441,51 @@ func (r *runner) print(line Line) {
 
 // lastLine passes a child's stderr through and keeps its last line (at most
 // 200 bytes), for the reason of a failure.
+// result is what the job's task completes with: the head of its child's
+// stdout, as UTF-8 text ("" when not kept).
+func (j *job) result() string {
+	if j.output == nil {
+		return ""
+	}
+	return j.output.text()
+}
+
+// headBuffer keeps the first max bytes written to it and drops the rest.
+// The child's stdout is copied into it until the child ends, which is
+// before its job's end is handled (cmd.Wait returns first).
+type headBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (h *headBuffer) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.b = append(h.b, p[:min(len(p), h.max-len(h.b))]...)
+	return len(p), nil
+}
+
+// text is the head as UTF-8: a character cut at the end is dropped, and
+// bytes that are not UTF-8 become U+FFFD, within the limit.
+func (h *headBuffer) text() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.b
+	for cut := 0; cut < utf8.UTFMax && len(b) > 0 && !utf8.Valid(b); cut++ {
+		b = b[:len(b)-1] // a character the limit cut in two
+	}
+	if !utf8.Valid(b) {
+		s := strings.ToValidUTF8(string(h.b), "\uFFFD")
+		for len(s) > h.max {
+			_, size := utf8.DecodeLastRuneInString(s)
+			s = s[:len(s)-size]
+		}
+		return s
+	}
+	return string(b)
+}
+
 type lastLine struct {
 	w       io.Writer
 	mu      sync.Mutex

@@ -277,7 +277,7 @@ func (l *Local) Complete(ctx context.Context, r api.CompleteRequest) (api.Commit
 	}
 	if r.Next == nil {
 		return settled[api.Committed](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
-			dec, err := committer(tx)(tx.State.DecideComplete(r.Task, r.Lease, tx.Now))
+			dec, err := committer(tx)(tx.State.DecideComplete(r.Task, r.Lease, r.Result, tx.Now))
 			if err != nil {
 				return nil, err
 			}
@@ -294,7 +294,7 @@ func (l *Local) Complete(ctx context.Context, r api.CompleteRequest) (api.Commit
 	}
 	req := state.LeaseRequest{Worker: r.Next.Worker, Duration: d, Queues: queues}
 	return settled[api.Committed](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
-		done, leased, err := tx.CompleteAndLease(r.Task, r.Lease, req)
+		done, leased, err := tx.CompleteAndLease(r.Task, r.Lease, r.Result, req)
 		if err != nil {
 			return nil, err
 		}

@@ -352,6 +352,22 @@ func ValidatePayload(p string) error {
 	return nil
 }
 
+// MaxResultBytes bounds a completion's result, as MaxPayloadBytes bounds a
+// payload.
+const MaxResultBytes = MaxPayloadBytes
+
+// ValidateResult checks a completion's result: UTF-8 text of at most
+// MaxResultBytes (empty: none).
+func ValidateResult(r string) error {
+	switch {
+	case len(r) > MaxResultBytes:
+		return fmt.Errorf("the result is %d bytes, over the limit of %d bytes (64 KiB); store large output elsewhere and report a reference to it", len(r), MaxResultBytes)
+	case !utf8.ValidString(r):
+		return errors.New("the result is not UTF-8 text; encode binary output (e.g. base64) first")
+	}
+	return nil
+}
+
 // ValidateID checks a caller-chosen identifier (worker, request id, actor).
 func ValidateID(what, id string) error {
 	if id == "" {
@@ -553,9 +569,14 @@ func (s *State) applyCompleted(r Record) error {
 	if err := requireAuthority(t, r); err != nil {
 		return err
 	}
+	if r.Result != "" {
+		if err := ValidateResult(r.Result); err != nil {
+			return invalid("%v", err)
+		}
+	}
 	commit(t, t, r.Seq)
 	t.endLease(EndCompleted, r.At)
-	t.State, t.EndCause = Completed, BecauseCompleted
+	t.State, t.EndCause, t.Result = Completed, BecauseCompleted, r.Result
 	return nil
 }
 

@@ -55,7 +55,7 @@ func lookups(s *State, names []string, now int64) string {
 		fmt.Fprintf(&b, "  lease %s %v\n", jsonOf(d), err)
 		if ok {
 			for _, a := range t.Attempts {
-				d, err = s.DecideComplete(t.ID, a.LeaseID, now)
+				d, err = s.DecideComplete(t.ID, a.LeaseID, "", now)
 				fmt.Fprintf(&b, "  complete %s %s %v\n", a.LeaseID, jsonOf(d), err)
 			}
 		}

@@ -381,18 +381,24 @@ func (s *State) DecideExtend(taskID, leaseID string, d time.Duration, now int64)
 
 // DecideComplete commits a task under its current lease, or records that the
 // caller's lease had no authority (seed 000, step 7).
-func (s *State) DecideComplete(taskID, leaseID string, now int64) (Decision, error) {
+func (s *State) DecideComplete(taskID, leaseID, result string, now int64) (Decision, error) {
+	if err := ValidateResult(result); err != nil {
+		return Decision{}, refuse(InvalidInput, "result", "%v", err)
+	}
 	t, err := s.findLease(taskID, leaseID)
 	if err != nil {
 		return Decision{}, err
 	}
 	if a := t.AttemptOf(leaseID); a.End == EndCompleted {
+		if t.Result != result {
+			return Decision{}, refuse(RequestConflict, "result", "%s was completed under %s with another result; a repeat gives the same result (the task is COMPLETED either way)", taskID, leaseID)
+		}
 		return Decision{Outcome: ResultCommitted, TaskID: taskID, LeaseID: leaseID, Duplicate: true}, nil
 	}
 	if !t.At(now).holds(leaseID, now) {
 		return cancel(t, leaseID, s.whyNotCurrent(t, leaseID, now)), nil
 	}
-	return write(Record{Type: TaskCompleted, TaskID: taskID, LeaseID: leaseID},
+	return write(Record{Type: TaskCompleted, TaskID: taskID, LeaseID: leaseID, Result: result},
 		Decision{Outcome: ResultCommitted, TaskID: taskID, LeaseID: leaseID}), nil
 }
 

@@ -134,26 +134,26 @@ func TestCompleteAndFailAnswers(t *testing.T) {
 	if again := run(t, s, sec(2), func() (Decision, error) { return s.DecideFail("T1", "L1", "boom", false, sec(2)) }); again.Outcome != ResultRetry || !again.Duplicate || len(again.Records) != 0 {
 		t.Fatalf("repeated fail: %+v", again)
 	}
-	if late := run(t, s, sec(3), func() (Decision, error) { return s.DecideComplete("T1", "L1", sec(3)) }); late.Outcome != ResultCancelled || late.Records[0].Type != TaskCancelled {
+	if late := run(t, s, sec(3), func() (Decision, error) { return s.DecideComplete("T1", "L1", "", sec(3)) }); late.Outcome != ResultCancelled || late.Records[0].Type != TaskCancelled {
 		t.Fatalf("complete under a failed lease: %+v", late)
 	}
 	run(t, s, sec(4), func() (Decision, error) {
 		return s.DecideLease(LeaseRequest{Worker: "W2", Duration: 30 * time.Second}, sec(4))
 	})
-	c := run(t, s, sec(5), func() (Decision, error) { return s.DecideComplete("T1", "L2", sec(5)) })
+	c := run(t, s, sec(5), func() (Decision, error) { return s.DecideComplete("T1", "L2", "", sec(5)) })
 	if c.Outcome != ResultCommitted || c.Duplicate {
 		t.Fatalf("complete: %+v", c)
 	}
-	if again := run(t, s, sec(6), func() (Decision, error) { return s.DecideComplete("T1", "L2", sec(6)) }); !again.Duplicate || len(again.Records) != 0 {
+	if again := run(t, s, sec(6), func() (Decision, error) { return s.DecideComplete("T1", "L2", "", sec(6)) }); !again.Duplicate || len(again.Records) != 0 {
 		t.Fatalf("repeated complete: %+v", again)
 	}
-	if _, err := s.DecideComplete("T1", "L9", sec(7)); refusalKind(err) != NotFound {
+	if _, err := s.DecideComplete("T1", "L9", "", sec(7)); refusalKind(err) != NotFound {
 		t.Fatalf("a lease never granted: %v", err)
 	}
-	if _, err := s.DecideComplete("T9", "L1", sec(7)); refusalKind(err) != NotFound {
+	if _, err := s.DecideComplete("T9", "L1", "", sec(7)); refusalKind(err) != NotFound {
 		t.Fatalf("an unknown task: %v", err)
 	}
-	if _, err := s.DecideComplete("T1", "nope", sec(7)); refusalKind(err) != InvalidInput {
+	if _, err := s.DecideComplete("T1", "nope", "", sec(7)); refusalKind(err) != InvalidInput {
 		t.Fatalf("a malformed lease id: %v", err)
 	}
 }

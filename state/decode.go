@@ -336,6 +336,8 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 		if n, err = d.optInteger(); n != nil {
 			r.MaxRetries = ptr(int(*n))
 		}
+	case "result":
+		return d.setString(&r.Result)
 	case "chain_from":
 		return d.setString(&r.ChainFrom)
 	case "parts":

@@ -112,9 +112,13 @@ type call struct {
 	permanent           bool
 	queues              []string
 	reason              string
+	result              string
 }
 
-func (c call) String() string { return fmt.Sprintf("%+v", struct{ call }{c}) }
+func (c call) String() string {
+	type fields call // its fields, without this method (which printing an embedding would call again)
+	return fmt.Sprintf("%+v", fields(c))
+}
 
 // randomCall picks a call the way a busy set of clients would, mostly
 // sensible and sometimes stale or repeated. It draws task and lease ids from
@@ -180,6 +184,7 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	}
 	c.op = []string{"extend", "complete", "fail"}[rng.IntN(3)]
 	c.permanent = rng.IntN(5) == 0
+	c.result = []string{"", "", "done", "done: 3 rows"}[rng.IntN(4)]
 	return c
 }
 
@@ -196,7 +201,7 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 	case "extend":
 		return s.DecideExtend(c.task, c.lease, c.d, now)
 	case "complete":
-		return s.DecideComplete(c.task, c.lease, now)
+		return s.DecideComplete(c.task, c.lease, c.result, now)
 	case "fail":
 		return s.DecideFail(c.task, c.lease, "flaky", c.permanent, now)
 	}
@@ -219,7 +224,7 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 	case "extend":
 		return m.Extend(now, c.task, c.lease, c.d.Milliseconds())
 	case "complete":
-		return m.Complete(now, c.task, c.lease)
+		return m.Complete(now, c.task, c.lease, c.result)
 	case "fail":
 		return m.Fail(now, c.task, c.lease, c.permanent)
 	}
@@ -270,7 +275,7 @@ func viewsOf(s *State, now int64) []refmodel.View {
 	out := make([]refmodel.View, 0, len(tasks))
 	for _, t := range tasks {
 		c := t.At(now)
-		v := refmodel.View{ID: c.ID, State: string(c.State), Attempt: c.Attempt, Deadline: c.Deadline(), Queue: c.Queue, Priority: c.Priority}
+		v := refmodel.View{ID: c.ID, State: string(c.State), Attempt: c.Attempt, Deadline: c.Deadline(), Queue: c.Queue, Priority: c.Priority, Result: c.Result}
 		if c.Lease != nil {
 			v.Lease, v.Worker, v.Expiry = c.Lease.ID, c.Lease.Worker, c.Lease.Expiry
 		}

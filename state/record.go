@@ -153,6 +153,9 @@ type Record struct {
 	Hint       *int64 `json:"hint,omitempty"`
 	MaxRetries *int   `json:"max_retries,omitempty"`
 
+	// Result is what a TaskCompleted's worker reported (format version 3).
+	Result string `json:"result,omitempty"`
+
 	// A compaction's base (format version 3).
 	Parts    int    `json:"parts,omitempty"`     // BaseBegin: how many BaseParts follow
 	KeptFrom *int64 `json:"kept_from,omitempty"` // BaseBegin: finished tasks that ended before were dropped
@@ -163,11 +166,11 @@ type Record struct {
 	Hash     string `json:"hash,omitempty"`      // BaseEnd: SHA-256 chain head of the records replaced, hex
 }
 
-// FormatVersion is the WAL format version a record needs: 3 for a base and
-// a redaction, 2
+// FormatVersion is the WAL format version a record needs: 3 for a base, a
+// redaction and a completion's result, 2
 // for the record types and fields of revision 2, else 1.
 func (r Record) FormatVersion() int {
-	if r.Type.IsBase() || r.Type == TaskRedacted {
+	if r.Type.IsBase() || r.Type == TaskRedacted || r.Result != "" {
 		return 3
 	}
 	if r.Type == TaskAborted || r.NotBefore != nil || r.Queue != "" || r.Priority != nil || r.RequeuedFrom != "" {

@@ -134,6 +134,7 @@ func (e *encoder) task(t *Task) {
 	e.str(t.EndCause)
 	e.int(t.Ended)
 	e.str(t.Redacted)
+	e.str(t.Result)
 	e.bool(t.counted)
 	e.length(len(t.Attempts), t.Attempts == nil)
 	for _, a := range t.Attempts {
@@ -423,7 +424,7 @@ func (d *snapDecoder) task(t *Task) {
 	if d.bool() {
 		t.Lease = &Lease{ID: d.str(), Worker: d.str(), Expiry: d.int()}
 	}
-	t.NotBefore, t.EndReason, t.EndCause, t.Ended, t.Redacted, t.counted = d.int(), d.str(), d.str(), d.int(), d.str(), d.bool()
+	t.NotBefore, t.EndReason, t.EndCause, t.Ended, t.Redacted, t.Result, t.counted = d.int(), d.str(), d.str(), d.int(), d.str(), d.str(), d.bool()
 	if n, isNil := d.length(); !isNil {
 		t.Attempts = make([]Attempt, n)
 		for i := range t.Attempts {

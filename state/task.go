@@ -88,6 +88,7 @@ type Task struct {
 	EndCause  string // why it became terminal: one of the Because… words
 	Ended     int64  // the time of the record that left it terminal (0: not terminal)
 	Redacted  string // why its payload was redacted ("": it was not)
+	Result    string // what the completing worker reported
 
 	Attempts []Attempt
 	Seqs     []int64 // every record about this task, in order

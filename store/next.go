@@ -13,10 +13,10 @@ func NextRequestID(leaseID string) string { return "next-after-" + leaseID }
 // committed in tx: inside a batch (WriteBatch) one write and one fsync.
 // next is validated before anything is decided, so that an error leaves
 // nothing committed.
-func (tx *Tx) CompleteAndLease(taskID, leaseID string, next state.LeaseRequest) (done, leased state.Decision, err error) {
+func (tx *Tx) CompleteAndLease(taskID, leaseID, result string, next state.LeaseRequest) (done, leased state.Decision, err error) {
 	if !tx.staging { // not in a batch: one of its own, so that both records go in one write
 		tx.staging = true
-		done, leased, err = tx.CompleteAndLease(taskID, leaseID, next)
+		done, leased, err = tx.CompleteAndLease(taskID, leaseID, result, next)
 		if flushErr := tx.flushStaged(); err == nil {
 			err = flushErr
 		}
@@ -26,7 +26,7 @@ func (tx *Tx) CompleteAndLease(taskID, leaseID string, next state.LeaseRequest) 
 	if err := state.ValidateLeaseRequest(next); err != nil {
 		return done, leased, err
 	}
-	if done, err = tx.State.DecideComplete(taskID, leaseID, tx.Now); err != nil {
+	if done, err = tx.State.DecideComplete(taskID, leaseID, result, tx.Now); err != nil {
 		return done, leased, err
 	}
 	if err := tx.Commit(done.Records); err != nil {

@@ -424,7 +424,7 @@ func TestCompleteAndLease(t *testing.T) {
 		t.Helper()
 		errs, committed, err := h.WriteBatch([]func(*store.Tx) error{func(tx *store.Tx) error {
 			var err error
-			done, leased, err = tx.CompleteAndLease("T1", "L1", next)
+			done, leased, err = tx.CompleteAndLease("T1", "L1", "", next)
 			return err
 		}})
 		if err != nil || errs[0] != nil {
@@ -448,7 +448,7 @@ func TestCompleteAndLease(t *testing.T) {
 	}
 	next.Worker = ""
 	errs, _, err := h.WriteBatch([]func(*store.Tx) error{func(tx *store.Tx) error {
-		_, _, err := tx.CompleteAndLease("T2", "L2", next)
+		_, _, err := tx.CompleteAndLease("T2", "L2", "", next)
 		return err
 	}})
 	var refusal *state.Error
@@ -463,7 +463,7 @@ func TestCompleteAndLease(t *testing.T) {
 	next.Worker = "W"
 	fsys.writes, fsys.syncs = 0, 0
 	if err := h.Write(func(tx *store.Tx) error {
-		done, leased, err := tx.CompleteAndLease("T2", "L2", next)
+		done, leased, err := tx.CompleteAndLease("T2", "L2", "", next)
 		if err == nil && (done.Outcome != state.ResultCommitted || leased.TaskID != "T3" || len(tx.Committed) != 2) {
 			err = fmt.Errorf("completed %+v, leased %+v, committed %d", done, leased, len(tx.Committed))
 		}

@@ -14,7 +14,7 @@ func Task(t *state.Task, at int64) api.Task {
 	c := t.At(at)
 	v := api.Task{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
 		Deadline: api.FormatTime(c.Deadline()), CreatedAt: api.FormatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason,
-		Queue: c.Queue, Priority: c.Priority, AvailableAt: api.FormatTime(c.AvailableAt), Requeued: c.RequeuedFrom, Redacted: c.Redacted}
+		Queue: c.Queue, Priority: c.Priority, AvailableAt: api.FormatTime(c.AvailableAt), Requeued: c.RequeuedFrom, Redacted: c.Redacted, Result: c.Result}
 	if c.Lease != nil {
 		v.LeaseID, v.WorkerID, v.Expiry = Null(c.Lease.ID), Null(c.Lease.Worker), Null(api.FormatTime(c.Lease.Expiry))
 	}

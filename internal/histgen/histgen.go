@@ -117,20 +117,20 @@ func (g *generator) lifecycle(i int) {
 	d := g.decide(g.st.DecideLease(state.LeaseRequest{Worker: fmt.Sprintf("W%d", i%4), Duration: 30 * time.Second}, g.now))
 	switch i % 4 {
 	case 0:
-		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, g.now))
+		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, "", g.now))
 	case 1:
 		g.decide(g.st.DecideFail(d.TaskID, d.LeaseID, "flaky", false, g.now))
 		d = g.decide(g.st.DecideLease(state.LeaseRequest{Worker: "W9", TaskID: d.TaskID, Duration: 30 * time.Second}, g.now))
-		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, g.now))
+		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, "", g.now))
 	case 2:
 		g.now += 31_000
 		g.decide(g.st.DecideExpire(g.now), nil)
-		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, g.now)) // late: cancelled
+		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, "", g.now)) // late: cancelled
 		d = g.decide(g.st.DecideLease(state.LeaseRequest{Worker: "W8", TaskID: d.TaskID, Duration: 30 * time.Second}, g.now))
 		g.decide(g.st.DecideFail(d.TaskID, d.LeaseID, "bad input", true, g.now))
 	default:
 		g.decide(g.st.DecideExtend(d.TaskID, d.LeaseID, time.Minute, g.now))
-		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, g.now))
+		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, "", g.now))
 	}
 	// Each domain is a partition with its own consecutive offsets.
 	domain, offset := fmt.Sprintf("domain %d", i%16), int64(i/16)

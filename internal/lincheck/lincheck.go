@@ -112,7 +112,7 @@ func call(m *refmodel.Model, in Input, now int64) refmodel.Answer {
 	case "extend":
 		return m.Extend(now, in.Task, in.Lease, 1000)
 	case "complete":
-		return m.Complete(now, in.Task, in.Lease)
+		return m.Complete(now, in.Task, in.Lease, "")
 	}
 	return m.Fail(now, in.Task, in.Lease, false)
 }

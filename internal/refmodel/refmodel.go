@@ -63,6 +63,7 @@ type View struct {
 	Deadline  int64
 	Queue     string
 	Priority  int
+	Result    string // what the completing worker reported
 }
 
 type lease struct {
@@ -82,6 +83,7 @@ type task struct {
 	priority         int
 	requeuedFrom     string
 	abortReason      string
+	result           string // a completion's, as reported
 
 	state     string // WAITING LEASED COMPLETED FAILED DEAD, as settled
 	attempt   int
@@ -429,17 +431,22 @@ func (m *Model) extend(now int64, taskID, leaseID string, d int64) Answer {
 	return Answer{Result: "EXTENDED", Task: taskID, Lease: leaseID, Expiry: l.expiry, Written: []string{"LeaseExtended"}}
 }
 
-// Complete commits the task under its current lease.
-func (m *Model) Complete(now int64, taskID, leaseID string) Answer {
-	return m.tentative(func() Answer { return m.complete(now, taskID, leaseID) })
+// Complete commits the task under its current lease, with what the worker
+// reports (the README: "a repeated complete with another result is a
+// RequestConflict-like refusal, with the same one a duplicate").
+func (m *Model) Complete(now int64, taskID, leaseID, result string) Answer {
+	return m.tentative(func() Answer { return m.complete(now, taskID, leaseID, result) })
 }
 
-func (m *Model) complete(now int64, taskID, leaseID string) Answer {
+func (m *Model) complete(now int64, taskID, leaseID, result string) Answer {
 	t, l, ok := m.grantedFor(taskID, leaseID)
 	if !ok {
 		return refused("NotFound")
 	}
 	if l.end == "completed" {
+		if t.result != result {
+			return refused("RequestConflict")
+		}
 		return Answer{Result: "COMMITTED", Task: taskID, Lease: leaseID, Duplicate: true}
 	}
 	m.settle(t, now)
@@ -447,7 +454,7 @@ func (m *Model) complete(now int64, taskID, leaseID string) Answer {
 		return Answer{Result: "CANCELLED", Task: taskID, Lease: leaseID, Written: []string{"TaskCancelled"}}
 	}
 	l.end = "completed"
-	t.state, t.lease, t.recordedLease, t.recordedOpen = "COMPLETED", "", "", false
+	t.state, t.lease, t.recordedLease, t.recordedOpen, t.result = "COMPLETED", "", "", false, result
 	return Answer{Result: "COMMITTED", Task: taskID, Lease: leaseID, Written: []string{"TaskCompleted"}}
 }
 
@@ -523,7 +530,7 @@ func (m *Model) Views(now int64) []View {
 	out := make([]View, 0, len(m.tasks))
 	for _, t := range m.tasks {
 		m.settle(t, now)
-		v := View{ID: t.id, State: t.state, Attempt: t.attempt, Deadline: t.deadline(), Queue: t.queue, Priority: t.priority}
+		v := View{ID: t.id, State: t.state, Attempt: t.attempt, Deadline: t.deadline(), Queue: t.queue, Priority: t.priority, Result: t.result}
 		if t.state == "LEASED" {
 			l := m.leases[t.lease]
 			v.Lease, v.Worker, v.Expiry = t.lease, l.worker, l.expiry
