@@ -40,7 +40,7 @@ type Plan struct {
 	// ResultFromStdout keeps the first state.MaxResultBytes of a child's
 	// stdout as its task's result when the task completes.
 	ResultFromStdout bool
-	Stderr      io.Writer // the children's stderr, and the runner's notes
+	Stderr           io.Writer // the children's stderr, and the runner's notes
 	// Describe is an error as a person reads it (with what to do).
 	Describe func(error) string
 	// Finished prints a finished task's line; after an error nothing more
