@@ -402,15 +402,24 @@ func (s *State) DecideComplete(taskID, leaseID, result string, now int64) (Decis
 		Decision{Outcome: ResultCommitted, TaskID: taskID, LeaseID: leaseID}), nil
 }
 
+// checkReason refuses an empty reason (saying missing) or one over the
+// payload limit.
+func checkReason(reason, missing string) error {
+	if reason == "" {
+		return refuse(InvalidInput, "reason", "%s", missing)
+	}
+	if len(reason) > MaxPayloadBytes {
+		return refuse(InvalidInput, "reason", "the reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+	}
+	return nil
+}
+
 // DecideFail records a failed attempt under the current lease; the task is
 // retried after its backoff or, if permanent or out of attempts, FAILED.
 // Repeated with the lease that already failed, it answers as it did then.
 func (s *State) DecideFail(taskID, leaseID, reason string, permanent bool, now int64) (Decision, error) {
-	if reason == "" {
-		return Decision{}, refuse(InvalidInput, "reason", "a failure needs a reason")
-	}
-	if len(reason) > MaxPayloadBytes {
-		return Decision{}, refuse(InvalidInput, "reason", "the reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+	if err := checkReason(reason, "a failure needs a reason"); err != nil {
+		return Decision{}, err
 	}
 	t, err := s.findLease(taskID, leaseID)
 	if err != nil {

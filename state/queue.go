@@ -106,11 +106,8 @@ func (s *State) NextEventAt(now int64) int64 {
 // the reason, its lease (if any) no longer the authority. A repeat with the
 // same reason answers again and writes nothing.
 func (s *State) DecideAbort(taskID, reason string, now int64) (Decision, error) {
-	if reason == "" {
-		return Decision{}, refuse(InvalidInput, "reason", "an abort needs a reason")
-	}
-	if len(reason) > MaxPayloadBytes {
-		return Decision{}, refuse(InvalidInput, "reason", "the reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+	if err := checkReason(reason, "an abort needs a reason"); err != nil {
+		return Decision{}, err
 	}
 	t, err := s.Task(taskID)
 	if err != nil {
@@ -142,11 +139,8 @@ func (s *State) DecideAbort(taskID, reason string, now int64) (Decision, error) 
 // any answer, listing or log), and the next compaction drops it from the
 // WAL. A task redacted already answers Duplicate, whatever the reason.
 func (s *State) DecideRedact(taskID, reason string, now int64) (Decision, error) {
-	if reason == "" {
-		return Decision{}, refuse(InvalidInput, "reason", "a redaction needs a reason: say why the payload must go, e.g. --reason 'a password was pasted'")
-	}
-	if len(reason) > MaxPayloadBytes {
-		return Decision{}, refuse(InvalidInput, "reason", "the reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+	if err := checkReason(reason, "a redaction needs a reason: say why the payload must go, e.g. --reason 'a password was pasted'"); err != nil {
+		return Decision{}, err
 	}
 	t, err := s.Task(taskID)
 	if err != nil {

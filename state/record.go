@@ -116,7 +116,7 @@ type RetryPolicy struct {
 // actor is for audit only: no decision ever reads it.
 type Record struct {
 	// ChainFrom comes first because the WAL reads it from the body's first
-	// bytes: only a BaseEnd has it (wal.Reseed).
+	// bytes: only a BaseEnd has it (see the wal package's format).
 	ChainFrom string `json:"chain_from,omitempty"`
 
 	Seq   int64      `json:"seq"`

@@ -18,7 +18,7 @@
 // {"chain_from":"<8 lowercase hex>" is followed by a frame chained from that
 // checksum instead of its own. A compaction ends its base with one, naming the
 // checksum of the last record the base replaces, so that the records after it
-// keep their frames byte for byte (see Reseed).
+// keep their frames byte for byte (nextSeed).
 package wal
 
 import (
@@ -64,11 +64,6 @@ func HeaderSeed() uint32 { return headerSeed }
 
 // reseedPrefix opens the body of a frame that re-seeds the chain.
 const reseedPrefix = `{"chain_from":"`
-
-// Reseed returns the opening of a body that makes the frame after it continue
-// the chain from sum: a record that starts with it (and a closing quote) is
-// written by a compaction, as the last frame of its base.
-func Reseed(sum uint32) string { return fmt.Sprintf("%s%08x\"", reseedPrefix, sum) }
 
 // nextSeed is the seed of the frame after one with body and checksum sum.
 func nextSeed(sum uint32, body []byte) uint32 {
