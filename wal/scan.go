@@ -19,7 +19,7 @@ type Frame struct {
 
 // Position is where a valid prefix of frames ends: how many frames it holds,
 // its length in bytes, the seed of the next frame (the checksum of the last
-// one, unless that one re-seeds the chain: see Reseed), where that last frame
+// one, unless that one re-seeds the chain: see nextSeed), where that last frame
 // starts, and the file's generation: the checksum of its first frame, which a
 // compaction changes (its base's first frame is new), so that a position taken
 // on one generation is never trusted on another.
