@@ -138,6 +138,23 @@ type RedactRequest struct {
 	Actor  string `json:"actor,omitempty"`
 }
 
+// QueueLimitRequest sets (Limit 1 or more) or lifts (Limit absent) the
+// most current leases of a queue (queue limit).
+type QueueLimitRequest struct {
+	Queue string `json:"queue"`
+	Limit *int   `json:"limit,omitempty"`
+	Actor string `json:"actor,omitempty"`
+}
+
+// QueueLimit is a queue's limit set or lifted (OK), or found as asked
+// already (Duplicate).
+type QueueLimit struct {
+	Result    state.Outcome `json:"result"`
+	Queue     string        `json:"queue"`
+	Limit     *int          `json:"limit"` // null: none
+	Duplicate bool          `json:"duplicate"`
+}
+
 // RequeueRequest runs a FAILED or DEAD task again, as a new task (requeue);
 // its answer is an Ack.
 type RequeueRequest struct {

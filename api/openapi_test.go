@@ -33,6 +33,7 @@ var routes = []route{
 	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false, false},
 	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false, false},
 	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false, false},
+	{"/v1/queue/limit", "Set or lift a queue's limit of current leases (QueueLimited)", api.QueueLimitRequest{}, []any{api.QueueLimit{}}, false, false},
 	{"/v1/stats", "The figures an operator watches: queues, their latency, records by type", api.StatsRequest{}, []any{api.Stats{}}, false, false},
 	{"/v1/redact", "Stop serving a task's payload; the next compaction drops it (TaskRedacted)", api.RedactRequest{}, []any{api.Redacted{}}, false, false},
 	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false, false},

@@ -29,6 +29,7 @@ type Service interface {
 	Abort(context.Context, AbortRequest) (Aborted, error)
 	Redact(context.Context, RedactRequest) (Redacted, error)
 	Stats(context.Context, StatsRequest) (Stats, error)
+	QueueLimit(context.Context, QueueLimitRequest) (QueueLimit, error)
 	Requeue(context.Context, RequeueRequest) (Ack, error)
 	Why(context.Context, WhyRequest) (Why, error)
 	Wait(context.Context, WaitRequest) (Wait, error)

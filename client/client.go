@@ -390,6 +390,12 @@ func (c *Client) Expire(ctx context.Context, req api.ExpireRequest) (api.Expired
 	return callAs[api.Expired](ctx, c, "expire", req)
 }
 
+// QueueLimit sets or lifts a queue's limit of current leases.
+func (c *Client) QueueLimit(ctx context.Context, req api.QueueLimitRequest) (api.QueueLimit, error) {
+	req.Actor = c.actor(req.Actor)
+	return callAs[api.QueueLimit](ctx, c, "queue/limit", req)
+}
+
 // Stats is the figures an operator watches.
 func (c *Client) Stats(ctx context.Context, req api.StatsRequest) (api.Stats, error) {
 	return callAs[api.Stats](ctx, c, "stats", req)

@@ -63,18 +63,19 @@ func routes(svc api.Service, describe func(error) api.Error) map[string]route {
 			}
 			return reply{contentType: "application/x-ndjson", body: out.Bytes()}
 		}},
-		"lease":     typed(func(ctx context.Context, r api.LeaseRequest) reply { return answer(svc.Lease(ctx, r)) }),
-		"extend":    typed(func(ctx context.Context, r api.ExtendRequest) reply { return answer(svc.Extend(ctx, r)) }),
-		"complete":  typed(func(ctx context.Context, r api.CompleteRequest) reply { return answer(svc.Complete(ctx, r)) }),
-		"fail":      typed(func(ctx context.Context, r api.FailRequest) reply { return answer(svc.Fail(ctx, r)) }),
-		"heartbeat": typed(func(ctx context.Context, r api.HeartbeatRequest) reply { return answer(svc.Heartbeat(ctx, r)) }),
-		"expire":    typed(func(ctx context.Context, r api.ExpireRequest) reply { return answer(svc.Expire(ctx, r)) }),
-		"abort":     typed(func(ctx context.Context, r api.AbortRequest) reply { return answer(svc.Abort(ctx, r)) }),
-		"redact":    typed(func(ctx context.Context, r api.RedactRequest) reply { return answer(svc.Redact(ctx, r)) }),
-		"stats":     readOnly(typed(func(ctx context.Context, r api.StatsRequest) reply { return answer(svc.Stats(ctx, r)) })),
-		"requeue":   typed(func(ctx context.Context, r api.RequeueRequest) reply { return answer(svc.Requeue(ctx, r)) }),
-		"why":       readOnly(typed(func(ctx context.Context, r api.WhyRequest) reply { return answer(svc.Why(ctx, r)) })),
-		"wait":      readOnly(typed(func(ctx context.Context, r api.WaitRequest) reply { return answer(svc.Wait(ctx, r)) })),
+		"lease":       typed(func(ctx context.Context, r api.LeaseRequest) reply { return answer(svc.Lease(ctx, r)) }),
+		"extend":      typed(func(ctx context.Context, r api.ExtendRequest) reply { return answer(svc.Extend(ctx, r)) }),
+		"complete":    typed(func(ctx context.Context, r api.CompleteRequest) reply { return answer(svc.Complete(ctx, r)) }),
+		"fail":        typed(func(ctx context.Context, r api.FailRequest) reply { return answer(svc.Fail(ctx, r)) }),
+		"heartbeat":   typed(func(ctx context.Context, r api.HeartbeatRequest) reply { return answer(svc.Heartbeat(ctx, r)) }),
+		"expire":      typed(func(ctx context.Context, r api.ExpireRequest) reply { return answer(svc.Expire(ctx, r)) }),
+		"abort":       typed(func(ctx context.Context, r api.AbortRequest) reply { return answer(svc.Abort(ctx, r)) }),
+		"redact":      typed(func(ctx context.Context, r api.RedactRequest) reply { return answer(svc.Redact(ctx, r)) }),
+		"queue/limit": typed(func(ctx context.Context, r api.QueueLimitRequest) reply { return answer(svc.QueueLimit(ctx, r)) }),
+		"stats":       readOnly(typed(func(ctx context.Context, r api.StatsRequest) reply { return answer(svc.Stats(ctx, r)) })),
+		"requeue":     typed(func(ctx context.Context, r api.RequeueRequest) reply { return answer(svc.Requeue(ctx, r)) }),
+		"why":         readOnly(typed(func(ctx context.Context, r api.WhyRequest) reply { return answer(svc.Why(ctx, r)) })),
+		"wait":        readOnly(typed(func(ctx context.Context, r api.WaitRequest) reply { return answer(svc.Wait(ctx, r)) })),
 		"inspect": readOnly(typed(func(ctx context.Context, r api.InspectRequest) reply {
 			switch {
 			case r.Workers:

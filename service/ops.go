@@ -391,6 +391,19 @@ func (l *Local) Expire(ctx context.Context, r api.ExpireRequest) (api.Expired, e
 	}))
 }
 
+func (l *Local) QueueLimit(ctx context.Context, r api.QueueLimitRequest) (api.QueueLimit, error) {
+	if err := required("queue limit", "queue", r.Queue); err != nil {
+		return api.QueueLimit{}, err
+	}
+	return as[api.QueueLimit](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		d, err := committer(tx)(tx.State.DecideQueueLimit(r.Queue, r.Limit))
+		if err != nil {
+			return nil, err
+		}
+		return api.QueueLimit{Result: d.Outcome, Queue: r.Queue, Limit: r.Limit, Duplicate: d.Duplicate}, nil
+	}))
+}
+
 func (l *Local) Redact(ctx context.Context, r api.RedactRequest) (api.Redacted, error) {
 	if err := required("redact", "task", r.Task, "reason", r.Reason); err != nil {
 		return api.Redacted{}, err

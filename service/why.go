@@ -25,6 +25,9 @@ func whySentence(w state.Why, now int64) string {
 		}
 		return fmt.Sprintf("%s is WAITING and eligible: %d %s of higher priority or older %s ahead of it in queue %s (%s)",
 			t.ID, w.Ahead, api.Plural(w.Ahead, "task", "tasks"), api.Plural(w.Ahead, "is", "are"), t.Queue, where)
+	case state.BecauseQueueFull:
+		return fmt.Sprintf("%s is WAITING and eligible, but %s: a lease of queue %s takes a task once one of them ends; its execution window keeps running (deadline %s)",
+			t.ID, w.Limit, t.Queue, at(t.Deadline()))
 	case state.BecauseDelayed:
 		return fmt.Sprintf("%s is WAITING until %s: it was submitted with a delay (queue %s)", t.ID, at(w.EligibleAt), t.Queue)
 	case state.BecauseBackoff:

@@ -54,6 +54,9 @@ type State struct {
 	domains     map[string]*Domain
 	domainOrder []*Domain
 
+	// limits holds the queues' most current leases (QueueLimited).
+	limits map[string]int
+
 	// records counts the records applied by type, bases' included (a base
 	// carries the counts of the records it replaced): what metrics report.
 	records map[RecordType]int64
@@ -312,6 +315,8 @@ func (s *State) applyTyped(r Record) error {
 		return s.applyAborted(r)
 	case TaskRedacted:
 		return s.applyRedacted(r)
+	case QueueLimited:
+		return s.applyLimited(r)
 	case WorkAcquired:
 		return s.applyWorkAcquired(r)
 	case WorkEnqueued:
@@ -694,6 +699,32 @@ func (s *State) queueFields(r Record, t *Task) error {
 	t.AvailableAt, t.Queue, t.Priority = *r.NotBefore, r.Queue, *r.Priority
 	return nil
 }
+
+// applyLimited is the QueueLimited rule: at most Limit tasks of the queue
+// are LEASED at once (no limit when it is absent).
+func (s *State) applyLimited(r Record) error {
+	if err := ValidateQueue(r.Queue); err != nil {
+		return invalid("%v", err)
+	}
+	if r.TaskID != "" {
+		return invalid("a QueueLimited names a queue, not a task")
+	}
+	if r.Limit == nil {
+		delete(s.limits, r.Queue)
+		if len(s.limits) == 0 {
+			s.limits = nil // as a snapshot loads it
+		}
+		return nil
+	}
+	if s.limits == nil {
+		s.limits = map[string]int{}
+	}
+	s.limits[r.Queue] = *r.Limit
+	return nil
+}
+
+// Limits is every queue's limit of current leases.
+func (s *State) Limits() map[string]int { return maps.Clone(s.limits) }
 
 // applyRedacted is the TaskRedacted rule: the task's payload is no longer
 // served, and no base holds it; nothing else of the task changes.

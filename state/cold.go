@@ -158,16 +158,20 @@ func byCreation(a, b *Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) }
 
 // coldPick is the cold task a lease among queues takes at now (nil for
 // none): the first in lease order that can be leased.
-func (s *State) coldPick(queues []string, now int64) (pick *Task) {
+func (s *State) coldPick(queues []string, full map[string]bool, now int64) (pick *Task) {
 	hashes := make([]uint64, len(queues))
 	for i, q := range queues {
 		hashes[i] = keyHash(keyQueue, q)
 	}
+	var skipped []uint64
+	for q := range full {
+		skipped = append(skipped, keyHash(keyQueue, q))
+	}
 	keep := func(e orderEntry) bool {
-		return now >= e.from && now < e.to && (len(hashes) == 0 || slices.Contains(hashes, e.queue))
+		return now >= e.from && now < e.to && (len(hashes) == 0 || slices.Contains(hashes, e.queue)) && !slices.Contains(skipped, e.queue)
 	}
 	s.coldTasks(keep, func(t *Task) bool {
-		if inQueues(t, queues) && t.At(now).leasable(now) {
+		if inQueues(t, queues) && !full[t.Queue] && t.At(now).leasable(now) {
 			pick = t
 			return false
 		}

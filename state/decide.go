@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -274,6 +275,8 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 		switch settled := t.At(now); {
 		case !inQueues(t, c.Queues):
 			why = t.ID + " is in queue " + t.Queue
+		case s.FullQueue(t.Queue, now) != "": // it waits for a completion, not for a time
+			why, empty.Live = s.FullQueue(t.Queue, now), liveCount(settled)
 		case settled.leasable(now):
 			pick = t
 		default:
@@ -281,7 +284,14 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 			empty.NextEligibleAt, empty.Live = settled.nextEligibleAt(now), liveCount(settled)
 		}
 	} else {
-		pick, empty.NextEligibleAt, empty.Live = s.best(c.Queues, now)
+		full := map[string]bool{}
+		for _, q := range slices.Sorted(maps.Keys(s.fullQueues(now))) {
+			full[q] = true
+			if pick == nil && (len(c.Queues) == 0 || slices.Contains(c.Queues, q)) {
+				why += "; " + s.FullQueue(q, now)
+			}
+		}
+		pick, empty.NextEligibleAt, empty.Live = s.best(c.Queues, full, now)
 	}
 	if pick == nil {
 		empty.Reason = why

@@ -338,6 +338,14 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 		}
 	case "result":
 		return d.setString(&r.Result)
+	case "limit":
+		var n *int64
+		if n, err = d.optInteger(); n != nil {
+			if *n < 1 || *n > math.MaxInt32 {
+				return fmt.Errorf("limit %d is not 1 or more", *n)
+			}
+			r.Limit = ptr(int(*n))
+		}
 	case "chain_from":
 		return d.setString(&r.ChainFrom)
 	case "parts":

@@ -44,7 +44,7 @@ func TestRandomHistories(t *testing.T) {
 	}
 	t.Logf("%d histories, %d records: every answer and every task equal to the reference model's, every invariant checked after every record", histories, total)
 	t.Logf("calls by outcome: %v", outcomes)
-	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED"} {
+	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK"} {
 		if outcomes[must] == 0 {
 			t.Errorf("no call ended %q: the generator does not reach it", must)
 		}
@@ -113,6 +113,7 @@ type call struct {
 	queues              []string
 	reason              string
 	result              string
+	limit               int // a queue's limit of leases (0: none)
 }
 
 func (c call) String() string {
@@ -126,7 +127,7 @@ func (c call) String() string {
 func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	c := call{worker: "W" + strconv.Itoa(rng.IntN(4)), d: time.Duration(1+rng.IntN(40)) * time.Second}
 	views := m.Views(now)
-	switch op := rng.IntN(12); {
+	switch op := rng.IntN(13); {
 	case op < 2 || len(views) == 0:
 		c.op = "submit"
 		c.submit = Submit{
@@ -164,6 +165,10 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	case op == 10:
 		c.op, c.task = "abort", views[rng.IntN(len(views))].ID
 		c.reason = []string{"bad batch", "operator"}[rng.IntN(2)]
+		return c
+	case op == 12:
+		c.op, c.queues = "limit", []string{[]string{"default", "mail", "img"}[rng.IntN(3)]}
+		c.limit = rng.IntN(3) // 0: none
 		return c
 	case op == 11:
 		c.op, c.task = "requeue", views[rng.IntN(len(views))].ID
@@ -204,6 +209,12 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 		return s.DecideComplete(c.task, c.lease, c.result, now)
 	case "fail":
 		return s.DecideFail(c.task, c.lease, "flaky", c.permanent, now)
+	case "limit":
+		var limit *int
+		if c.limit > 0 {
+			limit = &c.limit
+		}
+		return s.DecideQueueLimit(c.queues[0], limit)
 	}
 	return s.DecideExpire(now), nil
 }
@@ -227,6 +238,8 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 		return m.Complete(now, c.task, c.lease, c.result)
 	case "fail":
 		return m.Fail(now, c.task, c.lease, c.permanent)
+	case "limit":
+		return m.Limit(now, c.queues[0], c.limit)
 	}
 	return m.Expire(now)
 }

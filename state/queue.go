@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -29,12 +30,14 @@ func ahead(a, b *Task) bool {
 	return a.Seqs[0] < b.Seqs[0]
 }
 
-// best is the task lease takes among queues at now (nil for none); when
-// there is none, also when the next one becomes eligible (0 for never) and
-// how many are live.
-func (s *State) best(queues []string, now int64) (pick *Task, next int64, live int) {
+// best is the task lease takes among queues at now (nil for none), skipping
+// the queues that hold as many leases as their limit (full); when there is
+// none, also when the next one becomes eligible by time (0 for never: a task
+// held back by a limit waits for a completion, not for a time) and how many
+// are live.
+func (s *State) best(queues []string, full map[string]bool, now int64) (pick *Task, next int64, live int) {
 	for _, t := range s.live {
-		if t.State.Terminal() || !inQueues(t, queues) {
+		if t.State.Terminal() || !inQueues(t, queues) || full[t.Queue] {
 			continue
 		}
 		if t.At(now).leasable(now) && (pick == nil || ahead(t, pick)) {
@@ -42,7 +45,7 @@ func (s *State) best(queues []string, now int64) (pick *Task, next int64, live i
 		}
 	}
 	if s.cold != nil {
-		if c := s.coldPick(queues, now); c != nil && (pick == nil || ahead(c, pick)) {
+		if c := s.coldPick(queues, full, now); c != nil && (pick == nil || ahead(c, pick)) {
 			pick = c
 		}
 	}
@@ -55,7 +58,7 @@ func (s *State) best(queues []string, now int64) (pick *Task, next int64, live i
 		}
 		c := t.At(now)
 		live += liveCount(c)
-		if at := c.nextEligibleAt(now); at != 0 && (next == 0 || at < next) {
+		if at := c.nextEligibleAt(now); at != 0 && !full[t.Queue] && (next == 0 || at < next) {
 			next = at
 		}
 	}
@@ -216,6 +219,7 @@ const (
 	BecauseWindowClosed      = "window_closed"
 	BecauseAttemptsExhausted = "attempts_exhausted"
 	BecauseAborted           = "aborted"
+	BecauseQueueFull         = "queue_full"
 )
 
 // Why is the facts of why a task is where it is at now: a person reads a
@@ -228,6 +232,7 @@ type Why struct {
 	Because    string
 	Extensions int // of the current lease
 	LastEnd    *Attempt
+	Limit      string // with BecauseQueueFull: "3 of 3 leases of queue api are held"
 }
 
 // Explain says why taskID is where it is at now.
@@ -249,6 +254,8 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 	switch {
 	case c.State == Leased:
 		w.Because, w.Extensions = BecauseLeased, len(c.current().Extended)
+	case c.leasable(now) && s.FullQueue(c.Queue, now) != "":
+		w.Because, w.Limit = BecauseQueueFull, s.FullQueue(c.Queue, now)
 	case c.leasable(now):
 		w.Eligible, w.Because = true, BecauseEligible
 	case c.State == Waiting && now < c.AvailableAt:
@@ -261,6 +268,55 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 		w.Because = BecauseWindowClosed
 	}
 	return w, nil
+}
+
+// fullQueues is every queue that holds as many current leases at now as its
+// limit, with that count (nil when no queue has a limit).
+func (s *State) fullQueues(now int64) map[string]int {
+	if len(s.limits) == 0 {
+		return nil
+	}
+	held := map[string]int{}
+	for _, t := range s.Live() {
+		if _, limited := s.limits[t.Queue]; limited && !t.State.Terminal() && t.At(now).State == Leased {
+			held[t.Queue]++
+		}
+	}
+	full := map[string]int{}
+	for q, limit := range s.limits {
+		if held[q] >= limit {
+			full[q] = held[q]
+		}
+	}
+	return full
+}
+
+// FullQueue says why a lease of queue waits at now: "3 of 3 leases of queue
+// api are held" ("" when it does not wait for its limit).
+func (s *State) FullQueue(queue string, now int64) string {
+	held, full := s.fullQueues(now)[queue]
+	if !full {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d leases of queue %s are held", held, s.limits[queue], queue)
+}
+
+// DecideQueueLimit sets, or with limit nil lifts, the most current leases
+// of queue. The same limit again answers Duplicate and writes nothing.
+func (s *State) DecideQueueLimit(queue string, limit *int) (Decision, error) {
+	if err := ValidateQueue(queue); err != nil {
+		return Decision{}, refuse(InvalidInput, "queue", "%v", err)
+	}
+	if limit != nil && *limit < 1 {
+		return Decision{}, refuse(InvalidInput, "limit", "a limit of %d leases: give 1 or more, or none to lift it", *limit)
+	}
+	d := Decision{Outcome: ResultOK}
+	current, limited := s.limits[queue]
+	if (limit == nil && !limited) || (limit != nil && limited && current == *limit) {
+		d.Duplicate = true
+		return d, nil
+	}
+	return write(Record{Type: QueueLimited, Queue: queue, Limit: limit}, d), nil
 }
 
 // QueueStat is one queue's unfinished tasks at a time.

@@ -26,6 +26,7 @@ const (
 	TaskDead      RecordType = "TaskDead"
 	TaskAborted   RecordType = "TaskAborted"  // revision 2
 	TaskRedacted  RecordType = "TaskRedacted" // format version 3
+	QueueLimited  RecordType = "QueueLimited" // format version 3
 )
 
 // The records of a compaction's base (format version 3): a WAL that was
@@ -39,7 +40,7 @@ const (
 
 // recordTypes lists every record type, tasks first, as help texts show them.
 var recordTypes = []RecordType{TaskCreated, LeaseGranted, LeaseExtended, LeaseExpired, TaskCompleted, TaskCancelled,
-	TaskFailed, TaskDead, TaskAborted, TaskRedacted, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
+	TaskFailed, TaskDead, TaskAborted, TaskRedacted, QueueLimited, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
 
 // RecordTypeNames returns the names of all record types.
 func RecordTypeNames() []string {
@@ -155,6 +156,9 @@ type Record struct {
 
 	// Result is what a TaskCompleted's worker reported (format version 3).
 	Result string `json:"result,omitempty"`
+	// Limit is a QueueLimited's most current leases in its queue (absent:
+	// no limit any more).
+	Limit *int `json:"limit,omitempty"`
 
 	// A compaction's base (format version 3).
 	Parts    int    `json:"parts,omitempty"`     // BaseBegin: how many BaseParts follow
@@ -170,7 +174,7 @@ type Record struct {
 // redaction and a completion's result, 2
 // for the record types and fields of revision 2, else 1.
 func (r Record) FormatVersion() int {
-	if r.Type.IsBase() || r.Type == TaskRedacted || r.Result != "" {
+	if r.Type.IsBase() || r.Type == TaskRedacted || r.Type == QueueLimited || r.Result != "" {
 		return 3
 	}
 	if r.Type == TaskAborted || r.NotBefore != nil || r.Queue != "" || r.Priority != nil || r.RequeuedFrom != "" {

@@ -99,7 +99,13 @@ func (s *State) Snapshot() []byte {
 	for _, id := range s.redacted {
 		e.str(id)
 	}
-	types := slices.Sorted(maps.Keys(s.records)) // sorted: a base is a function of the state
+	limited := slices.Sorted(maps.Keys(s.limits)) // sorted: a base is a function of the state
+	e.uint(uint64(len(limited)))
+	for _, q := range limited {
+		e.str(q)
+		e.int(int64(s.limits[q]))
+	}
+	types := slices.Sorted(maps.Keys(s.records))
 	e.uint(uint64(len(types)))
 	for _, t := range types {
 		e.str(string(t))
@@ -345,6 +351,15 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 		s.redacted = make([]string, n)
 		for i := range s.redacted {
 			s.redacted[i] = d.str()
+		}
+	} else if n > 0 {
+		d.fail()
+	}
+	if n := d.uint(); n > 0 && n <= uint64(len(d.b)) {
+		s.limits = make(map[string]int, n)
+		for range n {
+			q := d.str()
+			s.limits[q] = int(d.int())
 		}
 	} else if n > 0 {
 		d.fail()

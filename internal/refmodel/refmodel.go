@@ -103,6 +103,7 @@ type Model struct {
 	leaseReqs map[string]string // lease request id -> lease id
 	lastTask  int
 	lastLease int
+	limits    map[string]int // queue -> most LEASED tasks at once
 }
 
 // New is an empty coordinator.
@@ -113,7 +114,7 @@ func New() *Model {
 // Clone is a deep copy, for checkers that keep every state they visit.
 func (m *Model) Clone() *Model {
 	c := &Model{byID: map[string]*task{}, submits: map[string]*task{}, leases: map[string]*lease{},
-		leaseReqs: maps.Clone(m.leaseReqs), lastTask: m.lastTask, lastLease: m.lastLease}
+		leaseReqs: maps.Clone(m.leaseReqs), lastTask: m.lastTask, lastLease: m.lastLease, limits: maps.Clone(m.limits)}
 	for _, t := range m.tasks {
 		ct := *t
 		c.tasks = append(c.tasks, &ct)
@@ -129,7 +130,7 @@ func (m *Model) Clone() *Model {
 
 // Key is a canonical description of the state, equal for equal states.
 func (m *Model) Key() string {
-	s := fmt.Sprint(m.lastTask, m.lastLease, m.leaseReqs)
+	s := fmt.Sprint(m.lastTask, m.lastLease, m.leaseReqs, m.limits)
 	for _, t := range m.tasks {
 		s += fmt.Sprintf("|%+v", *t)
 	}
@@ -291,8 +292,16 @@ func (m *Model) lease(now int64, worker string, d int64, taskID, req string, que
 	}
 	var pick *task
 	empty := Answer{Result: "EMPTY", Task: taskID}
+	full := m.full(now)
 	consider := func(t *task) {
 		if !inQueues(t, queues) {
+			return
+		}
+		if full[t.queue] { // the README: "at most N current leases in Q"; it waits for a completion, not a time
+			m.settle(t, now)
+			if !terminal(t.state) {
+				empty.Live++
+			}
 			return
 		}
 		if m.eligible(t, now) {
@@ -332,6 +341,46 @@ func (m *Model) lease(now int64, worker string, d int64, taskID, req string, que
 		m.leaseReqs[req] = id
 	}
 	return Answer{Result: "LEASED", Task: pick.id, Lease: id, Attempt: l.attempt, Expiry: l.expiry, Written: []string{"LeaseGranted"}}
+}
+
+// full is every queue with a limit whose tasks LEASED at now are as many.
+func (m *Model) full(now int64) map[string]bool {
+	held := map[string]int{}
+	for _, t := range m.tasks {
+		m.settle(t, now)
+		if t.state == "LEASED" {
+			held[t.queue]++
+		}
+	}
+	out := map[string]bool{}
+	for q, n := range m.limits {
+		if held[q] >= n {
+			out[q] = true
+		}
+	}
+	return out
+}
+
+// Limit sets a queue's limit of current leases (0: none). The same again
+// writes nothing.
+func (m *Model) Limit(now int64, queue string, limit int) Answer {
+	return m.tentative(func() Answer {
+		if queue == "" || limit < 0 {
+			return refused("InvalidInput")
+		}
+		if m.limits[queue] == limit {
+			return Answer{Result: "OK", Duplicate: true}
+		}
+		if m.limits == nil {
+			m.limits = map[string]int{}
+		}
+		if limit == 0 {
+			delete(m.limits, queue)
+		} else {
+			m.limits[queue] = limit
+		}
+		return Answer{Result: "OK", Written: []string{"QueueLimited"}}
+	})
 }
 
 // Abort ends a WAITING or LEASED task: DEAD, its lease (if any) fenced.
