@@ -251,10 +251,11 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	own := metrics.NewServer()
 	batch := service.NewBatcher(back, maxBatch, own.Observe)
 	stopping, stopWaits := context.WithCancel(context.Background())
-	svc := service.New(service.Options{Store: e.storeOptions(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries})
+	svc := service.New(service.Options{Store: e.storeOptions(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries,
+		Committed: own.Records})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(own.BatchSize, own.BatchDurable,
-		metrics.NewStatsCollector(func(ctx context.Context) (api.Stats, error) { return svc.Stats(ctx, api.StatsRequest{}) }))
+	reg.MustRegister(own.Collectors()...)
+	reg.MustRegister(metrics.NewStatsCollector(func(ctx context.Context) (api.Stats, error) { return svc.Stats(ctx, api.StatsRequest{}) }))
 	if node != nil {
 		reg.MustRegister(metrics.NewRaftCollector(func() metrics.Raft {
 			term, commit, applied := node.Indexes()

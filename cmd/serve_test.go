@@ -557,6 +557,15 @@ func TestReadOnlyToken(t *testing.T) {
 	if code, out, stderr := as("viewer", "stats", "-o", "json"); code != 0 || !strings.Contains(out, `"leased":1`) {
 		t.Errorf("a reader's stats: exit %d %s %s", code, out, stderr)
 	}
+	if code, _, stderr := as("writer", "submit", "--payload", "R"); code != 0 {
+		t.Fatal(stderr)
+	}
+	if code, _, stderr := as("writer", "lease", "--worker", "W", "--duration", "1m"); code != 0 {
+		t.Fatal(stderr)
+	}
+	if code, _, stderr := as("writer", "complete", "--task", "T2", "--lease", "L2"); code != 0 {
+		t.Fatal(stderr)
+	}
 	// GET /metrics: the stats and the batches, for the reader's token too, for no one without one
 	metricsAs := func(token string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/metrics", nil)
@@ -572,8 +581,9 @@ func TestReadOnlyToken(t *testing.T) {
 		return resp.StatusCode, string(body)
 	}
 	code, body := metricsAs("viewer")
-	for _, want := range []string{`leasewal_tasks{queue="default",state="LEASED"} 1`, `leasewal_leases_total{event="granted"} 1`,
-		"leasewal_last_seq 2", "leasewal_batch_size_count ", "leasewal_batch_durable_seconds_bucket"} {
+	for _, want := range []string{`leasewal_tasks{queue="default",state="LEASED"} 1`, `leasewal_leases_total{event="granted"} 2`,
+		"leasewal_last_seq 5", "leasewal_batch_size_count ", "leasewal_batch_durable_seconds_bucket",
+		"leasewal_lease_duration_seconds_count 2", `leasewal_lease_duration_seconds_bucket{le="32"} 1`, "leasewal_task_run_seconds_count 1"} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("GET /metrics: HTTP %d, no %q in\n%s", code, want, body)
 		}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,12 +95,21 @@ func WriteText(w io.Writer, s api.Stats) error {
 	return nil
 }
 
-// Server is what only a server knows: its batches and, on a raft node,
-// its role and indexes.
+// Server is what only a server knows: its batches, the leases it granted
+// and, on a raft node, its role and indexes.
 type Server struct {
-	BatchSize    prometheus.Histogram
-	BatchDurable prometheus.Histogram
+	BatchSize     prometheus.Histogram
+	BatchDurable  prometheus.Histogram
+	LeaseDuration prometheus.Histogram
+	RunTime       prometheus.Histogram
+
+	mu      sync.Mutex
+	granted map[string]int64 // lease -> when this server granted it, until it ends
 }
+
+// maxTracked bounds the leases whose grant time a server keeps for the run
+// time (a lease that lapses without a LeaseExpired record is never told).
+const maxTracked = 100_000
 
 // NewServer makes a server's own metrics.
 func NewServer() *Server {
@@ -108,6 +118,43 @@ func NewServer() *Server {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		BatchDurable: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasewal_batch_durable_seconds",
 			Help: "From a batch's write to its records being durable (the fsync it waits for), in seconds.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		LeaseDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasewal_lease_duration_seconds",
+			Help: "How long leases are granted or extended for, in seconds.", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
+		RunTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasewal_task_run_seconds",
+			Help: "From a lease's grant to the task's completion under it, for the leases this server granted, in seconds.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 20)}),
+		granted: map[string]int64{},
+	}
+}
+
+// Collectors is every metric of s, to register.
+func (s *Server) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.BatchSize, s.BatchDurable, s.LeaseDuration, s.RunTime}
+}
+
+// Records notes the records a request committed: the leases' durations,
+// and the run time of a task completed under a lease this server granted.
+// Requests call it at once.
+func (s *Server) Records(recs []state.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range recs {
+		switch r.Type {
+		case state.LeaseGranted:
+			s.LeaseDuration.Observe(float64(r.Expiry-r.At) / 1000)
+			if len(s.granted) >= maxTracked {
+				clear(s.granted)
+			}
+			s.granted[r.LeaseID] = r.At
+		case state.LeaseExtended:
+			s.LeaseDuration.Observe(float64(r.Expiry-r.At) / 1000)
+		case state.TaskCompleted:
+			if at, ok := s.granted[r.LeaseID]; ok {
+				s.RunTime.Observe(float64(r.At-at) / 1000)
+			}
+			delete(s.granted, r.LeaseID)
+		case state.TaskFailed, state.LeaseExpired, state.TaskCancelled, state.TaskDead, state.TaskAborted:
+			delete(s.granted, r.LeaseID)
+		}
 	}
 }
 
