@@ -54,20 +54,30 @@ func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *st
 	opts := l.o.Store
 	var taskRecords []state.Record // the records about the one task named
 	if len(in.ids) == 1 || in.until != 0 {
-		redacted, err := l.redactedTasks(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if in.until != 0 { // a state of the past shows no payload redacted since
-			inner := decide
-			decide = func(st *state.State, at int64, records []state.Record) (any, error) {
-				st.ForgetPayloads(redacted)
-				return inner(st, at, records)
+		// A state of the past shows no payload redacted since: only then is
+		// the WAL as it stands read first; the state now knows its own.
+		var redacted map[string]string
+		if in.until != 0 {
+			var err error
+			if redacted, err = l.redactedTasks(ctx); err != nil {
+				return nil, err
 			}
+		}
+		inner := decide
+		decide = func(st *state.State, at int64, records []state.Record) (any, error) {
+			if in.until != 0 {
+				st.ForgetPayloads(redacted)
+			} else {
+				redacted = redactedIn(st)
+			}
+			for i := range records {
+				records[i] = masked(records[i], redacted)
+			}
+			return inner(st, at, records)
 		}
 		onRecord := func(rec state.Record, _ *state.State) error {
 			if len(in.ids) == 1 && rec.TaskID == in.ids[0] {
-				taskRecords = append(taskRecords, masked(rec, redacted))
+				taskRecords = append(taskRecords, rec)
 			}
 			if in.until != 0 && rec.Seq == in.until {
 				return store.ErrStop // the state right after record --until
@@ -444,20 +454,23 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 // WAL stands: a reader of records, or of a past state, shows none of their
 // payloads.
 func (l *Local) redactedTasks(ctx context.Context) (map[string]string, error) {
-	out, err := l.operate(ctx, l.o.Store, false, "", func(tx *store.Tx) (any, error) {
-		reasons := map[string]string{}
-		for _, id := range tx.State.Redacted() {
-			reasons[id] = "redacted"
-			if t, err := tx.State.Task(id); err == nil {
-				reasons[id] = t.Redacted
-			}
-		}
-		return reasons, nil
-	})
+	out, err := l.operate(ctx, l.o.Store, false, "", func(tx *store.Tx) (any, error) { return redactedIn(tx.State), nil })
 	if err != nil {
 		return nil, err
 	}
 	return out.(map[string]string), nil
+}
+
+// redactedIn is every task st says was redacted, with why.
+func redactedIn(st *state.State) map[string]string {
+	reasons := map[string]string{}
+	for _, id := range st.Redacted() {
+		reasons[id] = "redacted"
+		if t, err := st.Task(id); err == nil {
+			reasons[id] = t.Redacted
+		}
+	}
+	return reasons
 }
 
 // masked is a record as a reader sees it: without the payload of a task

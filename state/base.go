@@ -68,29 +68,29 @@ func (s *State) Base() *Base { return s.base }
 // at or after keptFrom. hash is the SHA-256 chain head of the records it
 // replaces and chainFrom the checksum of the last one's frame. Every task must
 // be in memory (a full replay's state). It also says how many tasks the base
-// drops.
-func (s *State) BaseRecords(at, keptFrom int64, history, hash string, chainFrom uint32) ([]Record, int, error) {
+// keeps and how many it drops.
+func (s *State) BaseRecords(at, keptFrom int64, history, hash string, chainFrom uint32) (recs []Record, kept, dropped int, err error) {
 	if s.archive != nil || s.cold != nil {
-		return nil, 0, errors.New("a base is built from a full replay, with every task in memory")
+		return nil, 0, 0, errors.New("a base is built from a full replay, with every task in memory")
 	}
 	if s.loading != nil || s.lastSeq == 0 {
-		return nil, 0, errors.New("there is nothing to compact: no record follows the base")
+		return nil, 0, 0, errors.New("there is nothing to compact: no record follows the base")
 	}
 	if history != HistoryKept && history != HistoryDropped {
-		return nil, 0, fmt.Errorf("history must be %q or %q", HistoryKept, HistoryDropped)
+		return nil, 0, 0, fmt.Errorf("history must be %q or %q", HistoryKept, HistoryDropped)
 	}
-	kept := s.retained(keptFrom)
-	snap := kept.Snapshot()
+	retained := s.retained(keptFrom)
+	snap := retained.Snapshot()
 	sum := sha256.Sum256(snap)
 	parts := (len(snap) + MaxBasePart - 1) / MaxBasePart
-	recs := make([]Record, 0, parts+2)
+	recs = make([]Record, 0, parts+2)
 	recs = append(recs, Record{Seq: s.lastSeq, At: at, Type: BaseBegin, Parts: parts, KeptFrom: &keptFrom, History: history})
 	for i := range parts {
 		chunk := snap[i*MaxBasePart : min(len(snap), (i+1)*MaxBasePart)]
 		recs = append(recs, Record{Seq: s.lastSeq, At: at, Type: BasePart, Part: i + 1, Data: base64.StdEncoding.EncodeToString(chunk)})
 	}
 	return append(recs, Record{ChainFrom: fmt.Sprintf("%08x", chainFrom), Seq: s.lastSeq, At: at, Type: BaseEnd,
-		Digest: hex.EncodeToString(sum[:]), Hash: hash}), len(s.order) - len(kept.order), nil
+		Digest: hex.EncodeToString(sum[:]), Hash: hash}), len(retained.order), len(s.order) - len(retained.order), nil
 }
 
 // retained is the state without the finished tasks that ended before

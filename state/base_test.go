@@ -12,7 +12,7 @@ import (
 // read back from their encoding (so the hand-written decoder reads them).
 func baseAt(t *testing.T, s *State, keptFrom int64, history string) []Record {
 	t.Helper()
-	recs, _, err := s.BaseRecords(s.LastAt()+1_000, keptFrom, history, strings.Repeat("ab", 32), 0x1234abcd)
+	recs, _, _, err := s.BaseRecords(s.LastAt()+1_000, keptFrom, history, strings.Repeat("ab", 32), 0x1234abcd)
 	if err != nil {
 		t.Fatal(err)
 	}

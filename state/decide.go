@@ -266,6 +266,7 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 	}
 	var pick *Task
 	why := "no task is WAITING and eligible"
+	full := s.fullQueues(now)
 	empty := Decision{Outcome: ResultEmpty, TaskID: c.TaskID}
 	if c.TaskID != "" {
 		t, err := s.Task(c.TaskID)
@@ -275,8 +276,8 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 		switch settled := t.At(now); {
 		case !inQueues(t, c.Queues):
 			why = t.ID + " is in queue " + t.Queue
-		case s.FullQueue(t.Queue, now) != "": // it waits for a completion, not for a time
-			why, empty.Live = s.FullQueue(t.Queue, now), liveCount(settled)
+		case s.fullMessage(full, t.Queue) != "": // it waits for a completion, not for a time
+			why, empty.Live = s.fullMessage(full, t.Queue), liveCount(settled)
 		case settled.leasable(now):
 			pick = t
 		default:
@@ -284,14 +285,14 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 			empty.NextEligibleAt, empty.Live = settled.nextEligibleAt(now), liveCount(settled)
 		}
 	} else {
-		full := map[string]bool{}
-		for _, q := range slices.Sorted(maps.Keys(s.fullQueues(now))) {
-			full[q] = true
-			if pick == nil && (len(c.Queues) == 0 || slices.Contains(c.Queues, q)) {
-				why += "; " + s.FullQueue(q, now)
+		skip := map[string]bool{}
+		for _, q := range slices.Sorted(maps.Keys(full)) {
+			skip[q] = true
+			if len(c.Queues) == 0 || slices.Contains(c.Queues, q) {
+				why += "; " + s.fullMessage(full, q)
 			}
 		}
-		pick, empty.NextEligibleAt, empty.Live = s.best(c.Queues, full, now)
+		pick, empty.NextEligibleAt, empty.Live = s.best(c.Queues, skip, now)
 	}
 	if pick == nil {
 		empty.Reason = why

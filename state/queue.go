@@ -251,11 +251,12 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 			w.Ahead++
 		}
 	}
+	limit := s.fullMessage(s.fullQueues(now), c.Queue)
 	switch {
 	case c.State == Leased:
 		w.Because, w.Extensions = BecauseLeased, len(c.current().Extended)
-	case c.leasable(now) && s.FullQueue(c.Queue, now) != "":
-		w.Because, w.Limit = BecauseQueueFull, s.FullQueue(c.Queue, now)
+	case c.leasable(now) && limit != "":
+		w.Because, w.Limit = BecauseQueueFull, limit
 	case c.leasable(now):
 		w.Eligible, w.Because = true, BecauseEligible
 	case c.State == Waiting && now < c.AvailableAt:
@@ -291,11 +292,11 @@ func (s *State) fullQueues(now int64) map[string]int {
 	return full
 }
 
-// FullQueue says why a lease of queue waits at now: "3 of 3 leases of queue
-// api are held" ("" when it does not wait for its limit).
-func (s *State) FullQueue(queue string, now int64) string {
-	held, full := s.fullQueues(now)[queue]
-	if !full {
+// fullMessage says why a lease of a full queue waits: "3 of 3 leases of
+// queue api are held" ("" when full does not hold queue).
+func (s *State) fullMessage(full map[string]int, queue string) string {
+	held, ok := full[queue]
+	if !ok {
 		return ""
 	}
 	return fmt.Sprintf("%d of %d leases of queue %s are held", held, s.limits[queue], queue)

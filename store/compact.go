@@ -231,12 +231,11 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 			return Compaction{}, err
 		}
 	}
-	base, dropped, err := st.BaseRecords(now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum)
+	base, kept, dropped, err := st.BaseRecords(now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum)
 	if err != nil {
 		return Compaction{}, err
 	}
-	tasks, _ := st.Tasks()
-	out.TasksKept, out.TasksDropped = len(tasks)-dropped, dropped
+	out.TasksKept, out.TasksDropped = kept, dropped
 	bodies := make([][]byte, len(base))
 	for i, r := range base {
 		if bodies[i], err = state.EncodeRecord(r); err != nil {

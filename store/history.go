@@ -91,7 +91,7 @@ func (e *historyEnd) leadsTo(base []state.Record) error {
 	if e.state.LastSeq() != begin.Seq {
 		return fmt.Errorf("its base stands for the records up to seq %d, but %s ends at seq %d", begin.Seq, e.path, e.state.LastSeq())
 	}
-	want, _, err := e.state.BaseRecords(begin.At, *begin.KeptFrom, begin.History, e.hash, e.seed)
+	want, _, _, err := e.state.BaseRecords(begin.At, *begin.KeptFrom, begin.History, e.hash, e.seed)
 	if err != nil {
 		return err
 	}
