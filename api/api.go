@@ -109,6 +109,15 @@ type FailRequest struct {
 	Actor     string `json:"actor,omitempty"`
 }
 
+// ReleaseRequest gives the current lease back (release): the task waits
+// Delay (default none) and the attempt does not count.
+type ReleaseRequest struct {
+	Task  string `json:"task"`
+	Lease string `json:"lease"`
+	Delay string `json:"delay,omitempty"`
+	Actor string `json:"actor,omitempty"`
+}
+
 // HeartbeatRequest notes that a worker is alive (heartbeat); it writes
 // nothing to the WAL.
 type HeartbeatRequest struct {
@@ -250,6 +259,18 @@ type Failed struct {
 	State     string        `json:"state"`
 	Attempt   int           `json:"attempt"`
 	NotBefore string        `json:"not_before,omitempty"`
+	Duplicate bool          `json:"duplicate"`
+}
+
+// Released is the answer to a release: the task is WAITING from NotBefore,
+// with Attempt attempts counted so far.
+type Released struct {
+	Result    state.Outcome `json:"result"`
+	TaskID    string        `json:"task_id"`
+	LeaseID   string        `json:"lease_id"`
+	State     string        `json:"state"`
+	Attempt   int           `json:"attempt"`
+	NotBefore string        `json:"not_before"`
 	Duplicate bool          `json:"duplicate"`
 }
 

@@ -24,6 +24,7 @@ type Service interface {
 	Extend(context.Context, ExtendRequest) (Extended, error)
 	Complete(context.Context, CompleteRequest) (Committed, error)
 	Fail(context.Context, FailRequest) (Failed, error)
+	Release(context.Context, ReleaseRequest) (Released, error)
 	Heartbeat(context.Context, HeartbeatRequest) (Heartbeat, error)
 	Expire(context.Context, ExpireRequest) (Expired, error)
 	Abort(context.Context, AbortRequest) (Aborted, error)

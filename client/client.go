@@ -315,6 +315,14 @@ func (c *Client) Fail(ctx context.Context, req api.FailRequest) (api.Failed, err
 	return callAs[api.Failed](ctx, c, "fail", req)
 }
 
+// Release gives the current lease back: the task waits req.Delay and the
+// attempt does not count. A lease without authority any more is an
+// *api.Cancelled.
+func (c *Client) Release(ctx context.Context, req api.ReleaseRequest) (api.Released, error) {
+	req.Actor = c.actor(req.Actor)
+	return callAs[api.Released](ctx, c, "release", req)
+}
+
 // SubmitBatch creates many tasks in one request, one write and one fsync:
 // all of them, or, when one is refused, none (the error, an *api.Error,
 // names its line, from 1). Give each a RequestID so that the batch may be

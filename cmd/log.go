@@ -307,6 +307,9 @@ func details(e api.Record) string {
 		}
 		add("requeued_from", e.RequeuedFrom)
 	}
+	if e.Type == state.LeaseReleased && e.NotBefore != e.At {
+		add("not_before", e.NotBefore)
+	}
 	add("request", e.RequestID)
 	if e.Attempt > 0 {
 		add("attempt", fmt.Sprint(e.Attempt))

@@ -58,9 +58,10 @@ LEASEWAL_WAL.
 It stops when nothing runs and nothing has become leasable for --wait (default
 0: at once), or after --max-tasks leases have finished; --forever never stops.
 Exit 0 when it leased a task, 4 when it leased none; on SIGINT or SIGTERM it
-stops leasing, stops its children (failing them, "worker stopped") and exits
-130 or 143; a second signal kills at once. One line per finished task:
-task, lease, attempt, COMMITTED | RETRY | FAILED | LOST, the child's exit code
+stops leasing, stops its children (releasing their leases: the task waits for
+another worker and the attempt does not count) and exits 130 or 143; a second
+signal kills at once. One line per finished task: task, lease, attempt,
+COMMITTED | RETRY | FAILED | RELEASED | LOST, the child's exit code
 (null when killed or not started) and seconds.`,
 		Example: `  leasewal run --worker W1 --jobs 4 -- gzip-one
   leasewal run --worker W2 --queue mail --forever --permanent-exit 2,64-78 -- ./send-mail.sh`,

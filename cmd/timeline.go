@@ -24,12 +24,12 @@ type glyphs struct {
 }
 
 var asciiGlyphs = glyphs{start: "[", fill: "=", ext: "+", rest: "-", current: ">", mark: "!", deadline: "|", rule: "-", tick: "|",
-	end: map[string]string{state.EndCompleted: "]", state.EndExpired: "x", state.EndFailed: "F", state.EndRetry: "R", state.EndDead: "D", state.EndAborted: "A"}}
+	end: map[string]string{state.EndCompleted: "]", state.EndExpired: "x", state.EndFailed: "F", state.EndRetry: "R", state.EndDead: "D", state.EndAborted: "A", state.EndReleased: "<"}}
 
 // Every mark is distinct, as in the ASCII form: an expiry (✕), a failure
 // (✘), a death (†) and a cancelled late completion (!) read apart.
 var unicodeGlyphs = glyphs{start: "├", fill: "━", ext: "╋", rest: "┄", current: "▷", mark: "!", deadline: "┃", rule: "─", tick: "┼",
-	end: map[string]string{state.EndCompleted: "✔", state.EndExpired: "✕", state.EndFailed: "✘", state.EndRetry: "↻", state.EndDead: "†", state.EndAborted: "⊘"}}
+	end: map[string]string{state.EndCompleted: "✔", state.EndExpired: "✕", state.EndFailed: "✘", state.EndRetry: "↻", state.EndDead: "†", state.EndAborted: "⊘", state.EndReleased: "↩"}}
 
 // timeline draws one task's life on a time axis.
 type timeline struct {
@@ -90,7 +90,7 @@ func endColor(end string) []color.Attribute {
 		return []color.Attribute{color.FgGreen}
 	case "":
 		return []color.Attribute{color.FgCyan}
-	case state.EndRetry:
+	case state.EndRetry, state.EndReleased:
 		return []color.Attribute{color.FgYellow}
 	}
 	return []color.Attribute{color.FgRed}
@@ -230,7 +230,7 @@ func (tl *timeline) legend() []string {
 	return []string{
 		g.start + " granted", g.fill + " held", g.ext + " extended", g.end[state.EndCompleted] + " completed",
 		g.end[state.EndExpired] + " expired", g.end[state.EndRetry] + " failed, retried", g.end[state.EndFailed] + " failed",
-		g.end[state.EndAborted] + " aborted", g.current + " current until expiry", g.mark + " late completion cancelled", g.deadline + " deadline",
+		g.end[state.EndAborted] + " aborted", g.end[state.EndReleased] + " released", g.current + " current until expiry", g.mark + " late completion cancelled", g.deadline + " deadline",
 	}
 }
 

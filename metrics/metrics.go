@@ -25,7 +25,7 @@ var (
 	eligibleDesc = prometheus.NewDesc("leasewal_tasks_eligible", "Waiting tasks that could be leased now, by queue.", []string{"queue"}, nil)
 	latencyDesc  = prometheus.NewDesc("leasewal_oldest_eligible_age_seconds", "How long the task eligible longest has waited, by queue (0: none is eligible).", []string{"queue"}, nil)
 	recordsDesc  = prometheus.NewDesc("leasewal_records_total", "Records in the WAL's history by type, compacted ones included.", []string{"type"}, nil)
-	leasesDesc   = prometheus.NewDesc("leasewal_leases_total", "Lease events: granted, extended, lapsed (LeaseExpired), completed, failed, cancelled.", []string{"event"}, nil)
+	leasesDesc   = prometheus.NewDesc("leasewal_leases_total", "Lease events: granted, extended, lapsed (LeaseExpired), completed, failed, cancelled, released.", []string{"event"}, nil)
 	lastSeqDesc  = prometheus.NewDesc("leasewal_last_seq", "The seq of the WAL's last record.", nil, nil)
 )
 
@@ -34,7 +34,7 @@ var leaseEvents = []struct {
 	event string
 	typ   state.RecordType
 }{{"granted", state.LeaseGranted}, {"extended", state.LeaseExtended}, {"lapsed", state.LeaseExpired},
-	{"completed", state.TaskCompleted}, {"failed", state.TaskFailed}, {"cancelled", state.TaskCancelled}}
+	{"completed", state.TaskCompleted}, {"failed", state.TaskFailed}, {"cancelled", state.TaskCancelled}, {"released", state.LeaseReleased}}
 
 // statsCollector reports a Stats read at each scrape.
 type statsCollector struct {
@@ -152,7 +152,7 @@ func (s *Server) Records(recs []state.Record) {
 				s.RunTime.Observe(float64(r.At-at) / 1000)
 			}
 			delete(s.granted, r.LeaseID)
-		case state.TaskFailed, state.LeaseExpired, state.TaskCancelled, state.TaskDead, state.TaskAborted:
+		case state.TaskFailed, state.LeaseExpired, state.TaskCancelled, state.TaskDead, state.TaskAborted, state.LeaseReleased:
 			delete(s.granted, r.LeaseID)
 		}
 	}

@@ -140,6 +140,13 @@ func (c *Coordinator) Fail(l *Lease, reason string, permanent bool) (state.Outco
 	return cancelledOr(failed.Result, err)
 }
 
+// Release gives a lease back without using its attempt: a stopped runner's
+// unfinished work goes to another worker at once.
+func (c *Coordinator) Release(l *Lease) (state.Outcome, error) {
+	released, err := c.s.Release(c.ctx, api.ReleaseRequest{Task: l.TaskID, Lease: l.LeaseID, Actor: c.actor})
+	return cancelledOr(released.Result, err)
+}
+
 // Wakeups signals when a task may have become leasable (the WAL changed,
 // or a poll of a server is due), until quit closes.
 func (c *Coordinator) Wakeups(quit <-chan struct{}) (<-chan struct{}, error) {

@@ -403,10 +403,11 @@ func (r *runner) finish(end jobEnd) {
 		}()
 	case line.Exit != nil && *line.Exit == 0:
 		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.Complete(&j.Lease, j.result()) })
+	case r.res.Stopped != nil:
+		// stopped, not failed: the work was cut short, so it goes back
+		// without using an attempt
+		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.Release(&j.Lease) })
 	default:
-		if r.res.Stopped != nil {
-			reason, permanent = "worker stopped", false
-		}
 		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.Fail(&j.Lease, reason, permanent) })
 	}
 	if line.Outcome == "LOST" || line.Outcome == string(state.ResultCancelled) {

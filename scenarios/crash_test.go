@@ -63,6 +63,8 @@ var crashCases = []crashCase{
 		afterWrite, `"result":"CANCELLED"`, 3, `"result":"CANCELLED"`},
 	{"fail", leasedOne, []string{"fail", "--task", "T1", "--lease", "L1", "--reason", "x", "--now", t0},
 		afterWrite, `"result":"RETRY","task_id":"T1","lease_id":"L1","state":"WAITING","attempt":1,"not_before":"2026-01-01T00:00:00.000Z","duplicate":true`, 0, `"duplicate":false`},
+	{"release", leasedOne, []string{"release", "--task", "T1", "--lease", "L1", "--now", t0},
+		afterWrite, `"result":"RELEASED","task_id":"T1","lease_id":"L1","state":"WAITING","attempt":0,"not_before":"2026-01-01T00:00:00.000Z","duplicate":true`, 0, `"duplicate":false`},
 	{"expire", leasedOne, []string{"expire", "--now", "2026-01-01T00:00:30Z"},
 		afterWrite, `{"result":"OK","transitions":[]}`, 0, `"type":"LeaseExpired"`},
 	{"worklease acquire", nil, []string{"worklease", "acquire", "--domain", "D", "--offset", "1", "--now", t0},

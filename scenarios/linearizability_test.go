@@ -78,8 +78,10 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 					in.Op, in.Task, in.Lease = "extend", task, lease
 				case lease != "" && k < 7:
 					in.Op, in.Task, in.Lease = "complete", task, lease
-				case lease != "" && k < 9:
+				case lease != "" && k < 8:
 					in.Op, in.Task, in.Lease = "fail", task, lease
+				case lease != "" && k < 9:
+					in.Op, in.Task, in.Lease = "release", task, lease
 				}
 				call := time.Since(start).Nanoseconds()
 				code, stdout, stderr := run(t, walPath, nil, in.Args(true)...)
@@ -92,7 +94,7 @@ func linearizableRound(t *testing.T, round uint64, clients, ops int) int {
 				out = out.Normalize(in)
 				if in.Op == "lease" && out.Result == "LEASED" {
 					task, lease = out.Task, out.Lease
-				} else if in.Op == "complete" || in.Op == "fail" {
+				} else if in.Op == "complete" || in.Op == "fail" || in.Op == "release" {
 					task, lease = "", ""
 				}
 				mu.Lock()

@@ -77,3 +77,32 @@ until grep -q TaskAborted "$LEASEWAL_WAL"; do sleep 0.05; done`
 		t.Fatalf("run: %v\nstdout: %s\nstderr: %s", err, out.String(), errOut.String())
 	}
 }
+
+// TestRunReleasesWhenStopped: a runner stopped by SIGTERM gives its leases
+// back instead of failing them or letting them lapse: the task is WAITING
+// again at once, with the attempt not counted, and another worker takes it.
+func TestRunReleasesWhenStopped(t *testing.T) {
+	walPath := filepath.Join(t.TempDir(), "q.wal")
+	run(t, walPath, nil, "submit", "--payload", "P", "--max-attempts", "1")
+	started := filepath.Join(t.TempDir(), "started")
+	cmd := exec.Command(binary(), "run", "--worker", "RW", "--duration", "1h", "-o", "json", "--", "sh", "-c", `touch "$1"; sleep 600`, "child", started)
+	cmd.Env = append(os.Environ(), "LEASEWAL_WAL="+walPath, "NO_COLOR=1")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the child to start", func() bool { _, err := os.Stat(started); return err == nil }, errOut.String)
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 143 || !strings.Contains(out.String(), `"task_id":"T1","lease_id":"L1","attempt":1,"outcome":"RELEASED"`) {
+		t.Fatalf("run: %v\nstdout: %s\nstderr: %s", err, out.String(), errOut.String())
+	}
+	if code, stdout, stderr := run(t, walPath, nil, "lease", "--worker", "W2", "-o", "json"); code != 0 || !strings.Contains(stdout, `"lease_id":"L2","worker_id":"W2","attempt":1`) {
+		t.Fatalf("lease after the release: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := run(t, walPath, nil, "log", "--type", "LeaseReleased", "-o", "tsv"); code != 0 || !strings.Contains(stdout, "LeaseReleased\tT1\tL1") {
+		t.Fatalf("log: exit %d\n%s%s", code, stdout, stderr)
+	}
+}

@@ -67,6 +67,7 @@ func routes(svc api.Service, describe func(error) api.Error) map[string]route {
 		"extend":      typed(func(ctx context.Context, r api.ExtendRequest) reply { return answer(svc.Extend(ctx, r)) }),
 		"complete":    typed(func(ctx context.Context, r api.CompleteRequest) reply { return answer(svc.Complete(ctx, r)) }),
 		"fail":        typed(func(ctx context.Context, r api.FailRequest) reply { return answer(svc.Fail(ctx, r)) }),
+		"release":     typed(func(ctx context.Context, r api.ReleaseRequest) reply { return answer(svc.Release(ctx, r)) }),
 		"heartbeat":   typed(func(ctx context.Context, r api.HeartbeatRequest) reply { return answer(svc.Heartbeat(ctx, r)) }),
 		"expire":      typed(func(ctx context.Context, r api.ExpireRequest) reply { return answer(svc.Expire(ctx, r)) }),
 		"abort":       typed(func(ctx context.Context, r api.AbortRequest) reply { return answer(svc.Abort(ctx, r)) }),

@@ -340,6 +340,32 @@ func (l *Local) Fail(ctx context.Context, r api.FailRequest) (api.Failed, error)
 	}))
 }
 
+// Release gives a current lease back without counting its attempt; a lease
+// without authority any more is an *api.Cancelled and nothing is written.
+func (l *Local) Release(ctx context.Context, r api.ReleaseRequest) (api.Released, error) {
+	if err := required("release", "task", r.Task, "lease", r.Lease); err != nil {
+		return api.Released{}, err
+	}
+	d, err := api.ParseDuration("delay", cmp.Or(r.Delay, "0s"))
+	if err != nil {
+		return api.Released{}, err
+	}
+	return settled[api.Released](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		dec, err := tx.State.DecideRelease(r.Task, r.Lease, d, tx.Now)
+		if err != nil {
+			return nil, err
+		}
+		if dec.Outcome == state.ResultCancelled {
+			return cancelledErr(dec), nil
+		}
+		if err := tx.Commit(dec.Records); err != nil {
+			return nil, err
+		}
+		return api.Released{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
+			NotBefore: api.FormatTime(dec.NotBefore), Duplicate: dec.Duplicate}, nil
+	}))
+}
+
 // Heartbeat notes the worker in the advisory registry (never in the WAL)
 // and answers its current leases. A registry that cannot be written is a
 // warning, not a failure: it is advisory.

@@ -38,6 +38,10 @@ func whySentence(w state.Why, now int64) string {
 			s += fmt.Sprintf(" (lease %s of %s expired)", l.LeaseID, l.Worker)
 		}
 		return s
+	case state.BecauseReleased:
+		l := w.LastEnd
+		return fmt.Sprintf("%s is WAITING until %s: %s gave lease %s back (released; that attempt does not count, %d of %d used)",
+			t.ID, at(w.EligibleAt), l.Worker, l.LeaseID, t.Attempt, t.Policy.MaxAttempts)
 	case state.BecauseLeased:
 		ext := "not extended"
 		switch w.Extensions {

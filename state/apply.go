@@ -315,6 +315,8 @@ func (s *State) applyTyped(r Record) error {
 		return s.applyAborted(r)
 	case TaskRedacted:
 		return s.applyRedacted(r)
+	case LeaseReleased:
+		return s.applyReleased(r)
 	case QueueLimited:
 		return s.applyLimited(r)
 	case WorkAcquired:
@@ -621,6 +623,27 @@ func (s *State) applyFailed(r Record) error {
 		a.End = EndRetry
 		t.scheduleRetry(a, r.At)
 	}
+	return nil
+}
+
+// applyReleased is the LeaseReleased rule: the current lease ends without
+// counting as an attempt, and the task waits until not_before.
+func (s *State) applyReleased(r Record) error {
+	t, err := s.leaseSubject(r)
+	if err != nil {
+		return err
+	}
+	if !t.holds(r.LeaseID, r.At) {
+		return invalid("lease %s is not the current valid lease of %s", r.LeaseID, t.ID)
+	}
+	if r.NotBefore == nil || *r.NotBefore < r.At {
+		return invalid("a LeaseReleased needs a not_before no earlier than its time")
+	}
+	commit(t, t, r.Seq)
+	a := t.endLease(EndReleased, r.At)
+	a.NotBefore = *r.NotBefore
+	t.State, t.NotBefore = Waiting, *r.NotBefore
+	t.Attempt--
 	return nil
 }
 

@@ -23,6 +23,7 @@ const (
 	ResultRetry     Outcome = "RETRY"
 	ResultFailed    Outcome = "FAILED"
 	ResultOK        Outcome = "OK"
+	ResultReleased  Outcome = "RELEASED"
 	// wait (SPEC §6): the time ran out, or a task ended in a state not asked for.
 	ResultTimeout     Outcome = "TIMEOUT"
 	ResultUnreachable Outcome = "UNREACHABLE"
@@ -450,6 +451,32 @@ func (s *State) DecideFail(taskID, leaseID, reason string, permanent bool, now i
 	}
 	return write(Record{Type: TaskFailed, TaskID: taskID, LeaseID: leaseID, Reason: reason, Permanent: permanent},
 		Decision{Outcome: outcome, TaskID: taskID, LeaseID: leaseID}), nil
+}
+
+// DecideRelease gives the current lease back: the task is WAITING again at
+// now+delay and the attempt does not count toward max_attempts (beanstalkd's
+// release, SQS's visibility timeout of zero). Repeated with the lease it
+// released, it answers as it did then; a lease without authority any more
+// gets CANCELLED and nothing is written, like an extend.
+func (s *State) DecideRelease(taskID, leaseID string, delay time.Duration, now int64) (Decision, error) {
+	if delay < 0 {
+		return Decision{}, refuse(InvalidInput, "delay", "the delay must not be negative, got %s", delay)
+	}
+	t, err := s.findLease(taskID, leaseID)
+	if err != nil {
+		return Decision{}, err
+	}
+	if a := t.AttemptOf(leaseID); a.End == EndReleased {
+		return Decision{Outcome: ResultReleased, TaskID: taskID, LeaseID: leaseID, State: Waiting, Attempt: a.Number - 1,
+			NotBefore: a.NotBefore, Duplicate: true}, nil
+	}
+	c := t.At(now)
+	if !c.holds(leaseID, now) {
+		return Decision{Outcome: ResultCancelled, TaskID: taskID, LeaseID: leaseID, Reason: s.whyNotCurrent(t, leaseID, now)}, nil
+	}
+	notBefore := addTime(now, delay.Milliseconds())
+	return write(Record{Type: LeaseReleased, TaskID: taskID, LeaseID: leaseID, NotBefore: &notBefore},
+		Decision{Outcome: ResultReleased, TaskID: taskID, LeaseID: leaseID, State: Waiting, Attempt: c.Attempt - 1, NotBefore: notBefore}), nil
 }
 
 // FailAnswer is the answer a fail under leaseID got, as its attempt recorded

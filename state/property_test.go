@@ -44,7 +44,7 @@ func TestRandomHistories(t *testing.T) {
 	}
 	t.Logf("%d histories, %d records: every answer and every task equal to the reference model's, every invariant checked after every record", histories, total)
 	t.Logf("calls by outcome: %v", outcomes)
-	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK"} {
+	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED"} {
 		if outcomes[must] == 0 {
 			t.Errorf("no call ended %q: the generator does not reach it", must)
 		}
@@ -114,6 +114,7 @@ type call struct {
 	reason              string
 	result              string
 	limit               int // a queue's limit of leases (0: none)
+	delay               time.Duration
 }
 
 func (c call) String() string {
@@ -187,7 +188,8 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	if rng.IntN(4) == 0 {
 		c.lease = leases[rng.IntN(len(leases))]
 	}
-	c.op = []string{"extend", "complete", "fail"}[rng.IntN(3)]
+	c.op = []string{"extend", "complete", "fail", "release"}[rng.IntN(4)]
+	c.delay = time.Duration(rng.IntN(3)*rng.IntN(20)) * time.Second
 	c.permanent = rng.IntN(5) == 0
 	c.result = []string{"", "", "done", "done: 3 rows"}[rng.IntN(4)]
 	return c
@@ -209,6 +211,8 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 		return s.DecideComplete(c.task, c.lease, c.result, now)
 	case "fail":
 		return s.DecideFail(c.task, c.lease, "flaky", c.permanent, now)
+	case "release":
+		return s.DecideRelease(c.task, c.lease, c.delay, now)
 	case "limit":
 		var limit *int
 		if c.limit > 0 {
@@ -238,6 +242,8 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 		return m.Complete(now, c.task, c.lease, c.result)
 	case "fail":
 		return m.Fail(now, c.task, c.lease, c.permanent)
+	case "release":
+		return m.Release(now, c.task, c.lease, c.delay.Milliseconds())
 	case "limit":
 		return m.Limit(now, c.queues[0], c.limit)
 	}
@@ -265,6 +271,8 @@ func answerOf(s *State, c call, d Decision, err error) refmodel.Answer {
 		a.Attempt, a.Expiry = d.Attempt, d.Expiry
 	case d.Outcome == ResultExtended:
 		a.Expiry = d.Expiry
+	case d.Outcome == ResultReleased:
+		a.Attempt, a.State, a.NotBefore = d.Attempt, string(d.State), d.NotBefore
 	case c.op == "fail" && (d.Outcome == ResultRetry || d.Outcome == ResultFailed):
 		if !d.Duplicate { // as the command line does: a fresh failure's answer is read after it is applied
 			fa, err := s.FailAnswer(c.task, c.lease)

@@ -213,6 +213,7 @@ const (
 	BecauseEligible          = "eligible"
 	BecauseDelayed           = "delayed"
 	BecauseBackoff           = "backoff"
+	BecauseReleased          = "released"
 	BecauseLeased            = "leased"
 	BecauseCompleted         = "completed"
 	BecauseFailed            = "failed"
@@ -261,6 +262,8 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 		w.Eligible, w.Because = true, BecauseEligible
 	case c.State == Waiting && now < c.AvailableAt:
 		w.Because, w.EligibleAt = BecauseDelayed, c.AvailableAt
+	case c.State == Waiting && now < c.NotBefore && w.LastEnd.End == EndReleased:
+		w.Because, w.EligibleAt = BecauseReleased, c.nextEligibleAt(now)
 	case c.State == Waiting && now < c.NotBefore:
 		w.Because, w.EligibleAt = BecauseBackoff, c.nextEligibleAt(now)
 	case c.State.Terminal():

@@ -24,9 +24,10 @@ const (
 	TaskCancelled RecordType = "TaskCancelled"
 	TaskFailed    RecordType = "TaskFailed"
 	TaskDead      RecordType = "TaskDead"
-	TaskAborted   RecordType = "TaskAborted"  // revision 2
-	TaskRedacted  RecordType = "TaskRedacted" // format version 3
-	QueueLimited  RecordType = "QueueLimited" // format version 3
+	TaskAborted   RecordType = "TaskAborted"   // revision 2
+	TaskRedacted  RecordType = "TaskRedacted"  // format version 3
+	QueueLimited  RecordType = "QueueLimited"  // format version 3
+	LeaseReleased RecordType = "LeaseReleased" // format version 3
 )
 
 // The records of a compaction's base (format version 3): a WAL that was
@@ -40,7 +41,7 @@ const (
 
 // recordTypes lists every record type, tasks first, as help texts show them.
 var recordTypes = []RecordType{TaskCreated, LeaseGranted, LeaseExtended, LeaseExpired, TaskCompleted, TaskCancelled,
-	TaskFailed, TaskDead, TaskAborted, TaskRedacted, QueueLimited, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
+	TaskFailed, TaskDead, TaskAborted, TaskRedacted, LeaseReleased, QueueLimited, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
 
 // RecordTypeNames returns the names of all record types.
 func RecordTypeNames() []string {
@@ -140,6 +141,7 @@ type Record struct {
 	// Revision 2 (queue features): a TaskCreated of this revision carries all
 	// of not_before, queue and priority, defaults included, so that replay
 	// never reads configuration.
+	// A LeaseReleased's not_before is when its task is eligible again.
 	NotBefore    *int64 `json:"not_before,omitempty"`
 	Queue        string `json:"queue,omitempty"`
 	Priority     *int   `json:"priority,omitempty"`
@@ -174,7 +176,7 @@ type Record struct {
 // redaction and a completion's result, 2
 // for the record types and fields of revision 2, else 1.
 func (r Record) FormatVersion() int {
-	if r.Type.IsBase() || r.Type == TaskRedacted || r.Type == QueueLimited || r.Result != "" {
+	if r.Type.IsBase() || r.Type == TaskRedacted || r.Type == QueueLimited || r.Type == LeaseReleased || r.Result != "" {
 		return 3
 	}
 	if r.Type == TaskAborted || r.NotBefore != nil || r.Queue != "" || r.Priority != nil || r.RequeuedFrom != "" {

@@ -47,6 +47,7 @@ const (
 	EndExpired   = "expired"
 	EndDead      = "dead"
 	EndAborted   = "aborted"
+	EndReleased  = "released" // given back: the attempt did not count
 )
 
 // Attempt is one lease's story on its task, kept so that repeated calls can

@@ -19,7 +19,7 @@ type Verifier struct {
 
 // shadow is the Verifier's own account of a task, kept apart from Apply's.
 type shadow struct {
-	grants int       // LeaseGranted records seen
+	grants int       // LeaseGranted records seen, less the LeaseReleased ones
 	state  TaskState // the state after the last record about it
 	held   string    // its current lease, as last observed
 	seen   bool
@@ -59,8 +59,11 @@ func (v *Verifier) Step(r Record) error {
 		sh = &shadow{}
 		v.shadows[t] = sh
 	}
-	if r.Type == LeaseGranted {
+	switch r.Type {
+	case LeaseGranted:
 		sh.grants++
+	case LeaseReleased:
+		sh.grants--
 	}
 	if err := v.checkTask(r, t, sh); err != nil {
 		return err
@@ -86,7 +89,7 @@ func (v *Verifier) adoptBase(r Record) error {
 		if n, _ := idNumber(t.ID, 'T'); n > v.State.lastTaskNum {
 			return v.fail(r, InvSequence, "the base holds task %s beyond its last task id T%d", t.ID, v.State.lastTaskNum)
 		}
-		sh := &shadow{grants: len(t.Attempts)}
+		sh := &shadow{grants: countedAttempts(t)}
 		v.shadows[t] = sh
 		if err := v.checkTask(r, t, sh); err != nil {
 			return err
@@ -98,6 +101,18 @@ func (v *Verifier) adoptBase(r Record) error {
 		}
 	}
 	return nil
+}
+
+// countedAttempts is how many of a task's attempts count toward its
+// max_attempts: every one not released.
+func countedAttempts(t *Task) int {
+	n := 0
+	for _, a := range t.Attempts {
+		if a.End != EndReleased {
+			n++
+		}
+	}
+	return n
 }
 
 func (v *Verifier) checkTask(r Record, t *Task, sh *shadow) error {
@@ -120,7 +135,7 @@ func (v *Verifier) checkTask(r Record, t *Task, sh *shadow) error {
 		sh.held = t.Lease.ID
 	}
 	if t.Attempt != sh.grants {
-		return v.fail(r, InvAttempts, "%s has attempt %d after %d LeaseGranted records", t.ID, t.Attempt, sh.grants)
+		return v.fail(r, InvAttempts, "%s has attempt %d after %d LeaseGranted records not released", t.ID, t.Attempt, sh.grants)
 	}
 	return v.checkShape(r, t)
 }

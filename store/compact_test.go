@@ -51,10 +51,13 @@ func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 	compactions := 0
 	for step := range 150 {
 		if step%25 == 3 || rng.IntN(20) == 0 {
-			if _, err := handle(b, nil).Compact(keepAll); err != nil {
+			switch _, err := handle(b, nil).Compact(keepAll); {
+			case errors.Is(err, store.ErrNothingToCompact): // nothing was written since the last one
+			case err != nil:
 				t.Fatalf("step %d: compact: %v", step, err)
+			default:
+				compactions++
 			}
-			compactions++
 		}
 		var args []string
 		switch op := rng.IntN(6); {
@@ -68,6 +71,9 @@ func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 			args = []string{"fail", "--task", l[0], "--lease", l[1], "--reason", "r"}
 		case op == 3:
 			args = []string{"expire"}
+		case op == 4 && len(leases) > 0 && rng.IntN(2) == 0:
+			l := leases[rng.IntN(len(leases))]
+			args = []string{"release", "--task", l[0], "--lease", l[1], "--delay", "3s"}
 		default:
 			args = []string{"lease", "--worker", "W", "--duration", "20s"}
 		}

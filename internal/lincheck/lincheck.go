@@ -25,7 +25,7 @@ import (
 // so that the model computes the same now in whatever order it linearizes.
 // Req, if set, is the call's request id (submit and lease).
 type Input struct {
-	Op     string // submit, lease, extend, complete, fail
+	Op     string // submit, lease, extend, complete, fail, release
 	Worker string
 	Task   string
 	Lease  string
@@ -60,6 +60,8 @@ func (in Input) Args(withNow bool) []string {
 		return append([]string{"extend", "--task", in.Task, "--lease", in.Lease, "--duration", "1s"}, tail...)
 	case "complete":
 		return append([]string{"complete", "--task", in.Task, "--lease", in.Lease}, tail...)
+	case "release":
+		return append([]string{"release", "--task", in.Task, "--lease", in.Lease}, tail...)
 	}
 	return append([]string{"fail", "--task", in.Task, "--lease", in.Lease, "--reason", "flaky"}, tail...)
 }
@@ -113,6 +115,8 @@ func call(m *refmodel.Model, in Input, now int64) refmodel.Answer {
 		return m.Extend(now, in.Task, in.Lease, 1000)
 	case "complete":
 		return m.Complete(now, in.Task, in.Lease, "")
+	case "release":
+		return m.Release(now, in.Task, in.Lease, 0)
 	}
 	return m.Fail(now, in.Task, in.Lease, false)
 }
@@ -164,7 +168,7 @@ func Check(initialAt int64, history []porcupine.Operation, limit time.Duration) 
 
 // Clients runs n clients at once, each making at least ops calls and going
 // on while more() says so: a random mix of submits, leases (each with a
-// request id) and completions or failures of the lease it holds, each call
+// request id) and completions, failures or releases of the lease it holds, each call
 // Offset after the last record. send makes client i's call with args and
 // returns what it printed, a definite answer (the caller retries unknown
 // outcomes). Times are since began; answered counts the calls answered so
@@ -191,8 +195,10 @@ func Clients(n, ops int, offset time.Duration, began time.Time, more func() bool
 					in.Op = "submit"
 				case lease != "" && k < 7:
 					in.Op, in.Task, in.Lease, in.Req = "complete", task, lease, ""
-				case lease != "" && k < 9:
+				case lease != "" && k < 8:
 					in.Op, in.Task, in.Lease, in.Req = "fail", task, lease, ""
+				case lease != "" && k < 9:
+					in.Op, in.Task, in.Lease, in.Req = "release", task, lease, ""
 				}
 				call := time.Since(began).Nanoseconds()
 				stdout, err := send(client, in.Args(false))
@@ -215,7 +221,7 @@ func Clients(n, ops int, offset time.Duration, began time.Time, more func() bool
 				answered.Add(1)
 				if in.Op == "lease" && got.Result == "LEASED" {
 					task, lease = got.Task, got.Lease
-				} else if in.Op == "complete" || in.Op == "fail" {
+				} else if in.Op == "complete" || in.Op == "fail" || in.Op == "release" {
 					task, lease = "", ""
 				}
 			}

@@ -30,8 +30,8 @@ type Summary struct {
 // Check reads a WAL's records and reports the first broken invariant:
 // seqs run 1, 2, 3 …; time never runs backwards; lease ids strictly
 // increase; a task is granted a lease only when its previous one has ended
-// (by a record, or by its expiry having passed); an extension is under the
-// task's current lease; a domain's fencing tokens strictly increase; and
+// (by a record, or by its expiry having passed); an extension or a release
+// is under the task's current lease; a domain's fencing tokens strictly increase; and
 // each id in acked (the request ids the clients were answered for) created
 // exactly one task.
 func Check(wal []byte, acked []string) (Summary, error) {
@@ -89,6 +89,12 @@ func Check(wal []byte, acked []string) (Summary, error) {
 				return sum, fmt.Errorf("%s: lease %s extended, but the task's lease is %+v", where, r.LeaseID, held)
 			}
 			current[r.TaskID] = lease{r.LeaseID, r.Expiry}
+		case "LeaseReleased":
+			held, ok := current[r.TaskID]
+			if !ok || held.id != r.LeaseID || held.expiry <= r.At {
+				return sum, fmt.Errorf("%s: lease %s released, but the task's lease is %+v", where, r.LeaseID, held)
+			}
+			delete(current, r.TaskID)
 		case "LeaseExpired", "TaskCompleted", "TaskFailed", "TaskDead", "TaskAborted":
 			delete(current, r.TaskID)
 		case "WorkAcquired":

@@ -70,8 +70,8 @@ type lease struct {
 	task, worker, req string
 	attempt           int
 	expiry            int64
-	end               string // "", completed, retry, failed, expired
-	notBefore         int64  // after retry or expired
+	end               string // "", completed, retry, failed, expired, released
+	notBefore         int64  // after retry, expired or released
 }
 
 type task struct {
@@ -537,6 +537,39 @@ func (m *Model) fail(now int64, taskID, leaseID string, permanent bool) Answer {
 	t.state, t.notBefore = "WAITING", now+t.policy.backoff(t.attempt)
 	l.notBefore = t.notBefore
 	return Answer{Result: "RETRY", Task: taskID, Lease: leaseID, Attempt: l.attempt, State: "WAITING", NotBefore: t.notBefore, Written: []string{"TaskFailed"}}
+}
+
+// Release gives the current lease back (the README: "the task is WAITING
+// again, eligible after --delay, and the attempt does not count toward
+// max_attempts ... Repeating it with the same lease writes nothing and
+// repeats the answer. A lease that is not current or has expired gets
+// CANCELLED ... and nothing is written"). The answer's Attempt is how many
+// attempts count after it.
+func (m *Model) Release(now int64, taskID, leaseID string, delay int64) Answer {
+	return m.tentative(func() Answer { return m.release(now, taskID, leaseID, delay) })
+}
+
+func (m *Model) release(now int64, taskID, leaseID string, delay int64) Answer {
+	if delay < 0 {
+		return refused("InvalidInput")
+	}
+	t, l, ok := m.grantedFor(taskID, leaseID)
+	if !ok {
+		return refused("NotFound")
+	}
+	if l.end == "released" {
+		return Answer{Result: "RELEASED", Task: taskID, Lease: leaseID, Duplicate: true, Attempt: l.attempt - 1, State: "WAITING", NotBefore: l.notBefore}
+	}
+	m.settle(t, now)
+	if !m.holds(t, leaseID, now) {
+		return Answer{Result: "CANCELLED", Task: taskID, Lease: leaseID}
+	}
+	l.end = "released"
+	t.lease, t.recordedLease = "", ""
+	t.attempt--
+	t.state, t.notBefore = "WAITING", now+delay
+	l.notBefore = t.notBefore
+	return Answer{Result: "RELEASED", Task: taskID, Lease: leaseID, Attempt: t.attempt, State: "WAITING", NotBefore: t.notBefore, Written: []string{"LeaseReleased"}}
 }
 
 // Expire writes down what time has revoked, in creation order: a
