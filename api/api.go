@@ -164,6 +164,45 @@ type QueueLimit struct {
 	Duplicate bool          `json:"duplicate"`
 }
 
+// PauseRequest pauses a queue (pause): it leases nothing, and its tasks'
+// windows stand still, for For (empty: until a resume).
+type PauseRequest struct {
+	Queue  string `json:"queue"`
+	For    string `json:"for,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Actor  string `json:"actor,omitempty"`
+}
+
+// ResumeRequest ends a queue's pause (resume).
+type ResumeRequest struct {
+	Queue string `json:"queue"`
+	Actor string `json:"actor,omitempty"`
+}
+
+// PausedQueue is a queue's pause: since when, until when (null: until a
+// resume), and why.
+type PausedQueue struct {
+	Queue  string  `json:"queue"`
+	Since  string  `json:"since"`
+	Until  *string `json:"until"`
+	Reason string  `json:"reason"`
+}
+
+// Paused answers a pause (OK): the queue's pause as it stands, a
+// Duplicate when the queue was paused already.
+type Paused struct {
+	Result state.Outcome `json:"result"`
+	PausedQueue
+	Duplicate bool `json:"duplicate"`
+}
+
+// Resumed answers a resume (OK): the pause that ended.
+type Resumed struct {
+	Result state.Outcome `json:"result"`
+	PausedQueue
+	ResumedAt string `json:"resumed_at"`
+}
+
 // RequeueRequest runs a FAILED or DEAD task again, as a new task (requeue);
 // its answer is an Ack.
 type RequeueRequest struct {
@@ -341,6 +380,7 @@ type Stats struct {
 	At      string           `json:"at"`
 	LastSeq int64            `json:"last_seq"`
 	Queues  []QueueStats     `json:"queues"`
+	Paused  []PausedQueue    `json:"paused"`
 	Records map[string]int64 `json:"records"`
 }
 
@@ -517,6 +557,8 @@ type InspectSummary struct {
 	NextExpiry    *HeldLease     `json:"next_expiry"`
 	// Queues counts the live tasks of each queue by state.
 	Queues map[string]map[string]int `json:"queues"`
+	// Paused is every paused queue (absent: none).
+	Paused []PausedQueue `json:"paused,omitempty"`
 }
 
 // OldestWaiting is the task that has waited longest.

@@ -31,6 +31,8 @@ var routes = []route{
 	{"/v1/complete", "Complete a task under its current lease (TaskCompleted), or CANCELLED (exit 3)", api.CompleteRequest{}, []any{api.Committed{}, api.Cancelled{}}, false, false},
 	{"/v1/fail", "Report a failed attempt (TaskFailed, TaskDead), or CANCELLED (exit 3)", api.FailRequest{}, []any{api.Failed{}, api.Cancelled{}}, false, false},
 	{"/v1/release", "Give the current lease back without using an attempt (LeaseReleased), or CANCELLED (exit 3)", api.ReleaseRequest{}, []any{api.Released{}, api.Cancelled{}}, false, false},
+	{"/v1/pause", "Pause a queue: it leases nothing and its tasks' windows stand still (QueuePaused)", api.PauseRequest{}, []any{api.Paused{}}, false, false},
+	{"/v1/resume", "End a queue's pause (QueueResumed)", api.ResumeRequest{}, []any{api.Resumed{}}, false, false},
 	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false, false},
 	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false, false},
 	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false, false},

@@ -31,6 +31,8 @@ type Service interface {
 	Redact(context.Context, RedactRequest) (Redacted, error)
 	Stats(context.Context, StatsRequest) (Stats, error)
 	QueueLimit(context.Context, QueueLimitRequest) (QueueLimit, error)
+	Pause(context.Context, PauseRequest) (Paused, error)
+	Resume(context.Context, ResumeRequest) (Resumed, error)
 	Requeue(context.Context, RequeueRequest) (Ack, error)
 	Why(context.Context, WhyRequest) (Why, error)
 	Wait(context.Context, WaitRequest) (Wait, error)

@@ -323,6 +323,19 @@ func (c *Client) Release(ctx context.Context, req api.ReleaseRequest) (api.Relea
 	return callAs[api.Released](ctx, c, "release", req)
 }
 
+// Pause pauses a queue: it leases nothing and its tasks' windows stand
+// still, for req.For or until a Resume.
+func (c *Client) Pause(ctx context.Context, req api.PauseRequest) (api.Paused, error) {
+	req.Actor = c.actor(req.Actor)
+	return callAs[api.Paused](ctx, c, "pause", req)
+}
+
+// Resume ends a queue's pause; a queue not paused is an *api.Error.
+func (c *Client) Resume(ctx context.Context, req api.ResumeRequest) (api.Resumed, error) {
+	req.Actor = c.actor(req.Actor)
+	return callAs[api.Resumed](ctx, c, "resume", req)
+}
+
 // SubmitBatch creates many tasks in one request, one write and one fsync:
 // all of them, or, when one is refused, none (the error, an *api.Error,
 // names its line, from 1). Give each a RequestID so that the batch may be

@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -67,7 +68,19 @@ func statsTable(w io.Writer, p palette, v api.Stats) error {
 		return nil
 	}
 	n := func(t state.RecordType) string { return fmt.Sprint(v.Records[string(t)]) }
-	_, err := fmt.Fprintf(w, "leases: %s granted, %s extended, %s lapsed, %s completed, %s failed, %s cancelled · last seq %d\n",
-		n(state.LeaseGranted), n(state.LeaseExtended), n(state.LeaseExpired), n(state.TaskCompleted), n(state.TaskFailed), n(state.TaskCancelled), v.LastSeq)
-	return err
+	if _, err := fmt.Fprintf(w, "leases: %s granted, %s extended, %s lapsed, %s completed, %s failed, %s cancelled, %s released · last seq %d\n",
+		n(state.LeaseGranted), n(state.LeaseExtended), n(state.LeaseExpired), n(state.TaskCompleted), n(state.TaskFailed), n(state.TaskCancelled),
+		n(state.LeaseReleased), v.LastSeq); err != nil {
+		return err
+	}
+	for _, q := range v.Paused {
+		reason := ""
+		if q.Reason != "" {
+			reason = " (" + escape(q.Reason) + ")"
+		}
+		if _, err := fmt.Fprintf(w, "paused: %s since %s%s, until %s\n", escape(q.Queue), q.Since, reason, strings.TrimPrefix(untilText(q), "until ")); err != nil {
+			return err
+		}
+	}
+	return nil
 }

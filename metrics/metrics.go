@@ -27,6 +27,7 @@ var (
 	recordsDesc  = prometheus.NewDesc("leasewal_records_total", "Records in the WAL's history by type, compacted ones included.", []string{"type"}, nil)
 	leasesDesc   = prometheus.NewDesc("leasewal_leases_total", "Lease events: granted, extended, lapsed (LeaseExpired), completed, failed, cancelled, released.", []string{"event"}, nil)
 	lastSeqDesc  = prometheus.NewDesc("leasewal_last_seq", "The seq of the WAL's last record.", nil, nil)
+	pausedDesc   = prometheus.NewDesc("leasewal_queue_paused", "1 for each paused queue (at most the first 50 by name; the rest counted under queue=\"other\").", []string{"queue"}, nil)
 )
 
 // leaseEvents names the lease counters by the records that count them.
@@ -48,7 +49,7 @@ func NewStatsCollector(read func(context.Context) (api.Stats, error)) prometheus
 }
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{tasksDesc, eligibleDesc, latencyDesc, recordsDesc, leasesDesc, lastSeqDesc} {
+	for _, d := range []*prometheus.Desc{tasksDesc, eligibleDesc, latencyDesc, recordsDesc, leasesDesc, lastSeqDesc, pausedDesc} {
 		ch <- d
 	}
 }
@@ -74,6 +75,13 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.CounterValue, float64(s.Records[string(e.typ)]), e.event)
 	}
 	ch <- prometheus.MustNewConstMetric(lastSeqDesc, prometheus.GaugeValue, float64(s.LastSeq))
+	for i, q := range s.Paused {
+		if i == api.MaxStatsQueues {
+			ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, float64(len(s.Paused)-i), "other")
+			break
+		}
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, 1, q.Queue)
+	}
 }
 
 // WriteText writes s in the Prometheus text format, as a server's

@@ -68,6 +68,8 @@ func routes(svc api.Service, describe func(error) api.Error) map[string]route {
 		"complete":    typed(func(ctx context.Context, r api.CompleteRequest) reply { return answer(svc.Complete(ctx, r)) }),
 		"fail":        typed(func(ctx context.Context, r api.FailRequest) reply { return answer(svc.Fail(ctx, r)) }),
 		"release":     typed(func(ctx context.Context, r api.ReleaseRequest) reply { return answer(svc.Release(ctx, r)) }),
+		"pause":       typed(func(ctx context.Context, r api.PauseRequest) reply { return answer(svc.Pause(ctx, r)) }),
+		"resume":      typed(func(ctx context.Context, r api.ResumeRequest) reply { return answer(svc.Resume(ctx, r)) }),
 		"heartbeat":   typed(func(ctx context.Context, r api.HeartbeatRequest) reply { return answer(svc.Heartbeat(ctx, r)) }),
 		"expire":      typed(func(ctx context.Context, r api.ExpireRequest) reply { return answer(svc.Expire(ctx, r)) }),
 		"abort":       typed(func(ctx context.Context, r api.AbortRequest) reply { return answer(svc.Abort(ctx, r)) }),

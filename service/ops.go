@@ -62,10 +62,11 @@ func SubmitOf(r api.SubmitRequest) (state.Submit, error) {
 	return sub, nil
 }
 
-// ackOf is the answer of a submit or a requeue that created (or names) task t.
-func ackOf(d state.Decision, t *state.Task) api.Ack {
+// ackOf is the answer of a submit or a requeue that created (or names) task
+// t, at now.
+func ackOf(d state.Decision, t *state.Task, now int64) api.Ack {
 	return api.Ack{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
-		AvailableAt: api.FormatTime(t.AvailableAt), Deadline: api.FormatTime(t.Deadline()), RequeuedFrom: t.RequeuedFrom,
+		AvailableAt: api.FormatTime(t.AvailableAt), Deadline: api.FormatTime(t.DeadlineAt(now)), RequeuedFrom: t.RequeuedFrom,
 		Window: time.Duration(t.Window).String(), MaxAttempts: t.Policy.MaxAttempts}
 }
 
@@ -81,7 +82,7 @@ func (l *Local) ack(ctx context.Context, actor string, decide func(st *state.Sta
 		if err != nil {
 			return nil, err
 		}
-		return ackOf(d, t), nil
+		return ackOf(d, t, tx.Now), nil
 	}))
 }
 
@@ -125,7 +126,7 @@ func (l *Local) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]ap
 			if err != nil {
 				return nil, err
 			}
-			acks[i] = ackOf(d, t)
+			acks[i] = ackOf(d, t, tx.Now)
 		}
 		return acks, nil
 	}))
@@ -427,6 +428,43 @@ func (l *Local) QueueLimit(ctx context.Context, r api.QueueLimitRequest) (api.Qu
 			return nil, err
 		}
 		return api.QueueLimit{Result: d.Outcome, Queue: r.Queue, Limit: r.Limit, Duplicate: d.Duplicate}, nil
+	}))
+}
+
+func (l *Local) Pause(ctx context.Context, r api.PauseRequest) (api.Paused, error) {
+	if err := required("pause", "queue", r.Queue); err != nil {
+		return api.Paused{}, err
+	}
+	var d time.Duration
+	if r.For != "" {
+		var err error
+		if d, err = api.ParseDuration("for", r.For); err != nil {
+			return api.Paused{}, err
+		}
+		if d <= 0 {
+			return api.Paused{}, api.Usage("--for %s: give a positive duration, or leave --for out to pause until 'leasewal resume %s'", r.For, r.Queue)
+		}
+	}
+	return as[api.Paused](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		dec, err := committer(tx)(tx.State.DecidePause(r.Queue, r.Reason, d, tx.Now))
+		if err != nil {
+			return nil, err
+		}
+		sp, _ := tx.State.PausedAt(r.Queue, tx.Now)
+		return api.Paused{Result: dec.Outcome, PausedQueue: view.Pause(r.Queue, sp), Duplicate: dec.Duplicate}, nil
+	}))
+}
+
+func (l *Local) Resume(ctx context.Context, r api.ResumeRequest) (api.Resumed, error) {
+	if err := required("resume", "queue", r.Queue); err != nil {
+		return api.Resumed{}, err
+	}
+	return as[api.Resumed](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		sp, _ := tx.State.PausedAt(r.Queue, tx.Now)
+		if _, err := committer(tx)(tx.State.DecideResume(r.Queue, tx.Now)); err != nil {
+			return nil, err
+		}
+		return api.Resumed{Result: state.ResultOK, PausedQueue: view.Pause(r.Queue, sp), ResumedAt: api.FormatTime(tx.Now)}, nil
 	}))
 }
 

@@ -234,7 +234,23 @@ func summarize(st *state.State, at int64) *api.InspectSummary {
 			sum.OldestWaiting = &api.OldestWaiting{TaskID: c.ID, CreatedAt: api.FormatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
 		}
 	}
+	if paused := pausedList(st, at, ""); len(paused) > 0 {
+		sum.Paused = paused
+	}
 	return sum
+}
+
+// pausedList is every queue paused at now (only the one named, if any), by
+// name.
+func pausedList(st *state.State, now int64, only string) []api.PausedQueue {
+	out := []api.PausedQueue{}
+	pauses := st.Pauses(now)
+	for _, q := range slices.Sorted(maps.Keys(pauses)) {
+		if only == "" || q == only {
+			out = append(out, view.Pause(q, pauses[q]))
+		}
+	}
+	return out
 }
 
 // RegistryNote says what the worker registry is, and is not.
@@ -535,6 +551,7 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 			v.Queues = append(v.Queues, qs)
 		}
 		v.Queues = boundQueues(v.Queues)
+		v.Paused = pausedList(tx.State, tx.Now, r.Queue)
 		return v, nil
 	})
 	if err != nil {

@@ -27,7 +27,7 @@ func whySentence(w state.Why, now int64) string {
 			t.ID, w.Ahead, api.Plural(w.Ahead, "task", "tasks"), api.Plural(w.Ahead, "is", "are"), t.Queue, where)
 	case state.BecauseQueueFull:
 		return fmt.Sprintf("%s is WAITING and eligible, but %s: a lease of queue %s takes a task once one of them ends; its execution window keeps running (deadline %s)",
-			t.ID, w.Limit, t.Queue, at(t.Deadline()))
+			t.ID, w.Limit, t.Queue, at(t.DeadlineAt(now)))
 	case state.BecauseDelayed:
 		return fmt.Sprintf("%s is WAITING until %s: it was submitted with a delay (queue %s)", t.ID, at(w.EligibleAt), t.Queue)
 	case state.BecauseBackoff:
@@ -38,6 +38,12 @@ func whySentence(w state.Why, now int64) string {
 			s += fmt.Sprintf(" (lease %s of %s expired)", l.LeaseID, l.Worker)
 		}
 		return s
+	case state.BecausePaused:
+		s := fmt.Sprintf("%s is WAITING: %s", t.ID, pauseSentence(t.Queue, *w.Pause, at))
+		if w.Pause.Open() {
+			return s + fmt.Sprintf("; its execution window stands still while paused (deadline %s if it resumed now)", at(t.DeadlineAt(now)))
+		}
+		return s + fmt.Sprintf("; its execution window stands still while paused (deadline %s)", at(t.Deadline()))
 	case state.BecauseReleased:
 		l := w.LastEnd
 		return fmt.Sprintf("%s is WAITING until %s: %s gave lease %s back (released; that attempt does not count, %d of %d used)",
@@ -63,4 +69,17 @@ func whySentence(w state.Why, now int64) string {
 		return fmt.Sprintf("%s is DEAD: %s%s", t.ID, t.EndReason, requeue)
 	}
 	return fmt.Sprintf("%s is DEAD: its execution window closed at %s after %d of %d attempts%s", t.ID, api.FormatTime(t.Deadline()), t.Attempt, t.Policy.MaxAttempts, requeue)
+}
+
+// pauseSentence says a queue's pause: "queue mail is paused since … (why),
+// until resumed" or "…, resumes at … (in 5m)".
+func pauseSentence(queue string, sp state.PauseSpan, at func(int64) string) string {
+	s := fmt.Sprintf("queue %s is paused since %s", queue, api.FormatTime(sp.From))
+	if sp.Reason != "" {
+		s += " (" + sp.Reason + ")"
+	}
+	if sp.Open() {
+		return s + ", until resumed ('leasewal resume " + queue + "')"
+	}
+	return s + ", resumes at " + at(sp.To)
 }

@@ -56,6 +56,8 @@ type State struct {
 
 	// limits holds the queues' most current leases (QueueLimited).
 	limits map[string]int
+	// pauses holds every queue ever paused, with its spans (pause.go).
+	pauses map[string]*queuePauses
 
 	// records counts the records applied by type, bases' included (a base
 	// carries the counts of the records it replaced): what metrics report.
@@ -120,10 +122,11 @@ func (s *State) lookupTask(id string) (*Task, error) {
 // find looks a key up in the archive, then in the cold set.
 func (s *State) find(kind byte, key string, match func(*Task) bool) (*Task, error) {
 	t, err := s.archive.find(kind, key, match)
-	if t != nil || err != nil {
-		return t, err
+	if t == nil && err == nil {
+		t, err = s.cold.find(kind, key, match)
 	}
-	return s.cold.find(kind, key, match)
+	s.attach(t)
+	return t, err
 }
 
 // submitted returns the task a TaskCreated with request id req created.
@@ -178,6 +181,9 @@ func (s *State) Tasks() ([]*Task, error) {
 		return nil, err
 	}
 	all := slices.DeleteFunc(archived, func(t *Task) bool { _, adopted := s.tasks[t.ID]; return adopted })
+	for _, t := range all {
+		s.attach(t)
+	}
 	all = append(all, s.coldLive()...)
 	if err := s.cold.Err(); err != nil {
 		return nil, err
@@ -319,6 +325,10 @@ func (s *State) applyTyped(r Record) error {
 		return s.applyReleased(r)
 	case QueueLimited:
 		return s.applyLimited(r)
+	case QueuePaused:
+		return s.applyPaused(r)
+	case QueueResumed:
+		return s.applyResumed(r)
 	case WorkAcquired:
 		return s.applyWorkAcquired(r)
 	case WorkEnqueued:
@@ -426,6 +436,7 @@ func (s *State) applyCreated(r Record) error {
 	if err := s.queueFields(r, t); err != nil {
 		return err
 	}
+	s.attach(t)
 	t.NotBefore = t.AvailableAt
 	s.tasks[t.ID] = t
 	s.order = append(s.order, t)

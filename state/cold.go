@@ -29,7 +29,7 @@ type orderEntry struct {
 	offset   uint64 // of the task's record in the cold set
 	seq0     int64  // its creation record: the order after priority
 	from     int64  // not leasable before: its not_before, or its lease's expiry
-	to       int64  // nor from its deadline on
+	to       int64  // nor from its deadline on, pauses not counted (a pause only moves it later)
 	queue    uint64 // keyHash of its queue
 	priority int32
 	leased   bool
@@ -38,7 +38,7 @@ type orderEntry struct {
 const orderEntrySize = 48
 
 func orderOf(t *Task, offset uint64) orderEntry {
-	e := orderEntry{offset: offset, seq0: t.Seqs[0], from: t.NotBefore, to: t.Deadline(),
+	e := orderEntry{offset: offset, seq0: t.Seqs[0], from: t.NotBefore, to: t.windowEnd(),
 		queue: keyHash(keyQueue, t.Queue), priority: int32(t.Priority)}
 	if t.State == Leased {
 		e.from, e.leased = t.Lease.Expiry, true
@@ -111,6 +111,7 @@ func (s *State) coldTasks(keep func(orderEntry) bool, fn func(*Task) bool) {
 		if t == nil {
 			return false // damage: the archive reports it (Damage)
 		}
+		s.attach(t)
 		return fn(t)
 	})
 }
@@ -167,8 +168,13 @@ func (s *State) coldPick(queues []string, full map[string]bool, now int64) (pick
 	for q := range full {
 		skipped = append(skipped, keyHash(keyQueue, q))
 	}
+	var stretched []uint64 // queues whose deadlines pauses moved past their entries' bound
+	for q := range s.pauses {
+		stretched = append(stretched, keyHash(keyQueue, q))
+	}
 	keep := func(e orderEntry) bool {
-		return now >= e.from && now < e.to && (len(hashes) == 0 || slices.Contains(hashes, e.queue)) && !slices.Contains(skipped, e.queue)
+		return now >= e.from && (now < e.to || slices.Contains(stretched, e.queue)) &&
+			(len(hashes) == 0 || slices.Contains(hashes, e.queue)) && !slices.Contains(skipped, e.queue)
 	}
 	s.coldTasks(keep, func(t *Task) bool {
 		if inQueues(t, queues) && !full[t.Queue] && t.At(now).leasable(now) {

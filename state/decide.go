@@ -268,15 +268,22 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 	var pick *Task
 	why := "no task is WAITING and eligible"
 	full := s.fullQueues(now)
+	paused := s.pausedQueues(now)
 	empty := Decision{Outcome: ResultEmpty, TaskID: c.TaskID}
 	if c.TaskID != "" {
 		t, err := s.Task(c.TaskID)
 		if err != nil {
 			return Decision{}, err
 		}
+		pause, isPaused := paused[t.Queue]
 		switch settled := t.At(now); {
 		case !inQueues(t, c.Queues):
 			why = t.ID + " is in queue " + t.Queue
+		case isPaused && !settled.State.Terminal():
+			why, empty.Live, empty.NextEligibleAt = pauseMessage(t.Queue, pause), liveCount(settled), afterPause(settled, pause, now)
+			if settled.State != Waiting {
+				why = settled.whyNotLeasable(now) + "; " + why
+			}
 		case s.fullMessage(full, t.Queue) != "": // it waits for a completion, not for a time
 			why, empty.Live = s.fullMessage(full, t.Queue), liveCount(settled)
 		case settled.leasable(now):
@@ -287,13 +294,22 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 		}
 	} else {
 		skip := map[string]bool{}
+		for _, q := range slices.Sorted(maps.Keys(paused)) {
+			skip[q] = true
+			if len(c.Queues) == 0 || slices.Contains(c.Queues, q) {
+				why += "; " + pauseMessage(q, paused[q])
+			}
+		}
 		for _, q := range slices.Sorted(maps.Keys(full)) {
+			if skip[q] {
+				continue
+			}
 			skip[q] = true
 			if len(c.Queues) == 0 || slices.Contains(c.Queues, q) {
 				why += "; " + s.fullMessage(full, q)
 			}
 		}
-		pick, empty.NextEligibleAt, empty.Live = s.best(c.Queues, skip, now)
+		pick, empty.NextEligibleAt, empty.Live = s.best(c.Queues, skip, paused, now)
 	}
 	if pick == nil {
 		empty.Reason = why
@@ -317,7 +333,7 @@ func (s *State) repeatLease(c LeaseRequest, prev leaseRequest, now int64) (Decis
 	}
 	if c := t.At(now); c.holds(prev.leaseID, now) {
 		return Decision{Outcome: ResultLeased, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true,
-			Worker: c.Lease.Worker, Attempt: c.Attempt, Expiry: c.Lease.Expiry, Deadline: t.Deadline(), Payload: t.Payload}, nil
+			Worker: c.Lease.Worker, Attempt: c.Attempt, Expiry: c.Lease.Expiry, Deadline: t.DeadlineAt(now), Payload: t.Payload}, nil
 	}
 	return Decision{Outcome: ResultCancelled, TaskID: t.ID, LeaseID: prev.leaseID, Duplicate: true,
 		Reason: fmt.Sprintf("request %q was answered with %s", c.RequestID, s.whyNotCurrent(t, prev.leaseID, now))}, nil

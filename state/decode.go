@@ -346,6 +346,8 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 			}
 			r.Limit = ptr(int(*n))
 		}
+	case "until":
+		r.Until, err = d.optInteger()
 	case "chain_from":
 		return d.setString(&r.ChainFrom)
 	case "parts":

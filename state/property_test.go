@@ -44,7 +44,7 @@ func TestRandomHistories(t *testing.T) {
 	}
 	t.Logf("%d histories, %d records: every answer and every task equal to the reference model's, every invariant checked after every record", histories, total)
 	t.Logf("calls by outcome: %v", outcomes)
-	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED"} {
+	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED", "pause OK", "resume OK", "resume ERROR"} {
 		if outcomes[must] == 0 {
 			t.Errorf("no call ended %q: the generator does not reach it", must)
 		}
@@ -128,7 +128,7 @@ func (c call) String() string {
 func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	c := call{worker: "W" + strconv.Itoa(rng.IntN(4)), d: time.Duration(1+rng.IntN(40)) * time.Second}
 	views := m.Views(now)
-	switch op := rng.IntN(13); {
+	switch op := rng.IntN(15); {
 	case op < 2 || len(views) == 0:
 		c.op = "submit"
 		c.submit = Submit{
@@ -170,6 +170,13 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	case op == 12:
 		c.op, c.queues = "limit", []string{[]string{"default", "mail", "img"}[rng.IntN(3)]}
 		c.limit = rng.IntN(3) // 0: none
+		return c
+	case op == 13:
+		c.op, c.queues = "pause", []string{[]string{"default", "mail", "img"}[rng.IntN(3)]}
+		c.delay = time.Duration(rng.IntN(3)*rng.IntN(60)) * time.Second // 0: until resumed
+		return c
+	case op == 14:
+		c.op, c.queues = "resume", []string{[]string{"default", "mail", "img"}[rng.IntN(3)]}
 		return c
 	case op == 11:
 		c.op, c.task = "requeue", views[rng.IntN(len(views))].ID
@@ -219,6 +226,10 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 			limit = &c.limit
 		}
 		return s.DecideQueueLimit(c.queues[0], limit)
+	case "pause":
+		return s.DecidePause(c.queues[0], "maintenance", c.delay, now)
+	case "resume":
+		return s.DecideResume(c.queues[0], now)
 	}
 	return s.DecideExpire(now), nil
 }
@@ -246,6 +257,10 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 		return m.Release(now, c.task, c.lease, c.delay.Milliseconds())
 	case "limit":
 		return m.Limit(now, c.queues[0], c.limit)
+	case "pause":
+		return m.Pause(now, c.queues[0], c.delay.Milliseconds())
+	case "resume":
+		return m.Resume(now, c.queues[0])
 	}
 	return m.Expire(now)
 }

@@ -31,11 +31,13 @@ func ahead(a, b *Task) bool {
 }
 
 // best is the task lease takes among queues at now (nil for none), skipping
-// the queues that hold as many leases as their limit (full); when there is
-// none, also when the next one becomes eligible by time (0 for never: a task
-// held back by a limit waits for a completion, not for a time) and how many
-// are live.
-func (s *State) best(queues []string, full map[string]bool, now int64) (pick *Task, next int64, live int) {
+// the queues that hold as many leases as their limit and the paused ones
+// (skip); when there is none, also when the next one becomes eligible by
+// time (0 for never: a task held back by a limit waits for a completion, one
+// paused until a resume for the resume, not for a time) and how many are
+// live.
+func (s *State) best(queues []string, skip map[string]bool, paused map[string]PauseSpan, now int64) (pick *Task, next int64, live int) {
+	full := skip
 	for _, t := range s.live {
 		if t.State.Terminal() || !inQueues(t, queues) || full[t.Queue] {
 			continue
@@ -58,7 +60,13 @@ func (s *State) best(queues []string, full map[string]bool, now int64) (pick *Ta
 		}
 		c := t.At(now)
 		live += liveCount(c)
-		if at := c.nextEligibleAt(now); at != 0 && !full[t.Queue] && (next == 0 || at < next) {
+		at := c.nextEligibleAt(now)
+		if sp, ok := paused[t.Queue]; ok {
+			at = afterPause(c, sp, now)
+		} else if full[t.Queue] {
+			at = 0
+		}
+		if at != 0 && (next == 0 || at < next) {
 			next = at
 		}
 	}
@@ -101,6 +109,9 @@ func (s *State) NextEventAt(now int64) int64 {
 			note(c.NotBefore)
 			note(c.Deadline())
 		}
+	}
+	for _, sp := range s.pausedQueues(now) {
+		note(sp.To) // a pause --for ends by itself
 	}
 	return next
 }
@@ -221,6 +232,7 @@ const (
 	BecauseAttemptsExhausted = "attempts_exhausted"
 	BecauseAborted           = "aborted"
 	BecauseQueueFull         = "queue_full"
+	BecausePaused            = "queue_paused"
 )
 
 // Why is the facts of why a task is where it is at now: a person reads a
@@ -233,7 +245,8 @@ type Why struct {
 	Because    string
 	Extensions int // of the current lease
 	LastEnd    *Attempt
-	Limit      string // with BecauseQueueFull: "3 of 3 leases of queue api are held"
+	Limit      string     // with BecauseQueueFull: "3 of 3 leases of queue api are held"
+	Pause      *PauseSpan // with BecausePaused: the pause its queue is in
 }
 
 // Explain says why taskID is where it is at now.
@@ -253,9 +266,12 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 		}
 	}
 	limit := s.fullMessage(s.fullQueues(now), c.Queue)
+	pause, paused := s.PausedAt(c.Queue, now)
 	switch {
 	case c.State == Leased:
 		w.Because, w.Extensions = BecauseLeased, len(c.current().Extended)
+	case c.State == Waiting && paused && now < c.Deadline():
+		w.Because, w.Pause, w.EligibleAt = BecausePaused, &pause, afterPause(c, pause, now)
 	case c.leasable(now) && limit != "":
 		w.Because, w.Limit = BecauseQueueFull, limit
 	case c.leasable(now):
@@ -346,10 +362,11 @@ func (s *State) QueueStats(now int64) []QueueStat {
 			q = &QueueStat{Queue: c.Queue}
 			byQueue[c.Queue] = q
 		}
+		_, paused := s.PausedAt(c.Queue, now)
 		switch {
 		case c.State == Leased:
 			q.Leased++
-		case c.leasable(now):
+		case c.leasable(now) && !paused:
 			q.Waiting++
 			q.Eligible++
 			if since := max(c.AvailableAt, c.NotBefore); q.EligibleSince == 0 || since < q.EligibleSince {

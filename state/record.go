@@ -28,6 +28,8 @@ const (
 	TaskRedacted  RecordType = "TaskRedacted"  // format version 3
 	QueueLimited  RecordType = "QueueLimited"  // format version 3
 	LeaseReleased RecordType = "LeaseReleased" // format version 3
+	QueuePaused   RecordType = "QueuePaused"   // format version 3
+	QueueResumed  RecordType = "QueueResumed"  // format version 3
 )
 
 // The records of a compaction's base (format version 3): a WAL that was
@@ -41,7 +43,7 @@ const (
 
 // recordTypes lists every record type, tasks first, as help texts show them.
 var recordTypes = []RecordType{TaskCreated, LeaseGranted, LeaseExtended, LeaseExpired, TaskCompleted, TaskCancelled,
-	TaskFailed, TaskDead, TaskAborted, TaskRedacted, LeaseReleased, QueueLimited, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
+	TaskFailed, TaskDead, TaskAborted, TaskRedacted, LeaseReleased, QueueLimited, QueuePaused, QueueResumed, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
 
 // RecordTypeNames returns the names of all record types.
 func RecordTypeNames() []string {
@@ -161,6 +163,9 @@ type Record struct {
 	// Limit is a QueueLimited's most current leases in its queue (absent:
 	// no limit any more).
 	Limit *int `json:"limit,omitempty"`
+	// Until is when a QueuePaused's pause ends by itself (absent: when a
+	// QueueResumed ends it).
+	Until *int64 `json:"until,omitempty"`
 
 	// A compaction's base (format version 3).
 	Parts    int    `json:"parts,omitempty"`     // BaseBegin: how many BaseParts follow
@@ -176,7 +181,7 @@ type Record struct {
 // redaction and a completion's result, 2
 // for the record types and fields of revision 2, else 1.
 func (r Record) FormatVersion() int {
-	if r.Type.IsBase() || r.Type == TaskRedacted || r.Type == QueueLimited || r.Type == LeaseReleased || r.Result != "" {
+	if r.Type.IsBase() || r.Type == TaskRedacted || r.Type == QueueLimited || r.Type == LeaseReleased || r.Type == QueuePaused || r.Type == QueueResumed || r.Result != "" {
 		return 3
 	}
 	if r.Type == TaskAborted || r.NotBefore != nil || r.Queue != "" || r.Priority != nil || r.RequeuedFrom != "" {

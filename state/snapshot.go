@@ -16,7 +16,11 @@ import (
 // does; the indexes are rebuilt on load: tasks by id at once, request ids
 // and leases when a lookup first needs them (keySubmits, keyLeases).
 
-const snapshotVersion = 5
+// snapshotVersion is the version a snapshot is written in when it needs
+// the newest: one with paused queues. Without them it is written in version
+// 5 as before, so that a base an older leasewal wrote is the base this one
+// writes for the same state (verify --history compares them byte for byte).
+const snapshotVersion = 6
 
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
 var ErrSnapshot = errors.New("not a valid state snapshot")
@@ -53,7 +57,11 @@ func (e *encoder) ints(v []int64) {
 // Snapshot encodes the whole state.
 func (s *State) Snapshot() []byte {
 	e := &encoder{b: make([]byte, 0, 256*len(s.order)+64)}
-	e.uint(snapshotVersion)
+	version := uint64(5)
+	if len(s.pauses) > 0 {
+		version = snapshotVersion
+	}
+	e.uint(version)
 	for _, v := range []int64{s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum} {
 		e.int(v)
 	}
@@ -110,6 +118,20 @@ func (s *State) Snapshot() []byte {
 	for _, t := range types {
 		e.str(string(t))
 		e.int(s.records[t])
+	}
+	if version < 6 {
+		return e.b
+	}
+	e.uint(uint64(len(s.pauses)))
+	for _, q := range s.pausedQueueNames() {
+		e.str(q)
+		spans := s.pauses[q].spans
+		e.uint(uint64(len(spans)))
+		for _, sp := range spans {
+			e.int(sp.From)
+			e.int(sp.To)
+			e.str(sp.Reason)
+		}
 	}
 	return e.b
 }
@@ -275,7 +297,8 @@ var ErrArchiveMismatch = errors.New("the snapshot was taken with another archive
 // them; each is ignored when the snapshot names none.
 func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 	d := &snapDecoder{b: b, all: string(b)}
-	if d.uint() != snapshotVersion {
+	version := d.uint()
+	if version != 5 && version != snapshotVersion {
 		return nil, fmt.Errorf("%w: unknown version", ErrSnapshot)
 	}
 	s := New()
@@ -373,6 +396,9 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 	} else if n > 0 {
 		d.fail()
 	}
+	if version >= 6 {
+		d.pauses(s)
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail()
 	}
@@ -380,6 +406,26 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 		return nil, d.err
 	}
 	return s, nil
+}
+
+// pauses reads every paused queue's spans, and gives them to its tasks.
+func (d *snapDecoder) pauses(s *State) {
+	n := d.uint()
+	if n == 0 || n > uint64(len(d.b)) {
+		d.fail() // version 6 is written only with a pause
+		return
+	}
+	for range n {
+		p := s.pausesOf(d.str())
+		spans := d.uint()
+		if spans > uint64(len(d.b)) {
+			d.fail()
+			return
+		}
+		for range spans {
+			p.spans = append(p.spans, PauseSpan{From: d.int(), To: d.int(), Reason: d.str()})
+		}
+	}
 }
 
 // index adds a task read back from the archive to the state's indexes, as

@@ -94,12 +94,29 @@ type Task struct {
 	Attempts []Attempt
 	Seqs     []int64 // every record about this task, in order
 
-	counted bool   // its end has been counted toward compacting State.live
-	coldAt  uint64 // 1 + the offset of the cold set's copy it was read from (0: none)
+	counted bool         // its end has been counted toward compacting State.live
+	coldAt  uint64       // 1 + the offset of the cold set's copy it was read from (0: none)
+	pauses  *queuePauses // its queue's pauses (nil: never paused)
 }
 
-// Deadline is the end of the task's execution window.
-func (t *Task) Deadline() int64 { return addTime(t.AvailableAt, t.Window.Millis()) }
+// Deadline is the end of the task's execution window: the window's length
+// after it opened, not counting the time its queue was paused (MaxTime
+// while a pause lasts until a resume).
+func (t *Task) Deadline() int64 { return t.DeadlineAt(MaxTime) }
+
+// DeadlineAt is the deadline as it stands at now, for a person: a pause
+// until a resume counts as if it ended now.
+func (t *Task) DeadlineAt(now int64) int64 {
+	d := t.windowEnd()
+	if t.pauses != nil {
+		d = t.pauses.stretch(t.AvailableAt, d, now)
+	}
+	return d
+}
+
+// windowEnd is the end of the window as submitted, no pause counted: a
+// lower bound of the deadline.
+func (t *Task) windowEnd() int64 { return addTime(t.AvailableAt, t.Window.Millis()) }
 
 // backoff is the wait after attempt n: min(backoff·2^(n-1), backoff_max).
 func (p RetryPolicy) backoff(n int) int64 {

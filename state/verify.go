@@ -100,6 +100,14 @@ func (v *Verifier) adoptBase(r Record) error {
 			return err
 		}
 	}
+	for _, q := range v.State.pausedQueueNames() {
+		spans := v.State.pauses[q].spans
+		for i, sp := range spans {
+			if sp.To < sp.From || (i > 0 && sp.From < spans[i-1].To) || (sp.Open() && i != len(spans)-1) {
+				return v.fail(r, "", "the base's pauses of queue %q overlap or run backwards at span %d", q, i+1)
+			}
+		}
+	}
 	return nil
 }
 

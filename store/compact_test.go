@@ -74,6 +74,10 @@ func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 		case op == 4 && len(leases) > 0 && rng.IntN(2) == 0:
 			l := leases[rng.IntN(len(leases))]
 			args = []string{"release", "--task", l[0], "--lease", l[1], "--delay", "3s"}
+		case op == 4 && rng.IntN(2) == 0:
+			args = []string{"pause", "default", "--for", "20s"}
+		case op == 4:
+			args = []string{"resume", "default"}
 		default:
 			args = []string{"lease", "--worker", "W", "--duration", "20s"}
 		}

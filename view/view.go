@@ -13,7 +13,7 @@ import (
 func Task(t *state.Task, at int64) api.Task {
 	c := t.At(at)
 	v := api.Task{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
-		Deadline: api.FormatTime(c.Deadline()), CreatedAt: api.FormatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason,
+		Deadline: api.FormatTime(c.DeadlineAt(at)), CreatedAt: api.FormatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason,
 		Queue: c.Queue, Priority: c.Priority, AvailableAt: api.FormatTime(c.AvailableAt), Requeued: c.RequeuedFrom, Redacted: c.Redacted, Result: c.Result}
 	if c.Lease != nil {
 		v.LeaseID, v.WorkerID, v.Expiry = Null(c.Lease.ID), Null(c.Lease.Worker), Null(api.FormatTime(c.Lease.Expiry))
@@ -63,4 +63,14 @@ func Null(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+// Pause is a queue's pause as the answers show it.
+func Pause(queue string, sp state.PauseSpan) api.PausedQueue {
+	v := api.PausedQueue{Queue: queue, Since: api.FormatTime(sp.From), Reason: sp.Reason}
+	if !sp.Open() {
+		until := api.FormatTime(sp.To)
+		v.Until = &until
+	}
+	return v
 }

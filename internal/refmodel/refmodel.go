@@ -103,7 +103,8 @@ type Model struct {
 	leaseReqs map[string]string // lease request id -> lease id
 	lastTask  int
 	lastLease int
-	limits    map[string]int // queue -> most LEASED tasks at once
+	limits    map[string]int     // queue -> most LEASED tasks at once
+	pauses    map[string][]pause // queue -> every time it was paused, in order
 }
 
 // New is an empty coordinator.
@@ -115,6 +116,12 @@ func New() *Model {
 func (m *Model) Clone() *Model {
 	c := &Model{byID: map[string]*task{}, submits: map[string]*task{}, leases: map[string]*lease{},
 		leaseReqs: maps.Clone(m.leaseReqs), lastTask: m.lastTask, lastLease: m.lastLease, limits: maps.Clone(m.limits)}
+	for q, ps := range m.pauses {
+		if c.pauses == nil {
+			c.pauses = map[string][]pause{}
+		}
+		c.pauses[q] = slices.Clone(ps)
+	}
 	for _, t := range m.tasks {
 		ct := *t
 		c.tasks = append(c.tasks, &ct)
@@ -130,7 +137,7 @@ func (m *Model) Clone() *Model {
 
 // Key is a canonical description of the state, equal for equal states.
 func (m *Model) Key() string {
-	s := fmt.Sprint(m.lastTask, m.lastLease, m.leaseReqs, m.limits)
+	s := fmt.Sprint(m.lastTask, m.lastLease, m.leaseReqs, m.limits, m.pauses)
 	for _, t := range m.tasks {
 		s += fmt.Sprintf("|%+v", *t)
 	}
@@ -154,7 +161,101 @@ func (m *Model) tentative(call func() Answer) Answer {
 	return a
 }
 
-func (t *task) deadline() int64 { return t.available + t.window }
+// forever is the last time there is (SPEC §1: the year 9999): the deadline
+// of a task whose queue is paused until a resume.
+const forever int64 = 253402300799999
+
+// pause is a time a queue was paused, from until to (forever: until a
+// resume).
+type pause struct{ from, to int64 }
+
+// deadline is when t's window closes. The README: "while a queue is paused,
+// its tasks' execution windows stand still (the deadline moves by the time
+// paused)": the window counts only the time, after it opened, that its
+// queue was not paused. Walk the gaps between the pauses until it is used.
+func (m *Model) deadline(t *task) int64 {
+	left, cur := t.window, t.available
+	for _, p := range m.pauses[t.queue] {
+		if p.to <= cur {
+			continue
+		}
+		if p.from > cur {
+			if p.from-cur >= left {
+				return cur + left
+			}
+			left -= p.from - cur
+		}
+		if p.to == forever {
+			return forever
+		}
+		cur = p.to
+	}
+	return cur + left
+}
+
+// pausedAt is the pause queue is in at now, if any.
+func (m *Model) pausedAt(queue string, now int64) (pause, bool) {
+	for _, p := range m.pauses[queue] {
+		if p.from <= now && now < p.to {
+			return p, true
+		}
+	}
+	return pause{}, false
+}
+
+// afterPause is when t, in a queue paused by p, can be leased (0: not by
+// time alone): "a paused queue leases nothing"; a pause --for ends by itself,
+// then t is eligible as it would be anyway; a pause until a resume waits for
+// the resume, not a time.
+func (m *Model) afterPause(t *task, p pause, now int64) int64 {
+	if p.to == forever || terminal(t.state) {
+		return 0
+	}
+	if t.state == "WAITING" && now >= t.notBefore && now < m.deadline(t) {
+		return p.to
+	}
+	if at := m.nextEligible(t, now); at != 0 {
+		return max(at, p.to)
+	}
+	return 0
+}
+
+// Pause pauses queue from now for d ms (0: until a resume). The README:
+// "Pausing twice is a duplicate".
+func (m *Model) Pause(now int64, queue string, d int64) Answer {
+	return m.tentative(func() Answer {
+		if queue == "" || d < 0 {
+			return refused("InvalidInput")
+		}
+		if _, paused := m.pausedAt(queue, now); paused {
+			return Answer{Result: "OK", Duplicate: true}
+		}
+		to := forever
+		if d > 0 {
+			to = now + d
+		}
+		if m.pauses == nil {
+			m.pauses = map[string][]pause{}
+		}
+		m.pauses[queue] = append(m.pauses[queue], pause{from: now, to: to})
+		return Answer{Result: "OK", Written: []string{"QueuePaused"}}
+	})
+}
+
+// Resume ends queue's pause at now. The README: "resuming an unpaused queue
+// is a clear error".
+func (m *Model) Resume(now int64, queue string) Answer {
+	return m.tentative(func() Answer {
+		ps := m.pauses[queue]
+		for i := range ps {
+			if ps[i].from <= now && now < ps[i].to {
+				ps[i].to = now
+				return Answer{Result: "OK", Written: []string{"QueueResumed"}}
+			}
+		}
+		return refused("NotAllowed")
+	})
+}
 
 func terminal(state string) bool { return state == "COMPLETED" || state == "FAILED" || state == "DEAD" }
 
@@ -176,7 +277,7 @@ func (m *Model) settle(t *task, now int64) {
 		if l.expiry <= now {
 			l.end = "expired"
 			t.lease = ""
-			if t.attempt >= t.policy.MaxAttempts || l.expiry >= t.deadline() {
+			if t.attempt >= t.policy.MaxAttempts || l.expiry >= m.deadline(t) {
 				t.state = "DEAD"
 			} else {
 				t.state = "WAITING"
@@ -185,7 +286,7 @@ func (m *Model) settle(t *task, now int64) {
 			}
 		}
 	}
-	if !terminal(t.state) && now >= t.deadline() {
+	if !terminal(t.state) && now >= m.deadline(t) {
 		t.state = "DEAD"
 	}
 }
@@ -240,7 +341,7 @@ func (m *Model) create(now int64, s Spec) *task {
 // eligible settles t at now and says whether a lease may take it.
 func (m *Model) eligible(t *task, now int64) bool {
 	m.settle(t, now)
-	return t.state == "WAITING" && now >= t.notBefore && now < t.deadline()
+	return t.state == "WAITING" && now >= t.notBefore && now < m.deadline(t)
 }
 
 // nextEligible is when t (settled at now, not eligible now) becomes eligible
@@ -250,7 +351,7 @@ func (m *Model) nextEligible(t *task, now int64) int64 {
 	switch t.state {
 	case "LEASED":
 		l := m.leases[t.lease]
-		if t.attempt >= t.policy.MaxAttempts || l.expiry >= t.deadline() {
+		if t.attempt >= t.policy.MaxAttempts || l.expiry >= m.deadline(t) {
 			return 0
 		}
 		notBefore = l.expiry + t.policy.backoff(t.attempt)
@@ -258,7 +359,7 @@ func (m *Model) nextEligible(t *task, now int64) int64 {
 	default:
 		return 0
 	}
-	if notBefore <= now || notBefore >= t.deadline() {
+	if notBefore <= now || notBefore >= m.deadline(t) {
 		return 0
 	}
 	return notBefore
@@ -295,6 +396,16 @@ func (m *Model) lease(now int64, worker string, d int64, taskID, req string, que
 	full := m.full(now)
 	consider := func(t *task) {
 		if !inQueues(t, queues) {
+			return
+		}
+		if p, paused := m.pausedAt(t.queue, now); paused {
+			m.settle(t, now)
+			if !terminal(t.state) {
+				empty.Live++
+			}
+			if at := m.afterPause(t, p, now); at != 0 && (empty.NextEligibleAt == 0 || at < empty.NextEligibleAt) {
+				empty.NextEligibleAt = at
+			}
 			return
 		}
 		if full[t.queue] { // the README: "at most N current leases in Q"; it waits for a completion, not a time
@@ -334,7 +445,7 @@ func (m *Model) lease(now int64, worker string, d int64, taskID, req string, que
 	m.lastLease++
 	id := fmt.Sprintf("L%d", m.lastLease)
 	pick.attempt++
-	l := &lease{task: pick.id, worker: worker, req: req, attempt: pick.attempt, expiry: min(now+d, pick.deadline())}
+	l := &lease{task: pick.id, worker: worker, req: req, attempt: pick.attempt, expiry: min(now+d, m.deadline(pick))}
 	m.leases[id] = l
 	pick.state, pick.lease, pick.recordedLease = "LEASED", id, id
 	if req != "" {
@@ -476,7 +587,7 @@ func (m *Model) extend(now int64, taskID, leaseID string, d int64) Answer {
 	if !m.holds(t, leaseID, now) {
 		return Answer{Result: "CANCELLED", Task: taskID, Lease: leaseID}
 	}
-	l.expiry = min(now+d, t.deadline())
+	l.expiry = min(now+d, m.deadline(t))
 	return Answer{Result: "EXTENDED", Task: taskID, Lease: leaseID, Expiry: l.expiry, Written: []string{"LeaseExtended"}}
 }
 
@@ -592,12 +703,12 @@ func (m *Model) expire(now int64) Answer {
 			}
 			a.Written = append(a.Written, "LeaseExpired")
 			t.recordedLease = ""
-			if l.attempt >= t.policy.MaxAttempts || l.expiry >= t.deadline() {
+			if l.attempt >= t.policy.MaxAttempts || l.expiry >= m.deadline(t) {
 				t.recordedOpen = false
 				continue
 			}
 		}
-		if now >= t.deadline() {
+		if now >= m.deadline(t) {
 			a.Written = append(a.Written, "TaskDead")
 			t.recordedOpen = false
 		}
@@ -612,7 +723,7 @@ func (m *Model) Views(now int64) []View {
 	out := make([]View, 0, len(m.tasks))
 	for _, t := range m.tasks {
 		m.settle(t, now)
-		v := View{ID: t.id, State: t.state, Attempt: t.attempt, Deadline: t.deadline(), Queue: t.queue, Priority: t.priority, Result: t.result}
+		v := View{ID: t.id, State: t.state, Attempt: t.attempt, Deadline: m.deadline(t), Queue: t.queue, Priority: t.priority, Result: t.result}
 		if t.state == "LEASED" {
 			l := m.leases[t.lease]
 			v.Lease, v.Worker, v.Expiry = t.lease, l.worker, l.expiry
