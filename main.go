@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	_ "time/tzdata" // schedules' time zones on a machine without zone data
 
 	"leasewal/cmd"
 )

@@ -203,6 +203,66 @@ type Resumed struct {
 	ResumedAt string `json:"resumed_at"`
 }
 
+// ScheduleAddRequest adds a periodic task (schedule add): every Every, or
+// at each time of the Cron expression in TZ; each firing submits Task.
+type ScheduleAddRequest struct {
+	Name    string        `json:"name"`
+	Every   string        `json:"every,omitempty"`
+	Cron    string        `json:"cron,omitempty"`
+	TZ      string        `json:"tz,omitempty"`
+	CatchUp string        `json:"catch-up,omitempty"` // none, last (default) or all
+	Task    SubmitRequest `json:"task"`
+	Actor   string        `json:"actor,omitempty"`
+}
+
+// ScheduleRemoveRequest removes a schedule (schedule rm).
+type ScheduleRemoveRequest struct {
+	Name  string `json:"name"`
+	Actor string `json:"actor,omitempty"`
+}
+
+// ScheduleListRequest lists the schedules (schedule ls).
+type ScheduleListRequest struct{}
+
+// Schedule is a periodic task: when it fires, what it submits, when it
+// last fired and when it fires next.
+type Schedule struct {
+	Name        string  `json:"name"`
+	Every       string  `json:"every,omitempty"`
+	Cron        string  `json:"cron,omitempty"`
+	TZ          string  `json:"tz,omitempty"`
+	CatchUp     string  `json:"catch_up"`
+	Payload     string  `json:"payload"`
+	Queue       string  `json:"queue"`
+	Priority    int     `json:"priority"`
+	Window      string  `json:"window"`
+	MaxAttempts int     `json:"max_attempts"`
+	AddedAt     string  `json:"added_at"`
+	LastSlot    *string `json:"last_slot"`
+	NextSlot    *string `json:"next_slot"`
+}
+
+// ScheduleAdded answers a schedule add (OK), a Duplicate when the same
+// schedule exists.
+type ScheduleAdded struct {
+	Result state.Outcome `json:"result"`
+	Schedule
+	Duplicate bool `json:"duplicate"`
+}
+
+// ScheduleRemoved answers a schedule rm (OK).
+type ScheduleRemoved struct {
+	Result state.Outcome `json:"result"`
+	Name   string        `json:"name"`
+}
+
+// Schedules lists every schedule (OK), by name.
+type Schedules struct {
+	Result    state.Outcome `json:"result"`
+	At        string        `json:"at"`
+	Schedules []Schedule    `json:"schedules"`
+}
+
 // RequeueRequest runs a FAILED or DEAD task again, as a new task (requeue);
 // its answer is an Ack.
 type RequeueRequest struct {
@@ -538,6 +598,8 @@ type Record struct {
 	Expiry     string `json:"expiry,omitempty"`
 	AcquiredAt string `json:"acquired_at,omitempty"`
 	NotBefore  string `json:"not_before,omitempty"`
+	Until      string `json:"until,omitempty"`
+	Slot       string `json:"slot,omitempty"`
 }
 
 // Inspect is inspect's answer (OK): the tasks shown, counted by state.

@@ -336,6 +336,24 @@ func (c *Client) Resume(ctx context.Context, req api.ResumeRequest) (api.Resumed
 	return callAs[api.Resumed](ctx, c, "resume", req)
 }
 
+// ScheduleAdd adds a periodic task; the same schedule again answers as a
+// Duplicate, the name with other options is an *api.Error.
+func (c *Client) ScheduleAdd(ctx context.Context, req api.ScheduleAddRequest) (api.ScheduleAdded, error) {
+	req.Actor = c.actor(req.Actor)
+	return callAs[api.ScheduleAdded](ctx, c, "schedule/add", req)
+}
+
+// ScheduleRemove removes a schedule: no slot of it fires any more.
+func (c *Client) ScheduleRemove(ctx context.Context, req api.ScheduleRemoveRequest) (api.ScheduleRemoved, error) {
+	req.Actor = c.actor(req.Actor)
+	return callAs[api.ScheduleRemoved](ctx, c, "schedule/rm", req)
+}
+
+// ScheduleList lists every schedule with its last and next slots.
+func (c *Client) ScheduleList(ctx context.Context, req api.ScheduleListRequest) (api.Schedules, error) {
+	return callAs[api.Schedules](ctx, c, "schedule/ls", req)
+}
+
 // SubmitBatch creates many tasks in one request, one write and one fsync:
 // all of them, or, when one is refused, none (the error, an *api.Error,
 // names its line, from 1). Give each a RequestID so that the batch may be

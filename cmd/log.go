@@ -310,6 +310,22 @@ func details(e api.Record) string {
 	if e.Type == state.LeaseReleased && e.NotBefore != e.At {
 		add("not_before", e.NotBefore)
 	}
+	if e.Type == state.ScheduleAdded {
+		add("payload", fmt.Sprintf("%q", e.Payload))
+		if e.Every > 0 {
+			add("every", e.Every.String())
+		}
+		add("cron", e.Cron)
+		add("tz", e.TZ)
+		add("catch_up", e.CatchUp)
+		add("queue", e.Queue)
+	}
+	add("schedule", e.Schedule)
+	add("slot", e.Slot)
+	if e.Type == state.QueuePaused || e.Type == state.QueueResumed || e.Type == state.QueueLimited {
+		add("queue", e.Queue)
+	}
+	add("until", e.Until)
 	add("request", e.RequestID)
 	if e.Attempt > 0 {
 		add("attempt", fmt.Sprint(e.Attempt))

@@ -209,7 +209,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 	root.AddCommand(
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newReleaseCmd(), a.newExpireCmd(),
-		a.newAbortCmd(), a.newRedactCmd(), a.newRequeueCmd(), a.newQueueCmd(), a.newPauseCmd(), a.newResumeCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
+		a.newAbortCmd(), a.newRedactCmd(), a.newRequeueCmd(), a.newQueueCmd(), a.newPauseCmd(), a.newResumeCmd(), a.newScheduleCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
 		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newStatsCmd(), a.newRepairCmd(), a.newBackupCmd(), a.newCompactCmd(),
 		a.newWorkleaseCmd(),
 	)

@@ -20,6 +20,7 @@ import (
 	"leasewal/metrics"
 	"leasewal/server"
 	"leasewal/service"
+	"leasewal/state"
 	"leasewal/store"
 )
 
@@ -224,7 +225,7 @@ func runServe(e env, o serveOptions) error {
 			back = service.Serial{Backend: back}
 		}
 	}
-	s, batch := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient})
+	s, batch, svc, kick := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient})
 	compact := service.LocalCompaction(e.storeOptions(), batch)
 	if node != nil { // the leader proposes it, between two batches, and every node compacts at that record
 		compact = func(keep store.CompactOptions) (done store.Compaction, err error) {
@@ -235,6 +236,9 @@ func runServe(e env, o serveOptions) error {
 	compacting, stopCompacting := context.WithCancel(context.Background())
 	compactor := service.StartCompactor(compacting, compaction, e.storeOptions(), batch, compact, func(line string) { fmt.Fprintf(e.stderr, "leasewal: %s\n", line) })
 	defer func() { stopCompacting(); compactor.Wait() }()
+	firing, stopFiring := context.WithCancel(context.Background())
+	firer := service.StartFirer(firing, svc, kick, func(line string) { fmt.Fprintf(e.stderr, "leasewal: %s\n", line) })
+	defer func() { stopFiring(); firer.Wait() }()
 	fmt.Fprintf(e.stderr, "leasewal: serving %s on %s\n", e.WAL, url)
 	// SIGTERM ends the open waits at once (each answers what it has, as if
 	// its time had run out), so that the shutdown has only short requests
@@ -247,12 +251,13 @@ func runServe(e env, o serveOptions) error {
 // newServer is the HTTP API of the service deciding on back, in batches of
 // at most maxBatch (group commit); node is the raft node behind back, nil
 // for a single server.
-func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o server.Options) (*server.Server, *service.Batcher) {
+func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o server.Options) (*server.Server, *service.Batcher, *service.Local, <-chan struct{}) {
 	own := metrics.NewServer()
 	batch := service.NewBatcher(back, maxBatch, own.Observe)
 	stopping, stopWaits := context.WithCancel(context.Background())
+	kick, scheduled := service.Kicker()
 	svc := service.New(service.Options{Store: e.storeOptions(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries,
-		Committed: own.Records})
+		Committed: func(recs []state.Record) { own.Records(recs); scheduled(recs) }})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(own.Collectors()...)
 	reg.MustRegister(metrics.NewStatsCollector(func(ctx context.Context) (api.Stats, error) { return svc.Stats(ctx, api.StatsRequest{}) }))
@@ -267,7 +272,7 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	if o.HTTP == nil {
 		o.HTTP = http.DefaultClient
 	}
-	return server.New(svc, back.Status, node, o), batch
+	return server.New(svc, back.Status, node, o), batch, svc, kick
 }
 
 // unknownRoute says why a POST path is no operation.

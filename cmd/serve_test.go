@@ -65,7 +65,7 @@ func TestServerGroupCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, batch := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret"})
+	s, batch, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret"})
 	stop := s.Stop
 	ts := httptest.NewServer(s)
 	defer ts.Close()
@@ -129,7 +129,7 @@ func testServerWith(t testing.TB, o server.Options) (walPath string, s *server.S
 	walPath = filepath.Join(t.TempDir(), "q.wal")
 	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
 	h := store.Open(e.storeOptions())
-	s, _ = newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, o)
+	s, _, _, _ = newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, o)
 	t.Cleanup(func() { s.Stop(); h.Close() })
 	return walPath, s
 }
@@ -685,7 +685,11 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"pause", "mail", "--for", "1h", "--reason", "relay down", "-o", "json"}, 0, `"queue":"mail","since":`},
 		{[]string{"resume", "mail", "-o", "json"}, 0, `"reason":"relay down","resumed_at":`},
 		{[]string{"resume", "mail"}, ExitUsage, ""},
-		{[]string{"stats", "-o", "json"}, 0, `"records":{"LeaseExtended":1,"LeaseGranted":2,"LeaseReleased":1,"QueueLimited":1,"QueuePaused":1,"QueueResumed":1,"TaskAborted":1,"TaskCreated":2,"TaskFailed":1,"TaskRedacted":1}`},
+		{[]string{"schedule", "add", "nightly", "--cron", "0 3 * * *", "--tz", "Europe/Paris", "-o", "json", "--", "--payload", "backup"}, 0, `"name":"nightly","cron":"0 3 * * *","tz":"Europe/Paris"`},
+		{[]string{"schedule", "ls", "-o", "json"}, 0, `"schedules":[{"name":"nightly"`},
+		{[]string{"schedule", "rm", "nightly", "-o", "json"}, 0, `"result":"OK","name":"nightly"`},
+		{[]string{"schedule", "rm", "nightly"}, ExitNotFound, ""},
+		{[]string{"stats", "-o", "json"}, 0, `"records":{"LeaseExtended":1,"LeaseGranted":2,"LeaseReleased":1,"QueueLimited":1,"QueuePaused":1,"QueueResumed":1,"ScheduleAdded":1,"ScheduleRemoved":1,"TaskAborted":1,"TaskCreated":2,"TaskFailed":1,"TaskRedacted":1}`},
 		{[]string{"inspect", "T2", "-o", "json"}, 0, `"payload":"","redacted":"secret"`},
 		{[]string{"complete", "--task", "T2", "--lease", "L9"}, ExitNotFound, ""},
 		{[]string{"expire", "-o", "json"}, 0, `"transitions":[]`},
@@ -723,6 +727,7 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		"fail":              {`{"task":"T1","lease":"L1","reason":"x","permanent":"yes"}`, `flag \"permanent\" must be true or false`},
 		"release":           {`{"task":"T1","lease":"L1","delay":"soon"}`, `--delay`},
 		"pause":             {`{"queue":"mail","for":5}`, `flag \"for\" must be`},
+		"schedule/add":      {`{"name":"n","every":"1m","task":{"payload":"p","priority":"high"}}`, `flag \"task.priority\" must be a number`},
 		"abort":             {`{"task":"T1"}`, `required flag(s) \"reason\" not set`},
 		"why":               {`{"args":["T1"]}`, `named fields now (\"task\" for why`},
 		"wait":              {`{"tasks":[]}`, "needs at least one task id"},

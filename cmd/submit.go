@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"leasewal/api"
 	"leasewal/state"
@@ -50,7 +51,13 @@ written. It answers one line per task (-o json: one JSON object per line).`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runSubmit(a.env, *o) },
 	}
-	f := c.Flags()
+	o.flags(c.Flags())
+	return c
+}
+
+// flags declares the submit flags on f: submit's own, and schedule add's
+// after its --.
+func (o *submitOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&o.payload, "payload", "", "the task's payload (text, at most 64 KiB)")
 	f.StringVar(&o.payloadFile, "payload-file", "", "read the payload from FILE, or from stdin with -")
 	f.StringVar(&o.window, "window", "5m", "execution window: the task is DEAD if not done by created+window")
@@ -63,7 +70,6 @@ written. It answers one line per task (-o json: one JSON object per line).`,
 	f.StringVar(&o.queue, "queue", state.DefaultQueue, "the queue: lease --queue takes only from the queues it names")
 	f.IntVar(&o.priority, "priority", 0, "from -1000 to 1000; a lease takes the highest first, the oldest within a priority")
 	f.StringVar(&o.batchFile, "batch-file", "", "submit many tasks at once from FILE (or stdin with -): one JSON object per line, e.g. {\"payload\":\"x\",\"request-id\":\"r1\"}; the other flags are every line's defaults")
-	return c
 }
 
 // request is the submit the flags ask for. The payload of --payload-file is

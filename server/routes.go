@@ -63,13 +63,18 @@ func routes(svc api.Service, describe func(error) api.Error) map[string]route {
 			}
 			return reply{contentType: "application/x-ndjson", body: out.Bytes()}
 		}},
-		"lease":       typed(func(ctx context.Context, r api.LeaseRequest) reply { return answer(svc.Lease(ctx, r)) }),
-		"extend":      typed(func(ctx context.Context, r api.ExtendRequest) reply { return answer(svc.Extend(ctx, r)) }),
-		"complete":    typed(func(ctx context.Context, r api.CompleteRequest) reply { return answer(svc.Complete(ctx, r)) }),
-		"fail":        typed(func(ctx context.Context, r api.FailRequest) reply { return answer(svc.Fail(ctx, r)) }),
-		"release":     typed(func(ctx context.Context, r api.ReleaseRequest) reply { return answer(svc.Release(ctx, r)) }),
-		"pause":       typed(func(ctx context.Context, r api.PauseRequest) reply { return answer(svc.Pause(ctx, r)) }),
-		"resume":      typed(func(ctx context.Context, r api.ResumeRequest) reply { return answer(svc.Resume(ctx, r)) }),
+		"lease":        typed(func(ctx context.Context, r api.LeaseRequest) reply { return answer(svc.Lease(ctx, r)) }),
+		"extend":       typed(func(ctx context.Context, r api.ExtendRequest) reply { return answer(svc.Extend(ctx, r)) }),
+		"complete":     typed(func(ctx context.Context, r api.CompleteRequest) reply { return answer(svc.Complete(ctx, r)) }),
+		"fail":         typed(func(ctx context.Context, r api.FailRequest) reply { return answer(svc.Fail(ctx, r)) }),
+		"release":      typed(func(ctx context.Context, r api.ReleaseRequest) reply { return answer(svc.Release(ctx, r)) }),
+		"pause":        typed(func(ctx context.Context, r api.PauseRequest) reply { return answer(svc.Pause(ctx, r)) }),
+		"resume":       typed(func(ctx context.Context, r api.ResumeRequest) reply { return answer(svc.Resume(ctx, r)) }),
+		"schedule/add": typed(func(ctx context.Context, r api.ScheduleAddRequest) reply { return answer(svc.ScheduleAdd(ctx, r)) }),
+		"schedule/rm": typed(func(ctx context.Context, r api.ScheduleRemoveRequest) reply {
+			return answer(svc.ScheduleRemove(ctx, r))
+		}),
+		"schedule/ls": readOnly(typed(func(ctx context.Context, r api.ScheduleListRequest) reply { return answer(svc.ScheduleList(ctx, r)) })),
 		"heartbeat":   typed(func(ctx context.Context, r api.HeartbeatRequest) reply { return answer(svc.Heartbeat(ctx, r)) }),
 		"expire":      typed(func(ctx context.Context, r api.ExpireRequest) reply { return answer(svc.Expire(ctx, r)) }),
 		"abort":       typed(func(ctx context.Context, r api.AbortRequest) reply { return answer(svc.Abort(ctx, r)) }),

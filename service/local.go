@@ -63,6 +63,9 @@ func (l *Local) read(ctx context.Context, decide func(tx *store.Tx) (any, error)
 // opts reads the records itself, which a handle of its own does), else on
 // a handle for opts.
 func (l *Local) operate(ctx context.Context, opts store.Options, writing bool, actor string, decide func(tx *store.Tx) (any, error)) (any, error) {
+	if writing {
+		decide = firingFirst(decide)
+	}
 	if l.o.Batch != nil && opts.OnRecord == nil && !opts.FullReplay {
 		var answer any
 		committed, err := l.o.Batch.Run(ctx, func(tx *store.Tx) error {
@@ -77,6 +80,22 @@ func (l *Local) operate(ctx context.Context, opts store.Options, writing bool, a
 	defer done()
 	return l.on(h, writing, actor, decide)
 }
+
+// firingFirst has a writing operation write the schedules' firings due at
+// its time ahead of its own records, so that it decides on their tasks (a
+// lease takes one at once); a refused operation writes neither.
+func firingFirst(decide func(tx *store.Tx) (any, error)) func(tx *store.Tx) (any, error) {
+	return func(tx *store.Tx) (any, error) {
+		if err := tx.CommitFirst(tx.State.DueFirings(Zones, tx.Now)); err != nil {
+			return nil, err
+		}
+		return decide(tx)
+	}
+}
+
+// Zones resolves the time zone of a schedule's cron: the system's zone
+// data, else the copy embedded in the binary (time/tzdata, imported by main).
+func Zones(name string) (*time.Location, error) { return time.LoadLocation(name) }
 
 // on runs decide once on h.
 func (l *Local) on(h *store.Handle, writing bool, actor string, decide func(tx *store.Tx) (any, error)) (any, error) {

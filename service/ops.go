@@ -181,7 +181,7 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 		switch dec.Outcome {
 		case state.ResultEmpty:
 			if wait > 0 {
-				next = tx.State.NextEventAt(tx.Now) // it reads every unfinished task: only when the lease will wait
+				next = nextEvent(tx) // it reads every unfinished task: only when the lease will wait
 			}
 			return &api.Empty{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: view.Null(view.Stamp(dec.NextEligibleAt)), Live: dec.Live}, nil
 		case state.ResultCancelled:
@@ -404,15 +404,30 @@ func CurrentLeases(st *state.State, now int64) map[string][]api.HeldLease {
 	return out
 }
 
+// nextEvent is when time alone next changes what a waiter waits for: a
+// lapse, a delay's or a pause's end, or a schedule's next slot (0: none).
+func nextEvent(tx *store.Tx) int64 {
+	next, fire := tx.State.NextEventAt(tx.Now), tx.State.NextFiringAt(Zones, tx.Now)
+	if next == 0 || (fire != 0 && fire < next) {
+		return fire
+	}
+	return next
+}
+
 func (l *Local) Expire(ctx context.Context, r api.ExpireRequest) (api.Expired, error) {
 	return as[api.Expired](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		fired := len(tx.Committed) // the schedules' firings due, written first
 		dec := tx.State.DecideExpire(tx.Now)
 		if err := tx.Commit(dec.Records); err != nil {
 			return nil, err
 		}
 		v := api.Expired{Result: dec.Outcome, Transitions: []api.Transition{}}
 		for i, r := range tx.Committed {
-			v.Transitions = append(v.Transitions, api.Transition{Seq: r.Seq, Type: string(r.Type), TaskID: r.TaskID, LeaseID: r.LeaseID, State: string(dec.States[i])})
+			st := state.Waiting
+			if i >= fired {
+				st = dec.States[i-fired]
+			}
+			v.Transitions = append(v.Transitions, api.Transition{Seq: r.Seq, Type: string(r.Type), TaskID: r.TaskID, LeaseID: r.LeaseID, State: string(st)})
 		}
 		return v, nil
 	}))
@@ -573,7 +588,7 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 				v.Result = state.ResultTimeout // not yet: the final answer only if time runs out
 			}
 		}
-		next = tx.State.NextEventAt(tx.Now)
+		next = nextEvent(tx)
 		return v, nil
 	}
 	var w *watching
@@ -666,6 +681,66 @@ func (l *Local) WorkInspect(ctx context.Context, r api.WorkInspectRequest) (api.
 		}
 		if r.Domain != "" && len(v.Domains) == 0 {
 			return nil, &state.Error{Kind: state.NotFound, Msg: fmt.Sprintf("unknown domain %q; 'leasewal worklease inspect' lists the domains", r.Domain)}
+		}
+		return v, nil
+	}))
+}
+
+func (l *Local) ScheduleAdd(ctx context.Context, r api.ScheduleAddRequest) (api.ScheduleAdded, error) {
+	if err := required("schedule add", "name", r.Name); err != nil {
+		return api.ScheduleAdded{}, err
+	}
+	spec := state.ScheduleSpec{Name: r.Name, Cron: r.Cron, TZ: r.TZ, CatchUp: r.CatchUp}
+	if r.Every != "" {
+		every, err := api.ParseDuration("every", r.Every)
+		if err != nil {
+			return api.ScheduleAdded{}, err
+		}
+		if every <= 0 {
+			return api.ScheduleAdded{}, api.Usage("--every %s: give a positive duration", r.Every)
+		}
+		spec.Every = state.Duration(every)
+	}
+	if r.Task.RequestID != "" || r.Task.Delay != "" || r.Task.NotBefore != "" {
+		return api.ScheduleAdded{}, api.Usage("a schedule's task takes no --request-id, --delay or --not-before: each firing is due at its slot")
+	}
+	tmpl, err := SubmitOf(r.Task)
+	if err != nil {
+		return api.ScheduleAdded{}, err
+	}
+	spec.Template = tmpl
+	return as[api.ScheduleAdded](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		d, err := committer(tx)(tx.State.DecideScheduleAdd(spec, Zones, tx.Now))
+		if err != nil {
+			return nil, err
+		}
+		for _, sc := range tx.State.Schedules() {
+			if sc.Name == r.Name {
+				return api.ScheduleAdded{Result: d.Outcome, Schedule: view.Schedule(sc, tx.State.NextSlot(sc, Zones, tx.Now)), Duplicate: d.Duplicate}, nil
+			}
+		}
+		return nil, fmt.Errorf("internal error: schedule %q was added but is not in the state", r.Name)
+	}))
+}
+
+func (l *Local) ScheduleRemove(ctx context.Context, r api.ScheduleRemoveRequest) (api.ScheduleRemoved, error) {
+	if err := required("schedule rm", "name", r.Name); err != nil {
+		return api.ScheduleRemoved{}, err
+	}
+	return as[api.ScheduleRemoved](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		d, err := committer(tx)(tx.State.DecideScheduleRemove(r.Name))
+		if err != nil {
+			return nil, err
+		}
+		return api.ScheduleRemoved{Result: d.Outcome, Name: r.Name}, nil
+	}))
+}
+
+func (l *Local) ScheduleList(ctx context.Context, _ api.ScheduleListRequest) (api.Schedules, error) {
+	return as[api.Schedules](l.read(ctx, func(tx *store.Tx) (any, error) {
+		v := api.Schedules{Result: state.ResultOK, At: api.FormatTime(tx.Now), Schedules: []api.Schedule{}}
+		for _, sc := range tx.State.Schedules() {
+			v.Schedules = append(v.Schedules, view.Schedule(sc, tx.State.NextSlot(sc, Zones, tx.Now)))
 		}
 		return v, nil
 	}))

@@ -58,6 +58,8 @@ type State struct {
 	limits map[string]int
 	// pauses holds every queue ever paused, with its spans (pause.go).
 	pauses map[string]*queuePauses
+	// schedules holds the periodic tasks, by name (schedule.go).
+	schedules map[string]*Schedule
 
 	// records counts the records applied by type, bases' included (a base
 	// carries the counts of the records it replaced): what metrics report.
@@ -329,6 +331,10 @@ func (s *State) applyTyped(r Record) error {
 		return s.applyPaused(r)
 	case QueueResumed:
 		return s.applyResumed(r)
+	case ScheduleAdded:
+		return s.applyScheduleAdded(r)
+	case ScheduleRemoved:
+		return s.applyScheduleRemoved(r)
 	case WorkAcquired:
 		return s.applyWorkAcquired(r)
 	case WorkEnqueued:
@@ -435,6 +441,13 @@ func (s *State) applyCreated(r Record) error {
 	}
 	if err := s.queueFields(r, t); err != nil {
 		return err
+	}
+	if r.Schedule != "" || r.Slot != nil {
+		sched, err := s.firing(r)
+		if err != nil {
+			return err
+		}
+		sched.LastSlot = *r.Slot // nothing below refuses the record
 	}
 	s.attach(t)
 	t.NotBefore = t.AvailableAt
@@ -830,6 +843,7 @@ func TaskOf(recs []Record) (*Task, error) {
 	s := New()
 	for i, r := range recs {
 		r.Seq = int64(i + 1)
+		r.Schedule, r.Slot = "", nil // a firing alone: its schedule is not among the records
 		if err := s.Apply(r); err != nil {
 			return nil, err
 		}

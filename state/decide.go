@@ -203,6 +203,9 @@ func validSubmit(c Submit) (Submit, error) {
 		if err := ValidateID("request id", c.RequestID); err != nil {
 			return c, refuse(InvalidInput, "request", "%v", err)
 		}
+		if isSlotID(c.RequestID) {
+			return c, refuse(InvalidInput, "request", "request id %q has the form NAME@TIME that schedules' firings take: choose another", c.RequestID)
+		}
 	}
 	return c, nil
 }

@@ -348,6 +348,18 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 		}
 	case "until":
 		r.Until, err = d.optInteger()
+	case "schedule":
+		return d.setString(&r.Schedule)
+	case "every":
+		r.Every, err = d.duration()
+	case "cron":
+		return d.setString(&r.Cron)
+	case "tz":
+		return d.setString(&r.TZ)
+	case "catch_up":
+		return d.setString(&r.CatchUp)
+	case "slot":
+		r.Slot, err = d.optInteger()
 	case "chain_from":
 		return d.setString(&r.ChainFrom)
 	case "parts":

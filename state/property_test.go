@@ -44,7 +44,7 @@ func TestRandomHistories(t *testing.T) {
 	}
 	t.Logf("%d histories, %d records: every answer and every task equal to the reference model's, every invariant checked after every record", histories, total)
 	t.Logf("calls by outcome: %v", outcomes)
-	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED", "pause OK", "resume OK", "resume ERROR"} {
+	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED", "pause OK", "resume OK", "resume ERROR", "schedule OK", "schedule ERROR", "unschedule OK", "unschedule ERROR", "fire OK"} {
 		if outcomes[must] == 0 {
 			t.Errorf("no call ended %q: the generator does not reach it", must)
 		}
@@ -128,7 +128,7 @@ func (c call) String() string {
 func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	c := call{worker: "W" + strconv.Itoa(rng.IntN(4)), d: time.Duration(1+rng.IntN(40)) * time.Second}
 	views := m.Views(now)
-	switch op := rng.IntN(15); {
+	switch op := rng.IntN(18); {
 	case op < 2 || len(views) == 0:
 		c.op = "submit"
 		c.submit = Submit{
@@ -178,6 +178,19 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	case op == 14:
 		c.op, c.queues = "resume", []string{[]string{"default", "mail", "img"}[rng.IntN(3)]}
 		return c
+	case op == 15:
+		c.op, c.reason = "schedule", []string{"s1", "s2"}[rng.IntN(2)]
+		c.delay = []time.Duration{20 * time.Second, 90 * time.Second, 5 * time.Minute}[rng.IntN(3)]
+		c.result = []string{CatchUpNone, CatchUpLast, CatchUpAll}[rng.IntN(3)]
+		c.submit = Submit{Payload: "p" + strconv.Itoa(rng.IntN(2)), Window: Duration(time.Duration(30+rng.IntN(300)) * time.Second),
+			Policy: RetryPolicy{MaxAttempts: 1 + rng.IntN(3)}, Queue: []string{"default", "mail"}[rng.IntN(2)]}
+		return c
+	case op == 16:
+		c.op, c.reason = "unschedule", []string{"s1", "s2"}[rng.IntN(2)]
+		return c
+	case op == 17:
+		c.op = "fire"
+		return c
 	case op == 11:
 		c.op, c.task = "requeue", views[rng.IntN(len(views))].ID
 		if rng.IntN(2) == 0 {
@@ -226,6 +239,12 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 			limit = &c.limit
 		}
 		return s.DecideQueueLimit(c.queues[0], limit)
+	case "schedule":
+		return s.DecideScheduleAdd(ScheduleSpec{Name: c.reason, Every: Duration(c.delay), CatchUp: c.result, Template: c.submit}, nil, now)
+	case "unschedule":
+		return s.DecideScheduleRemove(c.reason)
+	case "fire":
+		return Decision{Outcome: ResultOK, Records: s.DueFirings(nil, now)}, nil
 	case "pause":
 		return s.DecidePause(c.queues[0], "maintenance", c.delay, now)
 	case "resume":
@@ -257,6 +276,14 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 		return m.Release(now, c.task, c.lease, c.delay.Milliseconds())
 	case "limit":
 		return m.Limit(now, c.queues[0], c.limit)
+	case "schedule":
+		p := c.submit.Policy
+		return m.ScheduleAdd(now, c.reason, c.delay.Milliseconds(), c.result, refmodel.Spec{Payload: c.submit.Payload, Window: c.submit.Window.Millis(),
+			Policy: refmodel.Policy{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff.Millis(), BackoffMax: p.BackoffMax.Millis()}, Queue: c.submit.Queue})
+	case "unschedule":
+		return m.ScheduleRemove(now, c.reason)
+	case "fire":
+		return m.Fire(now)
 	case "pause":
 		return m.Pause(now, c.queues[0], c.delay.Milliseconds())
 	case "resume":

@@ -16,20 +16,22 @@ type RecordType string
 
 // The task record types (seed 004 §4, SPEC §2).
 const (
-	TaskCreated   RecordType = "TaskCreated"
-	LeaseGranted  RecordType = "LeaseGranted"
-	LeaseExtended RecordType = "LeaseExtended"
-	LeaseExpired  RecordType = "LeaseExpired"
-	TaskCompleted RecordType = "TaskCompleted"
-	TaskCancelled RecordType = "TaskCancelled"
-	TaskFailed    RecordType = "TaskFailed"
-	TaskDead      RecordType = "TaskDead"
-	TaskAborted   RecordType = "TaskAborted"   // revision 2
-	TaskRedacted  RecordType = "TaskRedacted"  // format version 3
-	QueueLimited  RecordType = "QueueLimited"  // format version 3
-	LeaseReleased RecordType = "LeaseReleased" // format version 3
-	QueuePaused   RecordType = "QueuePaused"   // format version 3
-	QueueResumed  RecordType = "QueueResumed"  // format version 3
+	TaskCreated     RecordType = "TaskCreated"
+	LeaseGranted    RecordType = "LeaseGranted"
+	LeaseExtended   RecordType = "LeaseExtended"
+	LeaseExpired    RecordType = "LeaseExpired"
+	TaskCompleted   RecordType = "TaskCompleted"
+	TaskCancelled   RecordType = "TaskCancelled"
+	TaskFailed      RecordType = "TaskFailed"
+	TaskDead        RecordType = "TaskDead"
+	TaskAborted     RecordType = "TaskAborted"     // revision 2
+	TaskRedacted    RecordType = "TaskRedacted"    // format version 3
+	QueueLimited    RecordType = "QueueLimited"    // format version 3
+	LeaseReleased   RecordType = "LeaseReleased"   // format version 3
+	QueuePaused     RecordType = "QueuePaused"     // format version 3
+	QueueResumed    RecordType = "QueueResumed"    // format version 3
+	ScheduleAdded   RecordType = "ScheduleAdded"   // format version 3
+	ScheduleRemoved RecordType = "ScheduleRemoved" // format version 3
 )
 
 // The records of a compaction's base (format version 3): a WAL that was
@@ -43,7 +45,7 @@ const (
 
 // recordTypes lists every record type, tasks first, as help texts show them.
 var recordTypes = []RecordType{TaskCreated, LeaseGranted, LeaseExtended, LeaseExpired, TaskCompleted, TaskCancelled,
-	TaskFailed, TaskDead, TaskAborted, TaskRedacted, LeaseReleased, QueueLimited, QueuePaused, QueueResumed, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
+	TaskFailed, TaskDead, TaskAborted, TaskRedacted, LeaseReleased, QueueLimited, QueuePaused, QueueResumed, ScheduleAdded, ScheduleRemoved, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
 
 // RecordTypeNames returns the names of all record types.
 func RecordTypeNames() []string {
@@ -167,6 +169,17 @@ type Record struct {
 	// QueueResumed ends it).
 	Until *int64 `json:"until,omitempty"`
 
+	// Periodic tasks (format version 3): a ScheduleAdded names the schedule,
+	// its every or cron (with tz) and catch_up, with the task it submits in
+	// the TaskCreated fields; a firing's TaskCreated names the schedule and
+	// the slot it was due at.
+	Schedule string   `json:"schedule,omitempty"`
+	Every    Duration `json:"every,omitempty"`
+	Cron     string   `json:"cron,omitempty"`
+	TZ       string   `json:"tz,omitempty"`
+	CatchUp  string   `json:"catch_up,omitempty"`
+	Slot     *int64   `json:"slot,omitempty"`
+
 	// A compaction's base (format version 3).
 	Parts    int    `json:"parts,omitempty"`     // BaseBegin: how many BaseParts follow
 	KeptFrom *int64 `json:"kept_from,omitempty"` // BaseBegin: finished tasks that ended before were dropped
@@ -181,7 +194,8 @@ type Record struct {
 // redaction and a completion's result, 2
 // for the record types and fields of revision 2, else 1.
 func (r Record) FormatVersion() int {
-	if r.Type.IsBase() || r.Type == TaskRedacted || r.Type == QueueLimited || r.Type == LeaseReleased || r.Type == QueuePaused || r.Type == QueueResumed || r.Result != "" {
+	if r.Type.IsBase() || r.Type == TaskRedacted || r.Type == QueueLimited || r.Type == LeaseReleased || r.Type == QueuePaused || r.Type == QueueResumed ||
+		r.Type == ScheduleAdded || r.Type == ScheduleRemoved || r.Schedule != "" || r.Result != "" {
 		return 3
 	}
 	if r.Type == TaskAborted || r.NotBefore != nil || r.Queue != "" || r.Priority != nil || r.RequeuedFrom != "" {

@@ -17,7 +17,7 @@ import (
 // and leases when a lookup first needs them (keySubmits, keyLeases).
 
 // snapshotVersion is the version a snapshot is written in when it needs
-// the newest: one with paused queues. Without them it is written in version
+// the newest: one with paused queues or schedules. Without them it is written in version
 // 5 as before, so that a base an older leasewal wrote is the base this one
 // writes for the same state (verify --history compares them byte for byte).
 const snapshotVersion = 6
@@ -58,7 +58,7 @@ func (e *encoder) ints(v []int64) {
 func (s *State) Snapshot() []byte {
 	e := &encoder{b: make([]byte, 0, 256*len(s.order)+64)}
 	version := uint64(5)
-	if len(s.pauses) > 0 {
+	if len(s.pauses) > 0 || len(s.schedules) > 0 {
 		version = snapshotVersion
 	}
 	e.uint(version)
@@ -132,6 +132,24 @@ func (s *State) Snapshot() []byte {
 			e.int(sp.To)
 			e.str(sp.Reason)
 		}
+	}
+	e.uint(uint64(len(s.schedules)))
+	for _, sc := range s.Schedules() {
+		e.str(sc.Name)
+		e.int(int64(sc.Every))
+		e.str(sc.Cron)
+		e.str(sc.TZ)
+		e.str(sc.CatchUp)
+		t := sc.Template
+		e.str(t.Payload)
+		e.int(int64(t.Window))
+		e.int(int64(t.Policy.MaxAttempts))
+		e.int(int64(t.Policy.Backoff))
+		e.int(int64(t.Policy.BackoffMax))
+		e.str(t.Queue)
+		e.int(int64(t.Priority))
+		e.int(sc.AddedAt)
+		e.int(sc.LastSlot)
 	}
 	return e.b
 }
@@ -398,6 +416,7 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 	}
 	if version >= 6 {
 		d.pauses(s)
+		d.schedules(s)
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail()
@@ -411,8 +430,8 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 // pauses reads every paused queue's spans, and gives them to its tasks.
 func (d *snapDecoder) pauses(s *State) {
 	n := d.uint()
-	if n == 0 || n > uint64(len(d.b)) {
-		d.fail() // version 6 is written only with a pause
+	if n > uint64(len(d.b)) {
+		d.fail()
 		return
 	}
 	for range n {
@@ -425,6 +444,28 @@ func (d *snapDecoder) pauses(s *State) {
 		for range spans {
 			p.spans = append(p.spans, PauseSpan{From: d.int(), To: d.int(), Reason: d.str()})
 		}
+	}
+}
+
+// schedules reads every schedule.
+func (d *snapDecoder) schedules(s *State) {
+	n := d.uint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return
+	}
+	for range n {
+		sc := &Schedule{ScheduleSpec: ScheduleSpec{Name: d.str(), Every: Duration(d.int()), Cron: d.str(), TZ: d.str(), CatchUp: d.str(),
+			Template: Submit{Payload: d.str(), Window: Duration(d.int()),
+				Policy: RetryPolicy{MaxAttempts: int(d.int()), Backoff: Duration(d.int()), BackoffMax: Duration(d.int())},
+				Queue:  d.str(), Priority: int(d.int())}}, AddedAt: d.int(), LastSlot: d.int()}
+		if d.err != nil {
+			return
+		}
+		if s.schedules == nil {
+			s.schedules = map[string]*Schedule{}
+		}
+		s.schedules[sc.Name] = sc
 	}
 }
 

@@ -78,6 +78,8 @@ func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 			args = []string{"pause", "default", "--for", "20s"}
 		case op == 4:
 			args = []string{"resume", "default"}
+		case op == 5 && rng.IntN(3) == 0:
+			args = []string{"schedule", "add", "tick", "--every", "20s", "--", "--payload", "tick"}
 		default:
 			args = []string{"lease", "--worker", "W", "--duration", "20s"}
 		}

@@ -139,6 +139,39 @@ type Tx struct {
 	staging bool
 	staged  [][]byte
 	version int
+	// tentative is set by CommitFirst: the operation's records are staged
+	// and written at its end only if it succeeds.
+	tentative bool
+}
+
+// CommitFirst applies recs ahead of what the operation decides, so that it
+// decides on them, and writes them with the operation's own records in one
+// append at its end; if the operation fails (a refusal, bad input), none of
+// them is written and the handle forgets the state they changed. Within a
+// batch (WriteBatch) they are staged with it like any commit.
+func (tx *Tx) CommitFirst(recs []state.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if !tx.staging {
+		tx.staging, tx.tentative = true, true
+	}
+	return tx.Commit(recs)
+}
+
+// settleTentative ends what CommitFirst began: on success the staged records
+// are written, on failure dropped with the state they changed.
+func (tx *Tx) settleTentative(err error) error {
+	if !tx.tentative {
+		return err
+	}
+	tx.tentative = false
+	if err != nil {
+		tx.staging, tx.staged, tx.Committed = false, nil, nil
+		tx.h.forget()
+		return err
+	}
+	return tx.flushStaged()
 }
 
 // Records is how many records the WAL holds.
@@ -197,7 +230,7 @@ func (h *Handle) do(mode wal.Mode, fn func(*Tx) error) error {
 			h.forget()
 			return err
 		}
-		err = fn(tx)
+		err = tx.settleTentative(fn(tx))
 		if damage := tx.State.Damage(); damage != nil {
 			tx.end()
 			h.forget()
@@ -547,7 +580,7 @@ func (tx *Tx) decideEach(fns []func(*Tx) error, errs []error, committed [][]stat
 // only when a record needs it.
 func (tx *Tx) append(bodies [][]byte, version int) error {
 	if tx.log == nil {
-		log, err := wal.CreateBatch(tx.h.opts.Path, bodies, wal.NewVersion, tx.h.opts.Fault, seamOf(tx.h.opts.FS))
+		log, err := wal.CreateBatch(tx.h.opts.Path, bodies, max(wal.NewVersion, version), tx.h.opts.Fault, seamOf(tx.h.opts.FS))
 		if err != nil {
 			return err
 		}

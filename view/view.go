@@ -46,6 +46,12 @@ func Record(r state.Record) api.Record {
 	if r.NotBefore != nil {
 		v.NotBefore = api.FormatTime(*r.NotBefore)
 	}
+	if r.Until != nil {
+		v.Until = api.FormatTime(*r.Until)
+	}
+	if r.Slot != nil {
+		v.Slot = api.FormatTime(*r.Slot)
+	}
 	return v
 }
 
@@ -71,6 +77,19 @@ func Pause(queue string, sp state.PauseSpan) api.PausedQueue {
 	if !sp.Open() {
 		until := api.FormatTime(sp.To)
 		v.Until = &until
+	}
+	return v
+}
+
+// Schedule is a schedule as the answers show it, with its next slot (0:
+// none).
+func Schedule(sc state.Schedule, next int64) api.Schedule {
+	t := sc.Template
+	v := api.Schedule{Name: sc.Name, Cron: sc.Cron, TZ: sc.TZ, CatchUp: sc.CatchUp, Payload: t.Payload, Queue: t.Queue, Priority: t.Priority,
+		Window: t.Window.String(), MaxAttempts: t.Policy.MaxAttempts, AddedAt: api.FormatTime(sc.AddedAt),
+		LastSlot: Null(Stamp(sc.LastSlot)), NextSlot: Null(Stamp(next))}
+	if sc.Every > 0 {
+		v.Every = sc.Every.String()
 	}
 	return v
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 )
 
 // Policy is a task's retry policy, in ms.
@@ -105,6 +106,16 @@ type Model struct {
 	lastLease int
 	limits    map[string]int     // queue -> most LEASED tasks at once
 	pauses    map[string][]pause // queue -> every time it was paused, in order
+	schedules map[string]schedule
+}
+
+// schedule is a periodic task (every ms, from when it was added).
+type schedule struct {
+	every   int64
+	catchUp string
+	spec    Spec
+	added   int64
+	last    int64 // the last slot fired (0: none)
 }
 
 // New is an empty coordinator.
@@ -116,6 +127,7 @@ func New() *Model {
 func (m *Model) Clone() *Model {
 	c := &Model{byID: map[string]*task{}, submits: map[string]*task{}, leases: map[string]*lease{},
 		leaseReqs: maps.Clone(m.leaseReqs), lastTask: m.lastTask, lastLease: m.lastLease, limits: maps.Clone(m.limits)}
+	c.schedules = maps.Clone(m.schedules)
 	for q, ps := range m.pauses {
 		if c.pauses == nil {
 			c.pauses = map[string][]pause{}
@@ -137,7 +149,7 @@ func (m *Model) Clone() *Model {
 
 // Key is a canonical description of the state, equal for equal states.
 func (m *Model) Key() string {
-	s := fmt.Sprint(m.lastTask, m.lastLease, m.leaseReqs, m.limits, m.pauses)
+	s := fmt.Sprint(m.lastTask, m.lastLease, m.leaseReqs, m.limits, m.pauses, m.schedules)
 	for _, t := range m.tasks {
 		s += fmt.Sprintf("|%+v", *t)
 	}
@@ -745,4 +757,83 @@ func (m *Model) Leases(taskID string) []string {
 		}
 	}
 	return out
+}
+
+// ScheduleAdd adds a schedule firing spec every ms, its first slot after
+// now. The README: "The same schedule again answers again (duplicate); the
+// name with other options is refused".
+func (m *Model) ScheduleAdd(now int64, name string, every int64, catchUp string, spec Spec) Answer {
+	return m.tentative(func() Answer {
+		if spec.Queue == "" {
+			spec.Queue = "default"
+		}
+		if every <= 0 || spec.Payload == "" || (catchUp != "none" && catchUp != "last" && catchUp != "all") {
+			return refused("InvalidInput")
+		}
+		if old, ok := m.schedules[name]; ok {
+			if old.every != every || old.catchUp != catchUp || old.spec != spec {
+				return refused("RequestConflict")
+			}
+			return Answer{Result: "OK", Duplicate: true}
+		}
+		if m.schedules == nil {
+			m.schedules = map[string]schedule{}
+		}
+		m.schedules[name] = schedule{every: every, catchUp: catchUp, spec: spec, added: now}
+		return Answer{Result: "OK", Written: []string{"ScheduleAdded"}}
+	})
+}
+
+// ScheduleRemove removes a schedule.
+func (m *Model) ScheduleRemove(now int64, name string) Answer {
+	return m.tentative(func() Answer {
+		if _, ok := m.schedules[name]; !ok {
+			return refused("NotFound")
+		}
+		delete(m.schedules, name)
+		return Answer{Result: "OK", Written: []string{"ScheduleRemoved"}}
+	})
+}
+
+// Fire writes the firings due at now, schedule by schedule in name order.
+// The README: a schedule "submits a task at each of its slots: every D
+// from when it was added ... request id NAME@SLOT, so a slot never fires
+// twice"; "--catch-up: last (the latest slot due, however late), none (only
+// a slot less than a minute late) or all (every slot due, the latest 100 at
+// most)".
+func (m *Model) Fire(now int64) Answer {
+	return m.tentative(func() Answer {
+		a := Answer{Result: "OK"}
+		for _, name := range slices.Sorted(maps.Keys(m.schedules)) {
+			sc := m.schedules[name]
+			var due []int64
+			for slot := sc.added + sc.every; slot <= now; slot += sc.every {
+				if slot > sc.last {
+					due = append(due, slot)
+				}
+			}
+			switch {
+			case len(due) == 0:
+				continue
+			case sc.catchUp == "all" && len(due) > 100:
+				due = due[len(due)-100:]
+			case sc.catchUp == "last":
+				due = due[len(due)-1:]
+			case sc.catchUp == "none":
+				if now-due[len(due)-1] >= 60_000 { // a minute late is not less than a minute
+					continue
+				}
+				due = due[len(due)-1:]
+			}
+			for _, slot := range due {
+				spec := sc.spec
+				spec.Req = name + "@" + time.UnixMilli(slot).UTC().Format("2006-01-02T15:04:05.000Z")
+				m.create(now, spec)
+				a.Written = append(a.Written, "TaskCreated")
+			}
+			sc.last = due[len(due)-1]
+			m.schedules[name] = sc
+		}
+		return a
+	})
 }
