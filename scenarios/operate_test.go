@@ -1,7 +1,9 @@
 package scenarios
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,5 +37,35 @@ func TestServeFiresOnTime(t *testing.T) {
 	}
 	if code, stdout, _ := run(t, walPath, nil, "log", "--type", "TaskCreated", "-o", "tsv"); code != 0 || strings.Count(stdout, "request=beat@") != strings.Count(stdout, "TaskCreated") {
 		t.Fatalf("every task is a firing of beat, each slot once:\n%s", stdout)
+	}
+}
+
+// TestLeaseWaitWakesOnResume: a worker waiting on a paused queue takes its
+// task when the queue is resumed, and one waiting on a pause --for wakes at
+// its end by itself.
+func TestLeaseWaitWakesOnResume(t *testing.T) {
+	walPath := filepath.Join(t.TempDir(), "q.wal")
+	run(t, walPath, nil, "submit", "--payload", "m", "--queue", "mail")
+	run(t, walPath, nil, "pause", "mail")
+	cmd := exec.Command(binary(), "lease", "--worker", "W", "--queue", "mail", "--wait", "1h", "-o", "json")
+	cmd.Env = append(os.Environ(), "LEASEWAL_WAL="+walPath, "NO_COLOR=1")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "lease --wait to wait on the WAL", func() bool { return testwait.HoldsInotify(cmd.Process.Pid) }, nil)
+	if code, stdout, stderr := run(t, walPath, nil, "resume", "mail"); code != 0 {
+		t.Fatalf("resume: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), `"result":"LEASED","task_id":"T1"`) {
+		t.Fatalf("lease --wait after the resume: %v %s", err, out.String())
+	}
+
+	run(t, walPath, nil, "submit", "--payload", "m2", "--queue", "mail")
+	run(t, walPath, nil, "pause", "mail", "--for", "1s")
+	code, stdout, stderr := run(t, walPath, nil, "lease", "--worker", "W", "--queue", "mail", "--wait", "1h", "-o", "json")
+	if code != 0 || !strings.Contains(stdout, `"task_id":"T2"`) {
+		t.Fatalf("lease --wait through a pause --for: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
