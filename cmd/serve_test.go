@@ -18,6 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"leasewal/api"
 	"leasewal/client"
 	"leasewal/internal/testwait"
@@ -590,6 +596,25 @@ func TestReadOnlyToken(t *testing.T) {
 	}
 	if strings.Contains(body, "leasewal_batch_size_count 0") {
 		t.Errorf("GET /metrics counted no batch:\n%s", body)
+	}
+	// the exposition as Prometheus reads it: its own parser, and its linter
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("GET /metrics does not parse as the Prometheus text format: %v\n%s", err, body)
+	}
+	if f := families["leasewal_leases_total"]; f == nil || f.GetType() != dto.MetricType_COUNTER || len(f.GetMetric()) != 7 {
+		t.Errorf("leasewal_leases_total: want a counter with a series per lease event, got %v", f)
+	}
+	problems, err := testutil.GatherAndLint(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		out := make([]*dto.MetricFamily, 0, len(families))
+		for _, f := range families {
+			out = append(out, f)
+		}
+		return out, nil
+	}))
+	if err != nil || len(problems) > 0 {
+		t.Errorf("GET /metrics: the Prometheus linter finds %v (%v)", problems, err)
 	}
 	if code, _ := metricsAs(""); code != http.StatusUnauthorized {
 		t.Errorf("GET /metrics without a token: HTTP %d", code)
