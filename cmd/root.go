@@ -158,6 +158,9 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 			if a.env.Output == "prom" && c.CommandPath() != "leasewal stats" {
 				return usageErr("-o prom is the Prometheus text format of 'leasewal stats'; give table, wide, json or tsv")
 			}
+			if (a.env.Output == "html") != (c.CommandPath() == "leasewal report") {
+				return usageErr("-o html goes with 'leasewal report', which writes only that: 'leasewal report -o html > report.html'")
+			}
 			// serve is the server; run is a client of its own (runcoord.go)
 			if a.env.Server != "" && c.Name() != "serve" && c.CommandPath() != "leasewal run" && !strings.HasPrefix(c.CommandPath(), "leasewal cluster") {
 				return a.remote(c)
@@ -210,7 +213,7 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newReleaseCmd(), a.newExpireCmd(),
 		a.newAbortCmd(), a.newRedactCmd(), a.newRequeueCmd(), a.newQueueCmd(), a.newPauseCmd(), a.newResumeCmd(), a.newScheduleCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
-		a.newInspectCmd(), a.newLogCmd(), a.newVerifyCmd(), a.newStatsCmd(), a.newRepairCmd(), a.newBackupCmd(), a.newCompactCmd(),
+		a.newInspectCmd(), a.newLogCmd(), a.newReportCmd(), a.newVerifyCmd(), a.newStatsCmd(), a.newRepairCmd(), a.newBackupCmd(), a.newCompactCmd(),
 		a.newWorkleaseCmd(),
 	)
 	a.registerCompletions(root)
@@ -298,9 +301,9 @@ func (a *app) resolve() error {
 	}
 	c.Output = strings.ToLower(a.v.GetString("output"))
 	switch c.Output {
-	case "table", "wide", "json", "tsv", "prom":
+	case "table", "wide", "json", "tsv", "prom", "html":
 	default:
-		return usageErr("--output must be table, wide, json or tsv (or prom, for stats), got %q", c.Output)
+		return usageErr("--output must be table, wide, json or tsv (or prom, for stats; html, for report), got %q", c.Output)
 	}
 	timeout, err := api.ParseSpan(strings.TrimSpace(a.v.GetString("lock_timeout")))
 	if err != nil || timeout < 0 {

@@ -730,6 +730,7 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"inspect", "--until", "2", "--state", "LEASED"}, 0, "T1"},
 		{[]string{"log", "--task", "T1", "--type", "LeaseGranted,TaskFailed", "-o", "json"}, 0, `"type":"TaskFailed"`},
 		{[]string{"log", "--from", "99"}, 0, "no records match"},
+		{[]string{"report", "-o", "html", "--task", "T1"}, 0, `<section class="task" id="task-T1" data-state="FAILED">`},
 		{[]string{"worklease", "acquire", "--domain", "d", "--offset", "4", "-o", "json"}, 0, `"token":"K1"`},
 		{[]string{"worklease", "fail", "--domain", "d", "--token", "K1", "--max-retries", "0", "-o", "json"}, 0, `"result":"GIVE_UP_NO_BACKLOG"`},
 		{[]string{"worklease", "acquire", "--domain", "d", "--offset", "5"}, 0, "ACQUIRED"},

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"leasewal/state"
+	"leasewal/view"
 )
 
 // glyphs are the characters a timeline is drawn with: plain ASCII when the
@@ -28,8 +29,8 @@ var asciiGlyphs = glyphs{start: "[", fill: "=", ext: "+", rest: "-", current: ">
 
 // Every mark is distinct, as in the ASCII form: an expiry (✕), a failure
 // (✘), a death (†) and a cancelled late completion (!) read apart.
-var unicodeGlyphs = glyphs{start: "├", fill: "━", ext: "╋", rest: "┄", current: "▷", mark: "!", deadline: "┃", rule: "─", tick: "┼",
-	end: map[string]string{state.EndCompleted: "✔", state.EndExpired: "✕", state.EndFailed: "✘", state.EndRetry: "↻", state.EndDead: "†", state.EndAborted: "⊘", state.EndReleased: "↩"}}
+var unicodeGlyphs = glyphs{start: "├", fill: "━", ext: "╋", rest: "┄", current: view.MarkCurrent, mark: view.MarkCancelled, deadline: view.MarkDeadline,
+	rule: "─", tick: "┼", end: view.EndMarks}
 
 // timeline draws one task's life on a time axis.
 type timeline struct {

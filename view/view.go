@@ -93,3 +93,15 @@ func Schedule(sc state.Schedule, next int64) api.Schedule {
 	}
 	return v
 }
+
+// EndMarks is the mark of each way an attempt ends, as the terminal's
+// timeline (in color) and the HTML report draw it: one legend for both.
+var EndMarks = map[string]string{state.EndCompleted: "✔", state.EndExpired: "✕", state.EndFailed: "✘", state.EndRetry: "↻",
+	state.EndDead: "†", state.EndAborted: "⊘", state.EndReleased: "↩"}
+
+// The other marks both draw.
+const (
+	MarkCancelled = "!" // a late completion, cancelled
+	MarkDeadline  = "┃"
+	MarkCurrent   = "▷" // a lease still current
+)

@@ -1,0 +1,170 @@
+package report_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"leasewal/report"
+	"leasewal/service"
+	"leasewal/store"
+)
+
+// page renders the report of a copy of a seed WAL to dir/name.html.
+func page(t *testing.T, dir, seed, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "seeds", seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	walPath := filepath.Join(t.TempDir(), seed)
+	if err := os.WriteFile(walPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := service.New(service.Options{Store: store.Options{Path: walPath, Actor: "test"}})
+	p, err := report.Build(context.Background(), svc, report.Options{Title: "report of " + seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := report.Render(&out, p); err != nil {
+		t.Fatal(err)
+	}
+	wellFormed(t, out.Bytes())
+	path := filepath.Join(dir, name+".html")
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// wellFormed parses the page with a strict XML parser: every element
+// closed, every attribute quoted, every id once.
+func wellFormed(t *testing.T, page []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(bytes.Replace(page, []byte("<!DOCTYPE html>"), nil, 1)))
+	d.Strict, d.Entity = true, xml.HTMLEntity
+	ids := map[string]bool{}
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("the page is not well formed: %v", err)
+		}
+		if el, ok := tok.(xml.StartElement); ok {
+			switch el.Name.Local {
+			case "script", "link", "img", "iframe":
+				t.Fatalf("the page loads or runs something: <%s>", el.Name.Local)
+			}
+			for _, a := range el.Attr {
+				if a.Name.Local == "id" {
+					if ids[a.Value] {
+						t.Fatalf("id %q twice", a.Value)
+					}
+					ids[a.Value] = true
+				}
+			}
+		}
+	}
+}
+
+// outputDir is where the pages and their screenshots go for a person to
+// look at: LEASEWAL_TEST_OUTPUT, or the test's temporary directory.
+func outputDir(t *testing.T) string {
+	if dir := os.Getenv("LEASEWAL_TEST_OUTPUT"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	return t.TempDir()
+}
+
+// browser is a headless Chromium (Debian's, which .ci/run installs); a
+// machine without one skips, unless LEASEWAL_BROWSER_REQUIRED is set.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("LEASEWAL_BROWSER_REQUIRED") != "" {
+			t.Fatalf("no chromium on PATH, and LEASEWAL_BROWSER_REQUIRED is set: %v", err)
+		}
+		t.Skip("no chromium on PATH (Debian's chromium package; .ci/run installs it)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestReportInABrowser: the reports of seeds 000 and 001, opened from disk
+// in headless Chromium, show the tasks, L1's lapse and its cancelled late
+// completion, the workers' lanes; they run no script; screenshots are
+// saved beside them.
+func TestReportInABrowser(t *testing.T) {
+	dir := outputDir(t)
+	ctx := browser(t)
+	for _, c := range []struct {
+		seed, name string
+		checks     map[string]string // a JavaScript expression -> what it must give
+	}{
+		{"lease_expiry.wal", "seed000", map[string]string{
+			`document.scripts.length`:                                                         "0",
+			`document.querySelectorAll("section.task").length`:                                "1",
+			`document.querySelector("#task-T1").dataset.state`:                                "COMPLETED",
+			`document.querySelector("#task-T1 text.expired.event title").textContent`:         "T1: lease L1 of W1 lapsed at 2026-01-01T00:00:30.000Z",
+			`document.querySelector("#task-T1 text.cancelled.event title").textContent`:       "T1: a late completion under L1 was cancelled at 2026-01-01T00:00:55.000Z",
+			`[...document.querySelectorAll("tr.lane")].map(r => r.dataset.worker).join()`:     "W1,W2",
+			`document.querySelector("[data-state=COMPLETED] b").textContent`:                  "1",
+			`document.querySelectorAll("#task-T1 tr[data-type=TaskCancelled]").length`:        "1",
+			`document.querySelector("#chart a[href='#task-T1'] text.expired") !== null`:       "true",
+			`getComputedStyle(document.querySelector("#task-T1 rect.completed")).fill !== ""`: "true",
+		}},
+		{"happy_path.wal", "seed001", map[string]string{
+			`document.querySelector("#task-T1").dataset.state`:                    "COMPLETED",
+			`document.querySelectorAll("#task-T1 text.event").length`:             "0",
+			`document.querySelector("[data-state=COMPLETED] b").textContent`:      "1",
+			`document.querySelectorAll("tr.lane").length`:                         "1",
+			`document.querySelector("#task-T1 rect.completed title").textContent`: "L1 W1 attempt 1: completed",
+		}},
+	} {
+		path := page(t, dir, c.seed, c.name)
+		if _, err := chromedp.Run(ctx, chromedp.Navigate("file://"+path)); err != nil {
+			t.Fatalf("%s in chromium: %v", c.name, err)
+		}
+		if _, err := chromedp.Run(ctx, chromedp.WaitVisible("#overview")); err != nil {
+			t.Fatalf("%s in chromium: %v", c.name, err)
+		}
+		shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: a PNG
+		if err != nil {
+			t.Fatalf("%s: a screenshot: %v", c.name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, c.name+".png"), shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for expr, want := range c.checks {
+			got, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr))
+			if err != nil {
+				t.Fatalf("%s: %s: %v", c.name, expr, err)
+			}
+			if s := fmt.Sprint(got); s != want {
+				t.Errorf("%s: %s is %q, want %q", c.name, expr, s, want)
+			}
+		}
+	}
+	t.Logf("pages and screenshots in %s", dir)
+}
