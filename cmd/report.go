@@ -1,10 +1,14 @@
 package cmd
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 
 	"leasewal/api"
+	"leasewal/expect"
 	"leasewal/report"
+	"leasewal/store"
 )
 
 type reportOptions struct {
@@ -13,6 +17,7 @@ type reportOptions struct {
 	tasks        []string
 	queue        string
 	title        string
+	expect       string
 }
 
 func (a *app) newReportCmd() *cobra.Command {
@@ -26,7 +31,11 @@ time, lapses, cancelled late completions and deaths marked on the time axis), a
 lane per worker showing which task it held when, and every task's timeline
 with its records, drawn with the terminal timeline's marks. The first 500 tasks
 are drawn; the others are counted and named (--task or --from/--to draws them).
-Writes nothing to the WAL; through --server it draws the server's WAL.`,
+With --expect FILE (an expectation trace, as verify --expect takes) the page
+lists the trace's steps beside the recorded path, each marked held or not, the
+first divergence highlighted with verify's differences; the report is still
+written, and the exit code is 5 when the WAL differs. Writes nothing to the
+WAL; through --server it draws the server's WAL (--expect needs a local one).`,
 		Example: `  leasewal report -o html > report.html
   leasewal --wal testdata/seeds/lease_expiry.wal report -o html --task T1 > t1.html`,
 		Args: cobra.NoArgs,
@@ -40,6 +49,7 @@ Writes nothing to the WAL; through --server it draws the server's WAL.`,
 	f.StringSliceVar(&o.tasks, "task", nil, "only these tasks")
 	f.StringVar(&o.queue, "queue", "", "only this queue's records")
 	f.StringVar(&o.title, "title", "", "the page's title (default: leasewal report of the WAL)")
+	f.StringVar(&o.expect, "expect", "", "an expectation trace: its steps beside the recorded path, each held or not (a local WAL)")
 	return c
 }
 
@@ -55,10 +65,65 @@ func runReport(e env, o reportOptions) error {
 			title = "leasewal report of " + e.Server
 		}
 	}
-	page, err := report.Build(e.context(), s.svc, report.Options{Title: title, Tasks: o.tasks,
+	var checked *report.Expectation
+	var differs error
+	if o.expect != "" {
+		if e.Server != "" {
+			return usageErr("--expect replays a local WAL: give --wal, not --server")
+		}
+		if checked, differs, err = expectation(e, o.expect); err != nil {
+			return err
+		}
+	}
+	page, err := report.Build(e.context(), s.svc, report.Options{Title: title, Tasks: o.tasks, Expect: checked,
 		Log: api.LogRequest{From: o.from, To: o.to, Since: o.since, Until: o.until, Queue: o.queue}})
 	if err != nil {
 		return e.remoteError(err)
 	}
-	return report.Render(e.stdout, page)
+	if err := report.Render(e.stdout, page); err != nil {
+		return err
+	}
+	return differs
+}
+
+// expectation checks the WAL against a trace as verify --expect does, and
+// says how each step fared; differs is the *expect.MismatchError when any
+// did not hold (exit 5, after the page is written).
+func expectation(e env, file string) (out *report.Expectation, differs error, err error) {
+	want, err := expect.Read(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !want.IsTrace() {
+		return nil, nil, usageErr("--expect %s is an 'inspect -o json' document; a report draws a trace's steps: give a list of steps (after:, at:, final:)", file)
+	}
+	outline := want.Outline() // before the check, which consumes the steps
+	opts := e.storeOptions()
+	if err := checkedBy(&opts, want); err != nil {
+		return nil, nil, err
+	}
+	h := store.Open(opts)
+	defer h.Close()
+	err = h.Read(func(tx *store.Tx) error { return want.Check(tx.State, tx.Now) })
+	var mismatch *expect.MismatchError
+	if err != nil && !errors.As(err, &mismatch) {
+		return nil, nil, err
+	}
+	out = &report.Expectation{File: file}
+	for _, st := range outline {
+		step := report.ExpectStep{Label: st.Label, Expects: st.Expects, Held: true}
+		if mismatch != nil {
+			for _, m := range mismatch.Mismatches {
+				if m.Step == st.Label {
+					step.Held = false
+					step.Differences = append(step.Differences, m.String())
+				}
+			}
+		}
+		out.Steps = append(out.Steps, step)
+	}
+	if mismatch != nil {
+		differs = mismatch
+	}
+	return out, differs, nil
 }

@@ -71,14 +71,9 @@ func runVerify(e env, expectFile string, history bool) error {
 	opts := e.storeOptions()
 	opts.Verifier = state.NewVerifier()
 	if want != nil {
-		want.Hooks(&opts)
-		// A trace is checked against the whole story: the records a
-		// compaction sealed are read from their segments first.
-		last, _, err := store.ReadSegments(opts, 1)
-		if err != nil {
+		if err := checkedBy(&opts, want); err != nil {
 			return err
 		}
-		store.SkipThrough(&opts, last)
 	}
 	return e.operate(opts, false, func(tx *store.Tx) (answer, error) {
 		tasks, err := tx.State.Tasks()
@@ -117,4 +112,17 @@ func runVerify(e env, expectFile string, history bool) error {
 				"torn tail bytes", fmt.Sprint(out.TornBytes), "expect", out.Expect, "base", out.Base, "history", out.History)
 		}}, nil
 	})
+}
+
+// checkedBy has the replay opts drives check want as it goes. A trace is
+// checked against the whole story: the records a compaction sealed are read
+// from their segments first.
+func checkedBy(opts *store.Options, want *expect.Expectation) error {
+	want.Hooks(opts)
+	last, _, err := store.ReadSegments(*opts, 1)
+	if err != nil {
+		return err
+	}
+	store.SkipThrough(opts, last)
+	return nil
 }

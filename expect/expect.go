@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -152,6 +153,36 @@ func Read(path string) (*Expectation, error) {
 
 // Steps is how many steps a trace has (0 for a document).
 func (x *Expectation) Steps() int { return x.steps }
+
+// Step is one step of a trace as a person reads it: its label (the one its
+// differences name) and what it expects, in a line.
+type Step struct {
+	Label   string
+	Expects string
+}
+
+// Outline is every step of a trace, in order (none for a document).
+func (x *Expectation) Outline() []Step {
+	out := make([]Step, 0, len(x.checker.steps))
+	for _, s := range x.checker.steps {
+		var parts []string
+		for _, group := range []map[string]map[string]any{s.tasks, s.domains} {
+			for _, id := range slices.Sorted(maps.Keys(group)) {
+				var fields []string
+				for _, name := range slices.Sorted(maps.Keys(group[id])) {
+					v, _ := json.Marshal(group[id][name])
+					fields = append(fields, name+" "+string(v))
+				}
+				parts = append(parts, id+": "+strings.Join(fields, ", "))
+			}
+		}
+		if s.hasRecords {
+			parts = append(parts, "records "+strings.Join(s.records, ", "))
+		}
+		out = append(out, Step{Label: s.label, Expects: strings.Join(parts, "; ")})
+	}
+	return out
+}
 
 // IsTrace says whether the file is a trace.
 func (x *Expectation) IsTrace() bool { return x.isTrace }

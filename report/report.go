@@ -30,9 +30,25 @@ const MaxTasks = 500
 
 // Options say which part of the WAL a page shows.
 type Options struct {
-	Log   api.LogRequest // the records: --from/--to, --since/--until, --queue
-	Tasks []string       // only these tasks (none: every task)
-	Title string
+	Log    api.LogRequest // the records: --from/--to, --since/--until, --queue
+	Tasks  []string       // only these tasks (none: every task)
+	Title  string
+	Expect *Expectation // a trace checked against the WAL, drawn beside it
+}
+
+// Expectation is a trace's steps, each held by the WAL or not.
+type Expectation struct {
+	File  string
+	Steps []ExpectStep
+}
+
+// ExpectStep is one step of a trace: what it expects, whether the WAL
+// held it, and verify --expect's differences when not.
+type ExpectStep struct {
+	Label, Expects string
+	Held           bool
+	Differences    []string
+	First          bool // the first step that did not hold
 }
 
 // Page is everything the template draws.
@@ -47,6 +63,7 @@ type Page struct {
 	Lanes            []Lane
 	Tasks            []Task
 	Omitted          []string // tasks beyond MaxTasks
+	Expect           *Expectation
 	Legend           []Mark
 	AxisStart, AxisW int64 // unix ms, the axis every drawing shares
 }
@@ -127,7 +144,15 @@ func Build(ctx context.Context, svc api.Service, o Options) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	p := Page{Title: cmp.Or(o.Title, "leasewal report"), Records: len(recs), Last: end.LastSeq}
+	p := Page{Title: cmp.Or(o.Title, "leasewal report"), Records: len(recs), Last: end.LastSeq, Expect: o.Expect}
+	if x := o.Expect; x != nil {
+		for i := range x.Steps {
+			if !x.Steps[i].Held {
+				x.Steps[i].First = true
+				break
+			}
+		}
+	}
 	if len(recs) == 0 {
 		return p, nil
 	}

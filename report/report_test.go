@@ -10,17 +10,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
-	"leasewal/report"
-	"leasewal/service"
-	"leasewal/store"
+	"leasewal/cmd"
 )
 
-// page renders the report of a copy of a seed WAL to dir/name.html.
-func page(t *testing.T, dir, seed, name string) string {
+// page writes the report of a copy of a seed WAL to dir/name.html, as
+// 'leasewal report -o html ARGS' writes it, and returns its path; the
+// command's exit code must be want.
+func page(t *testing.T, dir, seed, name string, want int, args ...string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "testdata", "seeds", seed))
 	if err != nil {
@@ -30,14 +31,10 @@ func page(t *testing.T, dir, seed, name string) string {
 	if err := os.WriteFile(walPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	svc := service.New(service.Options{Store: store.Options{Path: walPath, Actor: "test"}})
-	p, err := report.Build(context.Background(), svc, report.Options{Title: "report of " + seed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := report.Render(&out, p); err != nil {
-		t.Fatal(err)
+	var out, errOut bytes.Buffer
+	args = append([]string{"--wal", walPath, "report", "-o", "html", "--title", "report of " + seed}, args...)
+	if code := cmd.Main(args, strings.NewReader(""), &out, &errOut); code != want {
+		t.Fatalf("leasewal %v: exit %d, want %d\n%s", args, code, want, errOut.String())
 	}
 	wellFormed(t, out.Bytes())
 	path := filepath.Join(dir, name+".html")
@@ -111,18 +108,22 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestReportInABrowser: the reports of seeds 000 and 001, opened from disk
-// in headless Chromium, show the tasks, L1's lapse and its cancelled late
-// completion, the workers' lanes; they run no script; screenshots are
-// saved beside them.
+// TestReportInABrowser: the reports of seeds 000 and 001, and of seed 000
+// against a trace that diverges at its third record, opened from disk in
+// headless Chromium, show the tasks, L1's lapse and its cancelled late
+// completion, the workers' lanes, each step of the trace held or not and
+// the first divergence with verify's difference; they run no script;
+// screenshots are saved beside them.
 func TestReportInABrowser(t *testing.T) {
 	dir := outputDir(t)
 	ctx := browser(t)
 	for _, c := range []struct {
 		seed, name string
+		exit       int
+		args       []string
 		checks     map[string]string // a JavaScript expression -> what it must give
 	}{
-		{"lease_expiry.wal", "seed000", map[string]string{
+		{"lease_expiry.wal", "seed000", 0, nil, map[string]string{
 			`document.scripts.length`:                                                         "0",
 			`document.querySelectorAll("section.task").length`:                                "1",
 			`document.querySelector("#task-T1").dataset.state`:                                "COMPLETED",
@@ -134,15 +135,23 @@ func TestReportInABrowser(t *testing.T) {
 			`document.querySelector("#chart a[href='#task-T1'] text.expired") !== null`:       "true",
 			`getComputedStyle(document.querySelector("#task-T1 rect.completed")).fill !== ""`: "true",
 		}},
-		{"happy_path.wal", "seed001", map[string]string{
+		{"happy_path.wal", "seed001", 0, nil, map[string]string{
 			`document.querySelector("#task-T1").dataset.state`:                    "COMPLETED",
 			`document.querySelectorAll("#task-T1 text.event").length`:             "0",
 			`document.querySelector("[data-state=COMPLETED] b").textContent`:      "1",
 			`document.querySelectorAll("tr.lane").length`:                         "1",
 			`document.querySelector("#task-T1 rect.completed title").textContent`: "L1 W1 attempt 1: completed",
 		}},
+		{"lease_expiry.wal", "seed000-diverging", 5, []string{"--expect", filepath.Join("testdata", "diverging.trace.yaml")}, map[string]string{
+			`document.querySelectorAll("ol.steps li.step").length`:                          "7",
+			`document.querySelectorAll("ol.steps li.step[data-held=false]").length`:         "1",
+			`document.querySelector("#first-divergence b").textContent`:                     "after seq 3",
+			`document.querySelector("#first-divergence .differences").textContent`:          `after seq 3: T1.worker: expected "W1", got "W2"`,
+			`getComputedStyle(document.querySelector("#first-divergence")).borderLeftStyle`: "solid",
+			`document.querySelector("#task-T1").dataset.state`:                              "COMPLETED",
+		}},
 	} {
-		path := page(t, dir, c.seed, c.name)
+		path := page(t, dir, c.seed, c.name, c.exit, c.args...)
 		if _, err := chromedp.Run(ctx, chromedp.Navigate("file://"+path)); err != nil {
 			t.Fatalf("%s in chromium: %v", c.name, err)
 		}
