@@ -18,6 +18,7 @@ import (
 	"leasewal/client"
 	"leasewal/cluster"
 	"leasewal/metrics"
+	"leasewal/report"
 	"leasewal/server"
 	"leasewal/service"
 	"leasewal/state"
@@ -256,8 +257,18 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	batch := service.NewBatcher(back, maxBatch, own.Observe)
 	stopping, stopWaits := context.WithCancel(context.Background())
 	kick, scheduled := service.Kicker()
+	live := report.NewLive("leasewal serve: " + e.WAL)
 	svc := service.New(service.Options{Store: e.storeOptions(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries,
-		Committed: func(recs []state.Record) { own.Records(recs); scheduled(recs) }})
+		Committed: func(recs []state.Record) { own.Records(recs); scheduled(recs); live.Add(recs) }})
+	o.Live = live
+	if stats, err := svc.Stats(context.Background(), api.StatsRequest{}); err == nil && stats.LastSeq > 0 {
+		var recs []api.Record
+		end, err := svc.Log(context.Background(), api.LogRequest{From: max(1, stats.LastSeq-report.LiveRecords+1)},
+			func(r api.Record) error { recs = append(recs, r); return nil })
+		if err == nil {
+			live.Load(recs, end.LastSeq)
+		}
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(own.Collectors()...)
 	reg.MustRegister(metrics.NewStatsCollector(func(ctx context.Context) (api.Stats, error) { return svc.Stats(ctx, api.StatsRequest{}) }))

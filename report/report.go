@@ -63,6 +63,8 @@ type Page struct {
 	Lanes            []Lane
 	Tasks            []Task
 	Omitted          []string // tasks beyond MaxTasks
+	Earlier          []string // tasks created before the records shown
+	Live             bool     // served by serve at /ui: the page follows the WAL
 	Expect           *Expectation
 	Legend           []Mark
 	AxisStart, AxisW int64 // unix ms, the axis every drawing shares
@@ -144,7 +146,14 @@ func Build(ctx context.Context, svc api.Service, o Options) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	p := Page{Title: cmp.Or(o.Title, "leasewal report"), Records: len(recs), Last: end.LastSeq, Expect: o.Expect}
+	return FromRecords(recs, end.LastSeq, o), nil
+}
+
+// FromRecords lays out the page of recs, the WAL's last seq being last. A
+// task whose creation is not among recs began before them: it is named,
+// not drawn.
+func FromRecords(recs []api.Record, last int64, o Options) Page {
+	p := Page{Title: cmp.Or(o.Title, "leasewal report"), Records: len(recs), Last: last, Expect: o.Expect}
 	if x := o.Expect; x != nil {
 		for i := range x.Steps {
 			if !x.Steps[i].Held {
@@ -154,10 +163,10 @@ func Build(ctx context.Context, svc api.Service, o Options) (Page, error) {
 		}
 	}
 	if len(recs) == 0 {
-		return p, nil
+		return p
 	}
-	first, last := recs[0].Record.At, recs[len(recs)-1].Record.At
-	p.From, p.To, p.FirstSeq = api.FormatTime(first), api.FormatTime(last), recs[0].Seq
+	first, lastAt := recs[0].Record.At, recs[len(recs)-1].Record.At
+	p.From, p.To, p.FirstSeq = api.FormatTime(first), api.FormatTime(lastAt), recs[0].Seq
 	byTask := map[string][]state.Record{}
 	var order []string
 	for _, r := range recs {
@@ -172,17 +181,18 @@ func Build(ctx context.Context, svc api.Service, o Options) (Page, error) {
 	if len(o.Tasks) > 0 {
 		order = slices.DeleteFunc(order, func(id string) bool { return !slices.Contains(o.Tasks, id) })
 	}
-	ax := axis{start: first, span: max(last-first, 1000)}
+	ax := axis{start: first, span: max(lastAt-first, 1000)}
 	p.AxisStart, p.AxisW = ax.start, ax.span
 	states, queues := map[string]int{}, map[string]int{}
 	lanes := map[string][]Span{}
 	var events []Event
 	for i, id := range order {
 		t, err := state.TaskOf(byTask[id])
-		if err != nil {
-			return Page{}, fmt.Errorf("replaying %s from its records: %w", id, err)
+		if err != nil { // its first records are not among these: it began before them
+			p.Earlier = append(p.Earlier, id)
+			continue
 		}
-		c := t.At(last)
+		c := t.At(lastAt)
 		states[string(c.State)]++
 		queues[c.Queue]++
 		tv := Task{ID: c.ID, State: string(c.State), Queue: c.Queue, Payload: c.Payload, Reason: c.EndReason, Result: c.Result,
@@ -224,7 +234,7 @@ func Build(ctx context.Context, svc api.Service, o Options) (Page, error) {
 	}
 	p.Chart = chart(recs, ax, events)
 	p.Legend = legend()
-	return p, nil
+	return p
 }
 
 // axis maps times onto the drawings' width.

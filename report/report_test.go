@@ -2,13 +2,11 @@ package report_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"leasewal/cmd"
+	"leasewal/internal/testbrowser"
 )
 
 // page writes the report of a copy of a seed WAL to dir/name.html, as
@@ -76,38 +75,6 @@ func wellFormed(t *testing.T, page []byte) {
 	}
 }
 
-// outputDir is where the pages and their screenshots go for a person to
-// look at: LEASEWAL_TEST_OUTPUT, or the test's temporary directory.
-func outputDir(t *testing.T) string {
-	if dir := os.Getenv("LEASEWAL_TEST_OUTPUT"); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	return t.TempDir()
-}
-
-// browser is a headless Chromium (Debian's, which .ci/run installs); a
-// machine without one skips, unless LEASEWAL_BROWSER_REQUIRED is set.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("LEASEWAL_BROWSER_REQUIRED") != "" {
-			t.Fatalf("no chromium on PATH, and LEASEWAL_BROWSER_REQUIRED is set: %v", err)
-		}
-		t.Skip("no chromium on PATH (Debian's chromium package; .ci/run installs it)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestReportInABrowser: the reports of seeds 000 and 001, and of seed 000
 // against a trace that diverges at its third record, opened from disk in
 // headless Chromium, show the tasks, L1's lapse and its cancelled late
@@ -115,8 +82,8 @@ func browser(t *testing.T) context.Context {
 // the first divergence with verify's difference; they run no script;
 // screenshots are saved beside them.
 func TestReportInABrowser(t *testing.T) {
-	dir := outputDir(t)
-	ctx := browser(t)
+	dir := testbrowser.OutputDir(t)
+	ctx := testbrowser.Start(t)
 	for _, c := range []struct {
 		seed, name string
 		exit       int

@@ -19,9 +19,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"leasewal/api"
 	"leasewal/cluster"
+	"leasewal/report"
 	"leasewal/service"
 )
 
@@ -46,31 +48,39 @@ type Options struct {
 	StopWaits, Stop func()
 	// Metrics answers GET /metrics (Prometheus); nil: none.
 	Metrics http.Handler
+	// Live is the page GET /ui shows, fed as records are committed; nil:
+	// none.
+	Live *report.Live
 }
 
 // Server answers the HTTP API.
 type Server struct {
-	o      Options
-	routes map[string]route
-	status func() (service.Status, error)
-	node   *cluster.Node // nil: a single server
+	o        Options
+	stopping chan struct{} // closed by StopWaits: the live page's streams end
+	stopOnce sync.Once
+	routes   map[string]route
+	status   func() (service.Status, error)
+	node     *cluster.Node // nil: a single server
 }
 
 // New is a server of svc, its status told by status; node is the raft node
 // behind svc, nil for a single server.
 func New(svc api.Service, status func() (service.Status, error), node *cluster.Node, o Options) *Server {
-	return &Server{o: o, routes: routes(svc, o.Describe), status: status, node: node}
+	return &Server{o: o, routes: routes(svc, o.Describe), status: status, node: node, stopping: make(chan struct{})}
 }
 
 // StopWaits ends the open waits at once: each answers what it has, as if
 // its time had run out, so that a shutdown has only short requests to
 // finish.
-func (s *Server) StopWaits() { s.o.StopWaits() }
+func (s *Server) StopWaits() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+	s.o.StopWaits()
+}
 
 // Stop ends the service's group committer once no request is under way:
 // call it after the HTTP server has drained.
 func (s *Server) Stop() {
-	s.o.StopWaits()
+	s.StopWaits()
 	s.o.Stop()
 }
 
@@ -92,6 +102,10 @@ func (s *Server) readOnly(path string) bool {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") { // a browser's: its token comes in a cookie
+		s.ui(w, r)
+		return
+	}
 	path, ok := strings.CutPrefix(r.URL.Path, "/v1/")
 	if r.URL.Path == "/metrics" { // where Prometheus looks
 		path, ok = "metrics", true

@@ -1,0 +1,86 @@
+package report
+
+import (
+	"sync"
+
+	"leasewal/api"
+	"leasewal/state"
+	"leasewal/view"
+)
+
+// LiveRecords is how many of the latest records a live page keeps and
+// draws: its memory is bounded by them, whatever the WAL's size.
+const LiveRecords = 20000
+
+// Live is the page a server shows at /ui: the latest records, fed as they
+// are committed (never read again from the WAL), and a signal to its
+// watchers at each new one.
+type Live struct {
+	title string
+	mu    sync.Mutex
+	recs  []api.Record
+	last  int64
+	next  chan struct{} // closed at the next change, then replaced
+}
+
+// NewLive is a live page with no record yet.
+func NewLive(title string) *Live { return &Live{title: title, next: make(chan struct{})} }
+
+// Load starts the page from recs, the WAL's latest records, its last seq
+// being last: before any record is committed.
+func (l *Live) Load(recs []api.Record, last int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keep(recs)
+	l.last = max(l.last, last)
+}
+
+// Add takes the records a request committed, as committed (a redaction
+// masks its task's payload here, as the log does).
+func (l *Live) Add(recs []state.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range recs {
+		if r.Type == state.TaskRedacted {
+			for i := range l.recs {
+				if l.recs[i].TaskID == r.TaskID {
+					l.recs[i].Record.Payload = ""
+				}
+			}
+		}
+		l.recs = append(l.recs, view.Record(r))
+		l.last = max(l.last, r.Seq)
+	}
+	l.keep(nil)
+	close(l.next)
+	l.next = make(chan struct{})
+}
+
+// keep adds recs and drops the oldest beyond LiveRecords.
+func (l *Live) keep(recs []api.Record) {
+	l.recs = append(l.recs, recs...)
+	if n := len(l.recs) - LiveRecords; n > 0 {
+		l.recs = append(l.recs[:0:0], l.recs[n:]...)
+	}
+}
+
+// Page is the page as the records kept stand now; changed is closed at
+// the next change.
+func (l *Live) Page() (p Page, changed <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p = FromRecords(l.recs, l.last, Options{Title: l.title})
+	p.Live = true
+	return p, l.next
+}
+
+// Last is the last seq the page shows, and a channel closed at the next
+// change.
+func (l *Live) Last() (int64, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last, l.next
+}
