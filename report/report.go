@@ -167,16 +167,16 @@ func FromRecords(recs []api.Record, last int64, o Options) Page {
 	}
 	first, lastAt := recs[0].Record.At, recs[len(recs)-1].Record.At
 	p.From, p.To, p.FirstSeq = api.FormatTime(first), api.FormatTime(lastAt), recs[0].Seq
-	byTask := map[string][]state.Record{}
+	byTask := map[string][]int{} // each task's records, as indexes into recs
 	var order []string
-	for _, r := range recs {
+	for i, r := range recs {
 		if r.TaskID == "" {
 			continue
 		}
 		if _, seen := byTask[r.TaskID]; !seen {
 			order = append(order, r.TaskID)
 		}
-		byTask[r.TaskID] = append(byTask[r.TaskID], r.Record)
+		byTask[r.TaskID] = append(byTask[r.TaskID], i)
 	}
 	if len(o.Tasks) > 0 {
 		order = slices.DeleteFunc(order, func(id string) bool { return !slices.Contains(o.Tasks, id) })
@@ -187,7 +187,11 @@ func FromRecords(recs []api.Record, last int64, o Options) Page {
 	lanes := map[string][]Span{}
 	var events []Event
 	for i, id := range order {
-		t, err := state.TaskOf(byTask[id])
+		own := make([]state.Record, len(byTask[id]))
+		for j, k := range byTask[id] {
+			own[j] = recs[k].Record
+		}
+		t, err := state.TaskOf(own)
 		if err != nil { // its first records are not among these: it began before them
 			p.Earlier = append(p.Earlier, id)
 			continue
@@ -195,6 +199,10 @@ func FromRecords(recs []api.Record, last int64, o Options) Page {
 		c := t.At(lastAt)
 		states[string(c.State)]++
 		queues[c.Queue]++
+		if i >= MaxTasks { // counted, not drawn: nor on the lanes and the axis
+			p.Omitted = append(p.Omitted, id)
+			continue
+		}
 		tv := Task{ID: c.ID, State: string(c.State), Queue: c.Queue, Payload: c.Payload, Reason: c.EndReason, Result: c.Result,
 			Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts}
 		for _, a := range c.Attempts {
@@ -207,19 +215,13 @@ func FromRecords(recs []api.Record, last int64, o Options) Page {
 			tv.Spans = append(tv.Spans, sp)
 			lanes[a.Worker] = append(lanes[a.Worker], sp)
 		}
-		tv.Events = eventsOf(c, byTask[id], ax)
+		tv.Events = eventsOf(c, own, ax)
 		events = append(events, tv.Events...)
 		if d := c.Deadline(); d <= ax.start+ax.span {
 			tv.DeadlineX, tv.DeadlineOn = ax.x(d), true
 		}
-		if i >= MaxTasks {
-			p.Omitted = append(p.Omitted, id)
-			continue
-		}
-		for _, r := range recs {
-			if r.TaskID == id {
-				tv.Records = append(tv.Records, r)
-			}
+		for _, k := range byTask[id] {
+			tv.Records = append(tv.Records, recs[k])
 		}
 		p.Tasks = append(p.Tasks, tv)
 	}

@@ -37,6 +37,7 @@ func main() {
 	backlogOnly := flag.Bool("backlog", false, "measure per-command latency against the number of waiting tasks instead")
 	batch := flag.Int("batch", 0, "measure the batch door instead: this many tasks in one submit --batch-file")
 	compaction := flag.String("compaction", "", "measure compaction instead, on WALs of these sizes in records (e.g. 100000,1000000)")
+	reports := flag.String("report", "", "measure report -o html instead, on WALs of these sizes in records (e.g. 10000,100000,1000000)")
 	peerPhase := flag.Duration("peers", 0, "measure leasewal serve beside beanstalkd and redis instead, in phases of this length (both on PATH)")
 	flag.Parse()
 	if *generate != "" {
@@ -69,16 +70,20 @@ func main() {
 		batchBench(dir, *leasewal, *batch)
 		return
 	}
-	if *compaction != "" {
+	if *compaction != "" || *reports != "" {
 		var sizes []int
-		for _, field := range strings.Split(*compaction, ",") {
+		for _, field := range strings.Split(*compaction+*reports, ",") {
 			n, err := strconv.Atoi(field)
 			check(err)
 			sizes = append(sizes, n)
 		}
 		self, err := os.Executable()
 		check(err)
-		compactionBench(dir, *leasewal, self, sizes)
+		if *reports != "" {
+			reportBench(dir, *leasewal, self, sizes)
+		} else {
+			compactionBench(dir, *leasewal, self, sizes)
+		}
 		return
 	}
 	if *backlogOnly {
