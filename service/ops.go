@@ -254,8 +254,19 @@ func (l *Local) Extend(ctx context.Context, r api.ExtendRequest) (api.Extended, 
 	if err != nil {
 		return api.Extended{}, err
 	}
-	return settled[api.Extended](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
-		dec, err := tx.State.DecideExtend(r.Task, r.Lease, d, tx.Now)
+	return onLease(l, ctx, r.Actor, func(st *state.State, now int64) (state.Decision, error) {
+		return st.DecideExtend(r.Task, r.Lease, d, now)
+	},
+		func(dec state.Decision) api.Extended {
+			return api.Extended{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Expiry: api.FormatTime(dec.Expiry)}
+		})
+}
+
+// onLease writes what decide says of a lease the caller holds: a lease
+// without authority any more is an *api.Cancelled, and nothing is written.
+func onLease[A any](l *Local, ctx context.Context, actor string, decide func(*state.State, int64) (state.Decision, error), answer func(state.Decision) A) (A, error) {
+	return settled[A](l.write(ctx, actor, func(tx *store.Tx) (any, error) {
+		dec, err := decide(tx.State, tx.Now)
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +276,7 @@ func (l *Local) Extend(ctx context.Context, r api.ExtendRequest) (api.Extended, 
 		if err := tx.Commit(dec.Records); err != nil {
 			return nil, err
 		}
-		return api.Extended{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Expiry: api.FormatTime(dec.Expiry)}, nil
+		return answer(dec), nil
 	}))
 }
 
@@ -351,20 +362,13 @@ func (l *Local) Release(ctx context.Context, r api.ReleaseRequest) (api.Released
 	if err != nil {
 		return api.Released{}, err
 	}
-	return settled[api.Released](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
-		dec, err := tx.State.DecideRelease(r.Task, r.Lease, d, tx.Now)
-		if err != nil {
-			return nil, err
-		}
-		if dec.Outcome == state.ResultCancelled {
-			return cancelledErr(dec), nil
-		}
-		if err := tx.Commit(dec.Records); err != nil {
-			return nil, err
-		}
-		return api.Released{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
-			NotBefore: api.FormatTime(dec.NotBefore), Duplicate: dec.Duplicate}, nil
-	}))
+	return onLease(l, ctx, r.Actor, func(st *state.State, now int64) (state.Decision, error) {
+		return st.DecideRelease(r.Task, r.Lease, d, now)
+	},
+		func(dec state.Decision) api.Released {
+			return api.Released{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
+				NotBefore: api.FormatTime(dec.NotBefore), Duplicate: dec.Duplicate}
+		})
 }
 
 // Heartbeat notes the worker in the advisory registry (never in the WAL)
