@@ -115,6 +115,7 @@ type Tick struct {
 type Lane struct {
 	Worker string
 	Spans  []Span
+	Marks  []Event // its late completions, cancelled (fenced)
 }
 
 // Span is one lease on the axis.
@@ -184,7 +185,7 @@ func FromRecords(recs []api.Record, last int64, o Options) Page {
 	ax := axis{start: first, span: max(lastAt-first, 1000)}
 	p.AxisStart, p.AxisW = ax.start, ax.span
 	states, queues := map[string]int{}, map[string]int{}
-	lanes := map[string][]Span{}
+	lanes, fenced := map[string][]Span{}, map[string][]Event{}
 	var events []Event
 	for i, id := range order {
 		own := make([]state.Record, len(byTask[id]))
@@ -217,6 +218,12 @@ func FromRecords(recs []api.Record, last int64, o Options) Page {
 		}
 		tv.Events = eventsOf(c, own, ax)
 		events = append(events, tv.Events...)
+		for _, r := range own {
+			if a := c.AttemptOf(r.LeaseID); r.Type == state.TaskCancelled && a != nil {
+				fenced[a.Worker] = append(fenced[a.Worker], Event{X: ax.x(r.At), Task: c.ID, Glyph: view.MarkCancelled, Class: "cancelled",
+					Label: fmt.Sprintf("%s finished %s under %s too late: cancelled", a.Worker, c.ID, r.LeaseID)})
+			}
+		}
 		if d := c.Deadline(); d <= ax.start+ax.span {
 			tv.DeadlineX, tv.DeadlineOn = ax.x(d), true
 		}
@@ -232,7 +239,7 @@ func FromRecords(recs []api.Record, last int64, o Options) Page {
 		p.Queues = append(p.Queues, Count{Name: q, N: queues[q]})
 	}
 	for _, w := range slices.Sorted(maps.Keys(lanes)) {
-		p.Lanes = append(p.Lanes, Lane{Worker: w, Spans: lanes[w]})
+		p.Lanes = append(p.Lanes, Lane{Worker: w, Spans: lanes[w], Marks: fenced[w]})
 	}
 	p.Chart = chart(recs, ax, events)
 	p.Legend = legend()

@@ -91,16 +91,17 @@ func TestReportInABrowser(t *testing.T) {
 		checks     map[string]string // a JavaScript expression -> what it must give
 	}{
 		{"lease_expiry.wal", "seed000", 0, nil, map[string]string{
-			`document.scripts.length`:                                                         "0",
-			`document.querySelectorAll("section.task").length`:                                "1",
-			`document.querySelector("#task-T1").dataset.state`:                                "COMPLETED",
-			`document.querySelector("#task-T1 text.expired.event title").textContent`:         "T1: lease L1 of W1 lapsed at 2026-01-01T00:00:30.000Z",
-			`document.querySelector("#task-T1 text.cancelled.event title").textContent`:       "T1: a late completion under L1 was cancelled at 2026-01-01T00:00:55.000Z",
-			`[...document.querySelectorAll("tr.lane")].map(r => r.dataset.worker).join()`:     "W1,W2",
-			`document.querySelector("[data-state=COMPLETED] b").textContent`:                  "1",
-			`document.querySelectorAll("#task-T1 tr[data-type=TaskCancelled]").length`:        "1",
-			`document.querySelector("#chart a[href='#task-T1'] text.expired") !== null`:       "true",
-			`getComputedStyle(document.querySelector("#task-T1 rect.completed")).fill !== ""`: "true",
+			`document.scripts.length`:                                                            "0",
+			`document.querySelectorAll("section.task").length`:                                   "1",
+			`document.querySelector("#task-T1").dataset.state`:                                   "COMPLETED",
+			`document.querySelector("#task-T1 text.expired.event title").textContent`:            "T1: lease L1 of W1 lapsed at 2026-01-01T00:00:30.000Z",
+			`document.querySelector("#task-T1 text.cancelled.event title").textContent`:          "T1: a late completion under L1 was cancelled at 2026-01-01T00:00:55.000Z",
+			`[...document.querySelectorAll("tr.lane")].map(r => r.dataset.worker).join()`:        "W1,W2",
+			`document.querySelector("tr.lane[data-worker=W1] text.cancelled title").textContent`: "W1 finished T1 under L1 too late: cancelled",
+			`document.querySelector("[data-state=COMPLETED] b").textContent`:                     "1",
+			`document.querySelectorAll("#task-T1 tr[data-type=TaskCancelled]").length`:           "1",
+			`document.querySelector("#chart a[href='#task-T1'] text.expired") !== null`:          "true",
+			`getComputedStyle(document.querySelector("#task-T1 rect.completed")).fill !== ""`:    "true",
 		}},
 		{"happy_path.wal", "seed001", 0, nil, map[string]string{
 			`document.querySelector("#task-T1").dataset.state`:                    "COMPLETED",
