@@ -62,7 +62,8 @@ type Page struct {
 	Chart            Chart
 	Lanes            []Lane
 	Tasks            []Task
-	Omitted          []string // tasks beyond MaxTasks
+	Omitted          []string // tasks beyond MaxTasks (the first 1,000 of them)
+	OmittedMore      int      // and how many more
 	Earlier          []string // tasks created before the records shown
 	Live             bool     // served by serve at /ui: the page follows the WAL
 	Expect           *Expectation
@@ -140,22 +141,152 @@ type Task struct {
 // width is the drawings' width in SVG units.
 const width = 1000.0
 
-// Build reads the records o names through svc and lays the page out.
+// Build reads the records o names through svc and lays the page out,
+// streaming: it keeps the drawn tasks' records and, of the others, only
+// those of tasks not yet ended.
 func Build(ctx context.Context, svc api.Service, o Options) (Page, error) {
-	var recs []api.Record
-	end, err := svc.Log(ctx, o.Log, func(r api.Record) error { recs = append(recs, r); return nil })
+	c := newCollector(o)
+	end, err := svc.Log(ctx, o.Log, func(r api.Record) error { c.add(r); return nil })
 	if err != nil {
 		return Page{}, err
 	}
-	return FromRecords(recs, end.LastSeq, o), nil
+	return c.page(end.LastSeq), nil
 }
 
 // FromRecords lays out the page of recs, the WAL's last seq being last. A
 // task whose creation is not among recs began before them: it is named,
 // not drawn.
 func FromRecords(recs []api.Record, last int64, o Options) Page {
-	p := Page{Title: cmp.Or(o.Title, "leasewal report"), Records: len(recs), Last: last, Expect: o.Expect}
-	if x := o.Expect; x != nil {
+	c := newCollector(o)
+	for _, r := range recs {
+		c.add(r)
+	}
+	return c.page(last)
+}
+
+// maxNamed is how many tasks a page names that it does not draw.
+const maxNamed = 1000
+
+// collector takes the records one at a time.
+type collector struct {
+	o             Options
+	records       int
+	first, lastAt int64
+	firstSeq      int64
+	points        []point // for the chart: a record's time and what it did
+	drawn         []string
+	kept          map[string][]api.Record   // the drawn tasks' records
+	open          map[string][]state.Record // the other tasks not yet ended
+	states        map[string]int            // the other tasks ended, by state
+	queues        map[string]int
+	omitted       int
+	named         []string        // of the omitted, the first maxNamed
+	counted       map[string]bool // the other tasks ended and counted
+	earlier       []string
+	isEarlier     map[string]bool
+}
+
+// point is what one record did to the chart: a task created (+1), ended
+// (-1), completed.
+type point struct {
+	at        int64
+	delta     int8
+	completed bool
+}
+
+func newCollector(o Options) *collector {
+	return &collector{o: o, kept: map[string][]api.Record{}, open: map[string][]state.Record{}, states: map[string]int{}, queues: map[string]int{},
+		counted: map[string]bool{}, isEarlier: map[string]bool{}}
+}
+
+func (c *collector) add(r api.Record) {
+	if c.records == 0 {
+		c.first, c.firstSeq = r.Record.At, r.Seq
+	}
+	c.records++
+	c.lastAt = r.Record.At
+	pt := point{at: r.Record.At}
+	switch r.Type {
+	case state.TaskCreated:
+		pt.delta = 1
+	case state.TaskCompleted:
+		pt.completed = true
+	}
+	id := r.TaskID
+	if id == "" || (len(c.o.Tasks) > 0 && !slices.Contains(c.o.Tasks, id)) {
+		c.points = append(c.points, pt)
+		return
+	}
+	if _, drawn := c.kept[id]; drawn {
+		c.kept[id] = append(c.kept[id], r)
+		c.points = append(c.points, c.ended(pt, c.recordsOf(id)))
+		return
+	}
+	if c.counted[id] || c.isEarlier[id] { // a late record of a task counted already, or of one begun before
+		c.points = append(c.points, pt)
+		return
+	}
+	own, open := c.open[id]
+	if !open && r.Type == state.TaskCreated && len(c.drawn) < MaxTasks {
+		c.drawn = append(c.drawn, id)
+		c.kept[id] = []api.Record{r}
+		c.points = append(c.points, pt)
+		return
+	}
+	if !open && r.Type != state.TaskCreated {
+		c.earlier, c.isEarlier[id] = append(c.earlier, id), true
+		c.points = append(c.points, pt)
+		return
+	}
+	own = append(own, r.Record)
+	c.open[id] = own
+	pt = c.ended(pt, own)
+	c.points = append(c.points, pt)
+	if pt.delta < 0 { // ended: counted now, its records let go
+		t, _ := state.TaskOf(own)
+		c.count(t, id)
+		delete(c.open, id)
+		c.counted[id] = true
+	}
+}
+
+// recordsOf is a drawn task's records, for replay.
+func (c *collector) recordsOf(id string) []state.Record {
+	own := make([]state.Record, len(c.kept[id]))
+	for i, r := range c.kept[id] {
+		own[i] = r.Record
+	}
+	return own
+}
+
+// ended marks pt as ending its task when the task's records so far leave
+// it finished (a completion, a final failure, a death, an abort).
+func (c *collector) ended(pt point, own []state.Record) point {
+	switch own[len(own)-1].Type {
+	case state.TaskCompleted, state.TaskFailed, state.TaskDead, state.TaskAborted:
+		if t, err := state.TaskOf(own); err == nil && t.State.Terminal() {
+			pt.delta = -1
+		}
+	}
+	return pt
+}
+
+// count counts a task that is not drawn.
+func (c *collector) count(t *state.Task, id string) {
+	if t == nil {
+		return
+	}
+	c.states[string(t.At(c.lastAt).State)]++
+	c.queues[t.Queue]++
+	if c.omitted++; len(c.named) < maxNamed {
+		c.named = append(c.named, id)
+	}
+}
+
+// page lays out what the records gave, the WAL's last seq being last.
+func (c *collector) page(last int64) Page {
+	p := Page{Title: cmp.Or(c.o.Title, "leasewal report"), Records: c.records, Last: last, Expect: c.o.Expect, Earlier: c.earlier}
+	if x := c.o.Expect; x != nil {
 		for i := range x.Steps {
 			if !x.Steps[i].Held {
 				x.Steps[i].First = true
@@ -163,85 +294,66 @@ func FromRecords(recs []api.Record, last int64, o Options) Page {
 			}
 		}
 	}
-	if len(recs) == 0 {
+	if c.records == 0 {
 		return p
 	}
-	first, lastAt := recs[0].Record.At, recs[len(recs)-1].Record.At
-	p.From, p.To, p.FirstSeq = api.FormatTime(first), api.FormatTime(lastAt), recs[0].Seq
-	byTask := map[string][]int{} // each task's records, as indexes into recs
-	var order []string
-	for i, r := range recs {
-		if r.TaskID == "" {
+	p.From, p.To, p.FirstSeq = api.FormatTime(c.first), api.FormatTime(c.lastAt), c.firstSeq
+	for id, own := range c.open { // not ended by a record: as time leaves them
+		t, err := state.TaskOf(own)
+		if err != nil {
 			continue
 		}
-		if _, seen := byTask[r.TaskID]; !seen {
-			order = append(order, r.TaskID)
-		}
-		byTask[r.TaskID] = append(byTask[r.TaskID], i)
+		c.count(t, id)
 	}
-	if len(o.Tasks) > 0 {
-		order = slices.DeleteFunc(order, func(id string) bool { return !slices.Contains(o.Tasks, id) })
-	}
-	ax := axis{start: first, span: max(lastAt-first, 1000)}
+	p.Omitted, p.OmittedMore = c.named, c.omitted-len(c.named)
+	ax := axis{start: c.first, span: max(c.lastAt-c.first, 1000)}
 	p.AxisStart, p.AxisW = ax.start, ax.span
-	states, queues := map[string]int{}, map[string]int{}
 	lanes, fenced := map[string][]Span{}, map[string][]Event{}
 	var events []Event
-	for i, id := range order {
-		own := make([]state.Record, len(byTask[id]))
-		for j, k := range byTask[id] {
-			own[j] = recs[k].Record
-		}
+	for _, id := range c.drawn {
+		own := c.recordsOf(id)
 		t, err := state.TaskOf(own)
-		if err != nil { // its first records are not among these: it began before them
-			p.Earlier = append(p.Earlier, id)
+		if err != nil {
 			continue
 		}
-		c := t.At(lastAt)
-		states[string(c.State)]++
-		queues[c.Queue]++
-		if i >= MaxTasks { // counted, not drawn: nor on the lanes and the axis
-			p.Omitted = append(p.Omitted, id)
-			continue
-		}
-		tv := Task{ID: c.ID, State: string(c.State), Queue: c.Queue, Payload: c.Payload, Reason: c.EndReason, Result: c.Result,
-			Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts}
-		for _, a := range c.Attempts {
+		tc := t.At(c.lastAt)
+		c.states[string(tc.State)]++
+		c.queues[tc.Queue]++
+		tv := Task{ID: tc.ID, State: string(tc.State), Queue: tc.Queue, Payload: tc.Payload, Reason: tc.EndReason, Result: tc.Result,
+			Attempt: tc.Attempt, MaxAttempts: tc.Policy.MaxAttempts, Records: c.kept[id]}
+		for _, a := range tc.Attempts {
 			to, glyph, class := a.EndedAt, view.EndMarks[a.End], endClass(a.End)
 			if a.End == "" {
 				to, glyph, class = a.Expiry, view.MarkCurrent, "current"
 			}
-			sp := Span{X: ax.x(a.GrantedAt), W: max(ax.x(to)-ax.x(a.GrantedAt), 2), Task: c.ID, Lease: a.LeaseID, Glyph: glyph, Class: class,
+			sp := Span{X: ax.x(a.GrantedAt), W: max(ax.x(to)-ax.x(a.GrantedAt), 2), Task: tc.ID, Lease: a.LeaseID, Glyph: glyph, Class: class,
 				Label: fmt.Sprintf("%s %s attempt %d: %s", a.LeaseID, a.Worker, a.Number, cmp.Or(a.End, "current"))}
 			tv.Spans = append(tv.Spans, sp)
 			lanes[a.Worker] = append(lanes[a.Worker], sp)
 		}
-		tv.Events = eventsOf(c, own, ax)
+		tv.Events = eventsOf(tc, own, ax)
 		events = append(events, tv.Events...)
 		for _, r := range own {
-			if a := c.AttemptOf(r.LeaseID); r.Type == state.TaskCancelled && a != nil {
-				fenced[a.Worker] = append(fenced[a.Worker], Event{X: ax.x(r.At), Task: c.ID, Glyph: view.MarkCancelled, Class: "cancelled",
-					Label: fmt.Sprintf("%s finished %s under %s too late: cancelled", a.Worker, c.ID, r.LeaseID)})
+			if a := tc.AttemptOf(r.LeaseID); r.Type == state.TaskCancelled && a != nil {
+				fenced[a.Worker] = append(fenced[a.Worker], Event{X: ax.x(r.At), Task: tc.ID, Glyph: view.MarkCancelled, Class: "cancelled",
+					Label: fmt.Sprintf("%s finished %s under %s too late: cancelled", a.Worker, tc.ID, r.LeaseID)})
 			}
 		}
-		if d := c.Deadline(); d <= ax.start+ax.span {
+		if d := tc.Deadline(); d <= ax.start+ax.span {
 			tv.DeadlineX, tv.DeadlineOn = ax.x(d), true
-		}
-		for _, k := range byTask[id] {
-			tv.Records = append(tv.Records, recs[k])
 		}
 		p.Tasks = append(p.Tasks, tv)
 	}
 	for _, st := range []state.TaskState{state.Waiting, state.Leased, state.Completed, state.Failed, state.Dead} {
-		p.Counts = append(p.Counts, Count{Name: string(st), N: states[string(st)], Class: stateClass(st)})
+		p.Counts = append(p.Counts, Count{Name: string(st), N: c.states[string(st)], Class: stateClass(st)})
 	}
-	for _, q := range slices.Sorted(maps.Keys(queues)) {
-		p.Queues = append(p.Queues, Count{Name: q, N: queues[q]})
+	for _, q := range slices.Sorted(maps.Keys(c.queues)) {
+		p.Queues = append(p.Queues, Count{Name: q, N: c.queues[q]})
 	}
 	for _, w := range slices.Sorted(maps.Keys(lanes)) {
 		p.Lanes = append(p.Lanes, Lane{Worker: w, Spans: lanes[w], Marks: fenced[w]})
 	}
-	p.Chart = chart(recs, ax, events)
+	p.Chart = chart(c.points, ax, events)
 	p.Legend = legend()
 	return p
 }
@@ -288,41 +400,36 @@ func eventsOf(c *state.Task, recs []state.Record, ax axis) []Event {
 }
 
 // chart buckets completions and follows the number of unfinished tasks.
-func chart(recs []api.Record, ax axis, events []Event) Chart {
+func chart(points []point, ax axis, events []Event) Chart {
 	const buckets = 40
 	c := Chart{Events: events}
 	counts := make([]int, buckets)
 	depth := make([]int, buckets)
+	seen := make([]bool, buckets)
 	open := 0
 	bucket := func(at int64) int { return min(buckets-1, int(float64(at-ax.start)*buckets/float64(ax.span))) }
-	for _, r := range recs {
-		b := bucket(r.Record.At)
-		switch r.Type {
-		case state.TaskCreated:
-			open++
-		case state.TaskCompleted:
+	for _, pt := range points {
+		b := bucket(pt.at)
+		if pt.completed {
 			counts[b]++
-			open--
-		case state.TaskDead, state.TaskAborted:
-			open--
-		case state.TaskFailed:
-			if r.Permanent {
-				open--
-			}
 		}
-		for i := b; i < buckets; i++ {
-			depth[i] = open
+		open += int(pt.delta)
+		depth[b], seen[b] = open, true
+	}
+	for i := 1; i < buckets; i++ { // a bucket with no record keeps the depth before it
+		if !seen[i] {
+			depth[i] = depth[i-1]
 		}
 	}
 	c.MaxBar = max(1, slices.Max(counts), slices.Max(depth))
 	bw := width / buckets
-	points := ""
+	line := ""
 	for i, n := range counts {
 		c.Bars = append(c.Bars, Bar{X: float64(i) * bw, W: bw - 1, H: float64(n) * 100 / float64(c.MaxBar), N: n,
 			Label: fmt.Sprintf("%d completed from %s", n, api.FormatTime(ax.start+int64(i)*ax.span/buckets))})
-		points += fmt.Sprintf("%.1f,%.1f ", float64(i)*bw+bw/2, 100-float64(depth[i])*100/float64(c.MaxBar))
+		line += fmt.Sprintf("%.1f,%.1f ", float64(i)*bw+bw/2, 100-float64(depth[i])*100/float64(c.MaxBar))
 	}
-	c.Depth = points
+	c.Depth = line
 	for i := 0; i <= 4; i++ {
 		at := ax.start + int64(i)*ax.span/4
 		c.Ticks = append(c.Ticks, Tick{X: ax.x(at), Label: time.UnixMilli(at).UTC().Format("15:04:05")})
@@ -372,6 +479,7 @@ var tmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"row1":     func(i int) int { return 14 + 18*i },
 	"height":   func(t Task) int { return 22 + 18*len(t.Spans) },
 	"maxTasks": func() int { return MaxTasks },
+	"add0":     func(a, b int) int { return a + b },
 }).Parse(pageTemplate))
 
 // Render writes the page as one self-contained HTML document: whole, or
