@@ -102,4 +102,5 @@ func TestLivePageInABrowser(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "live.png"), shot, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("a screenshot in %s", filepath.Join(dir, "live.png"))
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -34,15 +35,17 @@ func Start(t *testing.T) context.Context {
 	return ctx
 }
 
-// OutputDir is where pages and screenshots go: LEASEWAL_TEST_OUTPUT, or
-// the test's temporary directory.
+// OutputDir is where pages and screenshots go, kept after the test for a
+// person to look at: LEASEWAL_TEST_OUTPUT, or leasewal-test-output in the
+// system's temporary directory.
 func OutputDir(t *testing.T) string {
 	t.Helper()
-	if dir := os.Getenv("LEASEWAL_TEST_OUTPUT"); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return dir
+	dir := os.Getenv("LEASEWAL_TEST_OUTPUT")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "leasewal-test-output")
 	}
-	return t.TempDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
