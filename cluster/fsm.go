@@ -144,6 +144,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 			f.covered = max(f.covered, recs[len(recs)-1].Seq)
 		}
 		f.mu.Unlock()
+		if f.n.cfg.Applied != nil {
+			f.n.cfg.Applied(recs)
+		}
 		return nil
 	case entryCompact:
 		var c compaction

@@ -51,6 +51,9 @@ type Config struct {
 	// Log receives raft's own log lines (each kind at most once per 30 s);
 	// nil discards them.
 	Log io.Writer
+	// Applied, if set, is told the records of each entry the node applies
+	// to its WAL, in order (a live page follows them).
+	Applied func([]state.Record)
 }
 
 // Timing is raft's clock. The defaults tolerate a loaded 2-core machine and

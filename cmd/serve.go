@@ -196,11 +196,12 @@ func runServe(e env, o serveOptions) error {
 		back service.Backend
 		node *cluster.Node
 		life = server.Lifetime{Join: o.join, Log: e.stderr}
+		live = report.NewLive("leasewal serve: " + e.WAL)
 	)
 	if clustered {
 		cfg := o.raft
-		cfg.URL, cfg.Join, cfg.Log = url, o.join != "", e.stderr
-		if tlsConfig != nil { // raft speaks mutual TLS too: only the CA's nodes may send it entries
+		cfg.URL, cfg.Join, cfg.Log, cfg.Applied = url, o.join != "", e.stderr, live.Add // a follower's page follows what it applies
+		if tlsConfig != nil {                                                           // raft speaks mutual TLS too: only the CA's nodes may send it entries
 			if e.CA == "" {
 				return usageErr("a raft node serving TLS needs --ca: the certificate that signs every node's")
 			}
@@ -226,7 +227,7 @@ func runServe(e env, o serveOptions) error {
 			back = service.Serial{Backend: back}
 		}
 	}
-	s, batch, svc, kick := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient})
+	s, batch, svc, kick := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live})
 	compact := service.LocalCompaction(e.storeOptions(), batch)
 	if node != nil { // the leader proposes it, between two batches, and every node compacts at that record
 		compact = func(keep store.CompactOptions) (done store.Compaction, err error) {
@@ -257,7 +258,10 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	batch := service.NewBatcher(back, maxBatch, own.Observe)
 	stopping, stopWaits := context.WithCancel(context.Background())
 	kick, scheduled := service.Kicker()
-	live := report.NewLive("leasewal serve: " + e.WAL)
+	live := o.Live
+	if live == nil {
+		live = report.NewLive("leasewal serve: " + e.WAL)
+	}
 	svc := service.New(service.Options{Store: e.storeOptions(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries,
 		Committed: func(recs []state.Record) { own.Records(recs); scheduled(recs); live.Add(recs) }})
 	o.Live = live

@@ -26,17 +26,24 @@ type Live struct {
 // NewLive is a live page with no record yet.
 func NewLive(title string) *Live { return &Live{title: title, next: make(chan struct{})} }
 
-// Load starts the page from recs, the WAL's latest records, its last seq
-// being last: before any record is committed.
+// Load gives the page recs, the WAL's latest records as read at start (its
+// last seq being last), below any record added already.
 func (l *Live) Load(recs []api.Record, last int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.keep(recs)
+	var older []api.Record
+	for _, r := range recs {
+		if len(l.recs) == 0 || r.Seq < l.recs[0].Seq {
+			older = append(older, r)
+		}
+	}
+	l.recs = append(older, l.recs...)
+	l.keep(nil)
 	l.last = max(l.last, last)
 }
 
-// Add takes the records a request committed, as committed (a redaction
-// masks its task's payload here, as the log does).
+// Add takes the records a request committed, or a raft node applied, in
+// order (a redaction masks its task's payload here, as the log does).
 func (l *Live) Add(recs []state.Record) {
 	if len(recs) == 0 {
 		return
@@ -51,8 +58,11 @@ func (l *Live) Add(recs []state.Record) {
 				}
 			}
 		}
+		if r.Seq <= l.last {
+			continue // told twice (a raft leader's commit, then its apply): once is enough
+		}
 		l.recs = append(l.recs, view.Record(r))
-		l.last = max(l.last, r.Seq)
+		l.last = r.Seq
 	}
 	l.keep(nil)
 	close(l.next)
