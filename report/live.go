@@ -1,6 +1,8 @@
 package report
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 
 	"leasewal/api"
@@ -58,11 +60,15 @@ func (l *Live) Add(recs []state.Record) {
 				}
 			}
 		}
-		if r.Seq <= l.last {
-			continue // told twice (a raft leader's commit, then its apply): once is enough
+		// Requests are told of their records as each is answered, so two of
+		// one batch may come in either order, and a raft leader is told of a
+		// record twice (its commit, then its apply): keep each once, in order.
+		i, found := slices.BinarySearchFunc(l.recs, r.Seq, func(k api.Record, seq int64) int { return cmp.Compare(k.Seq, seq) })
+		if found || (len(l.recs) > 0 && i == 0 && len(l.recs) >= LiveRecords) {
+			continue
 		}
-		l.recs = append(l.recs, view.Record(r))
-		l.last = r.Seq
+		l.recs = slices.Insert(l.recs, i, view.Record(r))
+		l.last = max(l.last, r.Seq)
 	}
 	l.keep(nil)
 	close(l.next)
