@@ -264,15 +264,8 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	}
 	svc := service.New(service.Options{Store: e.storeOptions(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries,
 		Committed: func(recs []state.Record) { own.Records(recs); scheduled(recs); live.Add(recs) }})
+	live.LoadFrom(func() ([]api.Record, int64, error) { return latest(svc) }) // when the page is first looked at
 	o.Live = live
-	if stats, err := svc.Stats(context.Background(), api.StatsRequest{}); err == nil && stats.LastSeq > 0 {
-		var recs []api.Record
-		end, err := svc.Log(context.Background(), api.LogRequest{From: max(1, stats.LastSeq-report.LiveRecords+1)},
-			func(r api.Record) error { recs = append(recs, r); return nil })
-		if err == nil {
-			live.Load(recs, end.LastSeq)
-		}
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(own.Collectors()...)
 	reg.MustRegister(metrics.NewStatsCollector(func(ctx context.Context) (api.Stats, error) { return svc.Stats(ctx, api.StatsRequest{}) }))
@@ -288,6 +281,19 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 		o.HTTP = http.DefaultClient
 	}
 	return server.New(svc, back.Status, node, o), batch, svc, kick
+}
+
+// latest is the WAL's latest records, as many as a live page keeps, and
+// its last seq.
+func latest(svc *service.Local) ([]api.Record, int64, error) {
+	stats, err := svc.Stats(context.Background(), api.StatsRequest{})
+	if err != nil || stats.LastSeq == 0 {
+		return nil, 0, err
+	}
+	var recs []api.Record
+	end, err := svc.Log(context.Background(), api.LogRequest{From: max(1, stats.LastSeq-report.LiveRecords+1)},
+		func(r api.Record) error { recs = append(recs, r); return nil })
+	return recs, end.LastSeq, err
 }
 
 // unknownRoute says why a POST path is no operation.

@@ -19,6 +19,8 @@ const LiveRecords = 20000
 // watchers at each new one.
 type Live struct {
 	title string
+	load  func() ([]api.Record, int64, error) // the WAL's latest records, read at the first look
+	once  sync.Once
 	mu    sync.Mutex
 	recs  []api.Record
 	last  int64
@@ -27,6 +29,23 @@ type Live struct {
 
 // NewLive is a live page with no record yet.
 func NewLive(title string) *Live { return &Live{title: title, next: make(chan struct{})} }
+
+// LoadFrom has the page read the WAL's latest records (and its last seq)
+// with load once, when it is first looked at, so that a server no one
+// watches never reads them. It is set before the page is served.
+func (l *Live) LoadFrom(load func() ([]api.Record, int64, error)) { l.load = load }
+
+// loaded has the WAL's latest records read, once.
+func (l *Live) loaded() {
+	l.once.Do(func() {
+		if l.load == nil {
+			return
+		}
+		if recs, last, err := l.load(); err == nil {
+			l.Load(recs, last)
+		}
+	})
+}
 
 // Load gives the page recs, the WAL's latest records as read at start (its
 // last seq being last), below any record added already.
@@ -86,6 +105,7 @@ func (l *Live) keep(recs []api.Record) {
 // Page is the page as the records kept stand now; changed is closed at
 // the next change.
 func (l *Live) Page() (p Page, changed <-chan struct{}) {
+	l.loaded()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p = FromRecords(l.recs, l.last, Options{Title: l.title})
@@ -96,6 +116,7 @@ func (l *Live) Page() (p Page, changed <-chan struct{}) {
 // Last is the last seq the page shows, and a channel closed at the next
 // change.
 func (l *Live) Last() (int64, <-chan struct{}) {
+	l.loaded()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.last, l.next
