@@ -11,7 +11,8 @@ import (
 )
 
 // LiveRecords is how many of the latest records a live page keeps and
-// draws: its memory is bounded by them, whatever the WAL's size.
+// draws (up to a quarter more between two trims): its memory is bounded by
+// them, whatever the WAL's size.
 const LiveRecords = 20000
 
 // Live is the page a server shows at /ui: the latest records, fed as they
@@ -83,7 +84,7 @@ func (l *Live) Add(recs []state.Record) {
 		// one batch may come in either order, and a raft leader is told of a
 		// record twice (its commit, then its apply): keep each once, in order.
 		i, found := slices.BinarySearchFunc(l.recs, r.Seq, func(k api.Record, seq int64) int { return cmp.Compare(k.Seq, seq) })
-		if found || (len(l.recs) > 0 && i == 0 && len(l.recs) >= LiveRecords) {
+		if found || (i == 0 && len(l.recs) >= LiveRecords) { // told again, or older than the page keeps
 			continue
 		}
 		l.recs = slices.Insert(l.recs, i, view.Record(r))
@@ -94,10 +95,12 @@ func (l *Live) Add(recs []state.Record) {
 	l.next = make(chan struct{})
 }
 
-// keep adds recs and drops the oldest beyond LiveRecords.
+// keep adds recs and, once a quarter more than LiveRecords are kept,
+// drops the oldest down to LiveRecords: a copy every LiveRecords/4
+// records, not at each.
 func (l *Live) keep(recs []api.Record) {
 	l.recs = append(l.recs, recs...)
-	if n := len(l.recs) - LiveRecords; n > 0 {
+	if n := len(l.recs) - LiveRecords; n > LiveRecords/4 {
 		l.recs = append(l.recs[:0:0], l.recs[n:]...)
 	}
 }
