@@ -212,7 +212,7 @@ func renderInspectHead(w io.Writer, p palette, v api.Inspect, listed int) {
 			line += fmt.Sprintf(" · next to expire: %s on %s at %s", n.LeaseID, n.TaskID, n.Expiry)
 		}
 		for _, q := range sum.Paused {
-			line += fmt.Sprintf(" · paused: %s since %s, until %s", escape(q.Queue), q.Since, strings.TrimPrefix(untilText(q), "until "))
+			line += fmt.Sprintf(" · paused: %s since %s, %s", escape(q.Queue), q.Since, untilPhrase(q))
 		}
 		fmt.Fprintln(w, p.line(line))
 	}

@@ -74,6 +74,14 @@ func untilText(v api.PausedQueue) string {
 	return *v.Until
 }
 
+// untilPhrase is untilText in a sentence: "until resumed", "until TIME".
+func untilPhrase(v api.PausedQueue) string {
+	if v.Until == nil {
+		return "until resumed"
+	}
+	return "until " + *v.Until
+}
+
 func pausedTable(v api.Paused) func(io.Writer, palette) error {
 	return func(w io.Writer, p palette) error {
 		kv := append([]string{"result", string(v.Result)}, pauseFields(v.PausedQueue)...)

@@ -3,7 +3,6 @@ package cmd
 import (
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -78,7 +77,7 @@ func statsTable(w io.Writer, p palette, v api.Stats) error {
 		if q.Reason != "" {
 			reason = " (" + escape(q.Reason) + ")"
 		}
-		if _, err := fmt.Fprintf(w, "paused: %s since %s%s, until %s\n", escape(q.Queue), q.Since, reason, strings.TrimPrefix(untilText(q), "until ")); err != nil {
+		if _, err := fmt.Fprintf(w, "paused: %s since %s%s, %s\n", escape(q.Queue), q.Since, reason, untilPhrase(q)); err != nil {
 			return err
 		}
 	}

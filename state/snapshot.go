@@ -429,32 +429,28 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 
 // pauses reads every paused queue's spans, and gives them to its tasks.
 func (d *snapDecoder) pauses(s *State) {
-	n := d.uint()
-	if n > uint64(len(d.b)) {
-		d.fail()
-		return
-	}
-	for range n {
+	for range d.count() {
 		p := s.pausesOf(d.str())
-		spans := d.uint()
-		if spans > uint64(len(d.b)) {
-			d.fail()
-			return
-		}
-		for range spans {
+		for range d.count() {
 			p.spans = append(p.spans, PauseSpan{From: d.int(), To: d.int(), Reason: d.str()})
 		}
 	}
 }
 
-// schedules reads every schedule.
-func (d *snapDecoder) schedules(s *State) {
+// count reads how many items follow; more than the bytes left is damage
+// (and 0 items).
+func (d *snapDecoder) count() uint64 {
 	n := d.uint()
 	if n > uint64(len(d.b)) {
 		d.fail()
-		return
+		return 0
 	}
-	for range n {
+	return n
+}
+
+// schedules reads every schedule.
+func (d *snapDecoder) schedules(s *State) {
+	for range d.count() {
 		sc := &Schedule{ScheduleSpec: ScheduleSpec{Name: d.str(), Every: Duration(d.int()), Cron: d.str(), TZ: d.str(), CatchUp: d.str(),
 			Template: Submit{Payload: d.str(), Window: Duration(d.int()),
 				Policy: RetryPolicy{MaxAttempts: int(d.int()), Backoff: Duration(d.int()), BackoffMax: Duration(d.int())},
