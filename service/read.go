@@ -214,8 +214,8 @@ func listed(st *state.State, only taskFilter) ([]*state.Task, error) {
 
 func summarize(st *state.State, at int64) *api.InspectSummary {
 	sum := &api.InspectSummary{Queues: map[string]map[string]int{}}
-	var next int64
-	for _, t := range st.Live() { // only unfinished tasks wait or hold leases
+	var nextExpiry, nextSeq, oldestSeq int64 // ties go to the task created first
+	st.EachLive(func(t *state.Task) bool {   // only unfinished tasks wait or hold leases
 		c := t.At(at)
 		if !c.State.Terminal() {
 			if sum.Queues[c.Queue] == nil {
@@ -223,17 +223,19 @@ func summarize(st *state.State, at int64) *api.InspectSummary {
 			}
 			sum.Queues[c.Queue][string(c.State)]++
 		}
-		switch {
+		switch seq := t.Seqs[0]; {
 		case c.State == state.Leased:
 			sum.CurrentLeases++
-			if sum.NextExpiry == nil || c.Lease.Expiry < next {
-				next = c.Lease.Expiry
-				sum.NextExpiry = &api.HeldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: api.FormatTime(next)}
+			if sum.NextExpiry == nil || c.Lease.Expiry < nextExpiry || c.Lease.Expiry == nextExpiry && seq < nextSeq {
+				nextExpiry, nextSeq = c.Lease.Expiry, seq
+				sum.NextExpiry = &api.HeldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: api.FormatTime(nextExpiry)}
 			}
-		case c.State == state.Waiting && sum.OldestWaiting == nil: // tasks are in creation order
+		case c.State == state.Waiting && (sum.OldestWaiting == nil || seq < oldestSeq):
+			oldestSeq = seq
 			sum.OldestWaiting = &api.OldestWaiting{TaskID: c.ID, CreatedAt: api.FormatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
 		}
-	}
+		return true
+	})
 	if paused := pausedList(st, at, ""); len(paused) > 0 {
 		sum.Paused = paused
 	}

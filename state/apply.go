@@ -279,6 +279,10 @@ func (s *State) noteEnded(t *Task) {
 
 // Live returns the tasks that were not terminal when the records left them
 // (and possibly some that since ended), in creation order.
+//
+// EachLive is the same tasks one at a time, in no order: what counts or
+// looks for something among them holds one cold task in memory at a time,
+// not the backlog.
 func (s *State) Live() []*Task {
 	if s.cold == nil {
 		return s.live
@@ -286,6 +290,17 @@ func (s *State) Live() []*Task {
 	all := append(s.coldLive(), s.live...)
 	slices.SortFunc(all, byCreation)
 	return all
+}
+
+// EachLive hands fn each task Live lists, in no particular order (those in
+// memory first), until fn returns false.
+func (s *State) EachLive(fn func(*Task) bool) {
+	for _, t := range s.live {
+		if !fn(t) {
+			return
+		}
+	}
+	s.coldTasks(everyEntry, fn)
 }
 
 func (s *State) checkSequence(r Record) error {
@@ -415,8 +430,10 @@ func (s *State) applyCreated(r Record) error {
 	if !ok {
 		return invalid("task id %q is not of the form T<n>", r.TaskID)
 	}
-	if t, err := s.lookupTask(r.TaskID); err != nil || t != nil {
-		return firstErr(err, invalid("task %s already exists", r.TaskID))
+	if n <= s.lastTaskNum { // a number above every task's is no task's: no lookup
+		if t, err := s.lookupTask(r.TaskID); err != nil || t != nil {
+			return firstErr(err, invalid("task %s already exists", r.TaskID))
+		}
 	}
 	if err := ValidatePayload(r.Payload); err != nil {
 		return invalid("%v", err)

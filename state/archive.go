@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -19,19 +20,21 @@ import (
 // reads the few it picks from. An archive answers by reading a few kilobytes
 // where it looks, so that loading a state costs what the tasks touched since
 // cost, not the whole history nor the whole backlog. It is pure: it reads
-// bytes the caller provides (the checkpoint code maps its files).
+// bytes the caller provides (the checkpoint code maps its files), and writes
+// new ones as a stream (buildOver), so that neither needs a copy in memory.
 //
-// Layout, integers little endian:
+// Layout, integers little endian; the sizes come last, so that a writer
+// streams the parts without knowing them beforehand:
 //
-//	"leasewal-archive v3\n"
-//	header: records length, entries, tasks, order entries (uint64 each), CRC32C of the records (uint32)
-//	CRC32C of the header and the fence (uint32)
+//	"leasewal-archive v4\n"
 //	records: one per task, in the order they were archived: uvarint length, CRC32C (uint32), the task as a snapshot encodes it
 //	index: blocks of up to 128 entries {key hash, record offset} (uint64 each), each block followed by its CRC32C
 //	order: blocks of up to 128 entries (orderEntry, 48 bytes each), each block followed by its CRC32C
 //	fence: the first key hash of each index block (uint64 each)
+//	trailer: records length, entries, tasks, order entries (uint64 each), CRC32C of the records (uint32)
+//	CRC32C of the trailer and the fence (uint32)
 //
-// Each part is checked where it is read: the header and fence when the
+// Each part is checked where it is read: the trailer and fence when the
 // archive is opened, an index or order block or a record when a lookup reads
 // it. A damaged part makes the archive answer nothing more and report the
 // damage (Err), so that the caller can start again from the WAL.
@@ -45,14 +48,23 @@ type Archive struct {
 	tasks   int
 	// cold marks the cold set: a task read from it remembers where (Task.coldAt).
 	cold bool
-	id   uint32 // the CRC32C of header and fence, which names this archive
-	sum  uint32 // the CRC32C of the records, checked before they are copied
-	err  error
+	id   uint32 // the CRC32C of trailer and fence, which names this archive
+	sum  uint32 // the CRC32C of the records, checked as they are copied
+	// evict, if set, lets go of bytes a sequential read has passed (sweep),
+	// given as offsets into the bytes the archive was opened over; at says
+	// where records, index and order start there.
+	evict func(from, to int)
+	at    [3]int
+	// checked marks the index blocks whose checksum held: the bytes under
+	// an archive never change (a new one replaces the file), and a replay
+	// from the start looks up every new task's keys.
+	checked []uint64
+	err     error
 }
 
 const (
-	archiveMagic       = "leasewal-archive v3\n"
-	archiveHeaderSize  = 4*8 + 4
+	archiveMagic       = "leasewal-archive v4\n"
+	archiveTrailerSize = 4*8 + 4
 	archiveBlockLen    = 128
 	archiveEntrySize   = 16
 	archiveBlockSize   = archiveBlockLen*archiveEntrySize + 4
@@ -97,18 +109,20 @@ func keysOf(t *Task, each func(kind byte, key string)) {
 	}
 }
 
-// OpenArchive checks an archive's header and fence and returns it; the index
-// blocks and records are checked as lookups read them.
-func OpenArchive(b []byte) (*Archive, error) {
+// OpenArchive checks an archive's trailer and fence and returns it; the index
+// blocks and records are checked as lookups read them. evict, if not nil, is
+// called with the parts of b (as offsets) that a sequential read has passed:
+// when b is a mapped file, their pages need not stay in memory.
+func OpenArchive(b []byte, evict func(from, to int)) (*Archive, error) {
 	rest, ok := bytes.CutPrefix(b, []byte(archiveMagic))
-	if !ok || len(rest) < archiveHeaderSize+4 {
-		return nil, fmt.Errorf("%w: no archive header", ErrArchive)
+	if !ok || len(rest) < archiveTrailerSize+4 {
+		return nil, fmt.Errorf("%w: no archive trailer", ErrArchive)
 	}
-	header := rest[:archiveHeaderSize]
-	recordsLen, entries, tasks := binary.LittleEndian.Uint64(header), binary.LittleEndian.Uint64(header[8:]), binary.LittleEndian.Uint64(header[16:])
-	orders := binary.LittleEndian.Uint64(header[24:])
-	id := binary.LittleEndian.Uint32(rest[archiveHeaderSize:])
-	rest = rest[archiveHeaderSize+4:]
+	trailer := rest[len(rest)-archiveTrailerSize-4 : len(rest)-4]
+	recordsLen, entries, tasks := binary.LittleEndian.Uint64(trailer), binary.LittleEndian.Uint64(trailer[8:]), binary.LittleEndian.Uint64(trailer[16:])
+	orders := binary.LittleEndian.Uint64(trailer[24:])
+	id := binary.LittleEndian.Uint32(rest[len(rest)-4:])
+	rest = rest[:len(rest)-archiveTrailerSize-4]
 	size := uint64(len(rest))
 	if entries > size/archiveEntrySize || tasks > entries || orders > tasks || recordsLen > size {
 		return nil, fmt.Errorf("%w: its sizes do not fit the file", ErrArchive)
@@ -120,12 +134,13 @@ func OpenArchive(b []byte) (*Archive, error) {
 		return nil, fmt.Errorf("%w: its sizes do not fit the file", ErrArchive)
 	}
 	fence := rest[recordsLen+indexLen+orderLen:]
-	if crc32.Update(crc32.Checksum(header, archiveCRC), archiveCRC, fence) != id {
-		return nil, fmt.Errorf("%w: header checksum mismatch", ErrArchive)
+	if crc32.Update(crc32.Checksum(trailer, archiveCRC), archiveCRC, fence) != id {
+		return nil, fmt.Errorf("%w: trailer checksum mismatch", ErrArchive)
 	}
 	return &Archive{records: rest[:recordsLen], index: rest[recordsLen : recordsLen+indexLen],
 		order: rest[recordsLen+indexLen : recordsLen+indexLen+orderLen], fence: fence,
-		entries: int(entries), orders: int(orders), tasks: int(tasks), id: id, sum: binary.LittleEndian.Uint32(header[32:])}, nil
+		entries: int(entries), orders: int(orders), tasks: int(tasks), id: id, sum: binary.LittleEndian.Uint32(trailer[32:]),
+		evict: evict, at: [3]int{len(archiveMagic), len(archiveMagic) + int(recordsLen), len(archiveMagic) + int(recordsLen+indexLen)}}, nil
 }
 
 // Err reports damage found by a lookup so far (nil for none, and for no archive).
@@ -169,10 +184,17 @@ func (a *Archive) block(i int) ([]byte, bool) {
 	start := i * archiveBlockSize
 	n := min(archiveBlockLen, a.entries-i*archiveBlockLen) * archiveEntrySize
 	entries := a.index[start : start+n]
+	if a.checked == nil {
+		a.checked = make([]uint64, (a.blocks()+63)/64)
+	}
+	if a.checked[i/64]&(1<<(i%64)) != 0 {
+		return entries, true
+	}
 	if crc32.Checksum(entries, archiveCRC) != binary.LittleEndian.Uint32(a.index[start+n:]) {
 		a.damaged("index block %d checksum mismatch", i)
 		return nil, false
 	}
+	a.checked[i/64] |= 1 << (i % 64)
 	return entries, true
 }
 
@@ -296,179 +318,286 @@ func (a *Archive) readAll() []*Task {
 	return out
 }
 
-// entriesAll reads every index entry, checking each block.
-func (a *Archive) entriesAll() ([]archiveEntry, bool) {
+// eachEntry hands fn the index entries in order, checking each block as it
+// reads it and letting go of the blocks it has read (evict).
+func (a *Archive) eachEntry(fn func(archiveEntry)) bool {
 	if a == nil {
-		return nil, true
+		return true
 	}
-	out := make([]archiveEntry, 0, a.entries)
+	sweep := a.sweep(partIndex, len(a.index))
+	defer sweep.end()
 	for i := range a.blocks() {
 		entries, ok := a.block(i)
 		if !ok {
-			return nil, false
+			return false
 		}
 		for j := 0; j < len(entries); j += archiveEntrySize {
-			out = append(out, archiveEntry{binary.LittleEndian.Uint64(entries[j:]), binary.LittleEndian.Uint64(entries[j+8:])})
+			fn(archiveEntry{binary.LittleEndian.Uint64(entries[j:]), binary.LittleEndian.Uint64(entries[j+8:])})
 		}
+		sweep.passed((i + 1) * archiveBlockSize)
 	}
-	return out, true
+	return true
 }
 
-// buildArchive returns a new archive holding old's tasks (their records
-// copied as they are, after checking them against old's header) and add. It
-// builds the archive in one buffer, records first, so that at most one copy
-// of the history is in memory beside the state.
-func buildArchive(old *Archive, add []*Task) ([]byte, error) {
-	if old == nil {
-		return buildOver(nil, nil, add, false)
-	}
-	var b []byte
-	var err error
-	func() {
-		defer old.guard(debug.SetPanicOnFault(true))
-		b, err = buildOver(old, nil, add, false)
-	}()
-	if old.err != nil {
-		return nil, old.err
-	}
-	return b, err
+// sweep lets go of a part of a mapped archive behind a sequential read of
+// it, a few MiB at a time, so that reading or copying a whole archive never
+// holds all of its pages at once.
+type sweep struct {
+	evict      func(from, to int)
+	at         int // where the part starts in the archive's bytes
+	size       int
+	done, read int // bytes let go of, and read
 }
 
-// buildOver builds an archive of old's records and add's. With keep nil it
-// copies every old record as a block (the archive: a task archived again has
-// two records, the later one wins); with keep set, only the records at the
-// offsets keep accepts, each checked as it is copied, with their index and
-// order entries moved to the new offsets (the cold set, whose superseded
-// copies are dropped). withOrder gives add's tasks order entries too.
-func buildOver(old *Archive, keep func(offset uint64) bool, add []*Task, withOrder bool) ([]byte, error) {
+const sweepStep = 4 << 20
+
+// sweep starts a sweep of the part that starts at a.at[part] and is size
+// bytes long.
+func (a *Archive) sweep(part, size int) *sweep {
+	return &sweep{evict: a.evict, at: a.at[part], size: size}
+}
+
+// passed notes that the read has finished with the part's first n bytes.
+func (w *sweep) passed(n int) {
+	n = min(n, w.size)
+	w.read = n
+	if w.evict != nil && n-w.done >= sweepStep {
+		w.evict(w.at+w.done, w.at+n)
+		w.done = n
+	}
+}
+
+// end lets go of the rest of a part read to its end; a read that stopped
+// early (a lease's few blocks) leaves it, to be read again.
+func (w *sweep) end() {
+	if w.evict != nil && w.read >= w.size && w.done < w.size {
+		w.evict(w.at+w.done, w.at+w.size)
+	}
+}
+
+// The parts of an archive a sweep passes through.
+const (
+	partRecords = iota
+	partIndex
+	partOrder
+)
+
+// archiveWriter streams an archive's parts to w in order, counting what its
+// trailer says. The first write error stops it (err).
+type archiveWriter struct {
+	w                      io.Writer
+	err                    error
+	records                uint64 // bytes of records written
+	sum                    uint32 // their CRC32C
+	entries, orders, tasks uint64
+	fence                  []byte
+	block                  []byte // the index or order block being filled
+}
+
+func (aw *archiveWriter) write(b []byte) {
+	if aw.err == nil {
+		_, aw.err = aw.w.Write(b)
+	}
+}
+
+// record writes records as they are framed (length, checksum, body).
+func (aw *archiveWriter) record(b []byte) {
+	aw.write(b)
+	aw.sum = crc32.Update(aw.sum, archiveCRC, b)
+	aw.records += uint64(len(b))
+}
+
+func (aw *archiveWriter) indexEntry(e archiveEntry) {
+	if aw.entries%archiveBlockLen == 0 {
+		aw.fence = binary.LittleEndian.AppendUint64(aw.fence, e.hash)
+	}
+	aw.block = binary.LittleEndian.AppendUint64(aw.block, e.hash)
+	aw.block = binary.LittleEndian.AppendUint64(aw.block, e.offset)
+	if aw.entries++; aw.entries%archiveBlockLen == 0 {
+		aw.endBlock()
+	}
+}
+
+func (aw *archiveWriter) orderEntry(e orderEntry) {
+	aw.block = e.append(aw.block)
+	if aw.orders++; aw.orders%archiveBlockLen == 0 {
+		aw.endBlock()
+	}
+}
+
+// endBlock writes the block being filled, followed by its checksum.
+func (aw *archiveWriter) endBlock() {
+	if len(aw.block) == 0 {
+		return
+	}
+	aw.block = binary.LittleEndian.AppendUint32(aw.block, crc32.Checksum(aw.block, archiveCRC))
+	aw.write(aw.block)
+	aw.block = aw.block[:0]
+}
+
+// finish writes the fence and the trailer.
+func (aw *archiveWriter) finish() error {
+	aw.write(aw.fence)
+	var trailer []byte
+	for _, v := range []uint64{aw.records, aw.entries, aw.tasks, aw.orders} {
+		trailer = binary.LittleEndian.AppendUint64(trailer, v)
+	}
+	trailer = binary.LittleEndian.AppendUint32(trailer, aw.sum)
+	aw.write(binary.LittleEndian.AppendUint32(trailer, crc32.Update(crc32.Checksum(trailer, archiveCRC), archiveCRC, aw.fence)))
+	return aw.err
+}
+
+// buildOver streams to w an archive of old's records and add's. With keep
+// nil it copies every old record (the archive: a task archived again has two
+// records, the later one wins); with keep set, only the records at the
+// offsets keep accepts, with their index and order entries moved to the new
+// offsets (the cold set, whose superseded copies are dropped); withOrder
+// gives add's tasks order entries too. Every old record copied is checked
+// (one by one, or all against old's checksum), so damage is never carried
+// into a new archive. What it holds in memory is add's entries and, for the
+// cold set, two offsets per kept record: never a copy of old.
+func buildOver(w io.Writer, old *Archive, keep func(offset uint64) bool, add []*Task, withOrder bool) (err error) {
 	if err := old.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	oldEntries, ok := old.entriesAll()
-	var oldRecords []byte
 	if old != nil {
-		oldRecords = old.records
-		if !ok || keep == nil && crc32.Checksum(oldRecords, archiveCRC) != old.sum {
-			old.damaged("its records do not match its checksum")
-			return nil, old.err
-		}
+		defer func() {
+			if old.err != nil {
+				err = old.err
+			}
+		}()
+		defer old.guard(debug.SetPanicOnFault(true)) // runs first: a fault is damage
 	}
-	const recordGuess = 512 // bytes per task, record and index, to size the buffer
-	out := make([]byte, 0, len(archiveMagic)+archiveHeaderSize+4+len(oldRecords)+archiveEntrySize*len(oldEntries)+recordGuess*len(add))
-	out = append(out, archiveMagic...)
-	headerAt := len(out)
-	out = append(out, make([]byte, archiveHeaderSize+4)...)
-	recordsAt := len(out)
+	aw := &archiveWriter{w: w}
+	aw.write([]byte(archiveMagic))
+	var moved func(uint64) (uint64, bool)
+	if keep == nil {
+		if !copyAll(aw, old) {
+			return old.err
+		}
+		aw.tasks = uint64(old.Len())
+	} else if moved = copyKept(aw, old, keep); moved == nil {
+		return old.err
+	}
 	var added []archiveEntry
 	var order []orderEntry
-	tasks := old.Len()
-	if keep == nil {
-		out = append(out, oldRecords...)
-	} else {
-		var err error
-		if out, oldEntries, order, tasks, err = copyKept(out, old, keep, oldEntries); err != nil {
-			return nil, err
-		}
-	}
-	oldOrder := len(order)
 	e := &encoder{}
 	for _, t := range add {
 		if keep != nil || old.search(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil { // a kept copy is never add's task
-			tasks++
+			aw.tasks++
 		}
-		offset := uint64(len(out) - recordsAt)
+		offset := aw.records
 		e.b = e.b[:0]
 		e.task(t)
-		out = binary.AppendUvarint(out, uint64(len(e.b)))
-		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(e.b, archiveCRC))
-		out = append(out, e.b...)
+		framed := binary.AppendUvarint(nil, uint64(len(e.b)))
+		framed = binary.LittleEndian.AppendUint32(framed, crc32.Checksum(e.b, archiveCRC))
+		aw.record(append(framed, e.b...))
 		keysOf(t, func(kind byte, key string) { added = append(added, archiveEntry{keyHash(kind, key), offset}) })
 		if withOrder {
 			order = append(order, orderOf(t, offset))
 		}
 	}
-	records := out[recordsAt:]
-	header := binary.LittleEndian.AppendUint64(nil, uint64(len(records)))
 	slices.SortFunc(added, compareEntries)
-	entries := merge(oldEntries, added, compareEntries)
-	header = binary.LittleEndian.AppendUint64(header, uint64(len(entries)))
-	header = binary.LittleEndian.AppendUint64(header, uint64(tasks))
-	header = binary.LittleEndian.AppendUint64(header, uint64(len(order)))
-	header = binary.LittleEndian.AppendUint32(header, crc32.Checksum(records, archiveCRC))
-	var fence []byte
-	for start := 0; start < len(entries); start += archiveBlockLen {
-		fence = binary.LittleEndian.AppendUint64(fence, entries[start].hash)
-		blockStart := len(out)
-		for _, e := range entries[start:min(start+archiveBlockLen, len(entries))] {
-			out = binary.LittleEndian.AppendUint64(out, e.hash)
-			out = binary.LittleEndian.AppendUint64(out, e.offset)
+	if !old.eachEntry(func(e archiveEntry) {
+		if moved != nil {
+			var kept bool
+			if e.offset, kept = moved(e.offset); !kept {
+				return
+			}
 		}
-		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(out[blockStart:], archiveCRC))
-	}
-	slices.SortFunc(order[oldOrder:], compareOrder)
-	order = merge(order[:oldOrder], order[oldOrder:], compareOrder)
-	for start := 0; start < len(order); start += archiveBlockLen {
-		blockStart := len(out)
-		for _, e := range order[start:min(start+archiveBlockLen, len(order))] {
-			out = e.append(out)
+		for len(added) > 0 && compareEntries(added[0], e) < 0 {
+			aw.indexEntry(added[0])
+			added = added[1:]
 		}
-		out = binary.LittleEndian.AppendUint32(out, crc32.Checksum(out[blockStart:], archiveCRC))
+		aw.indexEntry(e)
+	}) {
+		return old.err
 	}
-	out = append(out, fence...)
-	copy(out[headerAt:], header)
-	binary.LittleEndian.PutUint32(out[headerAt+archiveHeaderSize:], crc32.Update(crc32.Checksum(header, archiveCRC), archiveCRC, fence))
-	return out, nil
+	for _, e := range added {
+		aw.indexEntry(e)
+	}
+	aw.endBlock()
+	slices.SortFunc(order, compareOrder)
+	if moved != nil {
+		old.eachOrder(func(e orderEntry) bool {
+			var kept bool
+			if e.offset, kept = moved(e.offset); kept {
+				for len(order) > 0 && compareOrder(order[0], e) < 0 {
+					aw.orderEntry(order[0])
+					order = order[1:]
+				}
+				aw.orderEntry(e)
+			}
+			return true
+		})
+		if err := old.Err(); err != nil {
+			return err
+		}
+	}
+	for _, e := range order {
+		aw.orderEntry(e)
+	}
+	aw.endBlock()
+	return aw.finish()
 }
 
-// copyKept appends to out the records of old that keep accepts, checking
-// each, and returns old's index and order entries for them at their new
-// offsets (in their order: moving offsets keeps it), and how many there are.
-func copyKept(out []byte, old *Archive, keep func(uint64) bool, entries []archiveEntry) ([]byte, []archiveEntry, []orderEntry, int, error) {
-	recordsAt := len(out)
-	var from, to []uint64 // each kept record's old offset and new one, ascending
-	for off := uint64(0); off < uint64(len(old.records)); {
-		b := old.records[off:]
-		n, w := binary.Uvarint(b)
-		if w <= 0 || n > archiveRecordLimit || uint64(len(b)-w) < 4+n {
-			old.damaged("the record at %d is cut short", off)
-			return nil, nil, nil, 0, old.err
-		}
-		size := uint64(w) + 4 + n
-		if keep(off) {
-			if crc32.Checksum(b[w+4:size], archiveCRC) != binary.LittleEndian.Uint32(b[w:]) {
-				old.damaged("record at %d: checksum mismatch", off)
-				return nil, nil, nil, 0, old.err
-			}
-			from, to = append(from, off), append(to, uint64(len(out)-recordsAt))
-			out = append(out, b[:size]...)
-		}
-		off += size
+// copyAll copies old's records as they are, and reports whether they match
+// old's checksum.
+func copyAll(aw *archiveWriter, old *Archive) bool {
+	if old == nil {
+		return true
 	}
-	moved := func(off uint64) (uint64, bool) {
+	sweep := old.sweep(partRecords, len(old.records))
+	defer sweep.end()
+	sum := uint32(0)
+	for off := 0; off < len(old.records); off += sweepStep {
+		chunk := old.records[off:min(off+sweepStep, len(old.records))]
+		sum = crc32.Update(sum, archiveCRC, chunk)
+		aw.record(chunk)
+		sweep.passed(off + len(chunk))
+	}
+	if sum != old.sum {
+		old.damaged("its records do not match its checksum")
+		return false
+	}
+	return true
+}
+
+// copyKept copies the records of old that keep accepts, checking each, and
+// returns where each kept record moved (nil if old is damaged).
+func copyKept(aw *archiveWriter, old *Archive, keep func(uint64) bool) (moved func(uint64) (uint64, bool)) {
+	var from, to []uint64 // each kept record's old offset and new one, ascending
+	if old != nil {
+		sweep := old.sweep(partRecords, len(old.records))
+		defer sweep.end()
+		for off := uint64(0); off < uint64(len(old.records)); {
+			b := old.records[off:]
+			n, w := binary.Uvarint(b)
+			if w <= 0 || n > archiveRecordLimit || uint64(len(b)-w) < 4+n {
+				old.damaged("the record at %d is cut short", off)
+				return nil
+			}
+			size := uint64(w) + 4 + n
+			if keep(off) {
+				if crc32.Checksum(b[w+4:size], archiveCRC) != binary.LittleEndian.Uint32(b[w:]) {
+					old.damaged("record at %d: checksum mismatch", off)
+					return nil
+				}
+				from, to = append(from, off), append(to, aw.records)
+				aw.record(b[:size])
+			}
+			off += size
+			sweep.passed(int(off))
+		}
+	}
+	aw.tasks = uint64(len(from))
+	return func(off uint64) (uint64, bool) {
 		i, found := slices.BinarySearch(from, off)
 		if !found {
 			return 0, false
 		}
 		return to[i], true
 	}
-	kept := entries[:0]
-	for _, e := range entries {
-		if off, ok := moved(e.offset); ok {
-			kept = append(kept, archiveEntry{e.hash, off})
-		}
-	}
-	var order []orderEntry
-	old.eachOrder(func(e orderEntry) bool {
-		if off, ok := moved(e.offset); ok {
-			e.offset = off
-			order = append(order, e)
-		}
-		return true
-	})
-	if old.err != nil {
-		return nil, nil, nil, 0, old.err
-	}
-	return out, kept, order, len(from), nil
 }
 
 func compareEntries(x, y archiveEntry) int {
@@ -485,19 +614,6 @@ func compareEntries(x, y archiveEntry) int {
 		return 1
 	}
 	return 0
-}
-
-// merge merges two runs sorted by compare.
-func merge[T any](x, y []T, compare func(T, T) int) []T {
-	out := make([]T, 0, len(x)+len(y))
-	for len(x) > 0 && len(y) > 0 {
-		if compare(x[0], y[0]) <= 0 {
-			out, x = append(out, x[0]), x[1:]
-		} else {
-			out, y = append(out, y[0]), y[1:]
-		}
-	}
-	return append(append(out, x...), y...)
 }
 
 // InMemory counts the tasks held in memory, and how many of them are finished

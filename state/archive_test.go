@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -118,20 +119,38 @@ func namesOf(tasks []*Task) []string {
 // compact is Compact with the archive, failing the test on an error.
 func compact(t *testing.T, s *State) (archive, cold []byte) {
 	t.Helper()
-	archive, cold, err := s.Compact(true, true)
+	archive, cold, err := compactBytes(s, true, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return archive, cold
 }
 
+// compactBytes is Compact into memory: it returns the new files' bytes (nil
+// for one not asked for).
+func compactBytes(s *State, archive, cold bool) (archiveBytes, coldBytes []byte, err error) {
+	err = s.Compact(archive, cold, func(isCold bool, write func(io.Writer) error) (*Archive, error) {
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
+			return nil, err
+		}
+		if isCold {
+			coldBytes = b.Bytes()
+		} else {
+			archiveBytes = b.Bytes()
+		}
+		return OpenArchive(b.Bytes(), nil)
+	})
+	return archiveBytes, coldBytes, err
+}
+
 // load opens an archive and a cold set and loads a snapshot with them.
 func load(snapshot, archiveBytes, coldBytes []byte) (*State, error) {
-	archive, err := OpenArchive(archiveBytes)
+	archive, err := OpenArchive(archiveBytes, nil)
 	if err != nil {
 		return nil, err
 	}
-	cold, err := OpenArchive(coldBytes)
+	cold, err := OpenArchive(coldBytes, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +202,7 @@ func TestArchivePlusSnapshotPlusTailEqualsReplay(t *testing.T) {
 		}
 		third := second + rng.IntN(len(recs)-second+1)
 		replay(t, loaded, recs[second:third])
-		if _, _, err := loaded.Compact(rng.IntN(2) == 0, rng.IntN(2) == 0); err != nil { // a cold set written over a cold set, or not
+		if _, _, err := compactBytes(loaded, rng.IntN(2) == 0, rng.IntN(2) == 0); err != nil { // a cold set written over a cold set, or not
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 		replay(t, loaded, recs[third:])
@@ -299,11 +318,11 @@ func TestOpenArchiveRefusesCutsAndGarbage(t *testing.T) {
 	_, archive, cold := archivedState(t, 2)
 	for _, good := range [][]byte{archive, cold} {
 		for cut := range len(good) {
-			if _, err := OpenArchive(good[:cut]); err == nil {
+			if _, err := OpenArchive(good[:cut], nil); err == nil {
 				t.Fatalf("an archive cut at %d of %d opened", cut, len(good))
 			}
 		}
-		if _, err := OpenArchive(append(bytes.Clone(good), 0)); err == nil {
+		if _, err := OpenArchive(append(bytes.Clone(good), 0), nil); err == nil {
 			t.Fatal("trailing bytes accepted")
 		}
 	}
@@ -329,12 +348,12 @@ func TestOpenArchiveRefusesCutsAndGarbage(t *testing.T) {
 func TestArchivingOverADamagedArchiveFails(t *testing.T) {
 	s, good, cold := archivedState(t, 4)
 	bad := bytes.Clone(good)
-	archive, err := OpenArchive(bad)
+	archive, err := OpenArchive(bad, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad[len(archiveMagic)+archiveHeaderSize+4+10] ^= 1 // inside the first record
-	coldSet, err := OpenArchive(cold)
+	bad[len(archiveMagic)+10] ^= 1 // inside the first record
+	coldSet, err := OpenArchive(cold, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +361,7 @@ func TestArchivingOverADamagedArchiveFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := loaded.Compact(true, false); !errors.Is(err, ErrArchive) || loaded.Damage() == nil {
+	if _, _, err := compactBytes(loaded, true, false); !errors.Is(err, ErrArchive) || loaded.Damage() == nil {
 		t.Fatalf("archiving over a damaged archive: %v, damage %v", err, loaded.Damage())
 	}
 }

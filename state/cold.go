@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"hash/crc32"
+	"io"
 	"runtime/debug"
 	"slices"
 )
@@ -83,6 +84,8 @@ func (a *Archive) eachOrder(fn func(orderEntry) bool) {
 	}
 	defer a.guard(debug.SetPanicOnFault(true))
 	const blockSize = archiveBlockLen*orderEntrySize + 4
+	sweep := a.sweep(partOrder, len(a.order))
+	defer sweep.end()
 	for i := 0; i*archiveBlockLen < a.orders; i++ {
 		start := i * blockSize
 		n := min(archiveBlockLen, a.orders-i*archiveBlockLen) * orderEntrySize
@@ -96,6 +99,7 @@ func (a *Archive) eachOrder(fn func(orderEntry) bool) {
 				return
 			}
 		}
+		sweep.passed(start + n + 4)
 	}
 }
 
@@ -207,18 +211,22 @@ func (s *State) Cold() (tasks, superseded int) {
 	return s.cold.Len(), len(s.supersededSorted())
 }
 
+// A Sink stores a new archive (cold false) or cold set: it calls write with
+// where to stream the bytes, and returns the archive opened again from where
+// they were stored (see OpenArchive). An error leaves the state as it was.
+type Sink func(cold bool, write func(io.Writer) error) (*Archive, error)
+
 // Compact moves tasks out of memory to side files: with archive set, the
 // finished ones into a new archive over the old one; with cold set, every
-// unfinished one (in memory or in the cold set) into a new cold set. It
-// returns the new files' bytes (nil for one not asked for), for the caller to
-// store beside the snapshot that will name them.
-func (s *State) Compact(archive, cold bool) (archiveBytes, coldBytes []byte, err error) {
+// unfinished one (in memory or in the cold set) into a new cold set. Each new
+// file is streamed to sink, which the snapshot taken next will name.
+func (s *State) Compact(archive, cold bool, sink Sink) error {
 	if err := s.Damage(); err != nil {
-		return nil, nil, err
+		return err
 	}
 	s.keySubmits()
 	s.keyLeases()
-	var newCold *Archive
+	var newCold, newArchive *Archive
 	if cold {
 		var add []*Task
 		for _, t := range s.order {
@@ -230,15 +238,12 @@ func (s *State) Compact(archive, cold bool) (archiveBytes, coldBytes []byte, err
 		if s.cold != nil {
 			keep = func(offset uint64) bool { return !s.isSuperseded(offset) }
 		}
-		if coldBytes, err = buildOver(s.cold, keep, add, true); err != nil {
-			return nil, nil, err
-		}
-		if newCold, err = OpenArchive(coldBytes); err != nil {
-			return nil, nil, err
+		var err error
+		if newCold, err = sink(true, func(w io.Writer) error { return buildOver(w, s.cold, keep, add, true) }); err != nil {
+			return err
 		}
 		newCold.cold = true
 	}
-	var newArchive *Archive
 	if archive {
 		var finished []*Task
 		for _, t := range s.order {
@@ -246,11 +251,9 @@ func (s *State) Compact(archive, cold bool) (archiveBytes, coldBytes []byte, err
 				finished = append(finished, t)
 			}
 		}
-		if archiveBytes, err = buildArchive(s.archive, finished); err != nil {
-			return nil, nil, err
-		}
-		if newArchive, err = OpenArchive(archiveBytes); err != nil {
-			return nil, nil, err
+		var err error
+		if newArchive, err = sink(false, func(w io.Writer) error { return buildOver(w, s.archive, nil, finished, false) }); err != nil {
+			return err
 		}
 	}
 	s.moveOut(func(t *Task) bool {
@@ -268,8 +271,16 @@ func (s *State) Compact(archive, cold bool) (archiveBytes, coldBytes []byte, err
 	if archive {
 		s.archive = newArchive
 	}
-	return archiveBytes, coldBytes, nil
+	return nil
 }
+
+// Archives are the archive and the cold set the state reads (nil for none):
+// a caller that maps their files keeps those mapped, and may let go of others.
+func (s *State) Archives() (archive, cold *Archive) { return s.archive, s.cold }
+
+// InMemoryCount is how many tasks memory holds (InMemory without counting
+// the finished ones): cheap enough to ask after every record.
+func (s *State) InMemoryCount() int { return len(s.order) }
 
 // moveOut drops from memory the tasks Compact wrote out.
 func (s *State) moveOut(written func(*Task) bool) {

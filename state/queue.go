@@ -54,9 +54,9 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 	if pick != nil {
 		return pick, 0, 0
 	}
-	for _, t := range s.Live() {
+	s.EachLive(func(t *Task) bool {
 		if t.State.Terminal() || !inQueues(t, queues) {
-			continue
+			return true
 		}
 		c := t.At(now)
 		live += liveCount(c)
@@ -69,7 +69,8 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 		if at != 0 && (next == 0 || at < next) {
 			next = at
 		}
-	}
+		return true
+	})
 	return nil, next, live
 }
 
@@ -97,9 +98,9 @@ func (s *State) NextEventAt(now int64) int64 {
 			next = at
 		}
 	}
-	for _, t := range s.Live() {
+	s.EachLive(func(t *Task) bool {
 		if t.State.Terminal() {
-			continue
+			return true
 		}
 		c := t.At(now)
 		switch c.State {
@@ -109,7 +110,8 @@ func (s *State) NextEventAt(now int64) int64 {
 			note(c.NotBefore)
 			note(c.Deadline())
 		}
-	}
+		return true
+	})
 	for _, sp := range s.pausedQueues(now) {
 		note(sp.To) // a pause --for ends by itself
 	}
@@ -260,11 +262,12 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 	if len(c.Attempts) > 0 {
 		w.LastEnd = c.current()
 	}
-	for _, o := range s.Live() {
+	s.EachLive(func(o *Task) bool {
 		if o.ID != t.ID && !o.State.Terminal() && o.Queue == t.Queue && ahead(o, t) && o.At(now).leasable(now) {
 			w.Ahead++
 		}
-	}
+		return true
+	})
 	limit := s.fullMessage(s.fullQueues(now), c.Queue)
 	pause, paused := s.PausedAt(c.Queue, now)
 	switch {
@@ -297,11 +300,12 @@ func (s *State) fullQueues(now int64) map[string]int {
 		return nil
 	}
 	held := map[string]int{}
-	for _, t := range s.Live() {
+	s.EachLive(func(t *Task) bool {
 		if _, limited := s.limits[t.Queue]; limited && !t.State.Terminal() && t.At(now).State == Leased {
 			held[t.Queue]++
 		}
-	}
+		return true
+	})
 	full := map[string]int{}
 	for q, limit := range s.limits {
 		if held[q] >= limit {
@@ -352,10 +356,10 @@ type QueueStat struct {
 // now (time's lapses applied), in queue name order.
 func (s *State) QueueStats(now int64) []QueueStat {
 	byQueue := map[string]*QueueStat{}
-	for _, t := range s.Live() {
+	s.EachLive(func(t *Task) bool {
 		c := t.At(now)
 		if c.State.Terminal() {
-			continue
+			return true
 		}
 		q := byQueue[c.Queue]
 		if q == nil {
@@ -375,7 +379,8 @@ func (s *State) QueueStats(now int64) []QueueStat {
 		default:
 			q.Waiting++
 		}
-	}
+		return true
+	})
 	out := make([]QueueStat, 0, len(byQueue))
 	for _, name := range slices.Sorted(maps.Keys(byQueue)) {
 		out = append(out, *byQueue[name])

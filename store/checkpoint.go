@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,47 +131,123 @@ func decodeCheckpoint(data []byte, archive, cold *state.Archive) (*state.State, 
 	return st, wal.Position{Count: int(fields[0]), End: int64(fields[1]), LastSum: uint32(fields[2]), LastOffset: int64(fields[3]), Generation: uint32(fields[4])}, true
 }
 
-// loadCheckpoint reads the checkpoint beside the WAL, if there is a good one.
-// The archive stays mapped until release is called; the state must not be
-// used after that.
-func (h *Handle) loadCheckpoint() (st *state.State, pos wal.Position, release func(), ok bool) {
+// loadCheckpoint reads the checkpoint beside the WAL, if there is a good one,
+// with the archive and cold set it names mapped (maps; the state must not be
+// used once they are released).
+func (h *Handle) loadCheckpoint() (st *state.State, pos wal.Position, maps []mapping, ok bool) {
 	data, err := os.ReadFile(h.side(CheckpointSuffix))
 	if err != nil {
 		return nil, wal.Position{}, nil, false
 	}
-	archive, releaseArchive := h.mapArchive(ArchiveSuffix)
-	cold, releaseCold := h.mapArchive(ColdSuffix)
-	release = func() { releaseArchive(); releaseCold() }
-	if st, pos, ok = decodeCheckpoint(data, archive, cold); !ok {
-		release()
+	archive, _ := mapArchive(h.side(ArchiveSuffix))
+	cold, _ := mapArchive(h.side(ColdSuffix))
+	if st, pos, ok = decodeCheckpoint(data, archive.Archive, cold.Archive); !ok {
+		archive.release()
+		cold.release()
 		return nil, wal.Position{}, nil, false
 	}
-	return st, pos, release, true
+	return st, pos, []mapping{archive, cold}, true
 }
 
-// mapArchive maps <wal>.archive or <wal>.cold read-only; a missing or
+// mapping is an archive or cold set a state reads from a mapped file.
+type mapping struct {
+	*state.Archive
+	unmap func()
+	// spilled marks a replay's own file (spill.go), which is not beside
+	// the WAL: a checkpoint must not name it.
+	spilled bool
+}
+
+func (m mapping) release() {
+	if m.unmap != nil {
+		m.unmap()
+	}
+}
+
+// mapArchive maps the archive or cold set at path read-only; a missing or
 // unreadable one is none (a checkpoint that names one is then not used).
-func (h *Handle) mapArchive(suffix string) (*state.Archive, func()) {
-	f, err := os.Open(h.side(suffix))
+func mapArchive(path string) (mapping, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return nil, func() {}
+		return mapping{}, err
 	}
 	defer f.Close()
+	return mapArchiveFile(f)
+}
+
+func mapArchiveFile(f *os.File) (mapping, error) {
 	info, err := f.Stat()
-	if err != nil || info.Size() == 0 || !info.Mode().IsRegular() || int64(int(info.Size())) != info.Size() {
-		return nil, func() {}
+	switch {
+	case err != nil:
+		return mapping{}, err
+	case info.Size() == 0 || !info.Mode().IsRegular() || int64(int(info.Size())) != info.Size():
+		return mapping{}, fmt.Errorf("%w: %s is empty or not a regular file", state.ErrArchive, f.Name())
 	}
 	data, err := unix.Mmap(int(f.Fd()), 0, int(info.Size()), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, func() {}
+		return mapping{}, err
 	}
-	release := func() { _ = unix.Munmap(data) }
-	archive, err := state.OpenArchive(data)
+	unmap := func() { _ = unix.Munmap(data) }
+	// A read that sweeps through the file lets its pages go behind it: they
+	// stay in the page cache, and count no more against this process.
+	evict := func(from, to int) {
+		from &^= pageSize - 1
+		if to = min(to, len(data)); from < to {
+			_ = unix.Madvise(data[from:to], unix.MADV_DONTNEED)
+		}
+	}
+	archive, err := state.OpenArchive(data, evict)
 	if err != nil {
-		release()
-		return nil, func() {}
+		unmap()
+		return mapping{}, err
 	}
-	return archive, release
+	return mapping{Archive: archive, unmap: unmap}, nil
+}
+
+var pageSize = os.Getpagesize()
+
+// keepMapped unmaps the files the handle has mapped that st reads no more.
+func (h *Handle) keepMapped(st *state.State) {
+	archive, cold := st.Archives()
+	kept := h.mapped[:0]
+	for _, m := range h.mapped {
+		if m.Archive != nil && (m.Archive == archive || m.Archive == cold) {
+			kept = append(kept, m)
+		} else {
+			m.release()
+		}
+	}
+	clear(h.mapped[len(kept):])
+	h.mapped = kept
+}
+
+// spilled reports whether st reads an archive or a cold set that a replay
+// spilled, rather than one beside the WAL.
+func (h *Handle) spilled(st *state.State) (archive, cold bool) {
+	a, c := st.Archives()
+	for _, m := range h.mapped {
+		archive = archive || m.spilled && m.Archive == a
+		cold = cold || m.spilled && m.Archive == c
+	}
+	return archive, cold
+}
+
+// sideSink writes a new archive or cold set durably beside the WAL, where
+// the checkpoint written next names it, and maps it.
+func (h *Handle) sideSink(cold bool, write func(io.Writer) error) (*state.Archive, error) {
+	path, what := h.side(ArchiveSuffix), "archive"
+	if cold {
+		path, what = h.side(ColdSuffix), "cold set"
+	}
+	if err := h.opts.FS.WriteStream(path, write); err != nil {
+		return nil, fmt.Errorf("could not write the %s %s: %w", what, path, err)
+	}
+	m, err := mapArchive(path)
+	if err != nil {
+		return nil, fmt.Errorf("could not read back the %s %s: %w", what, path, err)
+	}
+	h.mapped = append(h.mapped, m)
+	return m.Archive, nil
 }
 
 // side names a file kept beside the WAL.
@@ -196,20 +273,13 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 	inMemory, finished := st.InMemory()
 	coldTasks, superseded := st.Cold()
 	archive, cold := archiveDue(finished), coldDue(inMemory-finished, superseded, coldTasks, h.opts.Resident)
+	spilledArchive, spilledCold := h.spilled(st)
+	archive, cold = archive || spilledArchive, cold || spilledCold
 	if archive || cold {
-		archiveBytes, coldBytes, err := st.Compact(archive, cold)
+		err := st.Compact(archive, cold, h.sideSink)
+		h.keepMapped(st)
 		if errors.Is(err, state.ErrArchive) {
 			h.dropCheckpoint() // the old archive or cold set is damaged: the next command replays the WAL and writes new ones
-		}
-		if err == nil && archiveBytes != nil {
-			if err = h.opts.FS.WriteFile(h.side(ArchiveSuffix), archiveBytes); err != nil {
-				err = fmt.Errorf("could not write the archive %s: %w", h.side(ArchiveSuffix), err)
-			}
-		}
-		if err == nil && coldBytes != nil {
-			if err = h.opts.FS.WriteFile(h.side(ColdSuffix), coldBytes); err != nil {
-				err = fmt.Errorf("could not write the cold set %s: %w", h.side(ColdSuffix), err)
-			}
 		}
 		if err != nil {
 			h.warnCache(err)
@@ -245,9 +315,11 @@ func (h *Handle) removeLeftovers() {
 			_ = h.opts.FS.Remove(path)
 		}
 	}
-	leftovers, _ := filepath.Glob(globEscape(h.side("")) + ".compacting-*") // a compaction writes its new WAL under the lock too
-	for _, path := range leftovers {
-		_ = h.opts.FS.Remove(path)
+	for _, pattern := range []string{".compacting-*", spillInfix + "*"} { // a compaction writes its new WAL under the lock too, and a replay its spills
+		leftovers, _ := filepath.Glob(globEscape(h.side("")) + pattern)
+		for _, path := range leftovers {
+			_ = h.opts.FS.Remove(path)
+		}
 	}
 }
 

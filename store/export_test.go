@@ -34,11 +34,12 @@ func CheckpointOf(path string) ([]byte, error) {
 func LoadCheckpoint(path string) (int, bool) {
 	h := Open(Options{Path: path})
 	defer h.Close()
-	st, pos, release, ok := h.loadCheckpoint()
+	st, pos, maps, ok := h.loadCheckpoint()
 	if !ok {
 		return 0, false
 	}
-	defer release()
+	defer h.forget()
+	h.mapped = maps
 	return pos.Count, pos.Count == int(st.LastSeq())
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"io/fs"
@@ -18,8 +19,14 @@ import (
 type FS interface {
 	// WriteFile replaces path with data atomically and durably.
 	WriteFile(path string, data []byte) error
+	// WriteStream is WriteFile of what write streams.
+	WriteStream(path string, write func(io.Writer) error) error
 	// Keep creates name durably with what src holds, failing with fs.ErrExist if it exists.
 	Keep(name string, src io.Reader) error
+	// Spill creates a temporary file beside path, read and written through
+	// the file returned: a replay's spill (spill.go), which no one else
+	// opens, so it may be unlinked at once.
+	Spill(path string) (*os.File, error)
 	// Remove removes path; a missing path is not an error.
 	Remove(path string) error
 	// WAL wraps the storage the WAL's appends, truncates and fsyncs go to.
@@ -33,14 +40,23 @@ type OS struct{}
 // path and fsyncs the directory: a reader sees the old file or the new one,
 // never a mix, and a crash leaves at most a temporary file behind (removed by
 // the next writer, see removeLeftovers).
-func (OS) WriteFile(path string, data []byte) error {
+func (fsys OS) WriteFile(path string, data []byte) error {
+	return fsys.WriteStream(path, func(w io.Writer) error { _, err := w.Write(data); return err })
+}
+
+// WriteStream is WriteFile of what write streams, buffered.
+func (OS) WriteStream(path string, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
+	buffered := bufio.NewWriterSize(tmp, 1<<20)
+	err = write(buffered)
+	if err == nil {
+		err = buffered.Flush()
+	}
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -54,6 +70,20 @@ func (OS) WriteFile(path string, data []byte) error {
 		err = wal.SyncDir(dir)
 	}
 	return err
+}
+
+// Spill creates <path>.spill-<random> and unlinks it: it lives as long as
+// the file returned is open, or mapped.
+func (OS) Spill(path string) (*os.File, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+spillInfix+"*")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // Keep is wal.KeepFile.

@@ -70,6 +70,9 @@ type Options struct {
 	// between them (a server, a worker loop): tasks in memory cost it nothing
 	// to load, so it writes a new cold set less often (coldDue).
 	Resident bool
+	// SpillAfter is how many tasks a replay from the WAL's start holds in
+	// memory before it moves them out to files (spill.go); 0: 65,536.
+	SpillAfter int
 }
 
 // Handle is an open store. It is not safe for concurrent use; one process may
@@ -80,9 +83,9 @@ type Handle struct {
 	// handle reads only what was appended since. nil: start over.
 	cache        *state.State
 	pos          wal.Position
-	checkpointed int    // records the checkpoint behind cache holds (0: none)
-	release      func() // unmaps the archive cache reads, if any
-	forceFull    bool   // the archive was found damaged: replay the WAL
+	checkpointed int       // records the checkpoint behind cache holds (0: none)
+	mapped       []mapping // the archives and cold sets mapped for the states it read
+	forceFull    bool      // the archive was found damaged: replay the WAL
 	closed       bool
 }
 
@@ -108,10 +111,10 @@ func (h *Handle) Close() {
 
 // forget drops the cached state: the next operation starts over.
 func (h *Handle) forget() {
-	if h.release != nil {
-		h.release()
+	for _, m := range h.mapped {
+		m.release()
 	}
-	h.cache, h.pos, h.checkpointed, h.release = nil, wal.Position{}, 0, nil
+	h.cache, h.pos, h.checkpointed, h.mapped = nil, wal.Position{}, 0, nil
 }
 
 func (h *Handle) warn(format string, args ...any) {
@@ -278,10 +281,13 @@ func (h *Handle) begin(mode wal.Mode) (*Tx, error) {
 		}
 	}
 	if h.cache == nil && !h.fullReplay() {
-		if st, pos, release, ok := h.loadCheckpoint(); ok && (h.opts.ReplayFrom == 0 || int64(pos.Count) < h.opts.ReplayFrom) {
-			h.cache, h.pos, h.checkpointed, h.release = st, pos, pos.Count, release
+		if st, pos, maps, ok := h.loadCheckpoint(); ok && (h.opts.ReplayFrom == 0 || int64(pos.Count) < h.opts.ReplayFrom) {
+			h.cache, h.pos, h.checkpointed = st, pos, pos.Count
+			h.mapped = append(h.mapped, maps...)
 		} else if ok {
-			release()
+			for _, m := range maps {
+				m.release()
+			}
 		}
 	}
 	tx, err := h.catchUp(mode)
@@ -314,6 +320,11 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		step = st.Apply
 	}
 	tx := &Tx{State: st, h: h}
+	var spills *spiller
+	if h.pos.Count == 0 && !h.fullReplay() && h.opts.OnRecord == nil {
+		least := cmp.Or(h.opts.SpillAfter, defaultSpillAfter)
+		spills = &spiller{h: h, least: least, next: least}
+	}
 	apply := func(d decoded) error {
 		if d.r.Type.IsBase() { // the hooks see the records, not the base that stands for some
 			if err := step(d.r); err != nil {
@@ -329,6 +340,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		if err := step(d.r); err != nil {
 			return &DamageError{Seq: int64(d.index), Offset: d.offset, Err: err}
 		}
+		spills.check(st)
 		if h.opts.OnRecord != nil {
 			if err := h.opts.OnRecord(d.r, st); err != nil && !errors.Is(err, ErrStop) {
 				return &hookError{err}

@@ -32,6 +32,10 @@ type countingFS struct {
 func (c *countingFS) WAL(s wal.Storage) wal.Storage { return &countingStorage{Storage: s, fs: c} }
 
 func (c *countingFS) WriteFile(path string, data []byte) error {
+	return c.WriteStream(path, func(w io.Writer) error { _, err := w.Write(data); return err })
+}
+
+func (c *countingFS) WriteStream(path string, write func(io.Writer) error) error {
 	c.mu.Lock()
 	if c.writeFileAttempts == nil {
 		c.writeFileAttempts = map[string]int{}
@@ -41,7 +45,7 @@ func (c *countingFS) WriteFile(path string, data []byte) error {
 	if c.failWriteFile != nil && c.failWriteFile(path) {
 		return errors.New("injected: disk full")
 	}
-	return c.OS.WriteFile(path, data)
+	return c.OS.WriteStream(path, write)
 }
 
 func (c *countingFS) Keep(name string, src io.Reader) error {
