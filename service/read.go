@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -166,27 +167,30 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 		return into.Hand(v)
 	}
 	_, err = l.inspectOn(ctx, in, func(st *state.State, at int64, _ []state.Record) (any, error) {
-		tasks, err := listed(st, in.only)
-		if err != nil {
-			return nil, err
-		}
+		// Two passes, one to count and one to hand out, each reading the
+		// tasks one at a time: a listing never holds the backlog.
+		live := in.only.state == state.Waiting || in.only.state == state.Leased // a finished task never waits or holds a lease again: the archive is not read
 		head := api.Inspect{Result: state.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at), Tasks: []api.Task{}}
-		for _, t := range tasks {
+		err := st.EachTask(live, func(t *state.Task) bool {
 			if c := t.At(at); in.only.shows(api.Task{State: string(c.State), Queue: c.Queue}) {
 				head.Counts[string(c.State)]++
 			}
+			return true
+		})
+		if err != nil {
+			return nil, err
 		}
 		if err := into.Head(head); err != nil {
 			return nil, err
 		}
-		for _, t := range tasks {
+		var handErr error
+		err = st.EachTask(live, func(t *state.Task) bool {
 			if tv := view.Task(t, at); in.only.shows(tv) {
-				if err := into.Task(tv); err != nil {
-					return nil, err
-				}
+				handErr = into.Task(tv)
 			}
-		}
-		return nil, nil
+			return handErr == nil
+		})
+		return nil, cmp.Or(handErr, err)
 	})
 	return err
 }
@@ -200,16 +204,6 @@ type taskFilter struct {
 // shows reports whether a task as viewed is listed.
 func (f taskFilter) shows(tv api.Task) bool {
 	return (f.state == "" || tv.State == string(f.state)) && (f.queue == "" || tv.Queue == f.queue)
-}
-
-// listed are the tasks a listing draws from: every task, or only the
-// unfinished ones for WAITING or LEASED (a finished task never waits or
-// holds a lease again, so the archive is not read).
-func listed(st *state.State, only taskFilter) ([]*state.Task, error) {
-	if only.state == state.Waiting || only.state == state.Leased {
-		return st.Live(), nil
-	}
-	return st.Tasks()
 }
 
 func summarize(st *state.State, at int64) *api.InspectSummary {

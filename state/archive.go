@@ -479,8 +479,11 @@ func buildOver(w io.Writer, old *Archive, keep func(offset uint64) bool, add []*
 	} else if moved = copyKept(aw, old, keep); moved == nil {
 		return old.err
 	}
-	var added []archiveEntry
+	added := make([]archiveEntry, 0, 2*len(add))
 	var order []orderEntry
+	if withOrder {
+		order = make([]orderEntry, 0, len(add))
+	}
 	e := &encoder{}
 	for _, t := range add {
 		if keep != nil || old.search(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil { // a kept copy is never add's task
@@ -591,6 +594,10 @@ func copyKept(aw *archiveWriter, old *Archive, keep func(uint64) bool) (moved fu
 		}
 	}
 	aw.tasks = uint64(len(from))
+	if len(from) == 0 || from[len(from)-1]-from[0] == to[len(to)-1]-to[0] && from[0] == to[0] {
+		// Every record kept (a spill's cold set often): offsets stay where they were.
+		return func(off uint64) (uint64, bool) { return off, len(from) > 0 && off <= from[len(from)-1] }
+	}
 	return func(off uint64) (uint64, bool) {
 		i, found := slices.BinarySearch(from, off)
 		if !found {

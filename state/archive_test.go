@@ -19,7 +19,17 @@ import (
 // lease). Two states that give the same answers cannot be told apart by a
 // command.
 func answers(s *State, names []string, now int64) string {
-	return "tasks " + jsonOf(allTasks(s)) + "\n" + lookups(s, names, now)
+	return "tasks " + jsonOf(allTasks(s)) + "\neach " + jsonOf(eachTask(s, false)) + "\neach live " + idsOf(unfinished(eachTask(s, true))) +
+		"\n" + lookups(s, names, now)
+}
+
+// eachTask is what EachTask hands out (a failure is the test's).
+func eachTask(s *State, live bool) []*Task {
+	var out []*Task
+	if err := s.EachTask(live, func(t *Task) bool { out = append(out, t); return true }); err != nil {
+		panic(err)
+	}
+	return out
 }
 
 // lookups is answers without the listing of every task; with the decisions
@@ -29,7 +39,7 @@ func lookups(s *State, names []string, now int64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seq %d at %d\n", s.LastSeq(), s.LastAt())
 	for _, at := range []int64{now, now + 60_000, now + 3_600_000} {
-		fmt.Fprintf(&b, "at %d: expire %s; next event %d; live %s\n", at, jsonOf(s.DecideExpire(at)), s.NextEventAt(at), idsOf(unfinished(s.Live())))
+		fmt.Fprintf(&b, "at %d: expire %s; next event %d; live %s; stats %s\n", at, jsonOf(s.DecideExpire(at)), s.NextEventAt(at), idsOf(unfinished(s.Live())), jsonOf(s.QueueStats(at)))
 		for _, queues := range [][]string{nil, {"default"}, {"q1", "q2"}} {
 			d, err := s.DecideLease(LeaseRequest{Worker: "W9", Duration: time.Second, Queues: queues}, at)
 			fmt.Fprintf(&b, "  lease in %v: %s %v\n", queues, jsonOf(d), err)

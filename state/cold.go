@@ -122,6 +122,118 @@ func (s *State) coldTasks(keep func(orderEntry) bool, fn func(*Task) bool) {
 
 func everyEntry(orderEntry) bool { return true }
 
+// EachTask hands fn every task (only those Live lists, with live set) in
+// creation order, as Tasks lists them, until fn returns false. It holds in
+// memory where each task is (16 bytes a task), not the tasks: a listing of
+// a backlog or a history of millions decodes one task at a time.
+func (s *State) EachTask(live bool, fn func(*Task) bool) error {
+	if err := s.Damage(); err != nil {
+		return err
+	}
+	hot := slices.Clone(s.order)
+	if live {
+		hot = slices.Clone(s.live)
+	}
+	slices.SortFunc(hot, byCreation)
+	var archived, cold []taskRef
+	if !live {
+		archived = s.archive.refs()
+	}
+	s.cold.eachOrder(func(e orderEntry) bool {
+		if !s.isSuperseded(e.offset) {
+			cold = append(cold, taskRef{e.seq0, e.offset})
+		}
+		return true
+	})
+	slices.SortFunc(cold, compareRefs)
+	if err := s.Damage(); err != nil {
+		return err
+	}
+	next := func(refs *[]taskRef, from *Archive) *Task {
+		for len(*refs) > 0 {
+			t, _ := from.taskAt((*refs)[0].offset)
+			*refs = (*refs)[1:]
+			if t == nil {
+				return nil // damage: reported below
+			}
+			if _, adopted := s.tasks[t.ID]; !adopted { // the copy in memory is the task
+				s.attach(t)
+				return t
+			}
+		}
+		return nil
+	}
+	a, c := next(&archived, s.archive), next(&cold, s.cold)
+	for {
+		t := a
+		for _, other := range []*Task{c, firstOf(hot)} {
+			if other != nil && (t == nil || other.Seqs[0] < t.Seqs[0]) {
+				t = other
+			}
+		}
+		switch {
+		case t == nil:
+			return s.Damage()
+		case !fn(t):
+			return s.Damage()
+		case t == a:
+			a = next(&archived, s.archive)
+		case t == c:
+			c = next(&cold, s.cold)
+		default:
+			hot = hot[1:]
+		}
+	}
+}
+
+func firstOf(tasks []*Task) *Task {
+	if len(tasks) == 0 {
+		return nil
+	}
+	return tasks[0]
+}
+
+// taskRef is where a task is in an archive, by its creation record.
+type taskRef struct {
+	seq0   int64
+	offset uint64
+}
+
+func compareRefs(x, y taskRef) int {
+	return cmp.Or(cmp.Compare(x.seq0, y.seq0), cmp.Compare(x.offset, y.offset))
+}
+
+// refs reads every archived task's reference, in creation order; of a task
+// archived twice (a late TaskCancelled), the later copy's.
+func (a *Archive) refs() []taskRef {
+	if a == nil || a.err != nil {
+		return nil
+	}
+	defer a.guard(debug.SetPanicOnFault(true))
+	sweep := a.sweep(partRecords, len(a.records))
+	defer sweep.end()
+	out := make([]taskRef, 0, a.tasks)
+	for off := uint64(0); off < uint64(len(a.records)); {
+		t, next := a.taskAt(off)
+		if t == nil {
+			return nil
+		}
+		out = append(out, taskRef{t.Seqs[0], off})
+		off = next
+		sweep.passed(int(off))
+	}
+	slices.SortFunc(out, compareRefs)
+	kept := out[:0]
+	for _, r := range out {
+		if n := len(kept); n > 0 && kept[n-1].seq0 == r.seq0 {
+			kept[n-1] = r // by offset within a task: the later copy wins
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept
+}
+
 // supersede records that the cold copy at offset is no longer the task.
 func (s *State) supersede(offset uint64) {
 	if s.shadow == nil {

@@ -38,6 +38,7 @@ func main() {
 	batch := flag.Int("batch", 0, "measure the batch door instead: this many tasks in one submit --batch-file")
 	compaction := flag.String("compaction", "", "measure compaction instead, on WALs of these sizes in records (e.g. 100000,1000000)")
 	reports := flag.String("report", "", "measure report -o html instead, on WALs of these sizes in records (e.g. 10000,100000,1000000)")
+	firstStarts := flag.String("firststart", "", "measure the first command on a backlog with no checkpoint instead, at these numbers of waiting tasks (e.g. 10000,100000,1000000)")
 	peerPhase := flag.Duration("peers", 0, "measure leasewal serve beside beanstalkd and redis instead, in phases of this length (both on PATH)")
 	flag.Parse()
 	if *generate != "" {
@@ -70,18 +71,21 @@ func main() {
 		batchBench(dir, *leasewal, *batch)
 		return
 	}
-	if *compaction != "" || *reports != "" {
+	if *compaction != "" || *reports != "" || *firstStarts != "" {
 		var sizes []int
-		for _, field := range strings.Split(*compaction+*reports, ",") {
+		for _, field := range strings.Split(*compaction+*reports+*firstStarts, ",") {
 			n, err := strconv.Atoi(field)
 			check(err)
 			sizes = append(sizes, n)
 		}
 		self, err := os.Executable()
 		check(err)
-		if *reports != "" {
+		switch {
+		case *reports != "":
 			reportBench(dir, *leasewal, self, sizes)
-		} else {
+		case *firstStarts != "":
+			firstStartBench(dir, *leasewal, self, sizes)
+		default:
 			compactionBench(dir, *leasewal, self, sizes)
 		}
 		return
