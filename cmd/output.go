@@ -1,11 +1,13 @@
 package cmd
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -72,28 +74,39 @@ func (p palette) word(s string) string {
 
 // sheet is a table as the output format draws it: a box table fitted to the
 // width, its longest cells cut with "…" (whole with -o wide), or tab-separated
-// rows.
+// rows. A box table is drawn once every row is in, since its columns are as
+// wide as their widest cell: it measures each row as it comes and keeps the
+// first rows in memory, the rest in an unlinked temporary file (rowSpill),
+// so that a listing of a million tasks holds its widths, not its rows.
 type sheet struct {
-	w      io.Writer
-	p      palette
-	header []string
-	rows   [][]string // for a box table, drawn at Render
-	err    error      // for TSV, the first write error
+	w        io.Writer
+	p        palette
+	header   []string
+	rows     [][]string // for a box table, the first rows, drawn at Render
+	inMemory int        // how many: sheetInMemory
+	spill    *rowSpill  // the rows after them
+	widths   []int      // each column's widest cell so far, header included
+	filled   []bool     // which columns have a cell that is not empty
+	err      error      // for TSV, the first write error
 	// keep names more columns that give way last, as the key ones do:
 	// timestamps a reader asked for (log --absolute).
 	keep map[string]bool
 }
 
+// sheetInMemory is how many rows a box table keeps in memory.
+const sheetInMemory = 4096
+
 // newTable returns a sheet in leasewal's style with these column headers
 // (none for a name/value listing); --no-headers drops them.
 func newTable(w io.Writer, p palette, header ...string) *sheet {
-	s := &sheet{w: w, p: p}
+	s := &sheet{w: w, p: p, inMemory: sheetInMemory}
 	if !p.noHeaders {
 		s.header = header
 	}
 	if p.tsv && len(s.header) > 0 {
 		s.writeTSV(s.header)
 	}
+	s.measure(s.header, false)
 	return s
 }
 
@@ -102,8 +115,18 @@ func (s *sheet) Append(cells ...string) error {
 	if s.p.tsv {
 		return s.writeTSV(cells)
 	}
-	s.rows = append(s.rows, cells)
-	return nil
+	if s.p.width <= 0 {
+		cells = capWideCells(cells)
+	}
+	s.measure(cells, true)
+	if len(s.rows) < s.inMemory {
+		s.rows = append(s.rows, cells)
+		return nil
+	}
+	if s.spill == nil {
+		s.spill = &rowSpill{}
+	}
+	return s.spill.add(cells)
 }
 
 func (s *sheet) writeTSV(cells []string) error {
@@ -117,23 +140,71 @@ func (s *sheet) writeTSV(cells []string) error {
 	return s.err
 }
 
+// measure widens the columns to these cells' widths, and notes which of
+// them a row fills.
+func (s *sheet) measure(cells []string, row bool) {
+	for len(s.widths) < len(cells) {
+		s.widths, s.filled = append(s.widths, 0), append(s.filled, false)
+	}
+	for i, c := range cells {
+		s.widths[i] = max(s.widths[i], displayWidth(c))
+		s.filled[i] = s.filled[i] || row && c != ""
+	}
+}
+
+// eachRow hands fn every row, in order.
+func (s *sheet) eachRow(fn func([]string) error) error {
+	for _, row := range s.rows {
+		if err := fn(row); err != nil {
+			return err
+		}
+	}
+	if s.spill == nil {
+		return nil
+	}
+	return s.spill.each(fn)
+}
+
 // Render draws the table (TSV rows are written as they come).
 func (s *sheet) Render() error {
 	if s.p.tsv {
 		return s.err
 	}
-	if s.p.width > 0 {
-		s.dropEmptyColumns()
-		s.fit(s.measure())
-	} else {
-		s.capWideCells()
+	defer s.spill.close()
+	if err := s.spill.failed(); err != nil {
+		return err
 	}
+	shape := func(cells []string) []string { return cells }
+	if s.p.width > 0 {
+		kept := s.keptColumns()
+		widths := s.fit(pick(s.widths, kept), pick(s.header, kept))
+		shape = func(cells []string) []string {
+			out := pick(cells, kept)
+			for i, c := range out {
+				out[i] = cutTo(c, widths[i])
+			}
+			return out
+		}
+	}
+	header := shape(slices.Clone(s.header))
 	// A stream draws rows as they come, so it is told each column's width:
 	// its widest cell once fitted (a colored word is never cut, so fitting
 	// may leave a column wider than it asked).
-	widths := s.measure()
+	drawn := make([]int, len(shape(make([]string, len(s.widths)))))
+	widen := func(cells []string) error {
+		for i, c := range cells {
+			if i < len(drawn) {
+				drawn[i] = max(drawn[i], displayWidth(c))
+			}
+		}
+		return nil
+	}
+	widen(header)
+	if err := s.eachRow(func(row []string) error { return widen(shape(slices.Clone(row))) }); err != nil {
+		return err
+	}
 	cols := tw.Mapper[int, int]{}
-	for i, w := range widths {
+	for i, w := range drawn {
 		cols[i] = w + 2 // a cell's padding, one blank each side
 	}
 	t := tablewriter.NewTable(s.w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAutoWrap(tw.WrapNone),
@@ -141,13 +212,11 @@ func (s *sheet) Render() error {
 	if err := t.Start(); err != nil {
 		return err
 	}
-	if len(s.header) > 0 {
-		t.Header(anys(s.header)...)
+	if len(header) > 0 {
+		t.Header(anys(header)...)
 	}
-	for _, row := range s.rows {
-		if err := t.Append(anys(row)...); err != nil {
-			return err
-		}
+	if err := s.eachRow(func(row []string) error { return t.Append(anys(shape(row))...) }); err != nil {
+		return err
 	}
 	return t.Close()
 }
@@ -158,14 +227,13 @@ const wideCellCap = 256
 
 // capWideCells cuts every cell longer than wideCellCap, saying in the cell
 // how long it was and where to read it whole.
-func (s *sheet) capWideCells() {
-	for _, row := range s.rows {
-		for i, c := range row {
-			if utf8.RuneCountInString(c) > wideCellCap && !strings.Contains(c, "\x1b[") {
-				row[i] = string([]rune(c)[:wideCellCap]) + fmt.Sprintf("… (%s bytes; -o json for all)", thousands(len(c)))
-			}
+func capWideCells(cells []string) []string {
+	for i, c := range cells {
+		if utf8.RuneCountInString(c) > wideCellCap && !strings.Contains(c, "\x1b[") {
+			cells[i] = string([]rune(c)[:wideCellCap]) + fmt.Sprintf("… (%s bytes; -o json for all)", thousands(len(c)))
 		}
 	}
+	return cells
 }
 
 // thousands writes n with commas: 65,536.
@@ -181,43 +249,36 @@ func thousands(n int) string {
 	return b.String()
 }
 
-// dropEmptyColumns removes, from a table too wide for its width, every
-// column empty in every row: before any cell is cut, a column that says
-// nothing gives its room to the ones that do.
-func (s *sheet) dropEmptyColumns() {
-	if len(s.rows) == 0 || s.tableWidth(s.measure()) <= s.p.width {
-		return
+// keptColumns are the columns a table too wide for its width draws: before
+// any cell is cut, a column empty in every row gives its room to the ones
+// that say something. nil keeps every column.
+func (s *sheet) keptColumns() []int {
+	if !s.hasRows() || s.tableWidth(s.widths) <= s.p.width {
+		return nil
 	}
-	keep := func(i int) bool {
-		for _, row := range s.rows {
-			if i < len(row) && row[i] != "" {
-				return true
-			}
-		}
-		return false
-	}
-	var kept []int
-	for i := range s.measure() {
-		if keep(i) {
+	kept := []int{}
+	for i, filled := range s.filled {
+		if filled {
 			kept = append(kept, i)
 		}
 	}
-	pick := func(cells []string) []string {
-		if len(cells) == 0 {
-			return cells
-		}
-		out := make([]string, 0, len(kept))
-		for _, i := range kept {
-			if i < len(cells) {
-				out = append(out, cells[i])
-			}
-		}
-		return out
+	return kept
+}
+
+func (s *sheet) hasRows() bool { return len(s.rows) > 0 }
+
+// pick keeps the cells of the kept columns (all of them for nil).
+func pick[T any](cells []T, kept []int) []T {
+	if kept == nil {
+		return slices.Clone(cells)
 	}
-	s.header = pick(s.header)
-	for r, row := range s.rows {
-		s.rows[r] = pick(row)
+	out := make([]T, 0, len(kept))
+	for _, i := range kept {
+		if i < len(cells) {
+			out = append(out, cells[i])
+		}
 	}
+	return out
 }
 
 // tableWidth is how wide a box table of these column widths is drawn: "│
@@ -228,25 +289,6 @@ func (s *sheet) tableWidth(widths []int) int {
 		sum += w + 3
 	}
 	return sum
-}
-
-// measure is each column's width: its widest cell.
-func (s *sheet) measure() []int {
-	columns := len(s.header)
-	for _, row := range s.rows {
-		columns = max(columns, len(row))
-	}
-	widths := make([]int, columns)
-	measure := func(cells []string) {
-		for i, c := range cells {
-			widths[i] = max(widths[i], displayWidth(c))
-		}
-	}
-	measure(s.header)
-	for _, row := range s.rows {
-		measure(row)
-	}
-	return widths
 }
 
 func anys(cells []string) []any {
@@ -264,13 +306,14 @@ var textColumns = map[string]bool{"DETAILS": true, "PAYLOAD": true, "REASON": tr
 // keyColumns are read first: they give way last.
 var keyColumns = map[string]bool{"TASK": true, "STATE": true, "SEQ": true, "TYPE": true, "DOMAIN": true}
 
-// fit cuts cells so that the table is no wider than the width: the widest
-// column of free text gives way first, down to 12 cells; then the widest
-// other column but the key ones, then any, down to 3 cells ("ab…"), and on
-// a very narrow terminal down to 1 ("…").
-func (s *sheet) fit(widths []int) {
+// fit narrows the columns of these widths (with this header) so that the
+// table is no wider than the width: the widest column of free text gives way
+// first, down to 12 cells; then the widest other column but the key ones,
+// then any, down to 3 cells ("ab…"), and on a very narrow terminal down to 1
+// ("…"). It returns the widths the cells are cut to.
+func (s *sheet) fit(widths []int, header []string) []int {
 	total := func() int { return s.tableWidth(widths) }
-	named := func(i int, set map[string]bool) bool { return i < len(s.header) && set[s.header[i]] }
+	named := func(i int, set map[string]bool) bool { return i < len(header) && set[header[i]] }
 	isKey := func(i int) bool { return named(i, keyColumns) || named(i, s.keep) }
 	widestOf := func(keep func(i int) bool, floor int) int {
 		widest := -1
@@ -300,14 +343,68 @@ func (s *sheet) fit(widths []int) {
 		}
 		widths[widest]--
 	}
-	cut := func(cells []string) {
-		for i, c := range cells {
-			cells[i] = cutTo(c, widths[i])
+	return widths
+}
+
+// rowSpill holds a table's rows past sheetInMemory in an unlinked temporary
+// file, each row as a line of JSON (its cells).
+type rowSpill struct {
+	file *os.File
+	w    *bufio.Writer
+	err  error
+}
+
+func (r *rowSpill) add(cells []string) error {
+	if r.file == nil && r.err == nil {
+		if r.file, r.err = os.CreateTemp("", "leasewal-rows-*"); r.err == nil {
+			_ = os.Remove(r.file.Name()) // unlinked: gone when closed, or when the process dies
+			r.w = bufio.NewWriterSize(r.file, 64<<10)
 		}
 	}
-	cut(s.header)
-	for _, row := range s.rows {
-		cut(row)
+	if r.err == nil {
+		var line []byte
+		if line, r.err = json.Marshal(cells); r.err == nil {
+			_, r.err = r.w.Write(append(line, '\n'))
+		}
+	}
+	if r.err != nil {
+		return fmt.Errorf("holding the table's rows in a temporary file: %w", r.err)
+	}
+	return nil
+}
+
+func (r *rowSpill) failed() error {
+	if r == nil || r.err == nil {
+		return nil
+	}
+	return fmt.Errorf("holding the table's rows in a temporary file: %w", r.err)
+}
+
+// each reads the rows back, in order.
+func (r *rowSpill) each(fn func([]string) error) error {
+	if err := r.w.Flush(); err != nil {
+		return fmt.Errorf("holding the table's rows in a temporary file: %w", err)
+	}
+	if _, err := r.file.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	lines := bufio.NewScanner(r.file)
+	lines.Buffer(nil, 64<<20)
+	for lines.Scan() {
+		var cells []string
+		if err := json.Unmarshal(lines.Bytes(), &cells); err != nil {
+			return fmt.Errorf("reading the table's rows back: %w", err)
+		}
+		if err := fn(cells); err != nil {
+			return err
+		}
+	}
+	return lines.Err()
+}
+
+func (r *rowSpill) close() {
+	if r != nil && r.file != nil {
+		r.file.Close()
 	}
 }
 

@@ -352,9 +352,19 @@ type sweep struct {
 const sweepStep = 4 << 20
 
 // sweep starts a sweep of the part that starts at a.at[part] and is size
-// bytes long.
+// bytes long (none for no archive).
 func (a *Archive) sweep(part, size int) *sweep {
+	if a == nil {
+		return &sweep{}
+	}
 	return &sweep{evict: a.evict, at: a.at[part], size: size}
+}
+
+func (a *Archive) recordsLen() int {
+	if a == nil {
+		return 0
+	}
+	return len(a.records)
 }
 
 // passed notes that the read has finished with the part's first n bytes.

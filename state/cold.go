@@ -149,9 +149,19 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 	if err := s.Damage(); err != nil {
 		return err
 	}
+	// Creation order is about the order the tasks were written in, so each
+	// read lets go of the pages before the furthest one it has read.
+	archiveSweep, coldSweep := s.archive.sweep(partRecords, s.archive.recordsLen()), s.cold.sweep(partRecords, s.cold.recordsLen())
+	defer archiveSweep.end()
+	defer coldSweep.end()
 	next := func(refs *[]taskRef, from *Archive) *Task {
+		sweep := archiveSweep
+		if from == s.cold {
+			sweep = coldSweep
+		}
 		for len(*refs) > 0 {
 			t, _ := from.taskAt((*refs)[0].offset)
+			sweep.passed(max(sweep.read, int((*refs)[0].offset)))
 			*refs = (*refs)[1:]
 			if t == nil {
 				return nil // damage: reported below
