@@ -76,15 +76,16 @@ func runVerify(e env, expectFile string, history bool) error {
 		}
 	}
 	return e.operate(opts, false, func(tx *store.Tx) (answer, error) {
-		tasks, err := tx.State.Tasks()
+		counts, tasks := map[string]int{}, 0
+		err := tx.State.EachTask(false, func(t *state.Task) bool {
+			counts[string(t.At(tx.Now).State)]++
+			tasks++
+			return true
+		})
 		if err != nil {
 			return answer{}, err
 		}
-		counts := map[string]int{}
-		for _, t := range tasks {
-			counts[string(t.At(tx.Now).State)]++
-		}
-		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: len(tasks), Counts: counts, TornBytes: tx.TornBytes()}
+		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: tasks, Counts: counts, TornBytes: tx.TornBytes()}
 		if b := tx.State.Base(); b != nil {
 			out.Base = b.Compacted()
 		}

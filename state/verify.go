@@ -1,6 +1,10 @@
 package state
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
 
 // Verifier replays records like any command does and, after every record,
 // checks SPEC's invariants against counts it keeps itself, so that a bug in
@@ -8,7 +12,8 @@ import "fmt"
 type Verifier struct {
 	State   *State
 	Records int
-	shadows map[*Task]*shadow // what the Verifier itself saw of each task
+	shadows map[int64]shadow // what the Verifier itself saw of each task, by task number: 24 bytes a task, kept for every task
+
 	current map[string]string // current lease id -> task, as observed after each record
 	lastNum int64
 
@@ -17,17 +22,24 @@ type Verifier struct {
 	terminals map[string]int       // per domain, processed+failed as last seen
 }
 
-// shadow is the Verifier's own account of a task, kept apart from Apply's.
+// shadow is the Verifier's own account of a task, kept apart from Apply's,
+// small because it is kept for every task a WAL ever held (a task moved
+// out of memory comes back as another *Task, so it is keyed by number).
 type shadow struct {
-	grants int       // LeaseGranted records seen, less the LeaseReleased ones
-	state  TaskState // the state after the last record about it
-	held   string    // its current lease, as last observed
-	seen   bool
+	grants int32 // LeaseGranted records seen, less the LeaseReleased ones
+	state  uint8 // the state after the last record about it: 1 + its index in taskStates; 0 for not seen yet
+	held   int64 // the number of its current lease (L<n>), as last observed; 0 for none
 }
+
+var taskStates = []TaskState{Waiting, Leased, Completed, Failed, Dead}
+
+func (sh shadow) seen() bool { return sh.state != 0 }
+
+func (sh shadow) taskState() TaskState { return taskStates[sh.state-1] }
 
 // NewVerifier starts from an empty WAL.
 func NewVerifier() *Verifier {
-	return &Verifier{State: New(), shadows: map[*Task]*shadow{}, current: map[string]string{},
+	return &Verifier{State: New(), shadows: map[int64]shadow{}, current: map[string]string{},
 		tokens: map[string]WorkLease{}, terminals: map[string]int{}, offsets: map[int64]bool{}}
 }
 
@@ -54,18 +66,17 @@ func (v *Verifier) Step(r Record) error {
 	if t == nil {
 		return nil
 	}
-	sh := v.shadows[t]
-	if sh == nil {
-		sh = &shadow{}
-		v.shadows[t] = sh
-	}
+	num, _ := idNumber(t.ID, 'T')
+	sh := v.shadows[num]
 	switch r.Type {
 	case LeaseGranted:
 		sh.grants++
 	case LeaseReleased:
 		sh.grants--
 	}
-	if err := v.checkTask(r, t, sh); err != nil {
+	err = v.checkTask(r, t, &sh)
+	v.shadows[num] = sh
+	if err != nil {
 		return err
 	}
 	// The same task as time alone leaves it at this record's time must obey
@@ -89,9 +100,11 @@ func (v *Verifier) adoptBase(r Record) error {
 		if n, _ := idNumber(t.ID, 'T'); n > v.State.lastTaskNum {
 			return v.fail(r, InvSequence, "the base holds task %s beyond its last task id T%d", t.ID, v.State.lastTaskNum)
 		}
-		sh := &shadow{grants: countedAttempts(t)}
-		v.shadows[t] = sh
-		if err := v.checkTask(r, t, sh); err != nil {
+		num, _ := idNumber(t.ID, 'T')
+		sh := shadow{grants: int32(countedAttempts(t))}
+		err := v.checkTask(r, t, &sh)
+		v.shadows[num] = sh
+		if err != nil {
 			return err
 		}
 	}
@@ -124,13 +137,13 @@ func countedAttempts(t *Task) int {
 }
 
 func (v *Verifier) checkTask(r Record, t *Task, sh *shadow) error {
-	if sh.seen && sh.state.Terminal() && t.State != sh.state {
-		return v.fail(r, InvTerminal, "%s went from %s to %s", t.ID, sh.state, t.State)
+	if sh.seen() && sh.taskState().Terminal() && t.State != sh.taskState() {
+		return v.fail(r, InvTerminal, "%s went from %s to %s", t.ID, sh.taskState(), t.State)
 	}
-	sh.seen, sh.state = true, t.State
-	if sh.held != "" && (t.Lease == nil || t.Lease.ID != sh.held) {
-		delete(v.current, sh.held)
-		sh.held = ""
+	sh.state = uint8(slices.Index(taskStates, t.State) + 1)
+	if held := "L" + strconv.FormatInt(sh.held, 10); sh.held != 0 && (t.Lease == nil || t.Lease.ID != held) {
+		delete(v.current, held)
+		sh.held = 0
 	}
 	if t.Lease != nil {
 		if owner, held := v.current[t.Lease.ID]; held && owner != t.ID {
@@ -140,9 +153,9 @@ func (v *Verifier) checkTask(r Record, t *Task, sh *shadow) error {
 			return v.fail(r, InvOneLease, "%s's current lease %s was granted for %q", t.ID, t.Lease.ID, owner)
 		}
 		v.current[t.Lease.ID] = t.ID
-		sh.held = t.Lease.ID
+		sh.held, _ = idNumber(t.Lease.ID, 'L')
 	}
-	if t.Attempt != sh.grants {
+	if t.Attempt != int(sh.grants) {
 		return v.fail(r, InvAttempts, "%s has attempt %d after %d LeaseGranted records not released", t.ID, t.Attempt, sh.grants)
 	}
 	return v.checkShape(r, t)

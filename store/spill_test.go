@@ -3,6 +3,7 @@ package store_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"leasewal/state"
 	"leasewal/store"
+	"leasewal/wal"
 )
 
 // answersOf is what a state answers about every task it names and a few it
@@ -155,5 +157,121 @@ func TestSpillFailureKeepsTheTasksInMemory(t *testing.T) {
 	}
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "injected: no space") || !strings.Contains(warnings[0], "in memory") {
 		t.Fatalf("warnings: %q", warnings)
+	}
+}
+
+// leasedThenLater writes a history in which 100 tasks are leased, 200 more
+// submitted, then the first 100 completed: a replay spilling every 40 tasks
+// moves the leased ones out, with their attempts, before their completions.
+func leasedThenLater(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, Clock: fixedClock(t0)})
+	defer h.Close()
+	write := func(decide func(tx *store.Tx) (state.Decision, error)) {
+		t.Helper()
+		if err := h.Write(func(tx *store.Tx) error {
+			d, err := decide(tx)
+			if err != nil {
+				return err
+			}
+			return tx.Commit(d.Records)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 {
+		submit(t, h, "early")
+	}
+	for range 100 {
+		write(func(tx *store.Tx) (state.Decision, error) {
+			return tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Hour}, tx.Now)
+		})
+	}
+	for range 200 {
+		submit(t, h, "later")
+	}
+	for i := 1; i <= 100; i++ {
+		write(func(tx *store.Tx) (state.Decision, error) {
+			return tx.State.DecideComplete(fmt.Sprintf("T%d", i), fmt.Sprintf("L%d", i), "", tx.Now)
+		})
+	}
+	return path
+}
+
+// TestSpillingVerifierFindsWhatAFullOneFinds: verify's replay spills its
+// tasks too (the Verifier keeps its own account of every task by number,
+// not by the task in memory). On a good history it answers as a replay
+// holding every task in memory; on the same history with an early task's
+// completion repeated at its end (that task long moved out of memory), it
+// refuses the same record with the same words.
+func TestSpillingVerifierFindsWhatAFullOneFinds(t *testing.T) {
+	good := leasedThenLater(t)
+	scanned, err := wal.Scan(mustRead(t, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies [][]byte
+	var early []byte
+	for _, f := range scanned.Frames {
+		bodies = append(bodies, f.Body)
+		if early == nil && strings.Contains(string(f.Body), `"TaskCompleted"`) {
+			early = f.Body
+		}
+	}
+	r, err := state.DecodeRecord(early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := state.DecodeRecord(bodies[len(bodies)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Seq, r.At = int64(len(bodies)+1), last.At
+	again, err := state.EncodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "q.wal")
+	l, err := wal.Create(bad, bodies[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range append(bodies[1:], again) {
+		if _, err := l.Append(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+
+	verify := func(path string, spillAfter int) (records int, counts string, err error) {
+		v := state.NewVerifier()
+		h := store.Open(store.Options{Path: copyOf(t, path), Verifier: v, SpillAfter: spillAfter, Clock: fixedClock(t0)})
+		defer h.Close()
+		err = h.Read(func(tx *store.Tx) error {
+			if archive, cold := tx.State.Archives(); spillAfter == 40 && (archive == nil || cold == nil) {
+				t.Fatal("the verifier's replay spilled nothing")
+			}
+			var states []string
+			return tx.State.EachTask(false, func(task *state.Task) bool {
+				states = append(states, task.ID+" "+string(task.At(tx.Now).State))
+				counts = strings.Join(states, ",")
+				return true
+			})
+		})
+		return v.Records, counts, err
+	}
+	wantRecords, wantCounts, err := verify(good, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if records, counts, err := verify(good, 40); err != nil || records != wantRecords || counts != wantCounts {
+		t.Fatalf("spilling: %d records, %v; holding every task: %d records", records, err, wantRecords)
+	}
+	_, _, wantErr := verify(bad, 1<<30)
+	_, _, gotErr := verify(bad, 40)
+	t.Logf("refused: %v", gotErr)
+	if wantErr == nil || gotErr == nil || gotErr.Error() != wantErr.Error() {
+		t.Fatalf("a repeated completion: spilling says %v, holding every task says %v", gotErr, wantErr)
 	}
 }

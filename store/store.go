@@ -321,7 +321,9 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	}
 	tx := &Tx{State: st, h: h}
 	var spills *spiller
-	if h.pos.Count == 0 && !h.fullReplay() && h.opts.OnRecord == nil {
+	// A replay from the start spills (spill.go), a verifier's too, but not
+	// one whose hooks see the state record by record.
+	if h.pos.Count == 0 && !h.opts.FullReplay && h.opts.OnRecord == nil && h.opts.BeforeRecord == nil {
 		least := cmp.Or(h.opts.SpillAfter, defaultSpillAfter)
 		spills = &spiller{h: h, least: least, next: least}
 	}
