@@ -63,6 +63,23 @@ func TestLogHoldsItsLinesUntilTheEnd(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != records || len(out) < 2*spoolInMemory {
 		t.Fatalf("log: exit %d, %d lines of %d records, %d bytes: %s", code, strings.Count(out, "\n"), records, len(out), errOut)
 	}
+	// The table and TSV hold their rows the same way, then draw them.
+	var recs []api.Record
+	svc := service.New(service.Options{Store: store.Options{Path: walPath, LockTimeout: time.Second}})
+	if _, err := svc.Log(context.Background(), api.LogRequest{}, func(r api.Record) error { recs = append(recs, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []palette{{tsv: true}, {}} {
+		var want bytes.Buffer
+		if err := renderLog(&want, p, recs, recs[0].Record.At); err != nil {
+			t.Fatal(err)
+		}
+		format := map[bool]string{true: "tsv", false: "wide"}[p.tsv]
+		code, out, errOut := cli("--wal", walPath, "log", "-o", format)
+		if code != 0 || out != want.String() || strings.Count(out, "\n") < records {
+			t.Fatalf("log -o %s: exit %d, %d lines, %d bytes, not the %d of the records drawn at once: %s", format, code, strings.Count(out, "\n"), len(out), want.Len(), errOut)
+		}
+	}
 	data := mustRead(t, walPath)
 	lines := bytes.SplitAfter(data, []byte("\n"))
 	lines[len(lines)-3][20] ^= 1 // the record before the last: damage, not a torn tail

@@ -2,9 +2,11 @@ package cmd
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -88,14 +90,15 @@ func runLog(e env, o logOptions) error {
 	if err != nil {
 		return err
 	}
-	var entries []api.Record
+	held := &heldLog{}
 	lines := &spool{}
 	defer lines.discard()
+	defer held.rows.discard()
 	end, err := s.svc.Log(e.context(), req, func(r api.Record) error {
 		if e.Output == "json" {
 			writeJSON(lines, r)
 		} else {
-			entries = append(entries, r)
+			held.add(r)
 		}
 		return nil
 	})
@@ -110,8 +113,8 @@ func runLog(e env, o logOptions) error {
 		return err
 	}
 	base := first
-	if o.taskID != "" && len(entries) > 0 {
-		base = entries[0].Record.At // a task's story is told from its own first record, as inspect T does
+	if o.taskID != "" && held.n > 0 {
+		base = held.firstAt // a task's story is told from its own first record, as inspect T does
 	}
 	if o.absolute {
 		base = -1
@@ -120,16 +123,13 @@ func runLog(e env, o logOptions) error {
 		if o.follow && !p.tsv { // a box cannot grow: the whole stream is aligned lines
 			stream := newLogStream(p, o.absolute)
 			stream.header(w)
-			for _, entry := range entries {
-				stream.line(w, entry, base)
-			}
-			return nil
+			return held.each(base, func(cells []string) error { stream.write(w, cells); return nil })
 		}
-		if len(entries) == 0 && !p.tsv {
+		if held.n == 0 && !p.tsv {
 			_, err := fmt.Fprintln(w, "no records match")
 			return err
 		}
-		return renderLog(w, p, entries, base)
+		return renderLogRows(w, p, base < 0, func(row func([]string) error) error { return held.each(base, row) })
 	}}, written{})
 	if err != nil || !o.follow {
 		return err
@@ -242,12 +242,50 @@ func (s logStream) header(w io.Writer) {
 
 // line draws one record; times are offsets from base, or timestamps when
 // base is negative.
-func (s logStream) line(w io.Writer, e api.Record, base int64) {
+func (s logStream) line(w io.Writer, e api.Record, base int64) { s.write(w, logCells(e, base)) }
+
+// logCells are a record's cells in log's columns; its time is an offset
+// from base, or a timestamp when base is negative.
+func logCells(e api.Record, base int64) []string {
 	at := e.At
 	if base >= 0 {
 		at = offset(e.Record.At - base)
 	}
-	s.write(w, []string{fmt.Sprint(e.Seq), at, string(e.Type), escape(e.TaskID), escape(e.LeaseID), escape(e.WorkerID), escape(details(e)), escape(e.Actor)})
+	return []string{fmt.Sprint(e.Seq), at, string(e.Type), escape(e.TaskID), escape(e.LeaseID), escape(e.WorkerID), escape(details(e)), escape(e.Actor)}
+}
+
+// heldLog holds log's rows until every record is read (an answer stands
+// only then, see spool): a line of JSON per record, its cells with its time
+// kept as both milliseconds and timestamp until the base its offset counts
+// from is known. It holds a MiB in memory, the rest in a temporary file.
+type heldLog struct {
+	rows    spool
+	n       int
+	firstAt int64
+}
+
+func (l *heldLog) add(e api.Record) {
+	if l.n == 0 {
+		l.firstAt = e.Record.At
+	}
+	l.n++
+	writeJSON(&l.rows, append([]string{strconv.FormatInt(e.Record.At, 10)}, logCells(e, -1)...))
+}
+
+// each hands fn every record's cells, as logCells gives them for base.
+func (l *heldLog) each(base int64, fn func([]string) error) error {
+	return l.rows.eachLine(func(line []byte) error {
+		var held []string
+		if err := json.Unmarshal(line, &held); err != nil || len(held) != len(logColumns)+1 {
+			return fmt.Errorf("reading the held log rows back: %v", err)
+		}
+		cells := held[1:]
+		if base >= 0 {
+			ms, _ := strconv.ParseInt(held[0], 10, 64)
+			cells[1] = offset(ms - base)
+		}
+		return fn(cells)
+	})
 }
 
 func (s logStream) write(w io.Writer, cells []string) {
@@ -268,16 +306,25 @@ var logColumns = []string{"SEQ", "AT", "TYPE", "TASK", "LEASE", "WORKER", "DETAI
 // renderLog draws records as a table. Times are offsets from base, or
 // timestamps when base is negative.
 func renderLog(w io.Writer, p palette, entries []api.Record, base int64) error {
+	return renderLogRows(w, p, base < 0, func(row func([]string) error) error {
+		for _, e := range entries {
+			if err := row(logCells(e, base)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// renderLogRows draws the rows each hands on as log's table; absolute says
+// their times are timestamps.
+func renderLogRows(w io.Writer, p palette, absolute bool, each func(func([]string) error) error) error {
 	t := newTable(w, p, logColumns...)
-	if base < 0 { // timestamps were asked for: they are kept whole as long as anything else can give way
+	if absolute { // timestamps were asked for: they are kept whole as long as anything else can give way
 		t.keep = map[string]bool{"AT": true}
 	}
-	for _, e := range entries {
-		at := e.At
-		if base >= 0 {
-			at = offset(e.Record.At - base)
-		}
-		_ = t.Append(fmt.Sprint(e.Seq), at, string(e.Type), escape(e.TaskID), escape(e.LeaseID), escape(e.WorkerID), escape(details(e)), escape(e.Actor))
+	if err := each(func(cells []string) error { return t.Append(cells...) }); err != nil {
+		return err
 	}
 	return t.Render()
 }

@@ -527,6 +527,28 @@ func (s *spool) copyTo(w io.Writer) error {
 	return err
 }
 
+// eachLine hands fn each line held, without its newline.
+func (s *spool) eachLine(fn func([]byte) error) error {
+	var from io.Reader = bytes.NewReader(s.mem.Bytes())
+	if s.file != nil {
+		if s.err != nil {
+			return fmt.Errorf("holding the output in a temporary file: %w", s.err)
+		}
+		if _, err := s.file.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		from = s.file
+	}
+	lines := bufio.NewScanner(from)
+	lines.Buffer(nil, 64<<20)
+	for lines.Scan() {
+		if err := fn(lines.Bytes()); err != nil {
+			return err
+		}
+	}
+	return lines.Err()
+}
+
 // discard drops everything held.
 func (s *spool) discard() {
 	if s.file != nil {

@@ -120,7 +120,7 @@ func runVerify(e env, expectFile string, history bool) error {
 // from their segments first.
 func checkedBy(opts *store.Options, want *expect.Expectation) error {
 	want.Hooks(opts)
-	last, _, err := store.ReadSegments(*opts, 1)
+	last, _, err := store.ReadSegments(*opts, 1, nil)
 	if err != nil {
 		return err
 	}

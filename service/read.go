@@ -90,12 +90,13 @@ func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *st
 			from = in.until
 		}
 		opts.FullReplay, opts.OnRecord = true, onRecord
-		last, stopped, err := store.ReadSegments(opts, from)
-		if err != nil {
-			return nil, err
-		}
-		if stopped != nil { // a sealed segment holds record --until
-			return decide(stopped, stopped.LastAt(), taskRecords)
+		var answer any
+		last, halted, err := store.ReadSegments(opts, from, func(stopped *state.State) (err error) {
+			answer, err = decide(stopped, stopped.LastAt(), taskRecords) // a sealed segment holds record --until
+			return err
+		})
+		if err != nil || halted {
+			return answer, err
 		}
 		store.SkipThrough(&opts, last)
 	}
@@ -438,7 +439,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 	}
 	// The records compaction sealed are read first, from their segments.
 	opts.OnRecord = onRecord
-	last, _, err := store.ReadSegments(opts, max(r.From, 1))
+	last, _, err := store.ReadSegments(opts, max(r.From, 1), nil)
 	if err != nil || stopped {
 		end.LastSeq = last // where reading stopped, as a stop in the WAL leaves it
 		return end, err

@@ -107,10 +107,12 @@ func (e *historyEnd) leadsTo(base []state.Record) error {
 // of its own, replayed from its start (the base of the records before it, or
 // the first record), and only its records after the last one handed on reach
 // OnRecord and BeforeRecord, with the segment's state. Segments that end
-// before from are skipped. When a hook returns ErrStop, stopped is the state
-// there; else last is the seq of the last record handed on (0: none), and
-// the WAL's replay goes on after it (SkipThrough).
-func ReadSegments(opts Options, from int64) (last int64, stopped *state.State, err error) {
+// before from are skipped. When a hook returns ErrStop, stopped is called
+// with the state there (while the segment is still open: the state may read
+// files its replay spilled) and its error returned, with halted set; else
+// last is the seq of the last record handed on (0: none), and the WAL's
+// replay goes on after it (SkipThrough).
+func ReadSegments(opts Options, from int64, stopped func(*state.State) error) (last int64, halted bool, err error) {
 	onRecord, beforeRecord := opts.OnRecord, opts.BeforeRecord
 	for _, seg := range Segments(HistoryDir(opts.Path)) {
 		if seg.Last < from || seg.Last <= last {
@@ -119,7 +121,6 @@ func ReadSegments(opts Options, from int64) (last int64, stopped *state.State, e
 		o := opts
 		o.Path, o.FullReplay, o.ReplayFrom, o.Verifier = seg.Path, true, 0, nil
 		o.Clock = func(lastAt int64) (int64, error) { return lastAt, nil } // a segment is read, never decided on
-		halted := false
 		o.BeforeRecord = nil
 		if beforeRecord != nil {
 			o.BeforeRecord = func(rec state.Record, st *state.State) error {
@@ -142,21 +143,22 @@ func ReadSegments(opts Options, from int64) (last int64, stopped *state.State, e
 			return err
 		}
 		h := Open(o)
+		var stopErr error
 		err := h.Read(func(tx *Tx) error {
-			if halted {
-				stopped = tx.State
+			if halted && stopped != nil {
+				stopErr = stopped(tx.State)
 			}
 			return nil
 		})
 		h.Close()
 		if err != nil {
-			return last, nil, &HistoryError{Path: seg.Path, Err: err}
+			return last, false, &HistoryError{Path: seg.Path, Err: err}
 		}
 		if halted {
-			return last, stopped, nil
+			return last, true, stopErr
 		}
 	}
-	return last, nil, nil
+	return last, false, nil
 }
 
 // SkipThrough has opts' hooks skip the records up to last, which

@@ -321,9 +321,11 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	}
 	tx := &Tx{State: st, h: h}
 	var spills *spiller
-	// A replay from the start spills (spill.go), a verifier's too, but not
-	// one whose hooks see the state record by record.
-	if h.pos.Count == 0 && !h.opts.FullReplay && h.opts.OnRecord == nil && h.opts.BeforeRecord == nil {
+	// Every replay from the start spills (spill.go): a verifier's, and one
+	// whose hooks see the state record by record (they read it through its
+	// methods, which answer alike; the files stay mapped until the handle
+	// forgets the state or closes).
+	if h.pos.Count == 0 {
 		least := cmp.Or(h.opts.SpillAfter, defaultSpillAfter)
 		spills = &spiller{h: h, least: least, next: least}
 	}
