@@ -254,9 +254,12 @@ func (h *Handle) sideSink(cold bool, write func(io.Writer) error) (*state.Archiv
 func (h *Handle) side(suffix string) string { return filepath.Clean(h.opts.Path) + suffix }
 
 // refreshCheckpoint applies the checkpoint rule after a writing operation,
-// still under the exclusive lock.
+// still under the exclusive lock. A replay that read a base (a compacted
+// WAL, no checkpoint) writes one whatever the rule says: a base is a few
+// records that may hold a million tasks, which every command would replay.
 func (h *Handle) refreshCheckpoint(tx *Tx) {
-	if inMemory, _ := tx.State.InMemory(); checkpointDue(tx.log.Count-h.checkpointed, inMemory) {
+	inMemory, _ := tx.State.InMemory()
+	if readBase := h.checkpointed == 0 && tx.State.Base() != nil; readBase || checkpointDue(tx.log.Count-h.checkpointed, inMemory) {
 		if h.saveCheckpoint(tx.State, tx.log.Position) {
 			h.checkpointed = tx.log.Count
 		}

@@ -290,3 +290,29 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("verify --history after the oldest segment expired: exit %d %s %s", code, out, errOut)
 	}
 }
+
+// TestTheFirstWriterOnACompactedWALWritesACheckpoint: a base is a few
+// records that may hold every task, so the first writer that replays one
+// writes a checkpoint (the record count alone would wait for thousands of
+// records, each command replaying the whole base meanwhile), and the
+// command after it starts from that checkpoint and answers alike.
+func TestTheFirstWriterOnACompactedWALWritesACheckpoint(t *testing.T) {
+	path := backlogWAL(t, t.TempDir(), 3000, 300)
+	if _, err := handle(path, nil).Compact(keepAll); err != nil {
+		t.Fatal(err)
+	}
+	want := stateOf(t, path) // a reader: no checkpoint
+	if _, err := os.Stat(path + store.CheckpointSuffix); !os.IsNotExist(err) {
+		t.Fatalf("a checkpoint beside the WAL just compacted: %v", err)
+	}
+	if code, out, errOut := cli("--wal", path, "--now", cpNow, "expire", "-o", "json"); code != 0 {
+		t.Fatalf("expire: exit %d %s %s", code, out, errOut)
+	}
+	count, _ := store.LoadCheckpoint(path) // 0 for none, or one that does not load
+	if frames := strings.Count(string(mustRead(t, path)), "\n") - 1; count != frames {
+		t.Fatalf("after the first writer: a checkpoint of %d of the WAL's %d records", count, frames)
+	}
+	if got := stateOf(t, path); got != want {
+		t.Fatal("from the checkpoint, the compacted WAL answers differently")
+	}
+}
