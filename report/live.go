@@ -26,6 +26,10 @@ type Live struct {
 	recs  []api.Record
 	last  int64
 	next  chan struct{} // closed at the next change, then replaced
+	// looked is set at the first look: until then a page that reads the
+	// WAL then (LoadFrom) takes no record as it is committed, since the
+	// load reads it.
+	looked bool
 }
 
 // NewLive is a live page with no record yet.
@@ -39,6 +43,9 @@ func (l *Live) LoadFrom(load func() ([]api.Record, int64, error)) { l.load = loa
 // loaded has the WAL's latest records read, once.
 func (l *Live) loaded() {
 	l.once.Do(func() {
+		l.mu.Lock()
+		l.looked = true // what is committed from now on is added, and what the load reads too: Add keeps each once
+		l.mu.Unlock()
 		if l.load == nil {
 			return
 		}
@@ -72,6 +79,9 @@ func (l *Live) Add(recs []state.Record) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.load != nil && !l.looked { // no one has looked: the first look reads these from the WAL
+		return
+	}
 	for _, r := range recs {
 		if r.Type == state.TaskRedacted {
 			for i := range l.recs {
