@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"leasewal/wal"
 )
@@ -73,9 +74,14 @@ func (OS) WriteStream(path string, write func(io.Writer) error) error {
 }
 
 // Spill creates <path>.spill-<random> and unlinks it: it lives as long as
-// the file returned is open, or mapped.
+// the file returned is open, or mapped. Where the WAL's directory takes no
+// new file (a reader of a WAL on read-only storage), it is created in the
+// system's temporary directory instead.
 func (OS) Spill(path string) (*os.File, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+spillInfix+"*")
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+		f, err = os.CreateTemp("", "leasewal"+spillInfix+"*")
+	}
 	if err != nil {
 		return nil, err
 	}
