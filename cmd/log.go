@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -274,10 +273,9 @@ func (l *heldLog) add(e api.Record) {
 
 // each hands fn every record's cells, as logCells gives them for base.
 func (l *heldLog) each(base int64, fn func([]string) error) error {
-	return l.rows.eachLine(func(line []byte) error {
-		var held []string
-		if err := json.Unmarshal(line, &held); err != nil || len(held) != len(logColumns)+1 {
-			return fmt.Errorf("reading the held log rows back: %v", err)
+	return l.rows.eachRow(func(held []string) error {
+		if len(held) != len(logColumns)+1 {
+			return fmt.Errorf("reading the held log rows back: %d cells, want %d", len(held), len(logColumns)+1)
 		}
 		cells := held[1:]
 		if base >= 0 {

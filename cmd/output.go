@@ -76,7 +76,8 @@ func (p palette) word(s string) string {
 // width, its longest cells cut with "…" (whole with -o wide), or tab-separated
 // rows. A box table is drawn once every row is in, since its columns are as
 // wide as their widest cell: it measures each row as it comes and keeps the
-// first rows in memory, the rest in an unlinked temporary file (rowSpill),
+// first rows in memory, the rest in a spool (a MiB more in memory, then an
+// unlinked temporary file),
 // so that a listing of a million tasks holds its widths, not its rows.
 type sheet struct {
 	w        io.Writer
@@ -84,7 +85,7 @@ type sheet struct {
 	header   []string
 	rows     [][]string // for a box table, the first rows, drawn at Render
 	inMemory int        // how many: sheetInMemory
-	spill    *rowSpill  // the rows after them
+	spill    *spool     // the rows after them, a line of JSON each
 	widths   []int      // each column's widest cell so far, header included
 	filled   []bool     // which columns have a cell that is not empty
 	err      error      // for TSV, the first write error
@@ -124,9 +125,10 @@ func (s *sheet) Append(cells ...string) error {
 		return nil
 	}
 	if s.spill == nil {
-		s.spill = &rowSpill{}
+		s.spill = &spool{}
 	}
-	return s.spill.add(cells)
+	writeJSON(s.spill, cells)
+	return nil
 }
 
 func (s *sheet) writeTSV(cells []string) error {
@@ -162,7 +164,7 @@ func (s *sheet) eachRow(fn func([]string) error) error {
 	if s.spill == nil {
 		return nil
 	}
-	return s.spill.each(fn)
+	return s.spill.eachRow(fn)
 }
 
 // Render draws the table (TSV rows are written as they come).
@@ -170,9 +172,8 @@ func (s *sheet) Render() error {
 	if s.p.tsv {
 		return s.err
 	}
-	defer s.spill.close()
-	if err := s.spill.failed(); err != nil {
-		return err
+	if s.spill != nil {
+		defer s.spill.discard()
 	}
 	shape := func(cells []string) []string { return cells }
 	if s.p.width > 0 {
@@ -346,68 +347,6 @@ func (s *sheet) fit(widths []int, header []string) []int {
 	return widths
 }
 
-// rowSpill holds a table's rows past sheetInMemory in an unlinked temporary
-// file, each row as a line of JSON (its cells).
-type rowSpill struct {
-	file *os.File
-	w    *bufio.Writer
-	err  error
-}
-
-func (r *rowSpill) add(cells []string) error {
-	if r.file == nil && r.err == nil {
-		if r.file, r.err = os.CreateTemp("", "leasewal-rows-*"); r.err == nil {
-			_ = os.Remove(r.file.Name()) // unlinked: gone when closed, or when the process dies
-			r.w = bufio.NewWriterSize(r.file, 64<<10)
-		}
-	}
-	if r.err == nil {
-		var line []byte
-		if line, r.err = json.Marshal(cells); r.err == nil {
-			_, r.err = r.w.Write(append(line, '\n'))
-		}
-	}
-	if r.err != nil {
-		return fmt.Errorf("holding the table's rows in a temporary file: %w", r.err)
-	}
-	return nil
-}
-
-func (r *rowSpill) failed() error {
-	if r == nil || r.err == nil {
-		return nil
-	}
-	return fmt.Errorf("holding the table's rows in a temporary file: %w", r.err)
-}
-
-// each reads the rows back, in order.
-func (r *rowSpill) each(fn func([]string) error) error {
-	if err := r.w.Flush(); err != nil {
-		return fmt.Errorf("holding the table's rows in a temporary file: %w", err)
-	}
-	if _, err := r.file.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	lines := bufio.NewScanner(r.file)
-	lines.Buffer(nil, 64<<20)
-	for lines.Scan() {
-		var cells []string
-		if err := json.Unmarshal(lines.Bytes(), &cells); err != nil {
-			return fmt.Errorf("reading the table's rows back: %w", err)
-		}
-		if err := fn(cells); err != nil {
-			return err
-		}
-	}
-	return lines.Err()
-}
-
-func (r *rowSpill) close() {
-	if r != nil && r.file != nil {
-		r.file.Close()
-	}
-}
-
 // displayWidth is how many terminal cells s takes: its runes, less the
 // color escapes the palette adds.
 func displayWidth(s string) int {
@@ -547,6 +486,18 @@ func (s *spool) eachLine(fn func([]byte) error) error {
 		}
 	}
 	return lines.Err()
+}
+
+// eachRow hands fn each line held as the cells it encodes (a JSON array of
+// strings, as a table's or the log's rows are held).
+func (s *spool) eachRow(fn func([]string) error) error {
+	return s.eachLine(func(line []byte) error {
+		var cells []string
+		if err := json.Unmarshal(line, &cells); err != nil {
+			return fmt.Errorf("reading held rows back: %w", err)
+		}
+		return fn(cells)
+	})
 }
 
 // discard drops everything held.

@@ -141,9 +141,11 @@ func (v *Verifier) checkTask(r Record, t *Task, sh *shadow) error {
 		return v.fail(r, InvTerminal, "%s went from %s to %s", t.ID, sh.taskState(), t.State)
 	}
 	sh.state = uint8(slices.Index(taskStates, t.State) + 1)
-	if held := "L" + strconv.FormatInt(sh.held, 10); sh.held != 0 && (t.Lease == nil || t.Lease.ID != held) {
-		delete(v.current, held)
-		sh.held = 0
+	if sh.held != 0 {
+		if held := "L" + strconv.FormatInt(sh.held, 10); t.Lease == nil || t.Lease.ID != held {
+			delete(v.current, held)
+			sh.held = 0
+		}
 	}
 	if t.Lease != nil {
 		if owner, held := v.current[t.Lease.ID]; held && owner != t.ID {
