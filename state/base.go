@@ -1,11 +1,16 @@
 package state
 
 import (
+	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
+	"slices"
 	"time"
 )
 
@@ -49,12 +54,22 @@ func (b *Base) Compacted() string {
 
 func formatTime(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
 
-// baseLoad is a base being replayed: its BaseBegin and the snapshot bytes
-// of the parts read so far.
+// baseLoad is a base being replayed: its BaseBegin, and its snapshot as
+// far as the parts read so far hold it. Each task is taken into the state as
+// soon as its bytes are in, so that a replay may move tasks out of memory
+// while a base of millions loads (store's spills), as it does while records
+// create them.
 type baseLoad struct {
-	begin Record
-	data  []byte
-	parts int
+	begin   Record
+	parts   int
+	digest  hash.Hash // of the snapshot bytes read so far
+	pending []byte    // the bytes read and not yet decoded
+	version uint64    // 0 until the head is decoded
+	left    int       // the tasks still to decode
+	loaded  int       // the tasks decoded
+	// unfinished are the positions of the unfinished tasks, which the
+	// snapshot's live list must name, in order.
+	unfinished []uint32
 }
 
 // IsBase reports whether the record is part of a compaction's base.
@@ -63,54 +78,105 @@ func (t RecordType) IsBase() bool { return t == BaseBegin || t == BasePart || t 
 // Base is the base the WAL starts with, nil for a WAL never compacted.
 func (s *State) Base() *Base { return s.base }
 
-// BaseRecords returns the records of a base that replaces every record
-// applied so far: a compaction at at, keeping the finished tasks that ended
-// at or after keptFrom. hash is the SHA-256 chain head of the records it
-// replaces and chainFrom the checksum of the last one's frame. Every task must
-// be in memory (a full replay's state). It also says how many tasks the base
-// keeps and how many it drops.
-func (s *State) BaseRecords(at, keptFrom int64, history, hash string, chainFrom uint32) (recs []Record, kept, dropped int, err error) {
-	if s.archive != nil || s.cold != nil {
-		return nil, 0, 0, errors.New("a base is built from a full replay, with every task in memory")
-	}
-	if s.loading != nil || s.lastSeq == 0 {
-		return nil, 0, 0, errors.New("there is nothing to compact: no record follows the base")
-	}
-	if history != HistoryKept && history != HistoryDropped {
-		return nil, 0, 0, fmt.Errorf("history must be %q or %q", HistoryKept, HistoryDropped)
-	}
-	retained := s.retained(keptFrom)
-	snap := retained.Snapshot()
-	sum := sha256.Sum256(snap)
-	parts := (len(snap) + MaxBasePart - 1) / MaxBasePart
-	recs = make([]Record, 0, parts+2)
-	recs = append(recs, Record{Seq: s.lastSeq, At: at, Type: BaseBegin, Parts: parts, KeptFrom: &keptFrom, History: history})
-	for i := range parts {
-		chunk := snap[i*MaxBasePart : min(len(snap), (i+1)*MaxBasePart)]
-		recs = append(recs, Record{Seq: s.lastSeq, At: at, Type: BasePart, Part: i + 1, Data: base64.StdEncoding.EncodeToString(chunk)})
-	}
-	return append(recs, Record{ChainFrom: fmt.Sprintf("%08x", chainFrom), Seq: s.lastSeq, At: at, Type: BaseEnd,
-		Digest: hex.EncodeToString(sum[:]), Hash: hash}), len(retained.order), len(s.order) - len(retained.order), nil
+// BaseSnapshot is the snapshot of a base in three pieces: the head (the
+// counters and how many tasks follow), the tasks, which WriteBase streams to
+// a writer, and the tail (the live list, domains, limits, pauses,
+// schedules, ...). Head, tasks and tail read in turn are the snapshot the
+// base's parts carry.
+type BaseSnapshot struct {
+	Seq, KeptFrom int64
+	Head, Tail    []byte
+	TasksSize     int64 // the bytes written for the tasks
+	Kept, Dropped int
 }
 
-// retained is the state without the finished tasks that ended before
-// keptFrom. It shares the tasks with s: it is only for Snapshot.
-func (s *State) retained(keptFrom int64) *State {
-	r := *s
-	r.order = make([]*Task, 0, len(s.order))
-	for _, t := range s.order {
-		if !t.State.Terminal() || t.Ended >= keptFrom {
-			r.order = append(r.order, t)
-		}
+// WriteBase writes the snapshot of a base that replaces every record applied
+// so far, keeping the finished tasks that ended at or after keptFrom: it
+// streams the tasks to w in creation order, one at a time, from memory, the
+// archive and the cold set alike (EachTask), so that a base of millions is
+// built in the memory of the state it is built from.
+func (s *State) WriteBase(w io.Writer, keptFrom int64) (BaseSnapshot, error) {
+	if s.loading != nil || s.lastSeq == 0 {
+		return BaseSnapshot{}, errors.New("there is nothing to compact: no record follows the base")
 	}
-	r.live = make([]*Task, 0, len(s.live)-s.ended)
-	for _, t := range s.live {
+	snap := BaseSnapshot{Seq: s.lastSeq, KeptFrom: keptFrom}
+	tasks, live := &encoder{}, &encoder{}
+	var unfinished []uint32
+	var werr error
+	flush := func() {
+		if werr == nil {
+			var n int
+			n, werr = w.Write(tasks.b)
+			snap.TasksSize += int64(n)
+		}
+		tasks.b = tasks.b[:0]
+	}
+	err := s.EachTask(false, func(t *Task) bool {
+		if t.State.Terminal() && t.Ended < keptFrom {
+			snap.Dropped++
+			return true
+		}
 		if !t.State.Terminal() {
-			r.live = append(r.live, t)
+			unfinished = append(unfinished, uint32(snap.Kept))
+		}
+		snap.Kept++
+		tasks.task(t)
+		if len(tasks.b) >= 64<<10 {
+			flush()
+		}
+		return werr == nil
+	})
+	flush()
+	if err = cmp.Or(err, werr); err != nil {
+		return BaseSnapshot{}, err
+	}
+	// A base names no archive nor cold set, lists as live exactly its
+	// unfinished tasks in creation order, and so has none ended among them
+	// and no superseded cold copy.
+	version := s.snapshotVersion()
+	head := &encoder{}
+	s.encodeHead(head, version, nil, nil)
+	head.length(snap.Kept, false)
+	live.length(len(unfinished), false)
+	for _, i := range unfinished {
+		live.uint(uint64(i))
+	}
+	live.int(0)
+	live.uint(0)
+	s.encodeTail(live, version)
+	snap.Head, snap.Tail = head.b, live.b
+	return snap, nil
+}
+
+// Records hands emit the records of the base, a compaction at at: a
+// BaseBegin, the snapshot in BaseParts of MaxBasePart bytes, and a BaseEnd
+// with its digest, hash (the SHA-256 chain head of the records it replaces)
+// and chainFrom (the checksum of the last one's frame). tasks reads back what
+// WriteBase wrote.
+func (b *BaseSnapshot) Records(at int64, history, hash string, chainFrom uint32, tasks io.Reader, emit func(Record) error) error {
+	if history != HistoryKept && history != HistoryDropped {
+		return fmt.Errorf("history must be %q or %q", HistoryKept, HistoryDropped)
+	}
+	size := int64(len(b.Head)) + b.TasksSize + int64(len(b.Tail))
+	parts := int((size + MaxBasePart - 1) / MaxBasePart)
+	keptFrom := b.KeptFrom
+	if err := emit(Record{Seq: b.Seq, At: at, Type: BaseBegin, Parts: parts, KeptFrom: &keptFrom, History: history}); err != nil {
+		return err
+	}
+	digest := sha256.New()
+	snapshot := io.TeeReader(io.MultiReader(bytes.NewReader(b.Head), io.LimitReader(tasks, b.TasksSize), bytes.NewReader(b.Tail)), digest)
+	chunk := make([]byte, MaxBasePart)
+	for i := range parts {
+		n, err := io.ReadFull(snapshot, chunk[:min(MaxBasePart, size-int64(i)*MaxBasePart)])
+		if err != nil {
+			return fmt.Errorf("reading back the base's tasks: %w", err)
+		}
+		if err := emit(Record{Seq: b.Seq, At: at, Type: BasePart, Part: i + 1, Data: base64.StdEncoding.EncodeToString(chunk[:n])}); err != nil {
+			return err
 		}
 	}
-	r.ended = 0
-	return &r
+	return emit(Record{ChainFrom: fmt.Sprintf("%08x", chainFrom), Seq: b.Seq, At: at, Type: BaseEnd,
+		Digest: hex.EncodeToString(digest.Sum(nil)), Hash: hash})
 }
 
 // applyBase applies a record of a base, or refuses any other record while a
@@ -131,7 +197,7 @@ func (s *State) applyBase(r Record) error {
 		case r.History != HistoryKept && r.History != HistoryDropped:
 			return invalid("a BaseBegin's history must be %q or %q", HistoryKept, HistoryDropped)
 		}
-		s.loading = &baseLoad{begin: r}
+		s.loading = &baseLoad{begin: r, digest: sha256.New()}
 		return nil
 	case BasePart:
 		l := s.loading
@@ -145,13 +211,61 @@ func (s *State) applyBase(r Record) error {
 		if err != nil || len(chunk) == 0 || len(chunk) > MaxBasePart {
 			return invalid("BasePart %d does not hold base64 of 1 to %d bytes", r.Part, MaxBasePart)
 		}
-		l.data = append(l.data, chunk...)
 		l.parts++
-		return nil
+		l.digest.Write(chunk)
+		l.pending = append(l.pending, chunk...)
+		return s.loadTasks(l)
 	case BaseEnd:
 		return s.endBase(r)
 	}
 	return invalid("the base is incomplete: a %s record comes before its BaseEnd", r.Type)
+}
+
+// loadTasks decodes the head and then every task whose bytes are all in,
+// taking each into the state as a snapshot's load would.
+func (s *State) loadTasks(l *baseLoad) error {
+	if l.version != 0 && l.left == 0 {
+		return nil // the tail, read whole at the BaseEnd
+	}
+	d := &snapDecoder{b: l.pending, all: string(l.pending)}
+	if l.version == 0 {
+		version, err := d.head(s, nil, nil)
+		n := 0
+		if err == nil {
+			n, _ = d.length()
+			err = d.err
+		}
+		switch {
+		case d.short:
+			return nil // the head runs on in the next part
+		case err != nil:
+			return invalid("the base's snapshot does not load: %v", err)
+		}
+		l.version, l.left = version, n
+		l.pending = l.pending[len(l.pending)-len(d.b):]
+	}
+	for l.left > 0 {
+		t := &Task{}
+		d.task(t)
+		if d.short {
+			break // its bytes run on in the next part
+		}
+		if d.err != nil {
+			return invalid("the base's snapshot does not load: task %d: %v", l.loaded+1, d.err)
+		}
+		s.tasks[t.ID] = t
+		s.order = append(s.order, t)
+		s.unkeyed, s.unleased = append(s.unkeyed, t), append(s.unleased, t)
+		if !t.State.Terminal() {
+			s.live = append(s.live, t)
+			l.unfinished = append(l.unfinished, uint32(l.loaded))
+		}
+		l.loaded++
+		l.left--
+		l.pending = l.pending[len(l.pending)-len(d.b):]
+	}
+	l.pending = slices.Clone(l.pending) // the bytes left, not the array of the whole part
+	return nil
 }
 
 // endBase checks the base read and makes the state the one it holds.
@@ -164,19 +278,43 @@ func (s *State) endBase(r Record) error {
 		return invalid("the base of seq %d ends after %d of its %d parts", l.begin.Seq, l.parts, l.begin.Parts)
 	case len(r.ChainFrom) != 8:
 		return invalid("a BaseEnd needs chain_from, the checksum the next record continues from")
-	}
-	sum := sha256.Sum256(l.data)
-	if hex.EncodeToString(sum[:]) != r.Digest {
+	case hex.EncodeToString(l.digest.Sum(nil)) != r.Digest:
 		return invalid("the base's snapshot does not match its digest %q", r.Digest)
+	case l.version == 0 || l.left > 0:
+		return invalid("the base's snapshot does not load: it ends after %d tasks, %d short", l.loaded, l.left)
 	}
-	loaded, err := LoadSnapshot(l.data, nil, nil)
-	switch {
-	case err != nil:
+	d := &snapDecoder{b: l.pending, all: string(l.pending)}
+	if err := d.liveList(l.unfinished); err != nil {
 		return invalid("the base's snapshot does not load: %v", err)
-	case loaded.lastSeq != r.Seq:
-		return invalid("the base of seq %d holds the state at seq %d", r.Seq, loaded.lastSeq)
 	}
-	loaded.base = &Base{Seq: r.Seq, At: l.begin.At, KeptFrom: *l.begin.KeptFrom, History: l.begin.History, Hash: r.Hash, ChainFrom: r.ChainFrom}
-	*s = *loaded
+	d.rest(s, l.version, false)
+	switch {
+	case d.err == nil && (len(d.b) != 0 || s.ended != 0):
+		d.fail()
+		fallthrough
+	case d.err != nil:
+		return invalid("the base's snapshot does not load: %v", d.err)
+	case s.lastSeq != r.Seq:
+		return invalid("the base of seq %d holds the state at seq %d", r.Seq, s.lastSeq)
+	}
+	s.base = &Base{Seq: r.Seq, At: l.begin.At, KeptFrom: *l.begin.KeptFrom, History: l.begin.History, Hash: r.Hash, ChainFrom: r.ChainFrom}
+	s.loading = nil
+	return nil
+}
+
+// liveList reads a base's live list, which must name its unfinished tasks,
+// in creation order.
+func (d *snapDecoder) liveList(unfinished []uint32) error {
+	n, isNil := d.length()
+	if isNil || n != len(unfinished) {
+		d.fail()
+		return fmt.Errorf("its live list names %d tasks, not its %d unfinished ones", n, len(unfinished))
+	}
+	for _, want := range unfinished {
+		if i := d.uint(); d.err != nil || i != uint64(want) {
+			d.fail()
+			return fmt.Errorf("its live list does not name its unfinished tasks")
+		}
+	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -12,7 +13,7 @@ import (
 // read back from their encoding (so the hand-written decoder reads them).
 func baseAt(t *testing.T, s *State, keptFrom int64, history string) []Record {
 	t.Helper()
-	recs, _, _, err := s.BaseRecords(s.LastAt()+1_000, keptFrom, history, strings.Repeat("ab", 32), 0x1234abcd)
+	recs, _, _, err := baseRecords(s, s.LastAt()+1_000, keptFrom, history, strings.Repeat("ab", 32), 0x1234abcd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,6 +27,38 @@ func baseAt(t *testing.T, s *State, keptFrom int64, history string) []Record {
 		}
 	}
 	return recs
+}
+
+// baseRecords are the records of the base of s, built in memory.
+func baseRecords(s *State, at, keptFrom int64, history, hash string, chainFrom uint32) (recs []Record, kept, dropped int, err error) {
+	var tasks bytes.Buffer
+	snap, err := s.WriteBase(&tasks, keptFrom)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	err = snap.Records(at, history, hash, chainFrom, &tasks, func(r Record) error { recs = append(recs, r); return nil })
+	return recs, snap.Kept, snap.Dropped, err
+}
+
+// retained is the state without the finished tasks that ended before
+// keptFrom, as the first bases were built: the snapshot of it is the
+// snapshot a base of s holds.
+func retained(s *State, keptFrom int64) *State {
+	r := *s
+	r.order = make([]*Task, 0, len(s.order))
+	for _, t := range s.order {
+		if !t.State.Terminal() || t.Ended >= keptFrom {
+			r.order = append(r.order, t)
+		}
+	}
+	r.live = make([]*Task, 0, len(s.live)-s.ended)
+	for _, t := range s.live {
+		if !t.State.Terminal() {
+			r.live = append(r.live, t)
+		}
+	}
+	r.ended = 0
+	return &r
 }
 
 // verified replays recs through a Verifier: every invariant of the base's
@@ -159,6 +192,107 @@ func TestBaseRefusals(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", name, err, c.want)
+		}
+	}
+}
+
+// TestBaseOfASpilledStateIsTheSame: the base built from a state whose tasks
+// were moved out of memory at random records (to archives and cold sets, as
+// a replay spills) is byte for byte the base of the state that holds them
+// all, which is the snapshot of that state less what the retention drops, as
+// the first bases were built: a base is a function of the history alone.
+func TestBaseOfASpilledStateIsTheSame(t *testing.T) {
+	histories := 200
+	if testing.Short() {
+		histories = 40
+	}
+	spills := 0
+	for seed := range histories {
+		recs := randomRecords(t, uint64(seed))
+		rng := rand.New(rand.NewPCG(uint64(seed), 17))
+		full, spilled := New(), New()
+		replay(t, full, recs)
+		for _, r := range recs {
+			replay(t, spilled, []Record{r})
+			if rng.IntN(8) == 0 {
+				if _, _, err := compactBytes(spilled, rng.IntN(2) == 0, rng.IntN(2) == 0); err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
+				}
+				spills++
+			}
+		}
+		ended := []int64{MinTime}
+		for _, task := range allTasks(full) {
+			if task.State.Terminal() {
+				ended = append(ended, task.Ended, task.Ended+1)
+			}
+		}
+		keptFrom := ended[rng.IntN(len(ended))]
+		want := retained(full, keptFrom).Snapshot()
+		for name, s := range map[string]*State{"full": full, "spilled": spilled} {
+			var tasks bytes.Buffer
+			snap, err := s.WriteBase(&tasks, keptFrom)
+			if err != nil {
+				t.Fatalf("seed %d, %s: %v", seed, name, err)
+			}
+			got := slices.Concat(snap.Head, tasks.Bytes(), snap.Tail)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("seed %d, %s, kept from %d: the base's snapshot differs from the retained state's (%d bytes, want %d)", seed, name, keptFrom, len(got), len(want))
+			}
+			if kept := len(retained(full, keptFrom).order); snap.Kept != kept || snap.Kept+snap.Dropped != len(full.order) {
+				t.Fatalf("seed %d, %s: kept %d and dropped %d of %d tasks, want %d kept", seed, name, snap.Kept, snap.Dropped, len(full.order), kept)
+			}
+		}
+	}
+	if spills == 0 {
+		t.Fatal("no state was spilled")
+	}
+}
+
+// TestABaseLoadsPartByPart: a base of many parts, its tasks running from one
+// part into the next, loads as the tasks come in, and a replay that moves
+// them out of memory between parts (as store's spills do) answers as the
+// full replay does once the base and the records after it are read, through
+// the Verifier's checks.
+func TestABaseLoadsPartByPart(t *testing.T) {
+	recs := randomHistory(t, 3, 1500)
+	payload := strings.Repeat("p", 12_000)
+	for i := range recs {
+		if recs[i].Type == TaskCreated && recs[i].Schedule == "" {
+			recs[i].Payload = payload + recs[i].Payload // a base of several parts from a history quick to make
+		}
+	}
+	full := New()
+	replay(t, full, recs)
+	at := len(recs) * 2 / 3
+	s := New()
+	replay(t, s, recs[:at])
+	base := baseAt(t, s, MinTime, HistoryKept)
+	if len(base) < 5 {
+		t.Fatalf("the base has %d parts: the test needs tasks across parts", len(base)-2)
+	}
+	t.Logf("a base of %d parts holding %d tasks", len(base)-2, len(s.order))
+	for _, spillAt := range []int{0, 4, 25} {
+		v := NewVerifier()
+		moved := 0
+		for _, r := range append(slices.Clone(base), recs[at:]...) {
+			if err := v.Step(r); err != nil {
+				t.Fatalf("spilling at %d: record %d (%s): %v", spillAt, r.Seq, r.Type, err)
+			}
+			if inMemory, finished := v.State.InMemory(); spillAt > 0 && r.Type == BasePart && inMemory >= spillAt {
+				if _, _, err := compactBytes(v.State, finished > 0, inMemory > finished); err != nil {
+					t.Fatal(err)
+				}
+				moved += inMemory
+			}
+		}
+		if spillAt > 0 && moved == 0 {
+			t.Fatalf("spilling at %d: no task was moved out while the base loaded", spillAt)
+		}
+		now := full.LastAt() + 5_000
+		names := namesIn(full)
+		if a, want := answers(v.State, names, now), answers(full, names, now); a != want {
+			t.Fatalf("spilling at %d, the base loaded part by part answers differently:\n%s", spillAt, firstDiff(a, want))
 		}
 	}
 }

@@ -57,30 +57,8 @@ func (e *encoder) ints(v []int64) {
 // Snapshot encodes the whole state.
 func (s *State) Snapshot() []byte {
 	e := &encoder{b: make([]byte, 0, 256*len(s.order)+64)}
-	version := uint64(5)
-	if len(s.pauses) > 0 || len(s.schedules) > 0 {
-		version = snapshotVersion
-	}
-	e.uint(version)
-	for _, v := range []int64{s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum} {
-		e.int(v)
-	}
-	e.bool(s.base != nil)
-	if b := s.base; b != nil {
-		e.int(b.Seq)
-		e.int(b.At)
-		e.int(b.KeptFrom)
-		e.str(b.History)
-		e.str(b.Hash)
-		e.str(b.ChainFrom)
-	}
-	for _, a := range []*Archive{s.archive, s.cold} {
-		e.bool(a != nil)
-		if a != nil {
-			e.uint(uint64(a.id))
-			e.uint(uint64(a.tasks))
-		}
-	}
+	version := s.snapshotVersion()
+	s.encodeHead(e, version, s.archive, s.cold)
 	index := make(map[*Task]int, len(s.order))
 	e.length(len(s.order), s.order == nil)
 	for i, t := range s.order {
@@ -99,6 +77,47 @@ func (s *State) Snapshot() []byte {
 		e.uint(off - prev)
 		prev = off
 	}
+	s.encodeTail(e, version)
+	return e.b
+}
+
+// snapshotVersion is the oldest version that holds everything the state has.
+func (s *State) snapshotVersion() uint64 {
+	if len(s.pauses) > 0 || len(s.schedules) > 0 {
+		return snapshotVersion
+	}
+	return 5
+}
+
+// encodeHead writes what comes before the tasks: the version, the counters,
+// the base and the archive and cold set named (nil: none).
+func (s *State) encodeHead(e *encoder, version uint64, archive, cold *Archive) {
+	e.uint(version)
+	for _, v := range []int64{s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum} {
+		e.int(v)
+	}
+	e.bool(s.base != nil)
+	if b := s.base; b != nil {
+		e.int(b.Seq)
+		e.int(b.At)
+		e.int(b.KeptFrom)
+		e.str(b.History)
+		e.str(b.Hash)
+		e.str(b.ChainFrom)
+	}
+	for _, a := range []*Archive{archive, cold} {
+		e.bool(a != nil)
+		if a != nil {
+			e.uint(uint64(a.id))
+			e.uint(uint64(a.tasks))
+		}
+	}
+}
+
+// encodeTail writes what comes after the tasks, the live list and the
+// superseded cold copies: the domains, redactions, limits, record counts,
+// pauses and schedules.
+func (s *State) encodeTail(e *encoder, version uint64) {
 	e.length(len(s.domainOrder), s.domainOrder == nil)
 	for _, d := range s.domainOrder {
 		e.domain(d)
@@ -120,7 +139,7 @@ func (s *State) Snapshot() []byte {
 		e.int(s.records[t])
 	}
 	if version < 6 {
-		return e.b
+		return
 	}
 	e.uint(uint64(len(s.pauses)))
 	for _, q := range s.pausedQueueNames() {
@@ -151,7 +170,6 @@ func (s *State) Snapshot() []byte {
 		e.int(sc.AddedAt)
 		e.int(sc.LastSlot)
 	}
-	return e.b
 }
 
 func (e *encoder) task(t *Task) {
@@ -226,12 +244,23 @@ type snapDecoder struct {
 	all string
 	off int // where b starts within all
 	err error
+	// short says the first error was a read past the end: a base being
+	// loaded part by part may yet hold the rest (baseLoad).
+	short bool
 }
 
 func (d *snapDecoder) fail() {
 	if d.err == nil {
 		d.err = ErrSnapshot
 	}
+}
+
+// ranOut fails for a read past the end.
+func (d *snapDecoder) ranOut() {
+	if d.err == nil {
+		d.short = true
+	}
+	d.fail()
 }
 
 func (d *snapDecoder) skip(n int) {
@@ -241,6 +270,9 @@ func (d *snapDecoder) skip(n int) {
 
 func (d *snapDecoder) int() int64 {
 	v, n := binary.Varint(d.b)
+	if n == 0 {
+		d.ranOut()
+	}
 	if n <= 0 {
 		d.fail()
 		return 0
@@ -251,6 +283,9 @@ func (d *snapDecoder) int() int64 {
 
 func (d *snapDecoder) uint() uint64 {
 	v, n := binary.Uvarint(d.b)
+	if n == 0 {
+		d.ranOut()
+	}
 	if n <= 0 {
 		d.fail()
 		return 0
@@ -262,7 +297,7 @@ func (d *snapDecoder) uint() uint64 {
 func (d *snapDecoder) str() string {
 	n := d.uint()
 	if n > uint64(len(d.b)) {
-		d.fail()
+		d.ranOut()
 		return ""
 	}
 	s := d.all[d.off : d.off+int(n)]
@@ -271,7 +306,11 @@ func (d *snapDecoder) str() string {
 }
 
 func (d *snapDecoder) bool() bool {
-	if len(d.b) == 0 || d.b[0] > 1 {
+	if len(d.b) == 0 {
+		d.ranOut()
+		return false
+	}
+	if d.b[0] > 1 {
 		d.fail()
 		return false
 	}
@@ -288,7 +327,7 @@ func (d *snapDecoder) length() (n int, isNil bool) {
 		return 0, true
 	}
 	if v-1 > uint64(len(d.b)) {
-		d.fail()
+		d.ranOut()
 		return 0, true
 	}
 	return int(v - 1), false
@@ -315,29 +354,10 @@ var ErrArchiveMismatch = errors.New("the snapshot was taken with another archive
 // them; each is ignored when the snapshot names none.
 func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 	d := &snapDecoder{b: b, all: string(b)}
-	version := d.uint()
-	if version != 5 && version != snapshotVersion {
-		return nil, fmt.Errorf("%w: unknown version", ErrSnapshot)
-	}
 	s := New()
-	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
-	if d.bool() {
-		s.base = &Base{Seq: d.int(), At: d.int(), KeptFrom: d.int(), History: d.str(), Hash: d.str(), ChainFrom: d.str()}
-	}
-	for _, named := range []struct {
-		given *Archive
-		field **Archive
-	}{{archive, &s.archive}, {cold, &s.cold}} {
-		if d.bool() {
-			id, tasks := d.uint(), d.uint()
-			if a := named.given; a == nil || uint64(a.id) != id || uint64(a.tasks) != tasks {
-				return nil, ErrArchiveMismatch
-			}
-			*named.field = named.given
-		}
-	}
-	if s.cold != nil {
-		s.cold.cold = true
+	version, err := d.head(s, archive, cold)
+	if err != nil {
+		return nil, err
 	}
 	if n, isNil := d.length(); !isNil {
 		s.order = make([]*Task, 0, n)
@@ -365,10 +385,60 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 			s.live = append(s.live, s.order[i])
 		}
 	}
+	d.rest(s, version, s.cold != nil)
+	if d.err == nil && len(d.b) != 0 {
+		d.fail()
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return s, nil
+}
+
+// head reads what comes before the tasks into s (see encodeHead), and
+// returns the snapshot's version.
+func (d *snapDecoder) head(s *State, archive, cold *Archive) (uint64, error) {
+	version := d.uint()
+	switch {
+	case d.err != nil:
+		return 0, d.err
+	case version != 5 && version != snapshotVersion:
+		return 0, fmt.Errorf("%w: unknown version", ErrSnapshot)
+	}
+	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
+	if d.bool() {
+		s.base = &Base{Seq: d.int(), At: d.int(), KeptFrom: d.int(), History: d.str(), Hash: d.str(), ChainFrom: d.str()}
+	}
+	for _, named := range []struct {
+		given *Archive
+		field **Archive
+	}{{archive, &s.archive}, {cold, &s.cold}} {
+		if d.bool() {
+			id, tasks := d.uint(), d.uint()
+			if d.err != nil {
+				return 0, d.err
+			}
+			if a := named.given; a == nil || uint64(a.id) != id || uint64(a.tasks) != tasks {
+				return 0, ErrArchiveMismatch
+			}
+			*named.field = named.given
+		}
+	}
+	if s.cold != nil {
+		s.cold.cold = true
+	}
+	return version, d.err
+}
+
+// rest reads what follows the live list (see encodeTail): ended, the
+// superseded cold copies (only when the snapshot names a cold set), the
+// domains, redactions, limits, record counts, pauses and schedules.
+func (d *snapDecoder) rest(s *State, version uint64, coldNamed bool) {
 	s.ended = int(d.int())
 	if n := d.uint(); n > 0 {
-		if n > uint64(len(d.b)) || s.cold == nil {
-			return nil, ErrSnapshot
+		if n > uint64(len(d.b)) || !coldNamed {
+			d.fail()
+			return
 		}
 		s.superseded = make([]uint64, n)
 		prev := uint64(0)
@@ -382,7 +452,7 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 		for range n {
 			dom := d.domain()
 			if d.err != nil {
-				return nil, d.err
+				return
 			}
 			s.domains[dom.Name] = dom
 			s.domainOrder = append(s.domainOrder, dom)
@@ -418,13 +488,6 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 		d.pauses(s)
 		d.schedules(s)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail()
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	return s, nil
 }
 
 // pauses reads every paused queue's spans, and gives them to its tasks.
@@ -442,7 +505,7 @@ func (d *snapDecoder) pauses(s *State) {
 func (d *snapDecoder) count() uint64 {
 	n := d.uint()
 	if n > uint64(len(d.b)) {
-		d.fail()
+		d.ranOut()
 		return 0
 	}
 	return n

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -96,17 +97,20 @@ func (v *Verifier) adoptBase(r Record) error {
 	clear(v.tokens)
 	clear(v.terminals)
 	v.lastNum = v.State.lastLeaseNum
-	for _, t := range v.State.order {
-		if n, _ := idNumber(t.ID, 'T'); n > v.State.lastTaskNum {
-			return v.fail(r, InvSequence, "the base holds task %s beyond its last task id T%d", t.ID, v.State.lastTaskNum)
-		}
+	var failed error
+	err := v.State.EachTask(false, func(t *Task) bool { // a base of millions may have been moved out of memory as it loaded
 		num, _ := idNumber(t.ID, 'T')
-		sh := shadow{grants: int32(countedAttempts(t))}
-		err := v.checkTask(r, t, &sh)
-		v.shadows[num] = sh
-		if err != nil {
-			return err
+		if num > v.State.lastTaskNum {
+			failed = v.fail(r, InvSequence, "the base holds task %s beyond its last task id T%d", t.ID, v.State.lastTaskNum)
+			return false
 		}
+		sh := shadow{grants: int32(countedAttempts(t))}
+		failed = v.checkTask(r, t, &sh)
+		v.shadows[num] = sh
+		return failed == nil
+	})
+	if err = cmp.Or(failed, err); err != nil {
+		return err
 	}
 	for _, d := range v.State.domainOrder {
 		if err := v.checkDomain(r, d); err != nil {

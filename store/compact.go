@@ -1,6 +1,8 @@
 package store
 
 import (
+	"bufio"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -83,15 +85,30 @@ var ErrCompactedMeanwhile = errors.New("the WAL was compacted or replaced while 
 
 // historyReader replays frames through a Verifier (a compaction trusts the
 // WAL no more than verify does) and keeps the SHA-256 chain of the records'
-// bodies, continuing from the hash the WAL's base carries.
+// bodies, continuing from the hash the WAL's base carries. Like any replay
+// from the start it moves tasks out of memory as it goes (spill.go), into
+// files its own scratch handle maps: the state it leaves reads them until
+// close.
 type historyReader struct {
 	v       *state.Verifier
 	hash    [sha256.Size]byte
-	records int            // the records read, not counting a base
-	base    []state.Record // the base read, if the file starts with one
+	records int // the records read, not counting a base
+	// begin and end are the first and last records of the base read, if the
+	// file starts with one (a part is checked against the digest as it is
+	// read, and need not be kept).
+	begin, end state.Record
+	scratch    *Handle
+	spills     *spiller
 }
 
-func newHistoryReader() *historyReader { return &historyReader{v: state.NewVerifier()} }
+func (h *Handle) newHistoryReader() *historyReader {
+	scratch := Open(h.opts)
+	least := cmp.Or(h.opts.SpillAfter, defaultSpillAfter)
+	return &historyReader{v: state.NewVerifier(), scratch: scratch, spills: &spiller{h: scratch, least: least, next: least}}
+}
+
+// close lets go of the files the reader's state read.
+func (c *historyReader) close() { c.scratch.Close() }
 
 func (c *historyReader) read(f wal.Frame) error {
 	r, err := decodeFrame(f)
@@ -101,17 +118,19 @@ func (c *historyReader) read(f wal.Frame) error {
 	if err != nil {
 		return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
 	}
-	if r.Type.IsBase() {
-		c.base = append(c.base, r)
-	}
-	switch {
-	case r.Type == state.BaseEnd:
+	c.spills.check(c.v.State)
+	switch r.Type {
+	case state.BaseBegin:
+		c.begin = r
+	case state.BaseEnd:
+		c.end = r
 		hash, err := hex.DecodeString(r.Hash)
 		if err != nil || len(hash) != sha256.Size {
 			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: fmt.Errorf("the base's hash %q is not SHA-256 hex", r.Hash)}
 		}
 		copy(c.hash[:], hash)
-	case !r.Type.IsBase():
+	case state.BasePart:
+	default:
 		c.hash = chainHash(c.hash, f.Body)
 		c.records++
 	}
@@ -143,7 +162,7 @@ func (h *Handle) Compact(opts CompactOptions) (Compaction, error) {
 type PreparedCompaction struct {
 	h       *Handle
 	opts    CompactOptions
-	history *historyReader
+	history *historyReader // closed by Abandon
 	read    wal.Position
 	first   int64 // the seq of the first record the segment holds
 	segment *os.File
@@ -162,7 +181,7 @@ func (h *Handle) PrepareCompaction(opts CompactOptions) (*PreparedCompaction, er
 		}
 		return nil, err
 	}
-	p := &PreparedCompaction{h: h, opts: opts, history: newHistoryReader(), first: 1}
+	p := &PreparedCompaction{h: h, opts: opts, history: h.newHistoryReader(), first: 1}
 	report := h.progress(true)
 	defer report.end()
 	log, err := wal.OpenAt(h.opts.Path, wal.Read, h.opts.LockTimeout, wal.Position{}, func(f wal.Frame) error {
@@ -170,6 +189,7 @@ func (h *Handle) PrepareCompaction(opts CompactOptions) (*PreparedCompaction, er
 		return p.history.read(f)
 	})
 	if err != nil {
+		p.Abandon()
 		return nil, h.openError(err)
 	}
 	defer log.Close()
@@ -179,6 +199,7 @@ func (h *Handle) PrepareCompaction(opts CompactOptions) (*PreparedCompaction, er
 	p.read = log.Position
 	if !opts.Drop {
 		if p.segment, err = h.startSegment(log, p.read); err != nil {
+			p.Abandon()
 			return nil, err
 		}
 	}
@@ -187,6 +208,7 @@ func (h *Handle) PrepareCompaction(opts CompactOptions) (*PreparedCompaction, er
 
 // Abandon drops a prepared compaction: the WAL is as it was.
 func (p *PreparedCompaction) Abandon() {
+	p.history.close()
 	if p.segment != nil {
 		p.segment.Close()
 		os.Remove(p.segment.Name()) // nothing once sealed
@@ -231,21 +253,21 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 			return Compaction{}, err
 		}
 	}
-	base, kept, dropped, err := st.BaseRecords(now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum)
-	if err != nil {
-		return Compaction{}, err
-	}
-	out.TasksKept, out.TasksDropped = kept, dropped
-	bodies := make([][]byte, len(base))
-	for i, r := range base {
-		if bodies[i], err = state.EncodeRecord(r); err != nil {
-			return Compaction{}, err
-		}
-		out.BytesAfter += int64(len(bodies[i]) + 10) // the checksum, a space and a newline
-	}
-	out.BytesAfter += int64(len(wal.HeaderLine(wal.Version)))
 	h.removeLeftovers()
-	if err := log.Replace(wal.Version, bodies); err != nil {
+	out.BytesAfter = int64(len(wal.HeaderLine(wal.Version)))
+	err = log.Replace(wal.Version, func(write func([]byte) error) error {
+		var err error
+		out.TasksKept, out.TasksDropped, err = h.writeBase(st, now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum, func(r state.Record) error {
+			body, err := state.EncodeRecord(r)
+			if err != nil {
+				return err
+			}
+			out.BytesAfter += int64(len(body) + 10) // the checksum, a space and a newline
+			return write(body)
+		})
+		return err
+	})
+	if err != nil {
 		return Compaction{}, err
 	}
 	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix, ColdSuffix} {
@@ -255,6 +277,30 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 	}
 	out.Expired = h.expireHistory(now - p.opts.KeepHistory.Milliseconds())
 	return out, nil
+}
+
+// writeBase hands emit the records of the base of st (see state.WriteBase):
+// its tasks wait in a temporary file while the head and the digest are
+// worked out, so that a base of millions is built in the memory st holds.
+func (h *Handle) writeBase(st *state.State, at, keptFrom int64, history, hash string, chainFrom uint32, emit func(state.Record) error) (kept, dropped int, err error) {
+	f, err := h.opts.FS.Spill(filepath.Clean(h.opts.Path))
+	if err != nil {
+		return 0, 0, fmt.Errorf("a file for the base's tasks: %w", err)
+	}
+	defer f.Close()
+	buffered := bufio.NewWriterSize(f, 1<<20)
+	snap, err := st.WriteBase(buffered, keptFrom)
+	if err == nil {
+		err = buffered.Flush()
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("writing the base's tasks to %s: %w", f.Name(), err)
+	}
+	err = snap.Records(at, history, hash, chainFrom, bufio.NewReaderSize(f, 1<<20), emit)
+	return snap.Kept, snap.Dropped, err
 }
 
 // startSegment copies what the first step read to a new segment file in

@@ -40,7 +40,8 @@ func handle(path string, fault *wal.Fault) *store.Handle {
 // WAL and on a copy compacted at random points (keeping every task), and
 // requires the same exit code and the same answer from both, every time; at
 // the end the listings are equal, the compacted WAL verifies, and so does its
-// history, each base checked against the records before it.
+// history, each base checked against the records before it. The compactions
+// move the tasks out of memory as they replay, every few hundred tasks.
 func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 	dir := t.TempDir()
 	a := backlogWAL(t, dir, 3000, 40)
@@ -51,7 +52,9 @@ func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 	compactions := 0
 	for step := range 150 {
 		if step%25 == 3 || rng.IntN(20) == 0 {
-			switch _, err := handle(b, nil).Compact(keepAll); {
+			spilling := store.Open(store.Options{Path: b, LockTimeout: time.Minute, SpillAfter: 1 + rng.IntN(300), // its base built from tasks moved out of memory
+				Clock: func(lastAt int64) (int64, error) { return lastAt, nil }})
+			switch _, err := spilling.Compact(keepAll); {
 			case errors.Is(err, store.ErrNothingToCompact): // nothing was written since the last one
 			case err != nil:
 				t.Fatalf("step %d: compact: %v", step, err)
@@ -314,5 +317,37 @@ func TestTheFirstWriterOnACompactedWALWritesACheckpoint(t *testing.T) {
 	}
 	if got := stateOf(t, path); got != want {
 		t.Fatal("from the checkpoint, the compacted WAL answers differently")
+	}
+}
+
+// TestVerifyHistoryFindsABaseThatIsNotItsSegmentsState: a segment swapped
+// for another valid history of the same length (one payload differs) still
+// verifies alone, but the WAL's base is not the state it leads to, and
+// VerifyHistory says so, naming the WAL; untouched, the history verifies,
+// while both replays move their tasks out of memory every few tasks.
+func TestVerifyHistoryFindsABaseThatIsNotItsSegmentsState(t *testing.T) {
+	dir := t.TempDir()
+	path := historyWAL(t, dir, 600)
+	other := filepath.Join(dir, "other.wal")
+	copyFile(t, path, other)
+	for wal, payload := range map[string]string{path: "this", other: "that"} {
+		if code, out, errOut := cli("--wal", wal, "--now", "+1s", "submit", "--payload", payload); code != 0 {
+			t.Fatalf("submit: exit %d %s %s", code, out, errOut)
+		}
+	}
+	c, err := handle(path, nil).Compact(keepAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spilling := store.Open(store.Options{Path: path, LockTimeout: time.Minute, SpillAfter: 10})
+	defer spilling.Close()
+	if check, err := spilling.VerifyHistory(); err != nil || check.Derived != 1 || check.Segments != 1 {
+		t.Fatalf("the history as compacted: %+v, %v", check, err)
+	}
+	copyFile(t, other, c.Segment)
+	_, err = spilling.VerifyHistory()
+	var bad *store.HistoryError
+	if !errors.As(err, &bad) || bad.Path != path || !strings.Contains(err.Error(), "is not the state") {
+		t.Fatalf("a segment swapped for another history: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"leasewal/state"
 	"leasewal/wal"
@@ -32,74 +33,102 @@ func (e *HistoryError) Error() string {
 
 func (e *HistoryError) Unwrap() error { return e.Err }
 
-// historyEnd is where a segment leaves the history: the state its records
-// lead to, the hash chain head and the checksum the next record continues from.
-type historyEnd struct {
-	path  string
-	state *state.State
-	hash  string
-	seed  uint32
-}
-
 // VerifyHistory checks the WAL's sealed history: every segment verifies as
 // a WAL of its own (chained checksums, every rule and invariant), each one
 // starts where the one before ended, and the base each one (and the WAL)
 // starts with is exactly the base of the state the segment before leads to,
 // with the same hash chain head and checksum seed. The oldest segment left
 // (after --keep-history deleted older ones) is checked alone.
+//
+// One segment's state is held at a time: the base a segment leads to is
+// worked out from the next file's BaseBegin before that file is replayed.
 func (h *Handle) VerifyHistory() (HistoryCheck, error) {
 	var check HistoryCheck
-	var prev *historyEnd
 	paths := []string{}
 	for _, s := range Segments(h.side(HistorySuffix)) {
 		paths = append(paths, s.Path)
 	}
 	paths = append(paths, h.opts.Path)
+	var prevPath string
+	var want []state.Record // the BaseBegin and BaseEnd the file at path must start with (nil: the first file)
 	for i, path := range paths {
-		c := newHistoryReader()
+		c := h.newHistoryReader()
 		log, err := wal.OpenAt(path, wal.Read, h.opts.LockTimeout, wal.Position{}, c.read)
 		if err != nil {
+			c.close()
 			return check, &HistoryError{Path: path, Err: h.openError(err)}
 		}
 		log.Close()
-		st := c.v.State
-		base := st.Base()
+		base := c.v.State.Base()
 		switch {
 		case i == 0 && base != nil:
 			check.First = base.Seq + 1
 		case i == 0:
 			check.First = 1
 		case base == nil:
-			return check, &HistoryError{Path: path, Err: fmt.Errorf("it follows the segment %s but does not start with a base", prev.path)}
+			c.close()
+			return check, &HistoryError{Path: path, Err: fmt.Errorf("it follows the segment %s but does not start with a base", prevPath)}
+		case !reflect.DeepEqual(want, []state.Record{c.begin, c.end}):
+			c.close()
+			return check, &HistoryError{Path: path, Err: fmt.Errorf("its base is not the state %s leads to (digest %s, hash %s; want %s, %s)",
+				prevPath, c.end.Digest, c.end.Hash, want[1].Digest, want[1].Hash)}
 		default:
-			if err := prev.leadsTo(c.base); err != nil {
-				return check, &HistoryError{Path: path, Err: err}
-			}
 			check.Derived++
 		}
 		if i < len(paths)-1 {
 			check.Segments++
+			want, err = h.baseAfter(c, log.LastSum, paths[i], paths[i+1])
 		}
-		prev = &historyEnd{path: path, state: st, hash: hex.EncodeToString(c.hash[:]), seed: log.LastSum}
+		c.close()
+		if err != nil {
+			return check, &HistoryError{Path: paths[i+1], Err: err}
+		}
+		prevPath = path
 	}
 	return check, nil
 }
 
-// leadsTo checks that base is the base of the state the segment ends with.
-func (e *historyEnd) leadsTo(base []state.Record) error {
-	begin, end := base[0], base[len(base)-1]
-	if e.state.LastSeq() != begin.Seq {
-		return fmt.Errorf("its base stands for the records up to seq %d, but %s ends at seq %d", begin.Seq, e.path, e.state.LastSeq())
+// baseAfter is the BaseBegin and BaseEnd of the base of the state c read
+// from the segment at path, as the file next, which must follow it, says the
+// compaction made it: at its time, with its retention.
+func (h *Handle) baseAfter(c *historyReader, seed uint32, path, next string) ([]state.Record, error) {
+	begin, err := firstRecord(next, h.opts.LockTimeout)
+	switch {
+	case err != nil:
+		return nil, h.openError(err)
+	case begin.Type != state.BaseBegin || begin.KeptFrom == nil:
+		return nil, fmt.Errorf("it follows the segment %s but does not start with a base", path)
+	case c.v.State.LastSeq() != begin.Seq:
+		return nil, fmt.Errorf("its base stands for the records up to seq %d, but %s ends at seq %d", begin.Seq, path, c.v.State.LastSeq())
 	}
-	want, _, _, err := e.state.BaseRecords(begin.At, *begin.KeptFrom, begin.History, e.hash, e.seed)
-	if err != nil {
-		return err
+	var want []state.Record
+	_, _, err = h.writeBase(c.v.State, begin.At, *begin.KeptFrom, begin.History, hex.EncodeToString(c.hash[:]), seed, func(r state.Record) error {
+		if r.Type != state.BasePart {
+			want = append(want, r)
+		}
+		return nil
+	})
+	return want, err
+}
+
+// errFirstRead stops a read at its first record.
+var errFirstRead = errors.New("the first record is read")
+
+// firstRecord is the first record of the WAL at path.
+func firstRecord(path string, lockTimeout time.Duration) (state.Record, error) {
+	var first state.Record
+	_, err := wal.OpenAt(path, wal.Read, lockTimeout, wal.Position{}, func(f wal.Frame) error {
+		r, err := decodeFrame(f)
+		if err != nil {
+			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+		}
+		first = r
+		return errFirstRead
+	})
+	if errors.Is(err, errFirstRead) {
+		err = nil
 	}
-	if !reflect.DeepEqual(want, base) {
-		return fmt.Errorf("its base is not the state %s leads to (digest %s, hash %s; want %s, %s)",
-			e.path, end.Digest, end.Hash, want[len(want)-1].Digest, want[len(want)-1].Hash)
-	}
-	return nil
+	return first, err
 }
 
 // ReadSegments replays the sealed segments beside the WAL (see Compact)

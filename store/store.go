@@ -334,6 +334,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 			if err := step(d.r); err != nil {
 				return &DamageError{Seq: int64(d.index), Offset: d.offset, Err: err}
 			}
+			spills.check(st) // a base's tasks load as its parts are read
 			return nil
 		}
 		if h.opts.BeforeRecord != nil {

@@ -23,7 +23,7 @@ import (
 //
 // and in the order a compaction's replacement of the WAL passes them (Replace):
 //
-//	compact-partial  half of the new WAL is written beside the old one
+//	compact-partial  the new WAL's first two records are written beside the old one
 //	compact-synced   the new WAL is complete and fsynced, not yet renamed
 //	compact-renamed  the new WAL is renamed over the old, the directory not fsynced
 //	compact-done     the directory is fsynced; the caches are not removed yet

@@ -672,7 +672,7 @@ func (l *Log) Section(from, to int64) *io.SectionReader {
 // stays open and locked on the old file, so that the commands waiting for
 // its lock find it replaced (ErrReplaced) and start over on the new one; it
 // must only be closed after.
-func (l *Log) Replace(version int, bodies [][]byte) error {
+func (l *Log) Replace(version int, bodies func(write func(body []byte) error) error) error {
 	dir := filepath.Dir(l.Path)
 	tmp, err := os.CreateTemp(dir, filepath.Base(l.Path)+".compacting-*")
 	if err != nil {
@@ -698,16 +698,17 @@ func (l *Log) Replace(version int, bodies [][]byte) error {
 	return nil
 }
 
-// writeReplacement writes and fsyncs the new WAL's header and frames.
-func (l *Log) writeReplacement(f *os.File, version int, bodies [][]byte) error {
+// writeReplacement writes and fsyncs the new WAL's header and the frames of
+// the bodies handed to write, as they come.
+func (l *Log) writeReplacement(f *os.File, version int, bodies func(write func(body []byte) error) error) error {
 	var store Storage = f
 	if l.fault != nil && l.fault.Point == "" {
 		store = &faultyStore{Storage: f, action: l.fault.Action}
 	}
 	w := bufio.NewWriterSize(&appender{w: store}, 1<<20)
 	w.Write(HeaderLine(version))
-	prev, frame := headerSeed, []byte(nil)
-	for i, body := range bodies {
+	prev, frame, written := headerSeed, []byte(nil), 0
+	err := bodies(func(body []byte) error {
 		var sum uint32
 		var err error
 		if frame, sum, err = AppendFrame(frame[:0], prev, body); err != nil {
@@ -717,12 +718,16 @@ func (l *Log) writeReplacement(f *os.File, version int, bodies [][]byte) error {
 		if _, err := w.Write(frame); err != nil {
 			return err
 		}
-		if i == len(bodies)/2 && l.fault != nil && l.fault.Point == "compact-partial" {
+		if written++; written == 2 && l.fault != nil && l.fault.Point == "compact-partial" {
 			if err := w.Flush(); err != nil {
 				return err
 			}
 			l.fault.reach("compact-partial")
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if err := w.Flush(); err != nil {
 		return err
