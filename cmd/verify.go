@@ -75,7 +75,36 @@ func runVerify(e env, expectFile string, history bool) error {
 			return err
 		}
 	}
-	return e.operate(opts, false, func(tx *store.Tx) (answer, error) {
+	out, err := verifyWAL(opts, want, expectFile)
+	if err != nil {
+		return err
+	}
+	if history {
+		// The WAL's own replay is let go first: the history's holds a state
+		// of its own, one segment at a time.
+		opts.Verifier = nil
+		check, err := store.Open(opts).VerifyHistory()
+		if err != nil {
+			return err
+		}
+		out.History = fmt.Sprintf("%d segments from seq %d, %d bases checked against the records before them", check.Segments, check.First, check.Derived)
+		if check.First > 1 {
+			out.History += fmt.Sprintf(" (the records before seq %d are no longer kept)", check.First)
+		}
+	}
+	return e.print(answer{doc: out, outcome: out.Result, table: func(w io.Writer, p palette) error {
+		return fields(w, p, "result", string(out.Result), "records", fmt.Sprint(out.Records), "tasks", fmt.Sprint(out.Tasks),
+			"torn tail bytes", fmt.Sprint(out.TornBytes), "expect", out.Expect, "base", out.Base, "history", out.History)
+	}}, written{})
+}
+
+// verifyWAL replays the WAL through opts' Verifier and checks want (if
+// any) against the state it leads to.
+func verifyWAL(opts store.Options, want *expect.Expectation, expectFile string) (verifyView, error) {
+	h := store.Open(opts)
+	defer h.Close()
+	var out verifyView
+	err := h.Run(false, func(tx *store.Tx) error {
 		counts, tasks := map[string]int{}, 0
 		err := tx.State.EachTask(false, func(t *state.Task) bool {
 			counts[string(t.At(tx.Now).State)]++
@@ -83,36 +112,24 @@ func runVerify(e env, expectFile string, history bool) error {
 			return true
 		})
 		if err != nil {
-			return answer{}, err
+			return err
 		}
-		out := verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: tasks, Counts: counts, TornBytes: tx.TornBytes()}
+		out = verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: tasks, Counts: counts, TornBytes: tx.TornBytes()}
 		if b := tx.State.Base(); b != nil {
 			out.Base = b.Compacted()
 		}
-		if history {
-			check, err := store.Open(opts).VerifyHistory()
-			if err != nil {
-				return answer{}, err
-			}
-			out.History = fmt.Sprintf("%d segments from seq %d, %d bases checked against the records before them", check.Segments, check.First, check.Derived)
-			if check.First > 1 {
-				out.History += fmt.Sprintf(" (the records before seq %d are no longer kept)", check.First)
-			}
-		}
 		if want != nil {
 			if err := want.Check(tx.State, tx.Now); err != nil {
-				return answer{}, err
+				return err
 			}
 			out.Expect = "matched " + expectFile
 			if want.IsTrace() {
 				out.Expect = fmt.Sprintf("matched %s (%d steps)", expectFile, want.Steps())
 			}
 		}
-		return answer{doc: out, outcome: out.Result, table: func(w io.Writer, p palette) error {
-			return fields(w, p, "result", string(out.Result), "records", fmt.Sprint(out.Records), "tasks", fmt.Sprint(out.Tasks),
-				"torn tail bytes", fmt.Sprint(out.TornBytes), "expect", out.Expect, "base", out.Base, "history", out.History)
-		}}, nil
+		return nil
 	})
+	return out, err
 }
 
 // checkedBy has the replay opts drives check want as it goes. A trace is

@@ -314,7 +314,11 @@ func (h *Handle) startSegment(log *wal.Log, read wal.Position) (*os.File, error)
 	if err != nil {
 		return nil, fmt.Errorf("creating a history segment: %w", err)
 	}
-	if _, err := io.Copy(f, log.Section(0, read.End)); err != nil {
+	_, err = io.Copy(f, log.Section(0, read.End))
+	if err == nil {
+		err = f.Sync() // now, without the lock: the last step then flushes only what was appended since
+	}
+	if err != nil {
 		f.Close()
 		os.Remove(f.Name())
 		return nil, fmt.Errorf("writing the history segment %s: %w", f.Name(), err)

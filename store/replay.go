@@ -9,8 +9,10 @@ import (
 
 // pipeline applies records on a second goroutine while the scanning one
 // reads, checksums and decodes the next ones, so that a long replay uses two
-// cores. Records are applied in WAL order, in batches; the error of the
-// earliest record wins (finish).
+// cores. Records are applied in WAL order, in batches of pipelineBatch
+// records or pipelineBytes bytes, whichever comes first (a base's parts are
+// a few hundred KiB each: a batch of them would hold a base in memory); the
+// error of the earliest record wins (finish).
 type pipeline struct {
 	apply  func(decoded) error
 	full   chan []decoded
@@ -19,16 +21,19 @@ type pipeline struct {
 	failed atomic.Bool // set once err is
 	err    error       // the applier's; read only after done is closed
 	batch  []decoded
+	bytes  int // the bytes of the records in batch
 }
 
 type decoded struct {
 	r      state.Record
 	index  int
 	offset int64
+	size   int // the record's body in bytes
 }
 
 const (
 	pipelineBatch   = 256
+	pipelineBytes   = 1 << 20
 	pipelineBuffers = 3
 )
 
@@ -56,6 +61,7 @@ func (p *pipeline) run() {
 				p.failed.Store(true)
 			}
 		}
+		clear(batch) // the records applied are not kept alive by the buffer
 		p.empty <- batch[:0]
 	}
 }
@@ -64,9 +70,9 @@ func (p *pipeline) run() {
 // has refused one.
 func (p *pipeline) add(d decoded) error {
 	p.batch = append(p.batch, d)
-	if len(p.batch) == pipelineBatch {
+	if p.bytes += d.size; len(p.batch) == pipelineBatch || p.bytes >= pipelineBytes {
 		p.full <- p.batch
-		p.batch = <-p.empty
+		p.batch, p.bytes = <-p.empty, 0
 	}
 	if p.failed.Load() {
 		return errApplyFailed

@@ -372,7 +372,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		if err != nil {
 			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
 		}
-		return add(decoded{r: r, index: f.Index, offset: f.Offset})
+		return add(decoded{r: r, index: f.Index, offset: f.Offset, size: len(f.Body)})
 	})
 	if p != nil {
 		if applyErr := p.finish(); applyErr != nil { // it is about an earlier record than any error of the scan
