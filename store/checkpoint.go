@@ -318,11 +318,12 @@ func (h *Handle) removeLeftovers() {
 			_ = h.opts.FS.Remove(path)
 		}
 	}
-	for _, pattern := range []string{".compacting-*", spillInfix + "*"} { // a compaction writes its new WAL under the lock too, and a replay its spills
-		leftovers, _ := filepath.Glob(globEscape(h.side("")) + pattern)
-		for _, path := range leftovers {
-			_ = h.opts.FS.Remove(path)
-		}
+	// A replay's spills are unlinked as soon as created: one left was left
+	// by a crash. (A compaction's new WAL is not: it is written before the
+	// lock is taken, and the next compaction removes those left.)
+	leftovers, _ := filepath.Glob(globEscape(h.side("")) + spillInfix + "*")
+	for _, path := range leftovers {
+		_ = h.opts.FS.Remove(path)
 	}
 }
 

@@ -19,27 +19,30 @@ import (
 	"leasewal/wal"
 )
 
-// Compaction keeps a WAL bounded. It replaces every record with a base (the
-// state they lead to, less the finished tasks older than the retention:
-// state.BaseRecords) in a WAL of format version 3, and seals the records it
-// replaced in <wal>.history/ unless told to drop them.
+// Compaction keeps a WAL bounded. It replaces the records up to some seq
+// with a base (the state they lead to, less the finished tasks older than the
+// retention: state.WriteBase) in a WAL of format version 3, and seals the
+// records it replaced in <wal>.history/ unless told to drop them.
 //
 // It works in two steps so that writers wait only for the second. First,
 // without the lock (as every reader reads), it replays and verifies the WAL
-// as it stands and copies it to a new history segment. Then, under the
-// exclusive lock, it reads the records appended meanwhile (checked by the
-// chained checksum and the WAL's generation to continue exactly what it read),
-// adds them to the segment, seals it, builds the base at the last record and
-// writes the new WAL beside the old one, fsynced, renamed over it, the
-// directory fsynced (wal.Log.Replace). A crash leaves the old WAL or the new
-// one; a segment sealed before a crash that kept the old WAL holds records
-// the WAL still holds, and the next compaction's segment replaces it.
+// as it stands, up to its last record N, copies it to a new history segment
+// and fsyncs it, and writes the new WAL beside the old one: the base at N,
+// fsynced. Then, under the exclusive lock, it checks the records appended
+// meanwhile (by the chained checksum and the WAL's generation it continues
+// exactly what it read, and through the Verifier), seals the segment (a
+// rename), appends those records' frames to the new WAL as they are (the
+// base's last record re-seeds the checksum chain they continue), fsyncs it
+// and renames it over the old one, the directory fsynced (wal.Log.Replace).
+// A crash leaves the old WAL or the new one; a segment sealed before a crash
+// that kept the old WAL holds records the WAL still holds, and the next
+// compaction's segment replaces it.
 //
-// A segment is the WAL it sealed, as it was at the last record the base
-// replaced: a WAL of its own that verify reads like any other, starting with
-// the base before it (or with the first record), its last record the seq the
-// next base stands at. Its name says which records it holds and when the
-// last one was written: <first seq>-<last seq>-<unix ms>.wal.
+// A segment is the WAL it sealed, as it was at N: a WAL of its own that
+// verify reads like any other, starting with the base before it (or with the
+// first record), its last record the seq the next base stands at. Its name
+// says which records it holds and when the last one was written:
+// <first seq>-<last seq>-<unix ms>.wal.
 
 // HistorySuffix names the directory of sealed history segments beside a WAL.
 const HistorySuffix = ".history"
@@ -158,19 +161,23 @@ func (h *Handle) Compact(opts CompactOptions) (Compaction, error) {
 }
 
 // PreparedCompaction is a compaction's first step done: the WAL read and
-// verified up to read, its copy in segment (nil with Drop).
+// verified up to read, its copy in segment (nil with Drop), and the new WAL
+// holding the base of the state there in replacement.
 type PreparedCompaction struct {
-	h       *Handle
-	opts    CompactOptions
-	history *historyReader // closed by Abandon
-	read    wal.Position
-	first   int64 // the seq of the first record the segment holds
-	segment *os.File
+	h           *Handle
+	opts        CompactOptions
+	history     *historyReader // closed by Abandon
+	read        wal.Position
+	first       int64 // the seq of the first record the segment holds
+	lastAt      int64 // the time of its last one
+	segment     *os.File
+	replacement *wal.Replacement
+	out         Compaction // what Finish reports, as far as the first step knows
 }
 
 // PrepareCompaction is the first step, without the lock: it replays and
-// verifies the WAL as it stands and copies it to a new segment. Finish or
-// Abandon the result.
+// verifies the WAL as it stands, copies it to a new segment, and writes the
+// new WAL's base beside it. Finish or Abandon the result.
 func (h *Handle) PrepareCompaction(opts CompactOptions) (*PreparedCompaction, error) {
 	if h.closed {
 		return nil, ErrNotOpen
@@ -182,33 +189,64 @@ func (h *Handle) PrepareCompaction(opts CompactOptions) (*PreparedCompaction, er
 		return nil, err
 	}
 	p := &PreparedCompaction{h: h, opts: opts, history: h.newHistoryReader(), first: 1}
+	if err := p.prepare(); err != nil {
+		p.Abandon()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *PreparedCompaction) prepare() error {
+	h, c := p.h, p.history
 	report := h.progress(true)
 	defer report.end()
 	log, err := wal.OpenAt(h.opts.Path, wal.Read, h.opts.LockTimeout, wal.Position{}, func(f wal.Frame) error {
 		report.at(f.Offset)
-		return p.history.read(f)
+		return c.read(f)
 	})
 	if err != nil {
-		p.Abandon()
-		return nil, h.openError(err)
+		return h.openError(err)
 	}
 	defer log.Close()
-	if b := p.history.v.State.Base(); b != nil {
+	st := c.v.State
+	if b := st.Base(); b != nil {
 		p.first = b.Seq + 1
 	}
-	p.read = log.Position
-	if !opts.Drop {
+	if c.records == 0 {
+		return ErrNothingToCompact
+	}
+	p.read, p.lastAt = log.Position, st.LastAt()
+	now, err := h.opts.Clock(st.LastAt())
+	if err != nil {
+		return err
+	}
+	out := &p.out
+	*out = Compaction{Seq: st.LastSeq(), At: now, KeptFrom: max(state.MinTime, now-p.opts.KeepFinished.Milliseconds()), Records: c.records}
+	history := state.HistoryDropped
+	if !p.opts.Drop {
+		history, out.Redacted = state.HistoryKept, len(st.Redacted())
 		if p.segment, err = h.startSegment(log, p.read); err != nil {
-			p.Abandon()
-			return nil, err
+			return err
 		}
 	}
-	return p, nil
+	p.replacement, err = wal.StartReplacement(h.opts.Path, wal.Version, h.opts.Fault, func(write func([]byte) error) error {
+		var err error
+		out.TasksKept, out.TasksDropped, err = h.writeBase(st, now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum, func(r state.Record) error {
+			body, err := state.EncodeRecord(r)
+			if err != nil {
+				return err
+			}
+			return write(body)
+		})
+		return err
+	})
+	return err
 }
 
 // Abandon drops a prepared compaction: the WAL is as it was.
 func (p *PreparedCompaction) Abandon() {
 	p.history.close()
+	p.replacement.Abandon()
 	if p.segment != nil {
 		p.segment.Close()
 		os.Remove(p.segment.Name()) // nothing once sealed
@@ -217,7 +255,8 @@ func (p *PreparedCompaction) Abandon() {
 }
 
 // Finish is the second step, under the exclusive lock: the records appended
-// since the first, the segment sealed, the base written, the WAL replaced.
+// since the first checked, the segment sealed, and the WAL replaced by the
+// base followed by those records, their frames as they were.
 func (p *PreparedCompaction) Finish() (Compaction, error) {
 	defer p.Abandon()
 	h, c := p.h, p.history
@@ -231,43 +270,21 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 	}
 	defer log.Close()
 	log.Inject(h.opts.Fault)
-	if c.records == 0 {
-		return Compaction{}, ErrNothingToCompact
-	}
 	if log.Torn != nil {
 		if _, err := log.CutTorn(); err != nil {
 			return Compaction{}, err
 		}
 	}
-	st := c.v.State
-	now, err := h.opts.Clock(st.LastAt())
-	if err != nil {
-		return Compaction{}, err
-	}
-	out := Compaction{Seq: st.LastSeq(), At: now, KeptFrom: max(state.MinTime, now-p.opts.KeepFinished.Milliseconds()),
-		Records: c.records, BytesBefore: log.End}
-	history := state.HistoryDropped
+	out := p.out
 	if p.segment != nil {
-		history, out.Redacted = state.HistoryKept, len(st.Redacted())
-		if out.Segment, err = h.sealSegment(p.segment, log, p.read, p.first, st); err != nil {
+		if out.Segment, err = h.sealSegment(p.segment, p.first, out.Seq, p.lastAt); err != nil {
 			return Compaction{}, err
 		}
 	}
 	h.removeLeftovers()
-	out.BytesAfter = int64(len(wal.HeaderLine(wal.Version)))
-	err = log.Replace(wal.Version, func(write func([]byte) error) error {
-		var err error
-		out.TasksKept, out.TasksDropped, err = h.writeBase(st, now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum, func(r state.Record) error {
-			body, err := state.EncodeRecord(r)
-			if err != nil {
-				return err
-			}
-			out.BytesAfter += int64(len(body) + 10) // the checksum, a space and a newline
-			return write(body)
-		})
-		return err
-	})
-	if err != nil {
+	h.removeReplacementsBut(p.replacement.Name())
+	out.BytesBefore, out.BytesAfter = log.End, p.replacement.Size()+log.End-p.read.End
+	if err := log.Replace(p.replacement, p.read.End); err != nil {
 		return Compaction{}, err
 	}
 	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix, ColdSuffix} {
@@ -275,8 +292,20 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 			h.warnCache(fmt.Errorf("could not remove the cache %s of the WAL before the compaction: %w", h.side(suffix), err))
 		}
 	}
-	out.Expired = h.expireHistory(now - p.opts.KeepHistory.Milliseconds())
+	out.Expired = h.expireHistory(out.At - p.opts.KeepHistory.Milliseconds())
 	return out, nil
+}
+
+// removeReplacementsBut removes the new WALs that compactions which never
+// finished left beside the WAL (a writer must not: a compaction writes its
+// own before it takes the lock), all but the one named.
+func (h *Handle) removeReplacementsBut(name string) {
+	leftovers, _ := filepath.Glob(globEscape(h.side("")) + ".compacting-*")
+	for _, path := range leftovers {
+		if filepath.Base(path) != filepath.Base(name) { // both beside the WAL, named as it was given
+			_ = h.opts.FS.Remove(path)
+		}
+	}
 }
 
 // writeBase hands emit the records of the base of st (see state.WriteBase):
@@ -326,23 +355,17 @@ func (h *Handle) startSegment(log *wal.Log, read wal.Position) (*os.File, error)
 	return f, nil
 }
 
-// sealSegment adds the records appended since the first step to the
-// segment, makes it durable under its name and removes the segments a
-// crashed compaction left that it holds too.
-func (h *Handle) sealSegment(f *os.File, log *wal.Log, read wal.Position, first int64, st *state.State) (string, error) {
-	if _, err := io.Copy(f, log.Section(read.End, log.End)); err != nil {
-		return "", fmt.Errorf("writing the history segment %s: %w; the WAL is unchanged", f.Name(), err)
-	}
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("writing the history segment %s: %w; the WAL is unchanged", f.Name(), err)
-	}
+// sealSegment makes the segment (written and fsynced by the first step)
+// durable under its name, and removes the segments a crashed compaction left
+// that it holds too.
+func (h *Handle) sealSegment(f *os.File, first, last, lastAt int64) (string, error) {
 	dir := filepath.Dir(f.Name())
 	for _, s := range Segments(dir) {
 		if s.First >= first {
 			os.Remove(s.Path)
 		}
 	}
-	name := filepath.Join(dir, fmt.Sprintf("%012d-%012d-%d.wal", first, st.LastSeq(), st.LastAt()))
+	name := filepath.Join(dir, fmt.Sprintf("%012d-%012d-%d.wal", first, last, lastAt))
 	if err := os.Rename(f.Name(), name); err != nil {
 		return "", fmt.Errorf("sealing the history segment %s: %w; the WAL is unchanged", name, err)
 	}

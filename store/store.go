@@ -281,7 +281,7 @@ func (h *Handle) begin(mode wal.Mode) (*Tx, error) {
 		}
 	}
 	if h.cache == nil && !h.fullReplay() {
-		if st, pos, maps, ok := h.loadCheckpoint(); ok && (h.opts.ReplayFrom == 0 || int64(pos.Count) < h.opts.ReplayFrom) {
+		if st, pos, maps, ok := h.loadCheckpoint(); ok && (h.opts.ReplayFrom == 0 || st.LastSeq() < h.opts.ReplayFrom) { // seqs, not frames: a base is a few frames standing for many records
 			h.cache, h.pos, h.checkpointed = st, pos, pos.Count
 			h.mapped = append(h.mapped, maps...)
 		} else if ok {

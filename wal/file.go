@@ -666,46 +666,54 @@ func (l *Log) Section(from, to int64) *io.SectionReader {
 	return io.NewSectionReader(l.file, from, to-from)
 }
 
-// Replace puts a new WAL of version holding bodies where the locked log is:
-// written beside it, fsynced, renamed over it, the directory fsynced. A
-// crash at any point leaves the old WAL or the new one, each whole. The log
-// stays open and locked on the old file, so that the commands waiting for
-// its lock find it replaced (ErrReplaced) and start over on the new one; it
-// must only be closed after.
-func (l *Log) Replace(version int, bodies func(write func(body []byte) error) error) error {
-	dir := filepath.Dir(l.Path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(l.Path)+".compacting-*")
-	if err != nil {
-		return fmt.Errorf("writing the new WAL beside %s: %w", l.Path, err)
-	}
-	defer os.Remove(tmp.Name()) // nothing once renamed
-	err = l.writeReplacement(tmp, version, bodies)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing the new WAL beside %s: %w; the WAL is unchanged", l.Path, err)
-	}
-	l.fault.reach("compact-synced")
-	if err := os.Rename(tmp.Name(), l.Path); err != nil {
-		return fmt.Errorf("renaming the new WAL over %s: %w; the WAL is unchanged", l.Path, err)
-	}
-	l.fault.reach("compact-renamed")
-	if err := syncDir(dir, l.fault); err != nil {
-		return fmt.Errorf("the new WAL replaced %s but its directory could not be fsynced (%w): after a crash the WAL may be the old one, which holds the same records", l.Path, err)
-	}
-	l.fault.reach("compact-done")
-	return nil
+// A Replacement is the new WAL a compaction writes beside the old one before
+// it takes the lock: the header and the frames of a base, fsynced. Log.Replace
+// then appends the old WAL's frames after the base's seq and renames it over
+// the old WAL; Abandon removes it.
+type Replacement struct {
+	f     *os.File
+	store Storage // f, or f failing as the fault says
+	end   int64   // the bytes written
+	fault *Fault
 }
 
-// writeReplacement writes and fsyncs the new WAL's header and the frames of
-// the bodies handed to write, as they come.
-func (l *Log) writeReplacement(f *os.File, version int, bodies func(write func(body []byte) error) error) error {
-	var store Storage = f
-	if l.fault != nil && l.fault.Point == "" {
-		store = &faultyStore{Storage: f, action: l.fault.Action}
+// StartReplacement writes a new WAL beside path: the header of version and
+// the frames of the bodies handed to write, as they come, fsynced.
+func StartReplacement(path string, version int, fault *Fault, bodies func(write func(body []byte) error) error) (*Replacement, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".compacting-*")
+	if err != nil {
+		return nil, fmt.Errorf("writing the new WAL beside %s: %w; the WAL is unchanged", path, err)
 	}
-	w := bufio.NewWriterSize(&appender{w: store}, 1<<20)
+	r := &Replacement{f: tmp, store: tmp, fault: fault}
+	if fault != nil && fault.Point == "" {
+		r.store = &faultyStore{Storage: tmp, action: fault.Action}
+	}
+	if err := r.write(version, bodies); err != nil {
+		r.Abandon()
+		return nil, fmt.Errorf("writing the new WAL beside %s: %w; the WAL is unchanged", path, err)
+	}
+	return r, nil
+}
+
+// Name is the replacement's file.
+func (r *Replacement) Name() string { return r.f.Name() }
+
+// Size is how many bytes it holds so far.
+func (r *Replacement) Size() int64 { return r.end }
+
+// Abandon removes the replacement, unless it has replaced the WAL.
+func (r *Replacement) Abandon() {
+	if r != nil && r.f != nil {
+		r.f.Close()
+		os.Remove(r.f.Name())
+		r.f = nil
+	}
+}
+
+// write writes and fsyncs the header and the frames of the bodies.
+func (r *Replacement) write(version int, bodies func(write func(body []byte) error) error) error {
+	out := &appender{w: r.store}
+	w := bufio.NewWriterSize(out, 1<<20)
 	w.Write(HeaderLine(version))
 	prev, frame, written := headerSeed, []byte(nil), 0
 	err := bodies(func(body []byte) error {
@@ -718,21 +726,57 @@ func (l *Log) writeReplacement(f *os.File, version int, bodies func(write func(b
 		if _, err := w.Write(frame); err != nil {
 			return err
 		}
-		if written++; written == 2 && l.fault != nil && l.fault.Point == "compact-partial" {
+		if written++; written == 2 && r.fault != nil && r.fault.Point == "compact-partial" {
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			l.fault.reach("compact-partial")
+			r.fault.reach("compact-partial")
 		}
 		return nil
 	})
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = r.store.Sync()
+	}
+	r.end = out.off
+	return err
+}
+
+// Replace puts the replacement r where the locked log is, with the log's
+// frames from offset from on appended to it as they are (the records after
+// the base's seq: the base's last record re-seeds the chain they continue),
+// fsynced, renamed over the log's file, the directory fsynced. A crash at
+// any point leaves the old WAL or the new one, each whole. The log stays
+// open and locked on the old file, so that the commands waiting for its lock
+// find it replaced (ErrReplaced) and start over on the new one; it must only
+// be closed after.
+func (l *Log) Replace(r *Replacement, from int64) error {
+	dir := filepath.Dir(l.Path)
+	defer r.Abandon() // nothing once renamed
+	out := &appender{w: r.store, off: r.end}
+	_, err := io.Copy(out, l.Section(from, l.End))
+	if err == nil {
+		err = r.store.Sync()
+	}
+	r.end = out.off
+	if cerr := r.f.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("writing the new WAL beside %s: %w; the WAL is unchanged", l.Path, err)
 	}
-	if err := w.Flush(); err != nil {
-		return err
+	l.fault.reach("compact-synced")
+	if err := os.Rename(r.f.Name(), l.Path); err != nil {
+		return fmt.Errorf("renaming the new WAL over %s: %w; the WAL is unchanged", l.Path, err)
 	}
-	return store.Sync()
+	l.fault.reach("compact-renamed")
+	if err := syncDir(dir, l.fault); err != nil {
+		return fmt.Errorf("the new WAL replaced %s but its directory could not be fsynced (%w): after a crash the WAL may be the old one, which holds the same records", l.Path, err)
+	}
+	l.fault.reach("compact-done")
+	return nil
 }
 
 // appender writes a Storage from its start, in order.
