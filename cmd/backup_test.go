@@ -14,6 +14,7 @@ import (
 // while writers append is a consistent prefix of the WAL; an existing
 // destination is never overwritten; it is a local command only.
 func TestBackup(t *testing.T) {
+	t.Parallel()
 	walPath := historyWAL(t, 2000)
 	if code, _, stderr := cli("--wal", walPath, "--now", "2026-11-01T00:00:00Z", "submit", "--payload", "p"); code != 0 {
 		t.Fatal(stderr) // a writer: it leaves a checkpoint beside the WAL

@@ -369,10 +369,12 @@ func (c *testCluster) snapshotted(tn *testNode) {
 // add nothing twice.
 func TestClusterRestartAndSnapshotInstall(t *testing.T) {
 	c := newTestCluster(t, 3, cluster.Timing{SnapshotInterval: 100 * time.Millisecond, SnapshotThreshold: 4, TrailingLogs: 2})
+	sent := 0
 	submit := func(n int) {
 		for range n {
-			if code, out, stderr := cli("--server", c.urls(0), "submit", "--payload", "x"); code != 0 {
-				t.Fatalf("submit: exit %d\n%s%s", code, out, stderr)
+			sent++ // a request id, so that an answer lost to a leader change is asked again
+			if code, out := c.definite(0, "submit", "--payload", "x", "--request-id", fmt.Sprint("s", sent)); code != 0 {
+				t.Fatalf("submit: exit %d\n%s", code, out)
 			}
 		}
 	}
@@ -383,8 +385,8 @@ func TestClusterRestartAndSnapshotInstall(t *testing.T) {
 	}
 	c.halt(stopped)
 	submit(12)
-	if code, out, stderr := cli("--server", c.urls(0), "lease", "--worker", "W", "--duration", "1h"); code != 0 {
-		t.Fatalf("lease: exit %d\n%s%s", code, out, stderr)
+	if code, out := c.definite(0, "lease", "--worker", "W", "--duration", "1h", "--request-id", "lease"); code != 0 {
+		t.Fatalf("lease: exit %d\n%s", code, out)
 	}
 	leader := c.leader()
 	c.snapshotted(leader)
@@ -661,11 +663,13 @@ func (c *testCluster) runClients(clients, ops int, began time.Time, more func() 
 // Each node seals the same history beside its WAL.
 func TestClusterCompaction(t *testing.T) {
 	c := newTestCluster(t, 3, cluster.Timing{SnapshotInterval: 100 * time.Millisecond, SnapshotThreshold: 4, TrailingLogs: 2})
+	sent := 0
 	submit := func(n int) {
 		t.Helper()
 		for range n {
-			if code, out, stderr := cli("--server", c.urls(0), "submit", "--payload", "x"); code != 0 {
-				t.Fatalf("submit: exit %d\n%s%s", code, out, stderr)
+			sent++ // a request id, so that an answer lost to a leader change is asked again
+			if code, out := c.definite(0, "submit", "--payload", "x", "--request-id", fmt.Sprint("s", sent)); code != 0 {
+				t.Fatalf("submit: exit %d\n%s", code, out)
 			}
 		}
 	}
@@ -685,8 +689,8 @@ func TestClusterCompaction(t *testing.T) {
 		return wals
 	}
 	submit(6)
-	if code, out, stderr := cli("--server", c.urls(0), "lease", "--worker", "W", "--duration", "1h"); code != 0 {
-		t.Fatalf("lease: exit %d\n%s%s", code, out, stderr)
+	if code, out := c.definite(0, "lease", "--worker", "W", "--duration", "1h", "--request-id", "lease"); code != 0 {
+		t.Fatalf("lease: exit %d\n%s", code, out)
 	}
 	c.converge()
 	leader := c.leader()

@@ -57,6 +57,7 @@ func TestListingsAreTheViewStreamed(t *testing.T) {
 // record (its lines pass through a temporary file past the first MiB), and a
 // damaged record near the end prints only the error, as every command does.
 func TestLogHoldsItsLinesUntilTheEnd(t *testing.T) {
+	t.Parallel()
 	walPath := historyWAL(t, 12000)
 	code, out, errOut := cli("--wal", walPath, "log", "-o", "json")
 	records := strings.Count(string(mustRead(t, walPath)), "\n") - 1

@@ -159,10 +159,16 @@ func TestClusterFromExistingWAL(t *testing.T) {
 	if err := os.WriteFile(founder.wal, wal, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var batch strings.Builder // one append of 600 records: the import's entries hold 256
 	for i := range 600 {
-		if code, _, stderr := cli("--wal", founder.wal, "submit", "--payload", fmt.Sprint("local ", i), "--now", "2026-06-01T00:00:00Z"); code != 0 {
-			t.Fatalf("a local submit: exit %d %s", code, stderr)
-		}
+		fmt.Fprintf(&batch, "{\"payload\":\"local %d\"}\n", i)
+	}
+	batchFile := filepath.Join(root, "local.ndjson")
+	if err := os.WriteFile(batchFile, []byte(batch.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := cli("--wal", founder.wal, "submit", "--batch-file", batchFile, "--now", "2026-06-01T00:00:00Z"); code != 0 {
+		t.Fatalf("a local batch: exit %d %s", code, stderr)
 	}
 	local, err := os.ReadFile(founder.wal)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 // task, no two grants of a task overlap, lease ids increase) and verify;
 // the WALs are identical.
 func TestClusterNemesis(t *testing.T) {
+	t.Parallel()
 	const step = 300
 	net := nemesis.New(7)
 	c := startCluster(t, 3, &testCluster{step: step, net: net,

@@ -11,12 +11,13 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"leasewal/internal/testwait"
 	"leasewal/state"
 	"leasewal/wal"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(testwait.WaitBound{M: m, N: 4}, map[string]func(){
 		"leasewal": func() { os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 		// lw WANT ARGS...: run leasewal and succeed only if it exits with WANT,
 		// so that scripts assert exact exit codes.

@@ -143,6 +143,7 @@ func testServerWith(t testing.TB, o server.Options) (walPath string, s *server.S
 // TestRunThroughServer: run --server takes, extends and settles leases
 // through the server, and its children find the server in their environment.
 func TestRunThroughServer(t *testing.T) {
+	t.Parallel()
 	walPath, s := testServer(t, "secret")
 	ts := httptest.NewServer(s)
 	defer ts.Close()
@@ -681,6 +682,7 @@ func TestServerBatchDoor(t *testing.T) {
 // is checked against the OpenAPI document the server serves, and every
 // route of the document is among them.
 func TestTypedOperationsThroughServer(t *testing.T) {
+	t.Parallel()
 	_, s := testServer(t, "")
 	var checked sync.Map
 	ts := httptest.NewServer(openAPIChecked(t, s, &checked))

@@ -25,6 +25,7 @@ import (
 // task and then, without a reload, a task submitted afterwards. The page
 // loads nothing but its own script, under its Content-Security-Policy.
 func TestLivePageInABrowser(t *testing.T) {
+	t.Parallel()
 	ctx := testbrowser.Start(t)
 	dir := testbrowser.OutputDir(t)
 	b, err := os.ReadFile(filepath.Join("..", "testdata", "seeds", "lease_expiry.wal"))

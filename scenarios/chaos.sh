@@ -10,7 +10,8 @@
 #
 # CHAOS_TASKS (default 100) sizes the run; the killer stops after
 # CHAOS_SECONDS (default 90). The run ends when every task is terminal, which
-# the tasks' 30 s windows bound however slow the machine is; a hang guard of
+# the tasks' windows (CHAOS_WINDOW, default 30s) bound however slow the
+# machine is; a hang guard of
 # LEASEWAL_HANG_GUARD seconds (default 600) fails it with the counts it saw.
 set -uo pipefail
 LEASEWAL=${LEASEWAL:-leasewal}
@@ -18,6 +19,7 @@ DIR=$(mktemp -d)
 export LEASEWAL_WAL=${LEASEWAL_WAL:-$DIR/chaos.wal}
 export NO_COLOR=1
 TASKS=${CHAOS_TASKS:-100}
+WINDOW=${CHAOS_WINDOW:-30s}
 LIMIT=$((SECONDS + ${CHAOS_SECONDS:-90}))
 HANG_GUARD=${LEASEWAL_HANG_GUARD:-600}
 mkdir -p "$DIR/pids" "$DIR/count"
@@ -70,7 +72,7 @@ for i in $(seq 1 "$TASKS"); do
 	2) policy=(--max-attempts 5 --backoff 100ms --backoff-max 400ms) ;;
 	3) policy=(--max-attempts 2) ;;
 	esac
-	call submit --payload "job $i" --window 30s "${policy[@]}" --request-id "job-$i"
+	call submit --payload "job $i" --window "$WINDOW" "${policy[@]}" --request-id "job-$i"
 	[ "$(field result)" = ACK ] || fail "submit: $OUT"
 done
 

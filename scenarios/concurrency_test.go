@@ -53,6 +53,7 @@ func TestLockTimeout(t *testing.T) {
 // WAL at once. The lock serializes them: verify passes, no lease is granted
 // twice, and every COMMITTED answer matches a TaskCompleted record.
 func TestConcurrentWorkers(t *testing.T) {
+	t.Parallel()
 	walPath := filepath.Join(t.TempDir(), "q.wal")
 	for i := range 20 {
 		run(t, walPath, nil, "submit", "--payload", fmt.Sprint("job ", i), "--window", "1h")

@@ -82,6 +82,7 @@ var crashPoints = []string{"before-write", "mid-write", "after-write", "after-sy
 // invocation sees a consistent WAL and what a blind retry of the same command
 // gets: the durable record's idempotent answer, or a fresh one.
 func TestCrashWindows(t *testing.T) {
+	t.Parallel()
 	kills := 0
 	for _, c := range crashCases {
 		for _, point := range crashPoints {
@@ -144,6 +145,7 @@ func boolInt(b bool) int {
 // compaction, takes a write, and a second compaction succeeds with a history
 // that verifies.
 func TestCompactionCrashWindows(t *testing.T) {
+	t.Parallel()
 	setup := [][]string{
 		{"submit", "--payload", "A", "--request-id", "a", "--now", t0},
 		{"submit", "--payload", "B", "--now", t0},

@@ -33,6 +33,7 @@ import (
 // the newest eligible task instead of the oldest. LEASEWAL_SOAK=1 runs 40
 // rounds instead of 8.
 func TestLinearizable(t *testing.T) {
+	t.Parallel()
 	rounds := 8
 	if os.Getenv("LEASEWAL_SOAK") == "1" {
 		rounds = 40

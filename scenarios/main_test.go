@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"leasewal/internal/testwait"
 )
 
 // binDir holds the leasewal binary built for this test run.
@@ -29,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := m.Run()
+	code := testwait.WaitBound{M: m, N: 4}.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

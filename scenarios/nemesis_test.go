@@ -81,6 +81,7 @@ func (n *procNode) role() string {
 // node, are checked by nemesis.Check and verify. Each phase's size is
 // nemesis.AnswersPerPhase.
 func TestClusterNemesisProcesses(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a cluster of processes")
 	}

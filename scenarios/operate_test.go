@@ -15,6 +15,7 @@ import (
 // itself, with no other command: each slot once, in order, and a worker
 // waiting on the queue through the server takes the task fired.
 func TestServeFiresOnTime(t *testing.T) {
+	t.Parallel()
 	walPath := filepath.Join(t.TempDir(), "q.wal")
 	server, url, _ := startServe(t, "--wal", walPath, "serve", "--listen", "127.0.0.1:0")
 	defer server.Process.Kill()
@@ -44,6 +45,7 @@ func TestServeFiresOnTime(t *testing.T) {
 // task when the queue is resumed, and one waiting on a pause --for wakes at
 // its end by itself.
 func TestLeaseWaitWakesOnResume(t *testing.T) {
+	t.Parallel()
 	walPath := filepath.Join(t.TempDir(), "q.wal")
 	run(t, walPath, nil, "submit", "--payload", "m", "--queue", "mail")
 	run(t, walPath, nil, "pause", "mail")

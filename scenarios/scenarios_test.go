@@ -8,6 +8,7 @@ import (
 )
 
 func TestScenarios(t *testing.T) {
+	t.Parallel()
 	scripts, _ := filepath.Glob("*.sh")
 	ran := 0
 	for _, script := range scripts {
@@ -17,12 +18,13 @@ func TestScenarios(t *testing.T) {
 		}
 		ran++
 		t.Run(script, func(t *testing.T) {
+			t.Parallel()
 			cmd := exec.Command("bash", script)
 			cmd.Env = append(os.Environ(),
 				"PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
 				"TMPDIR="+t.TempDir(), "LEASEWAL_WAL=", "LEASEWAL_ACTOR=scenario", "NO_COLOR=1")
 			if os.Getenv("LEASEWAL_SOAK") != "1" { // a quick chaos run; .ci/run runs the full one
-				cmd.Env = append(cmd.Env, "CHAOS_TASKS=25", "CHAOS_SECONDS=30", "CLUSTER_KILLS=2", "CLUSTER_TASKS=20")
+				cmd.Env = append(cmd.Env, "CHAOS_TASKS=25", "CHAOS_SECONDS=10", "CHAOS_WINDOW=10s", "CLUSTER_KILLS=2", "CLUSTER_TASKS=20")
 			}
 			out, err := cmd.CombinedOutput()
 			if err != nil {

@@ -16,6 +16,7 @@ import (
 // TestWaitersInterrupted: wait and lease --wait stopped by SIGINT or SIGTERM
 // answer INTERRUPTED and exit as a shell does after the signal, as run does.
 func TestWaitersInterrupted(t *testing.T) {
+	t.Parallel()
 	walPath := filepath.Join(t.TempDir(), "q.wal")
 	run(t, walPath, nil, "submit", "--payload", "P")
 	for _, c := range []struct {
@@ -50,6 +51,7 @@ func TestWaitersInterrupted(t *testing.T) {
 // was aborted is CANCELLED (not LOST: it was not stopped), and a runner that
 // settled less than it leased exits 3.
 func TestRunHeartbeatsAndSaysWhatItLost(t *testing.T) {
+	t.Parallel()
 	walPath := filepath.Join(t.TempDir(), "q.wal")
 	run(t, walPath, nil, "submit", "--payload", "P")
 	// The child waits until its worker is listed, then until its task is
@@ -82,6 +84,7 @@ until grep -q TaskAborted "$LEASEWAL_WAL"; do sleep 0.05; done`
 // back instead of failing them or letting them lapse: the task is WAITING
 // again at once, with the attempt not counted, and another worker takes it.
 func TestRunReleasesWhenStopped(t *testing.T) {
+	t.Parallel()
 	walPath := filepath.Join(t.TempDir(), "q.wal")
 	run(t, walPath, nil, "submit", "--payload", "P", "--max-attempts", "1")
 	started := filepath.Join(t.TempDir(), "started")

@@ -53,6 +53,7 @@ func diskOf(t *testing.T, walPath string) int64 {
 // rounds of 200 tasks instead of 24 of 100; LEASEWAL_SOAK_TASKS=N runs
 // rounds of 2,000 tasks until N were processed (millions, on demand).
 func TestSoak(t *testing.T) {
+	t.Parallel()
 	rounds, perRound := 24, 100
 	if os.Getenv("LEASEWAL_SOAK") == "1" {
 		rounds, perRound = 60, 200

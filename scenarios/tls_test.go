@@ -78,6 +78,7 @@ func (l *lockedBuffer) String() string {
 // trusts the certificate (--ca) is answered, one that does not is told so
 // (exit 2, nothing sent), and plain http to it gets nothing decided.
 func TestServeOverTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testcert.NewAuthority(t, "test CA")
 	_, certFile, keyFile := ca.Issue(t, "server", dir)

@@ -69,6 +69,7 @@ func TestColorsOnlyOnATerminal(t *testing.T) {
 // bar on stderr under a pseudo-terminal (bytes done, rate, then "done"), and
 // none with -o json, nor through a pipe.
 func TestProgressOnlyOnATerminal(t *testing.T) {
+	t.Parallel()
 	scriptCmd, err := exec.LookPath("script")
 	if err != nil {
 		t.Skip("no `script` (util-linux) to make a pseudo-terminal")

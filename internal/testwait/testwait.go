@@ -4,8 +4,10 @@
 package testwait
 
 import (
+	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,4 +86,25 @@ func InotifyCount(pid int) int {
 		}
 	}
 	return n
+}
+
+// WaitBound runs a package's tests (Run, from TestMain) N at once where go
+// test would run as many as there are CPUs (2 on this project's machine),
+// unless -parallel was given: tests that mostly wait, for servers, clusters
+// and child processes, overlap their waits.
+type WaitBound struct {
+	M interface{ Run() int }
+	N int
+}
+
+func (w WaitBound) Run() int {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given && runtime.GOMAXPROCS(0) < w.N {
+		flag.Set("test.parallel", strconv.Itoa(w.N))
+	}
+	return w.M.Run()
 }
