@@ -92,7 +92,7 @@ func runInspect(e env, r api.InspectRequest) error {
 				if width == 0 {
 					width = max(e.terminalWidth(), 200) // wide: room for every note
 				}
-				renderTimeline(w, p, width, t, cancellations(records), api.ParseTime(v.At))
+				renderTimeline(w, p, width, t, v.Tasks[0], cancellations(records), api.ParseTime(v.At))
 				return nil
 			}
 		}

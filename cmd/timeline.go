@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"leasewal/api"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/fatih/color"
 	"golang.org/x/sys/unix"
 
+	"leasewal/api"
 	"leasewal/state"
 	"leasewal/view"
 )
@@ -98,11 +98,14 @@ func endColor(end string) []color.Attribute {
 }
 
 // renderTimeline draws task t as it stands at now; cancelled lists the
-// TaskCancelled records about it.
-func renderTimeline(out io.Writer, p palette, width int, t *state.Task, cancelled []state.Record, now int64) {
+// TaskCancelled records about it. t is replayed from its own records, which
+// know nothing of its queue's pauses: its state and deadline are as the
+// view (the service's answer at now) gives them.
+func renderTimeline(out io.Writer, p palette, width int, t *state.Task, view api.Task, cancelled []state.Record, now int64) {
 	w := &lineCutter{w: out, width: width}
 	defer w.flush()
 	c := t.At(now)
+	c.State = state.TaskState(view.State)
 	g := asciiGlyphs
 	if p.on {
 		g = unicodeGlyphs
@@ -121,7 +124,7 @@ func renderTimeline(out io.Writer, p palette, width int, t *state.Task, cancelle
 	if !c.State.Terminal() {
 		last = max(last, now)
 	}
-	deadline := c.Deadline()
+	deadline := api.ParseTime(view.Deadline)
 	if deadline <= last+(last-c.CreatedAt)/2 {
 		last = max(last, deadline)
 	}
