@@ -151,6 +151,15 @@ func (a *Archive) Err() error {
 	return a.err
 }
 
+// Size is how many bytes the archive's records, index and order take (0
+// for no archive).
+func (a *Archive) Size() int {
+	if a == nil {
+		return 0
+	}
+	return len(a.records) + len(a.index) + len(a.order)
+}
+
 // Len is the number of tasks in the archive.
 func (a *Archive) Len() int {
 	if a == nil {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"bufio"
-	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -106,8 +105,7 @@ type historyReader struct {
 
 func (h *Handle) newHistoryReader() *historyReader {
 	scratch := Open(h.opts)
-	least := cmp.Or(h.opts.SpillAfter, defaultSpillAfter)
-	return &historyReader{v: state.NewVerifier(), scratch: scratch, spills: &spiller{h: scratch, least: least, next: least}}
+	return &historyReader{v: state.NewVerifier(), scratch: scratch, spills: newSpiller(scratch)}
 }
 
 // close lets go of the files the reader's state read.
@@ -121,7 +119,7 @@ func (c *historyReader) read(f wal.Frame) error {
 	if err != nil {
 		return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
 	}
-	c.spills.check(c.v.State)
+	c.spills.check(c.v.State, len(f.Body))
 	switch r.Type {
 	case state.BaseBegin:
 		c.begin = r

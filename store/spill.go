@@ -2,6 +2,7 @@ package store
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -20,33 +21,62 @@ import (
 // records after that find those tasks there as they would in a checkpoint's.
 //
 // It spills when the tasks in memory reach max(Options.SpillAfter (65,536),
-// an eighth of those already spilled): a spill copies the files before it, so the copies grow
-// geometrically (about nine times the final files in all), and memory holds
-// at most an eighth of the backlog (the share a resident handle keeps, see
-// coldDue), about 30 MB a million tasks of 100-byte payloads.
+// an eighth of those already spilled), or when the records read since the
+// last spill reach max(Options.SpillAfterBytes (64 MiB), an eighth of the
+// bytes of the files spilled): a spill copies the files before it, so the
+// copies grow geometrically, by count and by bytes alike (about nine times
+// the final files in all), and memory holds at most an eighth of the backlog
+// (the share a resident handle keeps, see coldDue): about 30 MB a million
+// tasks of 100-byte payloads, and, whatever the payloads' size, about the
+// bytes of the records read since the last spill (the tasks those records
+// created or touched are what memory holds).
 type spiller struct {
-	h     *Handle
-	least int // Options.SpillAfter
-	next  int
+	h          *Handle
+	least      int   // Options.SpillAfter
+	leastBytes int64 // Options.SpillAfterBytes
+	next       int
+	read       int64 // the record bytes read since the last spill
+	nextBytes  int64
 }
 
-const defaultSpillAfter = 1 << 16
+const (
+	defaultSpillAfter      = 1 << 16
+	defaultSpillAfterBytes = 64 << 20
+)
 
-// check spills the tasks in memory once they are many.
-func (sp *spiller) check(st *state.State) {
-	if sp == nil || st.InMemoryCount() < sp.next {
+// newSpiller is the spiller of a replay from the WAL's start, its files
+// mapped by h.
+func newSpiller(h *Handle) *spiller {
+	least, leastBytes := cmp.Or(h.opts.SpillAfter, defaultSpillAfter), cmp.Or(h.opts.SpillAfterBytes, defaultSpillAfterBytes)
+	return &spiller{h: h, least: least, leastBytes: leastBytes, next: least, nextBytes: leastBytes}
+}
+
+// check spills the tasks in memory once they are many, or once the records
+// read since the last spill are many bytes; size is the bytes of the record
+// just applied.
+func (sp *spiller) check(st *state.State, size int) {
+	if sp == nil {
 		return
 	}
+	sp.read += int64(size)
+	if st.InMemoryCount() < sp.next && sp.read < sp.nextBytes {
+		return
+	}
+	sp.read = 0
 	inMemory, finished := st.InMemory()
+	if inMemory == 0 {
+		return
+	}
 	err := st.Compact(finished > 0, inMemory > finished, sp.h.spillSink)
 	sp.h.keepMapped(st)
 	if err != nil {
 		sp.h.warn("could not move tasks out of memory during the replay (%v); it holds them in memory", err)
-		sp.next = math.MaxInt
+		sp.next, sp.nextBytes = math.MaxInt, math.MaxInt64
 		return
 	}
 	archive, cold := st.Archives()
 	sp.next = max(sp.least, (archive.Len()+cold.Len())/8)
+	sp.nextBytes = max(sp.leastBytes, int64(archive.Size()+cold.Size())/8)
 }
 
 // spillSink writes a new archive or cold set to a temporary file beside the

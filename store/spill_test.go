@@ -275,3 +275,42 @@ func TestSpillingVerifierFindsWhatAFullOneFinds(t *testing.T) {
 		t.Fatalf("a repeated completion: spilling says %v, holding every task says %v", gotErr, wantErr)
 	}
 }
+
+// TestSpillingByBytes: a replay of tasks with large payloads moves them out
+// of memory by the bytes it has read, long before their count would make it
+// (here, never), and answers as a replay holding them all.
+func TestSpillingByBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	var batch strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&batch, "{\"payload\":\"%s %d\"}\n", strings.Repeat("p", 4000), i)
+	}
+	batchFile := filepath.Join(t.TempDir(), "batch.ndjson")
+	if err := os.WriteFile(batchFile, []byte(batch.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := cli("--wal", path, "--now", "2026-01-01T00:00:00Z", "submit", "--batch-file", batchFile, "--window", "1h"); code != 0 {
+		t.Fatalf("the batch: exit %d %s %s", code, out, errOut)
+	}
+	now := t0 + int64(time.Minute/time.Millisecond)
+	var want string
+	full := store.Open(store.Options{Path: copyOf(t, path), FullReplay: true, Clock: fixedClock(now)})
+	defer full.Close()
+	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx.State, tx.Now); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	h := store.Open(store.Options{Path: copyOf(t, path), SpillAfter: 1 << 20, SpillAfterBytes: 64 << 10, Clock: fixedClock(now)})
+	defer h.Close()
+	err := h.Read(func(tx *store.Tx) error {
+		if _, cold := tx.State.Archives(); cold.Len() < 250 {
+			t.Fatalf("%d of 300 tasks of 4 KB moved out by a replay spilling every 64 KiB read", cold.Len())
+		}
+		if got := answersOf(t, tx.State, tx.Now); got != want {
+			t.Fatalf("the replay spilled by bytes answers differently:\n%s\nwant\n%s", got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -72,7 +72,10 @@ type Options struct {
 	Resident bool
 	// SpillAfter is how many tasks a replay from the WAL's start holds in
 	// memory before it moves them out to files (spill.go); 0: 65,536.
-	SpillAfter int
+	// SpillAfterBytes is how many bytes of records it reads before it does
+	// whatever the count; 0: 64 MiB.
+	SpillAfter      int
+	SpillAfterBytes int64
 }
 
 // Handle is an open store. It is not safe for concurrent use; one process may
@@ -326,15 +329,14 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	// methods, which answer alike; the files stay mapped until the handle
 	// forgets the state or closes).
 	if h.pos.Count == 0 {
-		least := cmp.Or(h.opts.SpillAfter, defaultSpillAfter)
-		spills = &spiller{h: h, least: least, next: least}
+		spills = newSpiller(h)
 	}
 	apply := func(d decoded) error {
 		if d.r.Type.IsBase() { // the hooks see the records, not the base that stands for some
 			if err := step(d.r); err != nil {
 				return &DamageError{Seq: int64(d.index), Offset: d.offset, Err: err}
 			}
-			spills.check(st) // a base's tasks load as its parts are read
+			spills.check(st, d.size) // a base's tasks load as its parts are read
 			return nil
 		}
 		if h.opts.BeforeRecord != nil {
@@ -345,7 +347,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		if err := step(d.r); err != nil {
 			return &DamageError{Seq: int64(d.index), Offset: d.offset, Err: err}
 		}
-		spills.check(st)
+		spills.check(st, d.size)
 		if h.opts.OnRecord != nil {
 			if err := h.opts.OnRecord(d.r, st); err != nil && !errors.Is(err, ErrStop) {
 				return &hookError{err}
