@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -257,14 +258,22 @@ func (h *Handle) side(suffix string) string { return filepath.Clean(h.opts.Path)
 // still under the exclusive lock. A replay that read a base (a compacted
 // WAL, no checkpoint) writes one whatever the rule says: a base is a few
 // records that may hold a million tasks, which every command would replay.
+//
+// Both rules count tasks; large payloads would let a resident handle hold
+// many bytes of them, so a checkpoint is also due once Options.SpillAfterBytes
+// (64 MiB) of records follow it, and a cold set once that many, or an eighth
+// of the cold set's bytes, follow the last one.
 func (h *Handle) refreshCheckpoint(tx *Tx) {
 	inMemory, _ := tx.State.InMemory()
-	if readBase := h.checkpointed == 0 && tx.State.Base() != nil; readBase || checkpointDue(tx.log.Count-h.checkpointed, inMemory) {
+	readBase := h.checkpointed == 0 && tx.State.Base() != nil
+	if readBase || checkpointDue(tx.log.Count-h.checkpointed, inMemory) || tx.log.End-h.checkpointedEnd >= h.spillBytes() {
 		if h.saveCheckpoint(tx.State, tx.log.Position) {
-			h.checkpointed = tx.log.Count
+			h.checkpointed, h.checkpointedEnd = tx.log.Count, tx.log.End
 		}
 	}
 }
+
+func (h *Handle) spillBytes() int64 { return cmp.Or(h.opts.SpillAfterBytes, defaultSpillAfterBytes) }
 
 // saveCheckpoint applies the archive and cold set rules, then writes the
 // checkpoint. A failure costs speed, not correctness, so it is only a
@@ -277,7 +286,9 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 	coldTasks, superseded := st.Cold()
 	archive, cold := archiveDue(finished), coldDue(inMemory-finished, superseded, coldTasks, h.opts.Resident)
 	spilledArchive, spilledCold := h.spilled(st)
-	archive, cold = archive || spilledArchive, cold || spilledCold
+	_, coldSet := st.Archives()
+	manyBytes := inMemory > finished && pos.End-h.coldEnd >= max(h.spillBytes(), int64(coldSet.Size())/8)
+	archive, cold = archive || spilledArchive, cold || spilledCold || manyBytes
 	if archive || cold {
 		err := st.Compact(archive, cold, h.sideSink)
 		h.keepMapped(st)
@@ -287,6 +298,9 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 		if err != nil {
 			h.warnCache(err)
 			return false
+		}
+		if cold {
+			h.coldEnd = pos.End
 		}
 	}
 	if err := h.opts.FS.WriteFile(h.side(CheckpointSuffix), encodeCheckpoint(st, pos)); err != nil {

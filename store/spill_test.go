@@ -314,3 +314,26 @@ func TestSpillingByBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAResidentHandleBoundsBytesToo: a resident handle (a server) taking
+// tasks of 4 KB writes a new cold set by the bytes written since the last
+// one, not only by their count, so that memory holds a few dozen of them
+// rather than hundreds.
+func TestAResidentHandleBoundsBytesToo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, Resident: true, SpillAfterBytes: 64 << 10, Clock: fixedClock(t0)})
+	defer h.Close()
+	for i := range 200 {
+		submit(t, h, fmt.Sprint(strings.Repeat("p", 4000), i))
+	}
+	err := h.Read(func(tx *store.Tx) error {
+		_, cold := tx.State.Archives()
+		if inMemory := tx.State.InMemoryCount(); inMemory > 40 || cold.Len()+inMemory < 200 {
+			t.Fatalf("%d tasks of 4 KB in memory and %d in the cold set after 200 submits with a 64 KiB bound", inMemory, cold.Len())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

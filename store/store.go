@@ -73,7 +73,8 @@ type Options struct {
 	// SpillAfter is how many tasks a replay from the WAL's start holds in
 	// memory before it moves them out to files (spill.go); 0: 65,536.
 	// SpillAfterBytes is how many bytes of records it reads before it does
-	// whatever the count; 0: 64 MiB.
+	// whatever the count, and how many a handle writes or reads before it
+	// writes a checkpoint and a new cold set whatever their rules; 0: 64 MiB.
 	SpillAfter      int
 	SpillAfterBytes int64
 }
@@ -86,10 +87,14 @@ type Handle struct {
 	// handle reads only what was appended since. nil: start over.
 	cache        *state.State
 	pos          wal.Position
-	checkpointed int       // records the checkpoint behind cache holds (0: none)
-	mapped       []mapping // the archives and cold sets mapped for the states it read
-	forceFull    bool      // the archive was found damaged: replay the WAL
-	closed       bool
+	checkpointed int // records the checkpoint behind cache holds (0: none)
+	// checkpointedEnd and coldEnd are where the WAL ended when the last
+	// checkpoint, and the last cold set, were written or loaded: the bytes
+	// of records since bound what a resident handle holds (saveCheckpoint).
+	checkpointedEnd, coldEnd int64
+	mapped                   []mapping // the archives and cold sets mapped for the states it read
+	forceFull                bool      // the archive was found damaged: replay the WAL
+	closed                   bool
 }
 
 // Open returns a handle; nothing is read until the first operation.
@@ -117,7 +122,7 @@ func (h *Handle) forget() {
 	for _, m := range h.mapped {
 		m.release()
 	}
-	h.cache, h.pos, h.checkpointed, h.mapped = nil, wal.Position{}, 0, nil
+	h.cache, h.pos, h.checkpointed, h.checkpointedEnd, h.coldEnd, h.mapped = nil, wal.Position{}, 0, 0, 0, nil
 }
 
 func (h *Handle) warn(format string, args ...any) {
@@ -285,7 +290,7 @@ func (h *Handle) begin(mode wal.Mode) (*Tx, error) {
 	}
 	if h.cache == nil && !h.fullReplay() {
 		if st, pos, maps, ok := h.loadCheckpoint(); ok && (h.opts.ReplayFrom == 0 || st.LastSeq() < h.opts.ReplayFrom) { // seqs, not frames: a base is a few frames standing for many records
-			h.cache, h.pos, h.checkpointed = st, pos, pos.Count
+			h.cache, h.pos, h.checkpointed, h.checkpointedEnd, h.coldEnd = st, pos, pos.Count, pos.End, pos.End
 			h.mapped = append(h.mapped, maps...)
 		} else if ok {
 			for _, m := range maps {
