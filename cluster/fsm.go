@@ -89,6 +89,19 @@ type fsm struct {
 	// of a snapshot): a WAL that holds more holds records no other node has,
 	// which only a founding node moved into the cluster has (Node.importWAL).
 	covered int64
+
+	// compacting is the compaction entry last applied, which may still be
+	// running (compactWAL). Only raft's apply loop (Apply, Snapshot,
+	// Restore) touches it, and Shutdown once that loop has stopped.
+	compacting *pendingCompaction
+}
+
+// settle waits for the compaction last applied to end: compactions run one
+// at a time, and a raft snapshot or a restore must see the WAL it leaves.
+func (f *fsm) settle() {
+	if p := f.compacting; p != nil {
+		<-p.done
+	}
 }
 
 func (f *fsm) coveredSeq() int64 {
@@ -134,16 +147,17 @@ func (f *fsm) Apply(l *raft.Log) any {
 		}
 		f.n.mu.Lock()
 		end, err := f.n.h.Replicate(recs)
-		f.n.mu.Unlock()
 		if err != nil {
+			f.n.mu.Unlock()
 			return f.failed(l.Index, err)
 		}
-		f.mu.Lock()
+		f.mu.Lock() // under n.mu: a compaction finishing beside sets end too
 		f.end = end
 		if len(recs) > 0 {
 			f.covered = max(f.covered, recs[len(recs)-1].Seq)
 		}
 		f.mu.Unlock()
+		f.n.mu.Unlock()
 		if f.n.cfg.Applied != nil {
 			f.n.cfg.Applied(recs)
 		}
@@ -153,18 +167,22 @@ func (f *fsm) Apply(l *raft.Log) any {
 		if err := json.Unmarshal(l.Data[1:], &c); err != nil {
 			return f.failed(l.Index, err)
 		}
-		f.n.mu.Lock()
-		done, err := f.n.compactWAL(c)
-		end := f.n.h.End()
-		f.n.mu.Unlock()
-		if errors.Is(err, store.ErrNothingToCompact) {
-			return done
-		}
-		if err != nil { // the other nodes compacted: this WAL would differ from theirs
-			return f.failed(l.Index, err)
-		}
-		f.setEnd(end)
-		return done
+		// The compaction runs beside the entries applied after it, not in
+		// raft's apply loop: its base stands at c.Seq whatever they add.
+		f.settle()
+		p := &pendingCompaction{done: make(chan struct{})}
+		f.compacting = p
+		go func() {
+			defer close(p.done)
+			p.result, p.err = f.n.compactWAL(c)
+			switch {
+			case errors.Is(p.err, store.ErrNothingToCompact):
+				p.err = nil
+			case p.err != nil: // the other nodes compacted: this WAL would differ from theirs
+				p.err = f.failed(l.Index, p.err)
+			}
+		}()
+		return p
 	}
 	return f.failed(l.Index, fmt.Errorf("unknown entry kind %q", l.Data[0]))
 }
@@ -180,6 +198,7 @@ func (f *fsm) failed(index uint64, err error) error {
 // being applied. A compaction applied meanwhile renames a new WAL over it:
 // the file opened here is still the one the length describes.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.settle()    // a snapshot of a WAL not yet compacted would never be, on the node that installs it
 	f.n.mu.Lock() // no compaction replaces the WAL between the length and the open
 	defer f.n.mu.Unlock()
 	f.mu.Lock()
@@ -244,6 +263,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if _, err := io.ReadFull(r, data); err != nil {
 		return fmt.Errorf("reading a raft snapshot's WAL: %w", err)
 	}
+	f.settle()
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
 	if _, err := f.n.h.Install(data); err != nil {

@@ -510,33 +510,38 @@ func (n *Node) Compact(opts store.CompactOptions) (store.Compaction, error) {
 	} else if err != nil {
 		return store.Compaction{}, &UnknownOutcomeError{Err: err}
 	}
-	switch done := f.Response().(type) {
-	case store.Compaction:
-		if done.Records == 0 {
-			return done, store.ErrNothingToCompact
+	switch p := f.Response().(type) {
+	case *pendingCompaction:
+		<-p.done
+		if p.err == nil && p.result.Records == 0 {
+			return p.result, store.ErrNothingToCompact
 		}
-		return done, nil
+		return p.result, p.err
 	case error:
-		return store.Compaction{}, done
+		return store.Compaction{}, p
 	}
 	return store.Compaction{}, store.ErrNothingToCompact
 }
 
-// compactWAL applies a compaction entry to the node's WAL (under n.mu): at
-// the entry's record and time (never before the last record's), so that
-// every node builds the same base. Applied again (raft hands a restarted node
+// compactWAL applies a compaction entry to the node's WAL: the first step
+// (the history read and copied, the base written) without n.mu, beside the
+// entries applied after it meanwhile, the last under n.mu. The base stands
+// at the entry's record and time whatever has been applied since, so that
+// every node builds the same WAL. Applied again (raft hands a restarted node
 // the entries after its last snapshot again), it finds its base in the WAL
 // and does nothing.
 func (n *Node) compactWAL(c compaction) (store.Compaction, error) {
 	var base *state.Base
 	var last int64
-	if err := n.h.Read(func(tx *store.Tx) error { base, last = tx.State.Base(), tx.State.LastSeq(); return nil }); err != nil {
-		return store.Compaction{}, err
-	}
+	n.mu.Lock()
+	err := n.h.Read(func(tx *store.Tx) error { base, last = tx.State.Base(), tx.State.LastSeq(); return nil })
+	n.mu.Unlock()
 	switch {
+	case err != nil:
+		return store.Compaction{}, err
 	case base != nil && base.Seq >= c.Seq:
 		return store.Compaction{}, store.ErrNothingToCompact
-	case last != c.Seq:
+	case last < c.Seq:
 		return store.Compaction{}, fmt.Errorf("a compaction at seq %d, but the node's WAL ends at seq %d: it differs from the cluster's; restore it from another node's copy", c.Seq, last)
 	}
 	opts := n.opts
@@ -544,12 +549,30 @@ func (n *Node) compactWAL(c compaction) (store.Compaction, error) {
 	opts.Clock = func(lastAt int64) (int64, error) { return max(c.At, lastAt), nil }
 	h := store.Open(opts)
 	defer h.Close()
-	done, err := h.Compact(store.CompactOptions{KeepFinished: time.Duration(c.KeepFinished) * time.Millisecond,
-		KeepHistory: time.Duration(c.KeepHistory) * time.Millisecond, Drop: c.Drop})
+	p, err := h.PrepareCompaction(store.CompactOptions{KeepFinished: time.Duration(c.KeepFinished) * time.Millisecond,
+		KeepHistory: time.Duration(c.KeepHistory) * time.Millisecond, Drop: c.Drop, Through: c.Seq})
 	if err != nil {
-		return done, err
+		return store.Compaction{}, err
 	}
-	return done, n.h.Read(func(*store.Tx) error { return nil }) // the node's handle learns the new WAL's end
+	defer p.Abandon()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	done, err := p.Finish()
+	if err == nil {
+		err = n.h.Read(func(*store.Tx) error { return nil }) // the node's handle learns the new WAL's end
+	}
+	if err == nil {
+		n.fsm.setEnd(n.h.End()) // under n.mu, as a raft snapshot reads it
+	}
+	return done, err
+}
+
+// A pendingCompaction is a compaction entry being applied beside the entries
+// after it (compactWAL): done is closed once it has been.
+type pendingCompaction struct {
+	done   chan struct{}
+	result store.Compaction
+	err    error
 }
 
 func (n *Node) propose(entry []byte) error {
@@ -681,6 +704,7 @@ func (n *Node) Shutdown() error {
 		close(n.stop)
 		<-n.done
 		err = n.raft.Shutdown().Error()
+		n.fsm.settle() // raft's apply loop has stopped: no compaction starts after this one
 		if c, ok := n.trans.(io.Closer); ok {
 			_ = c.Close()
 		}

@@ -26,6 +26,7 @@ import (
 	"leasewal/server"
 	"leasewal/service"
 	"leasewal/store"
+	"leasewal/wal"
 )
 
 // testNode is one node of a cluster the tests run in one process: raft over
@@ -61,6 +62,8 @@ type testCluster struct {
 	// net, when set, carries the nodes' raft messages with its faults.
 	net   *nemesis.Net
 	names nemesis.Names
+	// fault, when set, is every node's WAL failpoint.
+	fault *wal.Fault
 }
 
 // newTestNode is a node's files in root, its transport and its HTTP server,
@@ -147,6 +150,7 @@ func (c *testCluster) start(tn *testNode, join bool) {
 	c.t.Helper()
 	e := env{Config: Config{WAL: tn.wal, Output: "json", LockTimeout: time.Minute, Actor: "seed"}, stderr: os.Stderr}
 	opts := e.storeOptions()
+	opts.Fault = c.fault
 	opts.Clock = func(lastAt int64) (int64, error) {
 		if c.step > 0 && lastAt > 0 {
 			return lastAt + c.step, nil
@@ -739,6 +743,65 @@ func TestClusterCompaction(t *testing.T) {
 	for _, want := range []string{`leasewal_raft_role{role="leader"} 1`, "leasewal_raft_term ", "leasewal_raft_commit_index ", "leasewal_raft_applied_index "} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("the leader's /metrics has no %q:\n%s", want, body)
+		}
+	}
+}
+
+// TestClusterAppliesEntriesWhileItCompacts: a compaction entry is applied
+// beside the entries after it, not in raft's apply loop. Every node's first
+// step is held at a failpoint until a submit through the cluster has been
+// acknowledged (applied in raft's apply loop meanwhile: were the compaction
+// in that loop, the submit would wait for it, and the test for the hang
+// guard); then every node's WAL is the base at the compaction's seq followed
+// by that record, byte for byte alike, and verifies with its history.
+func TestClusterAppliesEntriesWhileItCompacts(t *testing.T) {
+	release := make(chan struct{})
+	c := startCluster(t, 3, &testCluster{fault: &wal.Fault{Point: "compact-partial", Hold: func() { <-release }}})
+	for i := range 4 {
+		if code, out := c.definite(0, "submit", "--payload", "x", "--request-id", fmt.Sprint("before", i)); code != 0 {
+			t.Fatalf("submit: exit %d %s", code, out)
+		}
+	}
+	c.converge()
+	leader := c.leader()
+	type result struct {
+		done store.Compaction
+		err  error
+	}
+	compacted := make(chan result, 1)
+	go func() {
+		done, err := leader.node.Compact(store.CompactOptions{KeepFinished: time.Hour, KeepHistory: 24 * time.Hour})
+		compacted <- result{done, err}
+	}()
+	testwait.Until(t, "the leader's compaction to begin its new WAL", func() bool {
+		begun, _ := filepath.Glob(leader.wal + ".compacting-*")
+		return len(begun) > 0
+	}, nil)
+	if code, out := c.definite(0, "submit", "--payload", "during", "--request-id", "during", "-o", "json"); code != 0 || !strings.Contains(out, `"task_id":"T5"`) {
+		t.Fatalf("a submit while the cluster compacts: exit %d %s", code, out)
+	}
+	close(release)
+	r := <-compacted
+	if r.err != nil || r.done.Seq != 4 {
+		t.Fatalf("compact: %+v %v", r.done, r.err)
+	}
+	var wals [][]byte
+	testwait.Until(t, "every node's WAL equal to the others' after the compaction", func() bool {
+		wals = c.converge()
+		for _, w := range wals {
+			if !bytes.Equal(w, wals[0]) || !bytes.HasPrefix(w, []byte("leasewal-wal v3\n")) {
+				return false
+			}
+		}
+		return true
+	}, nil)
+	for _, tn := range c.nodes {
+		code, out, errOut := cli("--wal", tn.wal, "log", "--from", "5", "-o", "json")
+		if code != 0 || !strings.Contains(out, `"payload":"during"`) {
+			t.Fatalf("%s: the record written during the compaction, after its base: exit %d %s %s", tn.id, code, out, errOut)
+		}
+		if code, out, errOut := cli("--wal", tn.wal, "verify", "--history", "-o", "json"); code != 0 {
+			t.Fatalf("%s: verify --history: exit %d %s %s", tn.id, code, out, errOut)
 		}
 	}
 }

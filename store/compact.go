@@ -59,6 +59,10 @@ type CompactOptions struct {
 	KeepHistory time.Duration
 	// Drop seals nothing: the records replaced are gone.
 	Drop bool
+	// Through, if set, is the last record the base replaces (a raft node
+	// compacts at the seq the cluster decided, whatever it has applied
+	// since); 0: the WAL's last record when the first step reads it.
+	Through int64
 }
 
 // Compaction is what a compaction did.
@@ -200,7 +204,13 @@ func (p *PreparedCompaction) prepare() error {
 	defer report.end()
 	log, err := wal.OpenAt(h.opts.Path, wal.Read, h.opts.LockTimeout, wal.Position{}, func(f wal.Frame) error {
 		report.at(f.Offset)
-		return c.read(f)
+		if err := c.read(f); err != nil {
+			return err
+		}
+		if through := p.opts.Through; through > 0 && c.records > 0 && c.v.State.LastSeq() == through {
+			return wal.ErrStopAfter
+		}
+		return nil
 	})
 	if err != nil {
 		return h.openError(err)
@@ -210,8 +220,11 @@ func (p *PreparedCompaction) prepare() error {
 	if b := st.Base(); b != nil {
 		p.first = b.Seq + 1
 	}
-	if c.records == 0 {
+	switch {
+	case c.records == 0 || (p.opts.Through > 0 && st.Base() != nil && st.Base().Seq >= p.opts.Through):
 		return ErrNothingToCompact
+	case p.opts.Through > 0 && st.LastSeq() != p.opts.Through:
+		return fmt.Errorf("a compaction through seq %d, but the WAL ends at seq %d", p.opts.Through, st.LastSeq())
 	}
 	p.read, p.lastAt = log.Position, st.LastAt()
 	now, err := h.opts.Clock(st.LastAt())

@@ -35,6 +35,9 @@ type Fault struct {
 	Point  string
 	Action string
 	Delay  time.Duration
+	// Hold, a Go test's (no flag sets it), is called at the point instead
+	// of the action: it returns when the test lets the write go on.
+	Hold func()
 }
 
 var faultPoints = map[string]bool{"before-write": true, "mid-write": true, "after-write": true, "after-sync": true,
@@ -66,6 +69,10 @@ func ParseFault(spec string) (*Fault, error) {
 // reach is called as an append passes point.
 func (f *Fault) reach(point string) {
 	if f == nil || f.Point != point {
+		return
+	}
+	if f.Hold != nil {
+		f.Hold()
 		return
 	}
 	if f.Action == "sleep" {

@@ -134,6 +134,10 @@ func checkHeader(data []byte) (int, error) {
 	return 0, &FormatError{Reason: fmt.Sprintf("not a leasewal WAL: the first line must be %q", bytes.TrimSuffix(HeaderLine(Version), []byte("\n")))}
 }
 
+// ErrStopAfter, returned by a read's each, ends the read after that frame:
+// the log opened stands there, whatever follows it in the file.
+var ErrStopAfter = errors.New("the read stops after this frame")
+
 // maxLine is the longest line a valid frame can have, newline included.
 const maxLine = crcHexLen + 1 + MaxBodySize + 1
 
@@ -168,7 +172,11 @@ func scanFrames(r io.Reader, size int64, from Position, each func(Frame) error) 
 			torn, err := classifyBad(pos, bytes.Clone(line), complete, br, reason)
 			return pos, torn, err
 		}
-		if err := each(Frame{Index: pos.Count + 1, Offset: pos.End, Body: body}); err != nil {
+		err = each(Frame{Index: pos.Count + 1, Offset: pos.End, Body: body})
+		if errors.Is(err, ErrStopAfter) {
+			return pos.advance(len(line), body, sum), nil, nil
+		}
+		if err != nil {
 			return pos, nil, err
 		}
 		pos = pos.advance(len(line), body, sum)
