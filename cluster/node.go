@@ -480,47 +480,55 @@ func (n *Node) Commit(fns []func(*store.Tx) error) (errs []error, committed [][]
 	return errs, committed, n.propose(entry)
 }
 
-// Compact compacts the cluster's WAL, on the leader, with no batch in
-// flight (the server's batcher runs it between two: Batcher.Exclusive): the
-// compaction is an entry naming the last record the leader applied, so that
+// Compact compacts the cluster's WAL, on the leader, best with no batch in
+// flight (a server proposes it between two: Batcher.Exclusive, and waits
+// for it beside the batches after it): the compaction is an entry naming
+// the last record the leader applied, so that
 // every node compacts at that record, with the leader's time and the same
 // retention, and their WALs stay byte-identical. Each node seals its own copy
 // of the history beside its WAL. It returns what this node's compaction did
 // (store.ErrNothingToCompact when nothing followed the last one).
 func (n *Node) Compact(opts store.CompactOptions) (store.Compaction, error) {
-	if !n.Leading() {
-		return store.Compaction{}, ErrNotLeader
-	}
-	seq, err := n.LastSeq()
+	wait, err := n.ProposeCompaction(opts)
 	if err != nil {
 		return store.Compaction{}, err
 	}
+	return wait()
+}
+
+// ProposeCompaction is Compact's first half: it returns once the entry is
+// committed and this node has begun its compaction, with wait, which
+// returns once that has ended. A server proposes between two batches and
+// waits beside them.
+func (n *Node) ProposeCompaction(opts store.CompactOptions) (wait func() (store.Compaction, error), err error) {
+	if !n.Leading() {
+		return nil, ErrNotLeader
+	}
+	seq, err := n.LastSeq()
+	if err != nil {
+		return nil, err
+	}
 	at := time.Now().UnixMilli()
 	if n.opts.Clock != nil { // a test's clock, as the leader stamps records with
-		var err error
 		if at, err = n.opts.Clock(0); err != nil {
-			return store.Compaction{}, err
+			return nil, err
 		}
 	}
 	entry, _ := json.Marshal(compaction{Seq: seq, At: at, KeepFinished: opts.KeepFinished.Milliseconds(),
 		KeepHistory: opts.KeepHistory.Milliseconds(), Drop: opts.Drop}) // integers and a bool always marshal
 	f := n.raft.Apply(append([]byte{entryCompact}, entry...), n.timing.Apply)
 	if err := f.Error(); errors.Is(err, raft.ErrNotLeader) {
-		return store.Compaction{}, ErrNotLeader
+		return nil, ErrNotLeader
 	} else if err != nil {
-		return store.Compaction{}, &UnknownOutcomeError{Err: err}
+		return nil, &UnknownOutcomeError{Err: err}
 	}
 	switch p := f.Response().(type) {
 	case *pendingCompaction:
-		<-p.done
-		if p.err == nil && p.result.Records == 0 {
-			return p.result, store.ErrNothingToCompact
-		}
-		return p.result, p.err
+		return p.wait, nil
 	case error:
-		return store.Compaction{}, p
+		return nil, p
 	}
-	return store.Compaction{}, store.ErrNothingToCompact
+	return nil, store.ErrNothingToCompact
 }
 
 // compactWAL applies a compaction entry to the node's WAL: the first step
@@ -573,6 +581,15 @@ type pendingCompaction struct {
 	done   chan struct{}
 	result store.Compaction
 	err    error
+}
+
+// wait returns what the compaction did once it has ended.
+func (p *pendingCompaction) wait() (store.Compaction, error) {
+	<-p.done
+	if p.err == nil && p.result.Records == 0 {
+		return p.result, store.ErrNothingToCompact
+	}
+	return p.result, p.err
 }
 
 func (n *Node) propose(entry []byte) error {

@@ -229,10 +229,14 @@ func runServe(e env, o serveOptions) error {
 	}
 	s, batch, svc, kick := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live})
 	compact := service.LocalCompaction(e.storeOptions(), batch)
-	if node != nil { // the leader proposes it, between two batches, and every node compacts at that record
-		compact = func(keep store.CompactOptions) (done store.Compaction, err error) {
-			err = batch.Exclusive(func() error { done, err = node.Compact(keep); return err })
-			return done, err
+	if node != nil { // the leader proposes it, between two batches, and every node compacts at that record, beside the batches after it
+		compact = func(keep store.CompactOptions) (store.Compaction, error) {
+			var wait func() (store.Compaction, error)
+			err := batch.Exclusive(func() (err error) { wait, err = node.ProposeCompaction(keep); return err })
+			if err != nil {
+				return store.Compaction{}, err
+			}
+			return wait()
 		}
 	}
 	compacting, stopCompacting := context.WithCancel(context.Background())
