@@ -90,8 +90,8 @@ func InotifyCount(pid int) int {
 
 // WaitBound runs a package's tests (Run, from TestMain) N at once where go
 // test would run as many as there are CPUs (2 on this project's machine),
-// unless -parallel was given: tests that mostly wait, for servers, clusters
-// and child processes, overlap their waits.
+// unless -parallel or -fuzz was given: tests that mostly wait, for servers,
+// clusters and child processes, overlap their waits.
 type WaitBound struct {
 	M interface{ Run() int }
 	N int
@@ -101,8 +101,8 @@ func (w WaitBound) Run() int {
 	if !flag.Parsed() {
 		flag.Parse()
 	}
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	given := false // -parallel given; or -fuzz, whose workers -parallel counts and which compute, not wait
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" || f.Name == "test.fuzz" })
 	if !given && runtime.GOMAXPROCS(0) < w.N {
 		flag.Set("test.parallel", strconv.Itoa(w.N))
 	}
