@@ -111,24 +111,22 @@ func (h *Handle) baseAfter(c *historyReader, seed uint32, path, next string) ([]
 	return want, err
 }
 
-// errFirstRead stops a read at its first record.
-var errFirstRead = errors.New("the first record is read")
-
 // firstRecord is the first record of the WAL at path.
 func firstRecord(path string, lockTimeout time.Duration) (state.Record, error) {
 	var first state.Record
-	_, err := wal.OpenAt(path, wal.Read, lockTimeout, wal.Position{}, func(f wal.Frame) error {
+	log, err := wal.OpenAt(path, wal.Read, lockTimeout, wal.Position{}, func(f wal.Frame) error {
 		r, err := decodeFrame(f)
 		if err != nil {
 			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
 		}
 		first = r
-		return errFirstRead
+		return wal.ErrStopAfter
 	})
-	if errors.Is(err, errFirstRead) {
-		err = nil
+	if err != nil {
+		return first, err
 	}
-	return first, err
+	log.Close()
+	return first, nil
 }
 
 // ReadSegments replays the sealed segments beside the WAL (see Compact)

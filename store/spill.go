@@ -47,7 +47,7 @@ const (
 // newSpiller is the spiller of a replay from the WAL's start, its files
 // mapped by h.
 func newSpiller(h *Handle) *spiller {
-	least, leastBytes := cmp.Or(h.opts.SpillAfter, defaultSpillAfter), cmp.Or(h.opts.SpillAfterBytes, defaultSpillAfterBytes)
+	least, leastBytes := cmp.Or(h.opts.SpillAfter, defaultSpillAfter), h.spillBytes()
 	return &spiller{h: h, least: least, leastBytes: leastBytes, next: least, nextBytes: leastBytes}
 }
 
