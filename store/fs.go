@@ -85,7 +85,11 @@ func (OS) Spill(path string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Remove(f.Name()); err != nil {
+	// Unlinked at once, so that nothing is left if the process dies. A
+	// writer that removes the spills a crash left may have unlinked it
+	// already (a compaction's first step and verify --history spill beside
+	// the WAL without its lock): the file is this one's all the same.
+	if err := os.Remove(f.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		f.Close()
 		return nil, err
 	}
