@@ -377,7 +377,7 @@ func (n *Node) importWAL() error {
 	var recs []state.Record
 	opts := n.opts
 	opts.Node, opts.Resident, opts.FullReplay = false, false, true
-	opts.OnRecord = func(r state.Record, _ *state.State) error {
+	opts.OnRecord = func(r state.Record, _ *store.Tx) error {
 		if r.Seq > covered {
 			recs = append(recs, r)
 		}

@@ -104,7 +104,7 @@ func expectation(e env, file string) (out *report.Expectation, differs error, er
 	}
 	h := store.Open(opts)
 	defer h.Close()
-	err = h.Read(func(tx *store.Tx) error { return want.Check(tx.State, tx.Now) })
+	err = h.Read(func(tx *store.Tx) error { return want.Check(tx, tx.Now) })
 	var mismatch *expect.MismatchError
 	if err != nil && !errors.As(err, &mismatch) {
 		return nil, nil, err

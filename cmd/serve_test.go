@@ -788,3 +788,53 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		t.Fatal("GET /v1/openapi.json is not the document")
 	}
 }
+
+// TestLongPayloadsThroughServer: a server's resident state holds payloads
+// longer than 256 bytes as where its WAL has them; every lease, requeue and
+// inspect through it answers with the text submitted.
+func TestLongPayloadsThroughServer(t *testing.T) {
+	t.Parallel()
+	_, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	payloads := map[string]string{} // task id → payload
+	ask := func(v any, args ...string) {
+		t.Helper()
+		code, out, stderr := cli(append([]string{"--server", ts.URL, "-o", "json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d %s", args, code, stderr)
+		}
+		if err := json.Unmarshal([]byte(out), v); err != nil {
+			t.Fatalf("%v: %v in %s", args, err, out)
+		}
+	}
+	for i := range 12 {
+		payload := fmt.Sprint(i, strings.Repeat(` "é\☃`, 60+i*30))
+		var ack api.Ack
+		ask(&ack, "submit", "--payload", payload, "--max-attempts", "1")
+		payloads[ack.TaskID] = payload
+	}
+	leases := map[string]string{}
+	for range payloads {
+		var lease api.Lease
+		ask(&lease, "lease", "--worker", "W")
+		if lease.Payload != payloads[lease.TaskID] {
+			t.Fatalf("the lease on %s answered a payload of %d bytes, not the %d submitted", lease.TaskID, len(lease.Payload), len(payloads[lease.TaskID]))
+		}
+		leases[lease.TaskID] = lease.LeaseID
+	}
+	var failed api.Failed
+	ask(&failed, "fail", "--task", "T3", "--lease", leases["T3"], "--reason", "x", "--permanent")
+	var requeued api.Ack
+	ask(&requeued, "requeue", "T3")
+	var inspected api.Inspect
+	ask(&inspected, "inspect", requeued.TaskID)
+	if len(inspected.Tasks) != 1 || inspected.Tasks[0].Payload != payloads["T3"] {
+		t.Fatalf("the requeue of T3, inspected: %+v", inspected.Tasks)
+	}
+	var lease api.Lease
+	ask(&lease, "lease", "--worker", "W")
+	if lease.TaskID != requeued.TaskID || lease.Payload != payloads["T3"] {
+		t.Fatalf("the lease on the requeue of T3 answered %s with a payload of %d bytes", lease.TaskID, len(lease.Payload))
+	}
+}

@@ -119,7 +119,7 @@ func verifyWAL(opts store.Options, want *expect.Expectation, expectFile string) 
 			out.Base = b.Compacted()
 		}
 		if want != nil {
-			if err := want.Check(tx.State, tx.Now); err != nil {
+			if err := want.Check(tx, tx.Now); err != nil {
 				return err
 			}
 			out.Expect = "matched " + expectFile

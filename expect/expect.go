@@ -200,19 +200,21 @@ func (x *Expectation) Hooks(opts *store.Options) {
 // last steps, or the document's tasks. It returns an *Error when the file
 // cannot be checked against this WAL, a *MismatchError with every
 // difference, or nil.
-func (x *Expectation) Check(st *state.State, now int64) error {
+func (x *Expectation) Check(tx *store.Tx, now int64) error {
 	if x.isTrace {
-		if err := x.checker.end(st); err != nil {
+		if err := x.checker.end(tx); err != nil {
 			return err
 		}
 	} else {
-		tasks, err := st.Tasks()
+		tasks, err := tx.State.Tasks()
 		if err != nil {
 			return err
 		}
 		got := make([]api.Task, len(tasks))
 		for i, t := range tasks {
-			got[i] = view.Task(t, now)
+			if got[i], err = view.Task(t, now, tx.Payload); err != nil {
+				return err
+			}
 		}
 		x.checker.diffs = compareTasks(x.tasks, got)
 	}
@@ -377,12 +379,12 @@ type checker struct {
 
 // before runs before record r is applied: every at step whose time is
 // before r's is due now.
-func (c *checker) before(r state.Record, st *state.State) error {
+func (c *checker) before(r state.Record, tx *store.Tx) error {
 	for len(c.steps) > 0 && c.err == nil {
 		s := c.steps[0]
 		switch {
 		case s.isAt && s.at < r.At:
-			c.check(s, st, s.at)
+			c.check(s, tx, s.at)
 		case s.after > 0 && s.after < r.Seq:
 			c.err = fileErr("--expect: step %q comes after a later point of the WAL: give the steps in order", s.label)
 		default:
@@ -394,17 +396,18 @@ func (c *checker) before(r state.Record, st *state.State) error {
 }
 
 // afterRecord runs once record r is applied.
-func (c *checker) afterRecord(r state.Record, st *state.State) error {
+func (c *checker) afterRecord(r state.Record, tx *store.Tx) error {
 	c.records = append(c.records, string(r.Type))
 	for len(c.steps) > 0 && c.steps[0].after == r.Seq {
-		c.check(c.steps[0], st, r.At)
+		c.check(c.steps[0], tx, r.At)
 		c.steps = c.steps[1:]
 	}
 	return c.err
 }
 
 // end checks what is left once every record is applied.
-func (c *checker) end(st *state.State) error {
+func (c *checker) end(tx *store.Tx) error {
+	st := tx.State
 	for _, s := range c.steps {
 		if c.err != nil {
 			break
@@ -413,9 +416,9 @@ func (c *checker) end(st *state.State) error {
 		case s.after > 0:
 			c.err = fileErr("--expect: step %q: the WAL has records 1 to %d", s.label, st.LastSeq())
 		case s.isAt:
-			c.check(s, st, max(s.at, st.LastAt()))
+			c.check(s, tx, max(s.at, st.LastAt()))
 		default:
-			c.check(s, st, st.LastAt())
+			c.check(s, tx, st.LastAt())
 		}
 	}
 	c.steps = nil
@@ -427,7 +430,8 @@ func (c *checker) differ(step, path string, want, got any) {
 }
 
 // check compares one step with the state st, viewed at time at.
-func (c *checker) check(s step, st *state.State, at int64) {
+func (c *checker) check(s step, tx *store.Tx, at int64) {
+	st := tx.State
 	if s.hasRecords {
 		got := c.records
 		if !slices.Equal(s.records, got) {
@@ -440,7 +444,12 @@ func (c *checker) check(s step, st *state.State, at int64) {
 			c.differ(s.label, id, "a task", nil)
 			continue
 		}
-		view := jsonMap(view.Task(t, at))
+		tv, err := view.Task(t, at, tx.Payload)
+		if err != nil {
+			c.err = err
+			return
+		}
+		view := jsonMap(tv)
 		want := s.tasks[id]
 		for _, name := range slices.Sorted(maps.Keys(want)) {
 			field := traceTaskFields[name]

@@ -319,7 +319,8 @@ func (c *collector) page(last int64) Page {
 		tc := t.At(c.lastAt)
 		c.states[string(tc.State)]++
 		c.queues[tc.Queue]++
-		tv := Task{ID: tc.ID, State: string(tc.State), Queue: tc.Queue, Payload: tc.Payload, Reason: tc.EndReason, Result: tc.Result,
+		payload, _ := tc.Payload.Text() // a task replayed from its records alone holds its payload (TaskOf)
+		tv := Task{ID: tc.ID, State: string(tc.State), Queue: tc.Queue, Payload: payload, Reason: tc.EndReason, Result: tc.Result,
 			Attempt: tc.Attempt, MaxAttempts: tc.Policy.MaxAttempts, Records: c.kept[id]}
 		for _, a := range tc.Attempts {
 			to, glyph, class := a.EndedAt, view.EndMarks[a.End], endClass(a.End)

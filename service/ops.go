@@ -187,10 +187,14 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 		case state.ResultCancelled:
 			return cancelledErr(dec), nil
 		}
+		lease, err := view.Lease(dec, tx.Payload) // read before the lease is written: a worker gets the payload with it
+		if err != nil {
+			return nil, err
+		}
 		if err := tx.Commit(dec.Records); err != nil {
 			return nil, err
 		}
-		return view.Lease(dec), nil
+		return lease, nil
 	}
 	leased := func(v any, err error) (api.Lease, error) {
 		switch a := v.(type) {
@@ -312,7 +316,10 @@ func (l *Local) Complete(ctx context.Context, r api.CompleteRequest) (api.Commit
 		}
 		next := &api.Next{NextEligibleAt: view.Null(view.Stamp(leased.NextEligibleAt))}
 		if leased.Outcome == state.ResultLeased {
-			lease := view.Lease(leased)
+			lease, err := view.Lease(leased, tx.Payload)
+			if err != nil {
+				return nil, err
+			}
 			next.Lease, next.NextEligibleAt = &lease, nil
 		}
 		return completion(done, next), nil
@@ -581,7 +588,10 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 			if err != nil {
 				return v, err
 			}
-			tv := view.Task(t, tx.Now)
+			tv, err := view.Task(t, tx.Now, tx.Payload)
+			if err != nil {
+				return v, err
+			}
 			v.Tasks = append(v.Tasks, tv)
 			st := state.TaskState(tv.State)
 			switch {

@@ -51,7 +51,7 @@ func readInspect(r api.InspectRequest) (inspection, error) {
 
 // inspectOn reads the state inspect shows: now, or right after record
 // in.until (at its time); with one task named, its records too.
-func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *state.State, at int64, records []state.Record) (any, error)) (any, error) {
+func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(tx *store.Tx, at int64, records []state.Record) (any, error)) (any, error) {
 	opts := l.o.Store
 	var taskRecords []state.Record // the records about the one task named
 	if len(in.ids) == 1 || in.until != 0 {
@@ -65,18 +65,18 @@ func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *st
 			}
 		}
 		inner := decide
-		decide = func(st *state.State, at int64, records []state.Record) (any, error) {
+		decide = func(tx *store.Tx, at int64, records []state.Record) (any, error) {
 			if in.until != 0 {
-				st.ForgetPayloads(redacted)
+				tx.State.ForgetPayloads(redacted)
 			} else {
-				redacted = redactedIn(st)
+				redacted = redactedIn(tx.State)
 			}
 			for i := range records {
 				records[i] = masked(records[i], redacted)
 			}
-			return inner(st, at, records)
+			return inner(tx, at, records)
 		}
-		onRecord := func(rec state.Record, _ *state.State) error {
+		onRecord := func(rec state.Record, _ *store.Tx) error {
 			if len(in.ids) == 1 && rec.TaskID == in.ids[0] {
 				taskRecords = append(taskRecords, rec)
 			}
@@ -91,8 +91,8 @@ func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *st
 		}
 		opts.FullReplay, opts.OnRecord = true, onRecord
 		var answer any
-		last, halted, err := store.ReadSegments(opts, from, func(stopped *state.State) (err error) {
-			answer, err = decide(stopped, stopped.LastAt(), taskRecords) // a sealed segment holds record --until
+		last, halted, err := store.ReadSegments(opts, from, func(stopped *store.Tx) (err error) {
+			answer, err = decide(stopped, stopped.State.LastAt(), taskRecords) // a sealed segment holds record --until
 			return err
 		})
 		if err != nil || halted {
@@ -111,7 +111,7 @@ func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(st *st
 			}
 			at = st.LastAt()
 		}
-		return decide(st, at, taskRecords)
+		return decide(tx, at, taskRecords)
 	})
 }
 
@@ -130,14 +130,18 @@ func (l *Local) Inspect(ctx context.Context, r api.InspectRequest) (api.Inspect,
 		})
 		return v, err
 	}
-	return as[api.Inspect](l.inspectOn(ctx, in, func(st *state.State, at int64, records []state.Record) (any, error) {
+	return as[api.Inspect](l.inspectOn(ctx, in, func(tx *store.Tx, at int64, records []state.Record) (any, error) {
 		v := api.Inspect{Result: state.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Tasks: []api.Task{}}
 		for _, id := range in.ids {
-			t, err := st.Task(id)
+			t, err := tx.State.Task(id)
 			if err != nil {
 				return nil, err
 			}
-			if tv := view.Task(t, at); in.only.shows(tv) {
+			tv, err := view.Task(t, at, tx.Payload)
+			if err != nil {
+				return nil, err
+			}
+			if in.only.shows(tv) {
 				v.Counts[tv.State]++
 				v.Tasks = append(v.Tasks, tv)
 			}
@@ -167,14 +171,15 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 		}
 		return into.Hand(v)
 	}
-	_, err = l.inspectOn(ctx, in, func(st *state.State, at int64, _ []state.Record) (any, error) {
+	_, err = l.inspectOn(ctx, in, func(tx *store.Tx, at int64, _ []state.Record) (any, error) {
+		st := tx.State
 		// Two passes, one to count and one to hand out, each reading the
 		// tasks one at a time: a listing never holds the backlog.
 		live := in.only.state == state.Waiting || in.only.state == state.Leased // a finished task never waits or holds a lease again: the archive is not read
 		head := api.Inspect{Result: state.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at), Tasks: []api.Task{}}
 		err := st.EachTask(live, func(t *state.Task) bool {
-			if c := t.At(at); in.only.shows(api.Task{State: string(c.State), Queue: c.Queue}) {
-				head.Counts[string(c.State)]++
+			if in.only.showsAt(t, at) {
+				head.Counts[string(t.At(at).State)]++
 			}
 			return true
 		})
@@ -186,7 +191,11 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 		}
 		var handErr error
 		err = st.EachTask(live, func(t *state.Task) bool {
-			if tv := view.Task(t, at); in.only.shows(tv) {
+			if !in.only.showsAt(t, at) {
+				return true // only the tasks shown read their payloads
+			}
+			var tv api.Task
+			if tv, handErr = view.Task(t, at, tx.Payload); handErr == nil {
 				handErr = into.Task(tv)
 			}
 			return handErr == nil
@@ -205,6 +214,12 @@ type taskFilter struct {
 // shows reports whether a task as viewed is listed.
 func (f taskFilter) shows(tv api.Task) bool {
 	return (f.state == "" || tv.State == string(f.state)) && (f.queue == "" || tv.Queue == f.queue)
+}
+
+// showsAt is shows for t as it stands at at, without its view.
+func (f taskFilter) showsAt(t *state.Task, at int64) bool {
+	c := t.At(at)
+	return f.shows(api.Task{State: string(c.State), Queue: c.Queue})
 }
 
 func summarize(st *state.State, at int64) *api.InspectSummary {
@@ -410,7 +425,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		return api.LogEnd{}, err
 	}
 	first, stopped, toldTask := int64(0), false, false
-	onRecord := func(rec state.Record, st *state.State) error {
+	onRecord := func(rec state.Record, tx *store.Tx) error {
 		rec = masked(rec, redacted)
 		if first == 0 {
 			first, end.FirstAt = rec.Seq, api.FormatTime(rec.At)
@@ -424,7 +439,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 			stopped = true
 			return store.ErrStop // nothing after To is asked for
 		}
-		if f.st = st; !f.keep(rec) {
+		if f.st = tx.State; !f.keep(rec) {
 			return nil
 		}
 		toldTask = toldTask || (r.Task != "" && rec.TaskID == r.Task)

@@ -79,6 +79,10 @@ type State struct {
 	lastLeaseNum int64
 	lastTaskNum  int64
 	lastTokenNum int64
+
+	// inline is the longest payload held in memory (InlinePayloadBytes; a
+	// test makes it shorter).
+	inline int
 }
 
 // New returns the state of an empty WAL.
@@ -89,6 +93,7 @@ func New() *State {
 		leaseRequests: map[string]leaseRequest{},
 		leaseTask:     map[string]string{},
 		domains:       map[string]*Domain{},
+		inline:        InlinePayloadBytes,
 	}
 }
 
@@ -451,7 +456,7 @@ func (s *State) applyCreated(r Record) error {
 		return firstErr(err, invalid("request id %q was already used by another TaskCreated", r.RequestID))
 	}
 	t := &Task{
-		ID: r.TaskID, Payload: r.Payload, CreatedAt: r.At, Window: r.Window,
+		ID: r.TaskID, Payload: referTo(r.Payload, PayloadRef{Frame: r.Frame, Skip: -1}, s.inline), CreatedAt: r.At, Window: r.Window,
 		Policy: *r.RetryPolicy, RequestID: r.RequestID, State: Waiting,
 		AvailableAt: r.At, Queue: DefaultQueue, RequeuedFrom: r.RequeuedFrom,
 		Seqs: []int64{r.Seq},
@@ -804,7 +809,7 @@ func (s *State) applyRedacted(r Record) error {
 		return invalid("%s is already redacted", t.ID)
 	}
 	commit(t, t.At(r.At), r.Seq)
-	t.Payload, t.Redacted = "", r.Reason
+	t.Payload, t.Redacted = Payload{}, r.Reason
 	s.redacted = append(s.redacted, t.ID)
 	return nil
 }
@@ -823,7 +828,7 @@ func (s *State) Redacted() []string { return s.redacted }
 func (s *State) ForgetPayloads(reasons map[string]string) {
 	for id, reason := range reasons {
 		if t, _ := s.lookupTask(id); t != nil {
-			t.Payload, t.Redacted = "", reason
+			t.Payload, t.Redacted = Payload{}, reason
 		}
 	}
 }
@@ -859,8 +864,8 @@ func TaskOf(recs []Record) (*Task, error) {
 	}
 	s := New()
 	for i, r := range recs {
-		r.Seq = int64(i + 1)
-		r.Schedule, r.Slot = "", nil // a firing alone: its schedule is not among the records
+		r.Seq, r.Frame = int64(i+1), 0 // its records are at hand: the task holds their payloads
+		r.Schedule, r.Slot = "", nil   // a firing alone: its schedule is not among the records
 		if err := s.Apply(r); err != nil {
 			return nil, err
 		}

@@ -26,7 +26,7 @@ import (
 // Layout, integers little endian; the sizes come last, so that a writer
 // streams the parts without knowing them beforehand:
 //
-//	"leasewal-archive v4\n"
+//	"leasewal-archive v5\n"
 //	records: one per task, in the order they were archived: uvarint length, CRC32C (uint32), the task as a snapshot encodes it
 //	index: blocks of up to 128 entries {key hash, record offset} (uint64 each), each block followed by its CRC32C
 //	order: blocks of up to 128 entries (orderEntry, 48 bytes each), each block followed by its CRC32C
@@ -63,7 +63,7 @@ type Archive struct {
 }
 
 const (
-	archiveMagic       = "leasewal-archive v4\n"
+	archiveMagic       = "leasewal-archive v5\n"
 	archiveTrailerSize = 4*8 + 4
 	archiveBlockLen    = 128
 	archiveEntrySize   = 16
@@ -274,7 +274,7 @@ func (a *Archive) taskAt(offset uint64) (*Task, uint64) {
 		a.damaged("record at %d: checksum mismatch", offset)
 		return nil, 0
 	}
-	d := &snapDecoder{b: body, all: string(body)}
+	d := &snapDecoder{b: body, all: string(body), refs: true}
 	t := &Task{}
 	d.task(t)
 	if d.err != nil || len(d.b) != 0 || len(t.Seqs) == 0 {
@@ -503,7 +503,7 @@ func buildOver(w io.Writer, old *Archive, keep func(offset uint64) bool, add []*
 	if withOrder {
 		order = make([]orderEntry, 0, len(add))
 	}
-	e := &encoder{}
+	e := &encoder{refs: true}
 	for _, t := range add {
 		if keep != nil || old.search(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil { // a kept copy is never add's task
 			aw.tasks++

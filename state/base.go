@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -62,14 +63,54 @@ func formatTime(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.R
 type baseLoad struct {
 	begin   Record
 	parts   int
-	digest  hash.Hash // of the snapshot bytes read so far
-	pending []byte    // the bytes read and not yet decoded
-	version uint64    // 0 until the head is decoded
-	left    int       // the tasks still to decode
-	loaded  int       // the tasks decoded
+	digest  hash.Hash  // of the snapshot bytes read so far
+	pending []byte     // the bytes read and not yet decoded
+	from    []partSpan // where pending's bytes are in the WAL, in order
+	version uint64     // 0 until the head is decoded
+	left    int        // the tasks still to decode
+	loaded  int        // the tasks decoded
 	// unfinished are the positions of the unfinished tasks, which the
 	// snapshot's live list must name, in order.
 	unfinished []uint32
+}
+
+// partSpan says that the pending bytes from at on came from the BasePart
+// whose frame starts at frame, skip bytes into its data (up to the next
+// span's).
+type partSpan struct {
+	at    int
+	frame int64
+	skip  int64
+}
+
+// refer is where the WAL holds the pending bytes from at on.
+func (l *baseLoad) refer(at int) PayloadRef {
+	i := len(l.from) - 1
+	for i > 0 && l.from[i].at > at {
+		i--
+	}
+	if i < 0 {
+		return PayloadRef{}
+	}
+	sp := l.from[i]
+	return PayloadRef{Frame: sp.frame, Skip: sp.skip + int64(at-sp.at)}
+}
+
+// consumed drops the first n pending bytes from the spans.
+func (l *baseLoad) consumed(n int) {
+	kept := l.from[:0]
+	for i, sp := range l.from {
+		if i+1 < len(l.from) && l.from[i+1].at <= n {
+			continue // every byte of it was decoded
+		}
+		if sp.at < n {
+			sp.skip += int64(n - sp.at)
+			sp.at = n
+		}
+		sp.at -= n
+		kept = append(kept, sp)
+	}
+	l.from = kept
 }
 
 // IsBase reports whether the record is part of a compaction's base.
@@ -94,13 +135,14 @@ type BaseSnapshot struct {
 // so far, keeping the finished tasks that ended at or after keptFrom: it
 // streams the tasks to w in creation order, one at a time, from memory, the
 // archive and the cold set alike (EachTask), so that a base of millions is
-// built in the memory of the state it is built from.
-func (s *State) WriteBase(w io.Writer, keptFrom int64) (BaseSnapshot, error) {
+// built in the memory of the state it is built from. read gets the text of a
+// payload the state does not hold from the WAL the state was read from.
+func (s *State) WriteBase(w io.Writer, keptFrom int64, read func(*PayloadRef) (string, error)) (BaseSnapshot, error) {
 	if s.loading != nil || s.lastSeq == 0 {
 		return BaseSnapshot{}, errors.New("there is nothing to compact: no record follows the base")
 	}
 	snap := BaseSnapshot{Seq: s.lastSeq, KeptFrom: keptFrom}
-	tasks, live := &encoder{}, &encoder{}
+	tasks, live := &encoder{read: read}, &encoder{}
 	var unfinished []uint32
 	var werr error
 	flush := func() {
@@ -124,10 +166,10 @@ func (s *State) WriteBase(w io.Writer, keptFrom int64) (BaseSnapshot, error) {
 		if len(tasks.b) >= 64<<10 {
 			flush()
 		}
-		return werr == nil
+		return werr == nil && tasks.err == nil
 	})
 	flush()
-	if err = cmp.Or(err, werr); err != nil {
+	if err = cmp.Or(err, tasks.err, werr); err != nil {
 		return BaseSnapshot{}, err
 	}
 	// A base names no archive nor cold set, lists as live exactly its
@@ -213,6 +255,9 @@ func (s *State) applyBase(r Record) error {
 		}
 		l.parts++
 		l.digest.Write(chunk)
+		if r.Frame > 0 {
+			l.from = append(l.from, partSpan{at: len(l.pending), frame: r.Frame})
+		}
 		l.pending = append(l.pending, chunk...)
 		return s.loadTasks(l)
 	case BaseEnd:
@@ -227,7 +272,8 @@ func (s *State) loadTasks(l *baseLoad) error {
 	if l.version != 0 && l.left == 0 {
 		return nil // the tail, read whole at the BaseEnd
 	}
-	d := &snapDecoder{b: l.pending, all: string(l.pending)}
+	d := &snapDecoder{b: l.pending, all: string(l.pending), own: true}
+	defer func(size int) { l.consumed(size - len(l.pending)) }(len(l.pending))
 	if l.version == 0 {
 		version, err := d.head(s, nil, nil)
 		n := 0
@@ -238,6 +284,9 @@ func (s *State) loadTasks(l *baseLoad) error {
 		switch {
 		case d.short:
 			return nil // the head runs on in the next part
+		case err == nil && d.refs:
+			err = errors.New("it names payloads in the WAL, as only a cache may")
+			fallthrough
 		case err != nil:
 			return invalid("the base's snapshot does not load: %v", err)
 		}
@@ -252,6 +301,12 @@ func (s *State) loadTasks(l *baseLoad) error {
 		}
 		if d.err != nil {
 			return invalid("the base's snapshot does not load: task %d: %v", l.loaded+1, d.err)
+		}
+		if len(l.from) > 0 {
+			t.Payload = referTo(t.Payload.text, l.refer(d.payloadAt), s.inline)
+		}
+		if t.Payload.ref == nil {
+			t.Payload.text = strings.Clone(t.Payload.text) // a payload held in memory, as own strings are
 		}
 		s.tasks[t.ID] = t
 		s.order = append(s.order, t)

@@ -32,7 +32,7 @@ func baseAt(t *testing.T, s *State, keptFrom int64, history string) []Record {
 // baseRecords are the records of the base of s, built in memory.
 func baseRecords(s *State, at, keptFrom int64, history, hash string, chainFrom uint32) (recs []Record, kept, dropped int, err error) {
 	var tasks bytes.Buffer
-	snap, err := s.WriteBase(&tasks, keptFrom)
+	snap, err := s.WriteBase(&tasks, keptFrom, nil)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -228,10 +228,11 @@ func TestBaseOfASpilledStateIsTheSame(t *testing.T) {
 			}
 		}
 		keptFrom := ended[rng.IntN(len(ended))]
-		want := retained(full, keptFrom).Snapshot()
+		r := retained(full, keptFrom)
+		want := r.snapshot(&encoder{}, r.snapshotVersion())
 		for name, s := range map[string]*State{"full": full, "spilled": spilled} {
 			var tasks bytes.Buffer
-			snap, err := s.WriteBase(&tasks, keptFrom)
+			snap, err := s.WriteBase(&tasks, keptFrom, nil)
 			if err != nil {
 				t.Fatalf("seed %d, %s: %v", seed, name, err)
 			}

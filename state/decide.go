@@ -44,7 +44,7 @@ type Decision struct {
 	Attempt   int
 	Expiry    int64
 	Deadline  int64 // a lease's task's: when its window closes
-	Payload   string
+	Payload   Payload
 	State     TaskState   // after a fail
 	NotBefore int64       // after a fail that retries
 	States    []TaskState // expire: each record's task's state after it
@@ -122,7 +122,7 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 		}
 		if c.RequestID != "" {
 			if earlier, ok := batch[c.RequestID]; ok {
-				if !repeats(c, earlier.c.Payload, earlier.c.Window, earlier.c.Policy, earlier.c.Queue, earlier.c.Priority, false) {
+				if !repeats(c, InlinePayload(earlier.c.Payload), earlier.c.Window, earlier.c.Policy, earlier.c.Queue, earlier.c.Priority, false) {
 					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q is given twice in the batch with a different payload, policy, queue or priority", c.RequestID)}
 				}
 				ds = append(ds, Decision{Outcome: ResultAck, TaskID: earlier.id, Duplicate: true})
@@ -135,7 +135,7 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 			if t != nil {
 				payload := t.Payload
 				if t.Redacted != "" { // its payload is gone: a repeat is known by the rest
-					payload = c.Payload
+					payload = InlinePayload(c.Payload)
 				}
 				if !repeats(c, payload, t.Window, t.Policy, t.Queue, t.Priority, t.RequeuedFrom != "") {
 					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q already created %s with a different payload, policy, queue or priority", c.RequestID, t.ID)}
@@ -214,8 +214,8 @@ func validSubmit(c Submit) (Submit, error) {
 // id asked: the same payload, policy, queue and priority (the delay does not
 // count: a repeat keeps the first time). A requeued task's request id is
 // never repeated by a submit.
-func repeats(c Submit, payload string, window Duration, policy RetryPolicy, queue string, priority int, requeued bool) bool {
-	return c.Payload == payload && c.Window == window && c.Policy == policy && c.Queue == queue && c.Priority == priority && !requeued
+func repeats(c Submit, payload Payload, window Duration, policy RetryPolicy, queue string, priority int, requeued bool) bool {
+	return payload.Is(c.Payload) && c.Window == window && c.Policy == policy && c.Queue == queue && c.Priority == priority && !requeued
 }
 
 // LeaseRequest asks for a lease on the eligible task of highest priority,

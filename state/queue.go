@@ -216,7 +216,7 @@ func (s *State) DecideRequeue(taskID, requestID string, now int64) (Decision, er
 		}
 	}
 	policy, priority, at := t.Policy, t.Priority, now
-	return write(Record{Type: TaskCreated, TaskID: id, Payload: t.Payload, Window: t.Window, RetryPolicy: &policy, RequestID: requestID,
+	return write(Record{Type: TaskCreated, TaskID: id, Payload: t.Payload.text, PayloadAt: t.Payload.ref, Window: t.Window, RetryPolicy: &policy, RequestID: requestID,
 		NotBefore: &at, Queue: t.Queue, Priority: &priority, RequeuedFrom: t.ID},
 		Decision{Outcome: ResultAck, TaskID: id}), nil
 }

@@ -188,6 +188,13 @@ type Record struct {
 	Data     string `json:"data,omitempty"`      // BasePart: a piece of the state snapshot, base64
 	Digest   string `json:"digest,omitempty"`    // BaseEnd: SHA-256 of the whole snapshot, hex
 	Hash     string `json:"hash,omitempty"`      // BaseEnd: SHA-256 chain head of the records replaced, hex
+
+	// Frame is where the record's frame starts in the WAL it was read from or
+	// is written to (0: none yet); a long payload is held as that place.
+	Frame int64 `json:"-"`
+	// PayloadAt is a decided TaskCreated's payload when the state does not
+	// hold it (a requeue's): the store reads it into Payload before writing.
+	PayloadAt *PayloadRef `json:"-"`
 }
 
 // FormatVersion is the WAL format version a record needs: 3 for a base, a
@@ -206,5 +213,8 @@ func (r Record) FormatVersion() int {
 
 // EncodeRecord returns the record's body as written in the WAL.
 func EncodeRecord(r Record) ([]byte, error) {
+	if r.PayloadAt != nil {
+		return nil, fmt.Errorf("%s %s: its payload was not read from the WAL", r.Type, r.TaskID)
+	}
 	return json.Marshal(r)
 }

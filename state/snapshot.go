@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // Snapshots let a command start from a checkpoint instead of the first record.
@@ -22,10 +23,23 @@ import (
 // writes for the same state (verify --history compares them byte for byte).
 const snapshotVersion = 6
 
+// cacheSnapshotVersion is the version of a checkpoint's snapshot: version 6
+// with, after each payload, where the WAL holds it when the state does not
+// (PayloadRef). A base is never written in it: a base holds every text.
+const cacheSnapshotVersion = 7
+
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
 var ErrSnapshot = errors.New("not a valid state snapshot")
 
-type encoder struct{ b []byte }
+type encoder struct {
+	b []byte
+	// refs says the encoding is a cache's, which may say where the WAL holds
+	// a payload (a PayloadRef); a base's must hold every payload's text,
+	// which read gets from the WAL (nil: the state holds them all).
+	refs bool
+	read func(*PayloadRef) (string, error)
+	err  error // the first payload read failed
+}
 
 func (e *encoder) int(v int64)   { e.b = binary.AppendVarint(e.b, v) }
 func (e *encoder) uint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
@@ -54,10 +68,14 @@ func (e *encoder) ints(v []int64) {
 	}
 }
 
-// Snapshot encodes the whole state.
+// Snapshot encodes the whole state, for a checkpoint: the payloads the state
+// does not hold are named where the WAL has them.
 func (s *State) Snapshot() []byte {
-	e := &encoder{b: make([]byte, 0, 256*len(s.order)+64)}
-	version := s.snapshotVersion()
+	return s.snapshot(&encoder{refs: true}, cacheSnapshotVersion)
+}
+
+func (s *State) snapshot(e *encoder, version uint64) []byte {
+	e.b = make([]byte, 0, 256*len(s.order)+64)
 	s.encodeHead(e, version, s.archive, s.cold)
 	index := make(map[*Task]int, len(s.order))
 	e.length(len(s.order), s.order == nil)
@@ -174,7 +192,7 @@ func (s *State) encodeTail(e *encoder, version uint64) {
 
 func (e *encoder) task(t *Task) {
 	e.str(t.ID)
-	e.str(t.Payload)
+	e.payload(t.Payload)
 	e.int(t.CreatedAt)
 	e.int(int64(t.Window))
 	e.int(int64(t.Policy.MaxAttempts))
@@ -217,6 +235,38 @@ func (e *encoder) task(t *Task) {
 	e.ints(t.Seqs)
 }
 
+// payload writes a task's payload: its text and, in a cache, where the WAL
+// has it (then no text); in a base, its text, read from the WAL if need be.
+func (e *encoder) payload(p Payload) {
+	ref := p.Ref()
+	switch {
+	case e.refs:
+		e.str(p.text)
+		e.bool(ref != nil)
+		if ref != nil {
+			e.int(ref.Frame)
+			e.int(ref.Skip)
+			e.uint(uint64(ref.Size))
+			e.b = append(e.b, ref.Sum[:]...)
+		}
+		return
+	case ref == nil:
+		e.str(p.text)
+		return
+	}
+	var text string
+	err := ErrPayloadNotHeld
+	if e.read != nil {
+		if text, err = e.read(ref); err == nil {
+			err = ref.Check(text)
+		}
+	}
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	e.str(text)
+}
+
 func (e *encoder) domain(d *Domain) {
 	e.str(d.Name)
 	e.bool(d.Lease != nil)
@@ -247,6 +297,15 @@ type snapDecoder struct {
 	// short says the first error was a read past the end: a base being
 	// loaded part by part may yet hold the rest (baseLoad).
 	short bool
+	// refs says a payload's text is followed by where the WAL holds it (a
+	// cache's encoding: encoder.refs).
+	refs bool
+	// payloadAt, set by payload, is where in all the text of the last
+	// payload read begins.
+	payloadAt int
+	// own says each string read is a copy of its own, not a piece of all: a
+	// base's tasks must not keep alive the parts they were read from.
+	own bool
 }
 
 func (d *snapDecoder) fail() {
@@ -302,6 +361,9 @@ func (d *snapDecoder) str() string {
 	}
 	s := d.all[d.off : d.off+int(n)]
 	d.skip(int(n))
+	if d.own {
+		return strings.Clone(s)
+	}
 	return s
 }
 
@@ -402,9 +464,10 @@ func (d *snapDecoder) head(s *State, archive, cold *Archive) (uint64, error) {
 	switch {
 	case d.err != nil:
 		return 0, d.err
-	case version != 5 && version != snapshotVersion:
+	case version != 5 && version != snapshotVersion && version != cacheSnapshotVersion:
 		return 0, fmt.Errorf("%w: unknown version", ErrSnapshot)
 	}
+	d.refs = version == cacheSnapshotVersion
 	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
 	if d.bool() {
 		s.base = &Base{Seq: d.int(), At: d.int(), KeptFrom: d.int(), History: d.str(), Hash: d.str(), ChainFrom: d.str()}
@@ -577,7 +640,7 @@ func (s *State) keyAttempts(t *Task) {
 
 // task decodes one task into t.
 func (d *snapDecoder) task(t *Task) {
-	*t = Task{ID: d.str(), Payload: d.str(), CreatedAt: d.int(), Window: Duration(d.int())}
+	*t = Task{ID: d.str(), Payload: d.payload(), CreatedAt: d.int(), Window: Duration(d.int())}
 	t.Policy = RetryPolicy{MaxAttempts: int(d.int()), Backoff: Duration(d.int()), BackoffMax: Duration(d.int())}
 	t.RequestID = d.str()
 	t.AvailableAt, t.Queue, t.Priority, t.RequeuedFrom = d.int(), d.str(), int(d.int()), d.str()
@@ -596,6 +659,32 @@ func (d *snapDecoder) task(t *Task) {
 		}
 	}
 	t.Seqs = d.ints()
+}
+
+// payload reads a task's payload (see encoder.payload).
+func (d *snapDecoder) payload() Payload {
+	n := d.uint()
+	d.payloadAt = d.off
+	if n > uint64(len(d.b)) {
+		d.ranOut()
+		return Payload{}
+	}
+	p := Payload{text: d.all[d.off : d.off+int(n)]}
+	d.skip(int(n))
+	if !d.refs || !d.bool() {
+		return p
+	}
+	ref := &PayloadRef{Frame: d.int(), Skip: d.int(), Size: int(d.uint())}
+	if len(d.b) < len(ref.Sum) {
+		d.ranOut()
+		return Payload{}
+	}
+	copy(ref.Sum[:], d.b)
+	d.skip(len(ref.Sum))
+	if p.text != "" || ref.Frame <= 0 || ref.Skip < -1 || ref.Size <= 0 || ref.Size > MaxPayloadBytes {
+		d.fail()
+	}
+	return Payload{ref: ref}
 }
 
 func (d *snapDecoder) domain() *Domain {

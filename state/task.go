@@ -69,7 +69,7 @@ type Attempt struct {
 // Task is one task as the records left it.
 type Task struct {
 	ID        string
-	Payload   string
+	Payload   Payload
 	CreatedAt int64
 	Window    Duration
 	Policy    RetryPolicy

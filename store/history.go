@@ -102,7 +102,9 @@ func (h *Handle) baseAfter(c *historyReader, seed uint32, path, next string) ([]
 		return nil, fmt.Errorf("its base stands for the records up to seq %d, but %s ends at seq %d", begin.Seq, path, c.v.State.LastSeq())
 	}
 	var want []state.Record
-	_, _, err = h.writeBase(c.v.State, begin.At, *begin.KeptFrom, begin.History, hex.EncodeToString(c.hash[:]), seed, func(r state.Record) error {
+	segment := payloadFile{path: path}
+	defer segment.close()
+	_, _, err = h.writeBase(c.v.State, &segment, begin.At, *begin.KeptFrom, begin.History, hex.EncodeToString(c.hash[:]), seed, func(r state.Record) error {
 		if r.Type != state.BasePart {
 			want = append(want, r)
 		}
@@ -139,7 +141,7 @@ func firstRecord(path string, lockTimeout time.Duration) (state.Record, error) {
 // files its replay spilled) and its error returned, with halted set; else
 // last is the seq of the last record handed on (0: none), and the WAL's
 // replay goes on after it (SkipThrough).
-func ReadSegments(opts Options, from int64, stopped func(*state.State) error) (last int64, halted bool, err error) {
+func ReadSegments(opts Options, from int64, stopped func(*Tx) error) (last int64, halted bool, err error) {
 	onRecord, beforeRecord := opts.OnRecord, opts.BeforeRecord
 	for _, seg := range Segments(HistoryDir(opts.Path)) {
 		if seg.Last < from || seg.Last <= last {
@@ -150,21 +152,21 @@ func ReadSegments(opts Options, from int64, stopped func(*state.State) error) (l
 		o.Clock = func(lastAt int64) (int64, error) { return lastAt, nil } // a segment is read, never decided on
 		o.BeforeRecord = nil
 		if beforeRecord != nil {
-			o.BeforeRecord = func(rec state.Record, st *state.State) error {
+			o.BeforeRecord = func(rec state.Record, tx *Tx) error {
 				if rec.Seq <= last {
 					return nil
 				}
-				return beforeRecord(rec, st)
+				return beforeRecord(rec, tx)
 			}
 		}
-		o.OnRecord = func(rec state.Record, st *state.State) error {
+		o.OnRecord = func(rec state.Record, tx *Tx) error {
 			if rec.Seq <= last {
 				return nil
 			}
 			last = rec.Seq
 			var err error
 			if onRecord != nil {
-				err = onRecord(rec, st)
+				err = onRecord(rec, tx)
 			}
 			halted = errors.Is(err, ErrStop)
 			return err
@@ -173,7 +175,7 @@ func ReadSegments(opts Options, from int64, stopped func(*state.State) error) (l
 		var stopErr error
 		err := h.Read(func(tx *Tx) error {
 			if halted && stopped != nil {
-				stopErr = stopped(tx.State)
+				stopErr = stopped(tx)
 			}
 			return nil
 		})
@@ -195,19 +197,19 @@ func SkipThrough(opts *Options, last int64) {
 		return
 	}
 	if on := opts.OnRecord; on != nil {
-		opts.OnRecord = func(rec state.Record, st *state.State) error {
+		opts.OnRecord = func(rec state.Record, tx *Tx) error {
 			if rec.Seq <= last {
 				return nil
 			}
-			return on(rec, st)
+			return on(rec, tx)
 		}
 	}
 	if before := opts.BeforeRecord; before != nil {
-		opts.BeforeRecord = func(rec state.Record, st *state.State) error {
+		opts.BeforeRecord = func(rec state.Record, tx *Tx) error {
 			if rec.Seq <= last {
 				return nil
 			}
-			return before(rec, st)
+			return before(rec, tx)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"leasewal/state"
+	"leasewal/wal"
 )
 
 // A WAL that belongs to a raft node is written by that node only: the leader
@@ -86,7 +87,7 @@ func (h *Handle) Replicate(recs []state.Record) (end int64, err error) {
 	err = h.Write(func(tx *Tx) error {
 		held := tx.State.LastSeq()
 		var bodies [][]byte
-		version := 1
+		version, frame := 1, tx.nextFrame()
 		for _, r := range recs {
 			if r.Seq <= held {
 				continue
@@ -94,11 +95,12 @@ func (h *Handle) Replicate(recs []state.Record) (end int64, err error) {
 			if r.Seq != tx.State.LastSeq()+1 {
 				return fmt.Errorf("a committed record has seq %d but the WAL %s ends at %d: the node's WAL lost records; restore it from another node's copy", r.Seq, h.opts.Path, tx.State.LastSeq())
 			}
-			body, err := tx.applyEncode(r)
+			body, err := tx.applyEncode(&r, frame)
 			if err != nil {
 				return fmt.Errorf("a committed %w", err)
 			}
 			bodies, version = append(bodies, body), max(version, r.FormatVersion())
+			frame += wal.FrameSize(body)
 		}
 		if len(bodies) > 0 {
 			if err := tx.append(bodies, version); err != nil {

@@ -17,9 +17,11 @@ import (
 
 // answersOf is what a state answers about every task it names and a few it
 // does not, its listing, its queues, and the decisions of a lease, a repeated
-// submit and an expire at now: JSON, to compare.
-func answersOf(t *testing.T, st *state.State, now int64) string {
+// submit and an expire at now, and every payload read back: JSON, to
+// compare.
+func answersOf(t *testing.T, tx *store.Tx) string {
 	t.Helper()
+	st, now := tx.State, tx.Now
 	tasks, err := st.Tasks()
 	if err != nil {
 		t.Fatal(err)
@@ -33,8 +35,10 @@ func answersOf(t *testing.T, st *state.State, now int64) string {
 	}
 	add(tasks, nil)
 	for _, task := range tasks {
+		payload, err := tx.Payload(task.Payload)
+		add(payload, err)
 		add(st.Task(task.ID))
-		add(st.DecideSubmit(state.Submit{Payload: task.Payload, RequestID: task.RequestID, Window: task.Window, Policy: task.Policy, Queue: task.Queue, Priority: task.Priority}, now))
+		add(st.DecideSubmit(state.Submit{Payload: payload, RequestID: task.RequestID, Window: task.Window, Policy: task.Policy, Queue: task.Queue, Priority: task.Priority}, now))
 		add(st.Explain(task.ID, now))
 	}
 	add(st.Task("T999999"))
@@ -72,7 +76,7 @@ func TestSpilledReplayAnswersAsAFullReplay(t *testing.T) {
 	var want string
 	full := store.Open(store.Options{Path: copyOf(t, src), FullReplay: true, Clock: fixedClock(now)})
 	defer full.Close()
-	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx.State, tx.Now); return nil }); err != nil {
+	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx); return nil }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -85,7 +89,7 @@ func TestSpilledReplayAnswersAsAFullReplay(t *testing.T) {
 		if inMemory := tx.State.InMemoryCount(); inMemory > 200 {
 			t.Fatalf("%d tasks in memory after a replay spilling every 40", inMemory)
 		}
-		if got := answersOf(t, tx.State, tx.Now); got != want {
+		if got := answersOf(t, tx); got != want {
 			t.Fatalf("the spilled replay answers differently:\n%s\nwant\n%s", got, want)
 		}
 		return nil
@@ -108,7 +112,7 @@ func TestSpilledReplayAnswersAsAFullReplay(t *testing.T) {
 		if count, ok := store.LoadCheckpoint(writer); !ok || count != int(tx.State.LastSeq()) {
 			t.Fatalf("the writer's checkpoint: %d records, ok %v", count, ok)
 		}
-		got := answersOf(t, tx.State, tx.Now)
+		got := answersOf(t, tx)
 		if got == want || !strings.Contains(got, "after the spills") {
 			t.Fatal("the command after the writer does not see its submit")
 		}
@@ -139,7 +143,7 @@ func TestSpillFailureKeepsTheTasksInMemory(t *testing.T) {
 	var want string
 	full := store.Open(store.Options{Path: copyOf(t, src), FullReplay: true, Clock: fixedClock(t0)})
 	defer full.Close()
-	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx.State, tx.Now); return nil }); err != nil {
+	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var warnings []string
@@ -147,7 +151,7 @@ func TestSpillFailureKeepsTheTasksInMemory(t *testing.T) {
 		Warn: func(s string) { warnings = append(warnings, s) }})
 	defer h.Close()
 	err := h.Read(func(tx *store.Tx) error {
-		if got := answersOf(t, tx.State, tx.Now); got != want {
+		if got := answersOf(t, tx); got != want {
 			t.Fatal("a replay that could not spill answers differently")
 		}
 		return nil
@@ -296,7 +300,7 @@ func TestSpillingByBytes(t *testing.T) {
 	var want string
 	full := store.Open(store.Options{Path: copyOf(t, path), FullReplay: true, Clock: fixedClock(now)})
 	defer full.Close()
-	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx.State, tx.Now); return nil }); err != nil {
+	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	h := store.Open(store.Options{Path: copyOf(t, path), SpillAfter: 1 << 20, SpillAfterBytes: 64 << 10, Clock: fixedClock(now)})
@@ -305,7 +309,7 @@ func TestSpillingByBytes(t *testing.T) {
 		if _, cold := tx.State.Archives(); cold.Len() < 250 {
 			t.Fatalf("%d of 300 tasks of 4 KB moved out by a replay spilling every 64 KiB read", cold.Len())
 		}
-		if got := answersOf(t, tx.State, tx.Now); got != want {
+		if got := answersOf(t, tx); got != want {
 			t.Fatalf("the replay spilled by bytes answers differently:\n%s\nwant\n%s", got, want)
 		}
 		return nil

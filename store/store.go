@@ -39,11 +39,12 @@ type Options struct {
 	FullReplay bool
 	// OnRecord, if set, sees each record the operation applies (all of them
 	// with FullReplay; else those after the checkpoint or the handle's last
-	// position) right after it is applied, with the state as of that record.
+	// position) right after it is applied, with the operation: its State as
+	// of that record, and its Payload.
 	// Commands that read the records themselves (log, inspect of one task,
 	// --until) set FullReplay too; log --follow does not. ErrStop ends the
 	// replay there.
-	OnRecord func(state.Record, *state.State) error
+	OnRecord func(state.Record, *Tx) error
 	// ReplayFrom, if set, is the first record OnRecord must see: a
 	// checkpoint is used only when it ends before that record (log --from,
 	// and each turn of a follow, need not replay the history before it).
@@ -51,7 +52,7 @@ type Options struct {
 	// BeforeRecord, if set, sees each record of a full replay just before it
 	// is applied, with the state as of the record before (verify --expect
 	// checks its "at" steps there). It implies FullReplay.
-	BeforeRecord func(state.Record, *state.State) error
+	BeforeRecord func(state.Record, *Tx) error
 	// Verifier, if set, replays through the verifier's own checks (verify).
 	// It implies FullReplay.
 	Verifier *state.Verifier
@@ -95,6 +96,9 @@ type Handle struct {
 	mapped                   []mapping // the archives and cold sets mapped for the states it read
 	forceFull                bool      // the archive was found damaged: replay the WAL
 	closed                   bool
+	// payloads reads back the payloads the state holds as where the WAL has
+	// them; it lets the file go when the handle forgets the state.
+	payloads payloadFile
 }
 
 // Open returns a handle; nothing is read until the first operation.
@@ -105,7 +109,7 @@ func Open(opts Options) *Handle {
 	if opts.Clock == nil {
 		opts.Clock = func(lastAt int64) (int64, error) { return max(time.Now().UnixMilli(), lastAt), nil }
 	}
-	return &Handle{opts: opts}
+	return &Handle{opts: opts, payloads: payloadFile{path: opts.Path}}
 }
 
 // Path is the WAL's path.
@@ -122,6 +126,7 @@ func (h *Handle) forget() {
 	for _, m := range h.mapped {
 		m.release()
 	}
+	h.payloads.close()
 	h.cache, h.pos, h.checkpointed, h.checkpointedEnd, h.coldEnd, h.mapped = nil, wal.Position{}, 0, 0, 0, nil
 }
 
@@ -345,7 +350,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 			return nil
 		}
 		if h.opts.BeforeRecord != nil {
-			if err := h.opts.BeforeRecord(d.r, st); err != nil {
+			if err := h.opts.BeforeRecord(d.r, tx); err != nil {
 				return &hookError{err}
 			}
 		}
@@ -354,7 +359,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		}
 		spills.check(st, d.size)
 		if h.opts.OnRecord != nil {
-			if err := h.opts.OnRecord(d.r, st); err != nil && !errors.Is(err, ErrStop) {
+			if err := h.opts.OnRecord(d.r, tx); err != nil && !errors.Is(err, ErrStop) {
 				return &hookError{err}
 			} else if err != nil {
 				return err
@@ -458,6 +463,7 @@ func (r *progressReport) end() {
 // allows it.
 func decodeFrame(f wal.Frame) (state.Record, error) {
 	r, err := state.DecodeRecord(f.Body)
+	r.Frame = f.Offset
 	switch {
 	case err != nil:
 		return r, err
@@ -509,14 +515,16 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	stamped := make([]state.Record, 0, len(recs))
 	bodies := make([][]byte, 0, len(recs))
 	version := 1
+	frame := tx.nextFrame()
 	for _, r := range recs {
 		version = max(version, r.FormatVersion())
 		r.Seq, r.At, r.Actor = tx.State.LastSeq()+1, tx.Now, cmp.Or(tx.Actor, h.opts.Actor)
-		body, err := tx.applyEncode(r)
+		body, err := tx.applyEncode(&r, frame)
 		if err != nil {
 			return fmt.Errorf("internal error: a decided %w", err)
 		}
 		stamped, bodies = append(stamped, r), append(bodies, body)
+		frame += wal.FrameSize(body)
 	}
 	if tx.staging {
 		tx.staged, tx.version = append(tx.staged, bodies...), max(tx.version, version)
@@ -532,20 +540,67 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	return nil
 }
 
-// applyEncode applies a stamped record to the state (so that a record
-// replay would refuse is never written) and encodes it; on failure the
-// handle forgets its state, which the record may have half changed.
-func (tx *Tx) applyEncode(r state.Record) ([]byte, error) {
-	if err := tx.State.Apply(r); err != nil {
-		tx.h.cache = nil
-		return nil, fmt.Errorf("record %d was refused (%w); nothing was written", r.Seq, err)
+// applyEncode encodes a stamped record, whose frame is to start at frame,
+// and applies it to the state (so that a record replay would refuse is never
+// written); a payload the decision named where the WAL has it (a requeue's)
+// is read into the record first. On failure the handle forgets its state,
+// which the record may have half changed.
+func (tx *Tx) applyEncode(r *state.Record, frame int64) ([]byte, error) {
+	if ref := r.PayloadAt; ref != nil {
+		text, err := tx.h.payloads.read(ref)
+		if err != nil {
+			return nil, fmt.Errorf("record %d: %w; nothing was written", r.Seq, err)
+		}
+		r.Payload, r.PayloadAt = text, nil
 	}
-	body, err := state.EncodeRecord(r)
+	body, err := state.EncodeRecord(*r)
 	if err != nil {
 		tx.h.cache = nil
 		return nil, fmt.Errorf("record %d does not encode (%w); nothing was written", r.Seq, err)
 	}
+	r.Frame = frame
+	if err := tx.State.Apply(*r); err != nil {
+		tx.h.cache = nil
+		return nil, fmt.Errorf("record %d was refused (%w); nothing was written", r.Seq, err)
+	}
 	return body, nil
+}
+
+// nextFrame is where the frame of the next record the operation commits
+// will start: after the WAL's last one and what the operation staged.
+func (tx *Tx) nextFrame() int64 {
+	end := int64(len(wal.HeaderLine(wal.NewVersion)))
+	if tx.log != nil {
+		end = tx.log.End
+	}
+	for _, body := range tx.staged {
+		end += wal.FrameSize(body)
+	}
+	return end
+}
+
+// Payload is p's text, read back from the WAL when the state holds where
+// it is there instead (state.InlinePayloadBytes); the hooks of a replay
+// (Options.OnRecord, BeforeRecord) read their state's payloads so too.
+func (tx *Tx) Payload(p state.Payload) (string, error) {
+	ref := p.Ref()
+	if ref == nil {
+		return p.Text()
+	}
+	// A task created earlier in the same batch has its frame staged, not
+	// yet written: it is read from there.
+	frame := tx.nextFrame()
+	for i := len(tx.staged) - 1; i >= 0 && frame > ref.Frame; i-- {
+		frame -= wal.FrameSize(tx.staged[i])
+		if frame == ref.Frame {
+			r, err := state.DecodeRecord(tx.staged[i])
+			if err == nil {
+				err = ref.Check(r.Payload)
+			}
+			return r.Payload, err
+		}
+	}
+	return tx.h.payloads.read(ref)
 }
 
 // WriteBatch runs fns one after the other in one operation under the

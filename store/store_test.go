@@ -218,7 +218,7 @@ func TestLongLivedHandleCatchesUp(t *testing.T) {
 		submit(t, long, fmt.Sprint("a", i))
 		submit(t, other, fmt.Sprint("b", i))
 	}
-	counting := store.Open(store.Options{Path: path, LockTimeout: time.Second, FullReplay: true, OnRecord: func(r state.Record, _ *state.State) error {
+	counting := store.Open(store.Options{Path: path, LockTimeout: time.Second, FullReplay: true, OnRecord: func(r state.Record, _ *store.Tx) error {
 		seen = append(seen, r.Seq)
 		return nil
 	}})

@@ -5,15 +5,25 @@
 package view
 
 import (
+	"fmt"
+
 	"leasewal/api"
 	"leasewal/state"
 )
 
+// Payloads reads a payload the state holds as where the WAL has it
+// (store.Tx.Payload).
+type Payloads func(state.Payload) (string, error)
+
 // Task is t as it stands at time at (lapses of time applied).
-func Task(t *state.Task, at int64) api.Task {
+func Task(t *state.Task, at int64, payloads Payloads) (api.Task, error) {
+	payload, err := payloads(t.Payload)
+	if err != nil {
+		return api.Task{}, fmt.Errorf("%s: %w", t.ID, err)
+	}
 	c := t.At(at)
 	v := api.Task{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
-		Deadline: api.FormatTime(c.DeadlineAt(at)), CreatedAt: api.FormatTime(c.CreatedAt), Payload: c.Payload, Reason: c.EndReason,
+		Deadline: api.FormatTime(c.DeadlineAt(at)), CreatedAt: api.FormatTime(c.CreatedAt), Payload: payload, Reason: c.EndReason,
 		Queue: c.Queue, Priority: c.Priority, AvailableAt: api.FormatTime(c.AvailableAt), Requeued: c.RequeuedFrom, Redacted: c.Redacted, Result: c.Result}
 	if c.Lease != nil {
 		v.LeaseID, v.WorkerID, v.Expiry = Null(c.Lease.ID), Null(c.Lease.Worker), Null(api.FormatTime(c.Lease.Expiry))
@@ -21,13 +31,17 @@ func Task(t *state.Task, at int64) api.Task {
 	if c.State == state.Waiting {
 		v.NotBefore = Null(api.FormatTime(c.NotBefore))
 	}
-	return v
+	return v, nil
 }
 
 // Lease is a LEASED decision.
-func Lease(d state.Decision) api.Lease {
+func Lease(d state.Decision, payloads Payloads) (api.Lease, error) {
+	payload, err := payloads(d.Payload)
+	if err != nil {
+		return api.Lease{}, fmt.Errorf("%s: %w", d.TaskID, err)
+	}
 	return api.Lease{Result: d.Outcome, TaskID: d.TaskID, LeaseID: d.LeaseID, WorkerID: d.Worker, Attempt: d.Attempt,
-		Expiry: api.FormatTime(d.Expiry), Deadline: api.FormatTime(d.Deadline), Payload: d.Payload, Duplicate: d.Duplicate}
+		Expiry: api.FormatTime(d.Expiry), Deadline: api.FormatTime(d.Deadline), Payload: payload, Duplicate: d.Duplicate}, nil
 }
 
 // Domain is a work-lease domain: its lease, backlog, processed and failed

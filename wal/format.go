@@ -137,3 +137,6 @@ func looksLikeFrame(line []byte) bool {
 	_, ok := parseHex8(line[:crcHexLen])
 	return ok
 }
+
+// FrameSize is the length of body's frame in a WAL.
+func FrameSize(body []byte) int64 { return int64(crcHexLen + 1 + len(body) + 1) }
