@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -115,13 +116,7 @@ func benchSubmitBacklog(b *testing.B, waiting int) {
 // process, over loopback HTTP (a profile of the server's path:
 // go test ./cmd -run - -bench ServeSubmit32 -cpuprofile cpu.out).
 func BenchmarkServeSubmit32(b *testing.B) {
-	_, s := testServerWith(b, server.Options{})
-	ts := httptest.NewServer(s)
-	defer ts.Close()
-	c, err := client.New([]string{ts.URL}, client.Options{HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := benchClient(b)
 	b.SetParallelism(16) // 2 cores: 32 clients
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -132,4 +127,56 @@ func BenchmarkServeSubmit32(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkServeLeasePayload is 32 clients leasing and completing tasks
+// through a server in this process, with payloads a state holds (100 bytes)
+// and payloads it reads back from the WAL for each lease (4 KiB): what
+// holding long payloads out of memory costs a lease.
+func BenchmarkServeLeasePayload(b *testing.B) {
+	for _, size := range []int{100, 4096} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			c := benchClient(b)
+			payload := strings.Repeat("p", size)
+			for left := b.N + 64; left > 0; left -= 1000 {
+				reqs := make([]api.SubmitRequest, min(left, 1000))
+				for i := range reqs {
+					reqs[i] = api.SubmitRequest{Payload: payload, Window: "1h"}
+				}
+				if _, err := c.SubmitBatch(context.Background(), reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.SetParallelism(16) // 2 cores: 32 clients
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l, err := c.Lease(context.Background(), api.LeaseRequest{Worker: "W", Duration: "1m"})
+					if err == nil && l.Payload != payload {
+						err = fmt.Errorf("the lease on %s answered a payload of %d bytes", l.TaskID, len(l.Payload))
+					}
+					if err == nil {
+						_, err = c.Complete(context.Background(), api.CompleteRequest{Task: l.TaskID, Lease: l.LeaseID})
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// benchClient is a client of a new server in this process, over loopback
+// HTTP, with connections enough for 32 clients; both end with the benchmark.
+func benchClient(b *testing.B) *client.Client {
+	_, s := testServerWith(b, server.Options{})
+	ts := httptest.NewServer(s)
+	b.Cleanup(ts.Close)
+	c, err := client.New([]string{ts.URL}, client.Options{HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
