@@ -122,7 +122,7 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 		}
 		if c.RequestID != "" {
 			if earlier, ok := batch[c.RequestID]; ok {
-				if !repeats(c, InlinePayload(earlier.c.Payload), earlier.c.Window, earlier.c.Policy, earlier.c.Queue, earlier.c.Priority, false) {
+				if !repeats(c, textPayload(earlier.c.Payload), earlier.c.Window, earlier.c.Policy, earlier.c.Queue, earlier.c.Priority, false) {
 					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q is given twice in the batch with a different payload, policy, queue or priority", c.RequestID)}
 				}
 				ds = append(ds, Decision{Outcome: ResultAck, TaskID: earlier.id, Duplicate: true})
@@ -135,7 +135,7 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 			if t != nil {
 				payload := t.Payload
 				if t.Redacted != "" { // its payload is gone: a repeat is known by the rest
-					payload = InlinePayload(c.Payload)
+					payload = textPayload(c.Payload)
 				}
 				if !repeats(c, payload, t.Window, t.Policy, t.Queue, t.Priority, t.RequeuedFrom != "") {
 					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q already created %s with a different payload, policy, queue or priority", c.RequestID, t.ID)}

@@ -39,8 +39,8 @@ type PayloadRef struct {
 // store reads it (Payload.Ref).
 var ErrPayloadNotHeld = errors.New("the payload is not held in memory")
 
-// InlinePayload is a payload held in memory.
-func InlinePayload(text string) Payload { return Payload{text: text} }
+// textPayload is a payload held in memory.
+func textPayload(text string) Payload { return Payload{text: text} }
 
 // referTo is a payload read from a WAL at ref, unless it is short enough
 // to keep.
@@ -62,9 +62,6 @@ func (p Payload) Text() (string, error) {
 	}
 	return p.text, nil
 }
-
-// Empty reports whether there is no payload (a redacted task's).
-func (p Payload) Empty() bool { return p.ref == nil && p.text == "" }
 
 // Is reports whether the payload is text, held or not.
 func (p Payload) Is(text string) bool {

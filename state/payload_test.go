@@ -137,7 +137,7 @@ func TestPayloadsReadFromTheWALDecideAlike(t *testing.T) {
 		}
 		for _, task := range allTasks(refd) {
 			want, _ := held.Task(task.ID)
-			if !task.Payload.Empty() {
+			if !task.Payload.Is("") {
 				refs++
 				if task.Payload.Ref() == nil {
 					t.Fatalf("seed %d: %s holds its payload", seed, task.ID)
@@ -222,7 +222,7 @@ func checkBaseLoadsReferences(t *testing.T, seed uint64, held, refd *State, w *f
 	}
 	for _, task := range allTasks(loaded) {
 		want, _ := held.Task(task.ID)
-		if !want.Payload.Empty() && task.Payload.Ref() == nil {
+		if !want.Payload.Is("") && task.Payload.Ref() == nil {
 			t.Fatalf("seed %d: %s, loaded from a base, holds its payload", seed, task.ID)
 		}
 		if got := compacted.textOf(t, task.Payload); got != want.Payload.text {
