@@ -83,7 +83,9 @@ func runVerify(e env, expectFile string, history bool) error {
 		// The WAL's own replay is let go first: the history's holds a state
 		// of its own, one segment at a time.
 		opts.Verifier = nil
-		check, err := store.Open(opts).VerifyHistory()
+		h := store.Open(opts)
+		defer h.Close()
+		check, err := h.VerifyHistory()
 		if err != nil {
 			return err
 		}
