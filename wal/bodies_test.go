@@ -1,0 +1,48 @@
+package wal
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestReadBodies: from where a frame starts, the bodies of it and of the
+// frames after it, as written, until the reader says stop or the file ends;
+// anywhere else, an error, never a body.
+func TestReadBodies(t *testing.T) {
+	bodies := [][]byte{[]byte(`{"seq":1}`), []byte(`{"seq":2,"payload":"` + strings.Repeat("p", 100_000) + `"}`), []byte(`{"seq":3}`)}
+	file := HeaderLine(2)
+	starts := []int64{}
+	sum := HeaderSeed()
+	for _, b := range bodies {
+		starts = append(starts, int64(len(file)))
+		var err error
+		if file, sum, err = AppendFrame(file, sum, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, start := range starts {
+		var got [][]byte
+		if err := ReadBodies(bytes.NewReader(file), start, func(b []byte) bool { got = append(got, slices.Clone(b)); return true }); err != nil {
+			t.Fatalf("from frame %d: %v", i+1, err)
+		}
+		if !slices.EqualFunc(got, bodies[i:], bytes.Equal) {
+			t.Fatalf("from frame %d: %d bodies, not the %d written", i+1, len(got), len(bodies)-i)
+		}
+		var first int
+		if err := ReadBodies(bytes.NewReader(file), start, func([]byte) bool { first++; return false }); err != nil || first != 1 {
+			t.Fatalf("from frame %d, stopping at once: %d bodies read, %v", i+1, first, err)
+		}
+	}
+	for _, at := range []int64{starts[1] + 3, 2, starts[2] - 1} {
+		err := ReadBodies(bytes.NewReader(file), at, func([]byte) bool { t.Fatalf("a body read from offset %d, where no frame starts", at); return false })
+		if err == nil {
+			t.Fatalf("offset %d, where no frame starts: no error", at)
+		}
+	}
+	cut := file[:len(file)-4]
+	if err := ReadBodies(bytes.NewReader(cut), starts[2], func([]byte) bool { return true }); err == nil {
+		t.Fatal("a frame cut short read without an error")
+	}
+}
