@@ -19,12 +19,14 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/hashicorp/raft"
 
+	"leasewal/api"
 	"leasewal/cluster"
 	"leasewal/internal/lincheck"
 	"leasewal/internal/nemesis"
 	"leasewal/internal/testwait"
 	"leasewal/server"
 	"leasewal/service"
+	"leasewal/state"
 	"leasewal/store"
 	"leasewal/wal"
 )
@@ -377,7 +379,7 @@ func TestClusterRestartAndSnapshotInstall(t *testing.T) {
 	submit := func(n int) {
 		for range n {
 			sent++ // a request id, so that an answer lost to a leader change is asked again
-			if code, out := c.definite(0, "submit", "--payload", "x", "--request-id", fmt.Sprint("s", sent)); code != 0 {
+			if code, out := c.definite(0, "submit", "--payload", longPayload(sent), "--request-id", fmt.Sprint("s", sent)); code != 0 {
 				t.Fatalf("submit: exit %d\n%s", code, out)
 			}
 		}
@@ -672,7 +674,7 @@ func TestClusterCompaction(t *testing.T) {
 		t.Helper()
 		for range n {
 			sent++ // a request id, so that an answer lost to a leader change is asked again
-			if code, out := c.definite(0, "submit", "--payload", "x", "--request-id", fmt.Sprint("s", sent)); code != 0 {
+			if code, out := c.definite(0, "submit", "--payload", longPayload(sent), "--request-id", fmt.Sprint("s", sent)); code != 0 {
 				t.Fatalf("submit: exit %d\n%s", code, out)
 			}
 		}
@@ -734,6 +736,19 @@ func TestClusterCompaction(t *testing.T) {
 		t.Fatalf("a second compaction: %v", err)
 	}
 	identical("after a second compaction")
+	// Payloads longer than a state holds read back from the base, on every node.
+	code, out := c.definite(0, "lease", "--worker", "W", "--task", "T2", "--duration", "1h", "--request-id", "long", "-o", "json")
+	var lease api.Lease
+	if err := json.Unmarshal([]byte(out), &lease); code != 0 || err != nil || lease.Payload != longPayload(2) {
+		t.Fatalf("a lease on T2 after the compactions: exit %d %.200s", code, out)
+	}
+	for _, tn := range c.nodes {
+		var v api.Inspect
+		code, out, _ := cli("--wal", tn.wal, "inspect", "T3", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || len(v.Tasks) != 1 || v.Tasks[0].Payload != longPayload(3) {
+			t.Fatalf("%s: inspect T3: exit %d %.200s", tn.id, code, out)
+		}
+	}
 	resp, err := http.Get(c.leader().http.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -746,6 +761,10 @@ func TestClusterCompaction(t *testing.T) {
 		}
 	}
 }
+
+// longPayload is the payload of submit n: longer than a state holds in
+// memory, so that it is read back from the WAL.
+func longPayload(n int) string { return fmt.Sprint(strings.Repeat("x", 2*state.InlinePayloadBytes), n) }
 
 // TestClusterAppliesEntriesWhileItCompacts: a compaction entry is applied
 // beside the entries after it, not in raft's apply loop. Every node's first
