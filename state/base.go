@@ -143,7 +143,7 @@ func (s *State) WriteBase(w io.Writer, keptFrom int64, read func(*PayloadRef) (s
 	}
 	snap := BaseSnapshot{Seq: s.lastSeq, KeptFrom: keptFrom}
 	tasks, live := &encoder{read: read}, &encoder{}
-	var unfinished []uint32
+	unfinished := []uint32{} // never nil: a base always has its live list, if empty
 	var werr error
 	flush := func() {
 		if werr == nil {
@@ -179,12 +179,7 @@ func (s *State) WriteBase(w io.Writer, keptFrom int64, read func(*PayloadRef) (s
 	head := &encoder{}
 	s.encodeHead(head, version, nil, nil)
 	head.length(snap.Kept, false)
-	live.length(len(unfinished), false)
-	for _, i := range unfinished {
-		live.uint(uint64(i))
-	}
-	live.int(0)
-	live.uint(0)
+	live.liveList(unfinished, 0, nil)
 	s.encodeTail(live, version)
 	snap.Head, snap.Tail = head.b, live.b
 	return snap, nil

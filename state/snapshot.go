@@ -77,26 +77,40 @@ func (s *State) Snapshot() []byte {
 func (s *State) snapshot(e *encoder, version uint64) []byte {
 	e.b = make([]byte, 0, 256*len(s.order)+64)
 	s.encodeHead(e, version, s.archive, s.cold)
-	index := make(map[*Task]int, len(s.order))
+	index := make(map[*Task]uint32, len(s.order))
 	e.length(len(s.order), s.order == nil)
 	for i, t := range s.order {
-		index[t] = i
+		index[t] = uint32(i)
 		e.task(t)
 	}
-	e.length(len(s.live), s.live == nil)
-	for _, t := range s.live {
-		e.uint(uint64(index[t]))
+	var live []uint32
+	if s.live != nil {
+		live = make([]uint32, len(s.live))
+		for i, t := range s.live {
+			live[i] = index[t]
+		}
 	}
-	e.int(int64(s.ended))
-	superseded := s.supersededSorted()
+	e.liveList(live, s.ended, s.supersededSorted())
+	s.encodeTail(e, version)
+	return e.b
+}
+
+// liveList writes what follows the tasks: the live list, as the positions
+// of its tasks among them (nil apart from empty), how many of those have
+// ended since, and the cold set's copies superseded, ascending, each as its
+// distance from the one before.
+func (e *encoder) liveList(live []uint32, ended int, superseded []uint64) {
+	e.length(len(live), live == nil)
+	for _, i := range live {
+		e.uint(uint64(i))
+	}
+	e.int(int64(ended))
 	e.uint(uint64(len(superseded)))
 	prev := uint64(0)
-	for _, off := range superseded { // ascending: each as its distance from the one before
+	for _, off := range superseded {
 		e.uint(off - prev)
 		prev = off
 	}
-	s.encodeTail(e, version)
-	return e.b
 }
 
 // snapshotVersion is the oldest version that holds everything the state has.
