@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,15 +18,33 @@ import (
 	"leasewal/client"
 	"leasewal/internal/testwait"
 	"leasewal/store"
+	"leasewal/wal"
 )
 
-// diskOf is what a WAL costs on disk: the WAL, its caches and its history.
+// diskOf is what a WAL costs on disk: the WAL, its caches and its history,
+// as they stand between two writes. It holds the WAL's shared lock while it
+// looks, so that no compaction's last step (sealing the segment, replacing
+// the WAL, removing the old caches) is half done, and it leaves out what the
+// first step of a compaction under way writes beside (its new WAL and the
+// segment it copies): those are there for the length of one compaction.
 func diskOf(t *testing.T, walPath string) int64 {
 	t.Helper()
+	var log *wal.Log
+	err := wal.ErrReplaced
+	for guard := time.Now().Add(testwait.HangGuard); errors.Is(err, wal.ErrReplaced) && time.Now().Before(guard); {
+		log, err = wal.OpenAt(walPath, wal.Read, testwait.HangGuard, wal.Position{}, nil)
+	}
+	if err != nil {
+		t.Fatalf("the WAL's shared lock: %v", err)
+	}
+	defer log.Close()
 	var total int64
-	err := filepath.WalkDir(filepath.Dir(walPath), func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(filepath.Dir(walPath), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasPrefix(path, walPath) {
 			return err
+		}
+		if name := d.Name(); strings.Contains(name, ".compacting-") || strings.HasPrefix(name, "sealing-") {
+			return nil // a compaction's first step under way
 		}
 		info, err := d.Info()
 		if errors.Is(err, fs.ErrNotExist) { // removed meanwhile by a compaction
@@ -38,6 +57,36 @@ func diskOf(t *testing.T, walPath string) int64 {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	return total
+}
+
+// recordsSince is how many bytes the frames of the records at or after
+// since take, each counted once, in the WAL and its history segments (not
+// their bases).
+func recordsSince(t *testing.T, walPath string, since int64) int64 {
+	t.Helper()
+	paths := []string{walPath}
+	for _, s := range store.Segments(store.HistoryDir(walPath)) {
+		paths = append(paths, s.Path)
+	}
+	seen, total := map[int64]bool{}, int64(0)
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			var r struct {
+				Seq  int64  `json:"seq"`
+				At   int64  `json:"at"`
+				Type string `json:"type"`
+			}
+			if len(line) < 10 || json.Unmarshal([]byte(line[9:]), &r) != nil || strings.HasPrefix(r.Type, "Base") || r.At < since || seen[r.Seq] {
+				continue
+			}
+			seen[r.Seq], total = true, total+int64(len(line))+1
+		}
 	}
 	return total
 }
@@ -124,6 +173,23 @@ func TestSoak(t *testing.T) {
 	if float64(secondHalf) > 1.25*float64(firstHalf) {
 		t.Fatalf("the disk keeps growing: at most %d bytes a round in the first half, %d in the second", firstHalf, secondHalf)
 	}
+	// What the retention keeps, as a WAL: a copy compacted with no history.
+	// The issue asks the disk to stay within twice that; it is said, not
+	// asserted (docs/not-done.md).
+	kept := filepath.Join(t.TempDir(), "kept.wal")
+	last := start.Add(time.Duration(rounds) * 20 * time.Minute).Format(time.RFC3339)
+	for _, args := range [][]string{{"backup", kept, "--lock-timeout", "1m"}, {"--wal", kept, "compact", "--drop", "--keep-finished", "1h", "--now", last}} {
+		if code, out, errOut := run(t, walPath, nil, args...); code != 0 {
+			t.Fatalf("%v: exit %d %s %s", args, code, out, errOut)
+		}
+	}
+	info, err := os.Stat(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := recordsSince(t, walPath, start.Add(time.Duration(rounds-3)*20*time.Minute).UnixMilli())
+	t.Logf("at the end the WAL, its caches and its history take %d bytes: %.1f times the %d bytes of the records of the last hour (the history's retention), %.1f times the %d bytes of the WAL compacted with no history (the tasks the retention keeps)",
+		disk[len(disk)-1], float64(disk[len(disk)-1])/float64(window), window, float64(disk[len(disk)-1])/float64(info.Size()), info.Size())
 	if segs := store.Segments(store.HistoryDir(walPath)); len(segs) == 0 || segs[0].First == 1 {
 		t.Fatalf("segments %+v: the oldest should have expired", segs)
 	}
