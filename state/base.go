@@ -83,7 +83,8 @@ type partSpan struct {
 	skip  int64
 }
 
-// refer is where the WAL holds the pending bytes from at on.
+// refer is where the WAL holds the pending bytes from at on (nowhere when
+// the parts were read from no file).
 func (l *baseLoad) refer(at int) PayloadRef {
 	i := len(l.from) - 1
 	for i > 0 && l.from[i].at > at {
@@ -297,9 +298,7 @@ func (s *State) loadTasks(l *baseLoad) error {
 		if d.err != nil {
 			return invalid("the base's snapshot does not load: task %d: %v", l.loaded+1, d.err)
 		}
-		if len(l.from) > 0 {
-			t.Payload = referTo(t.Payload.text, l.refer(d.payloadAt), s.inline)
-		}
+		t.Payload = referTo(t.Payload.text, l.refer(d.payloadAt), s.inline)
 		if t.Payload.ref == nil {
 			t.Payload.text = strings.Clone(t.Payload.text) // a payload held in memory, as own strings are
 		}

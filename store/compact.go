@@ -243,9 +243,10 @@ func (p *PreparedCompaction) prepare() error {
 	}
 	p.replacement, err = wal.StartReplacement(h.opts.Path, wal.Version, h.opts.Fault, func(write func([]byte) error) error {
 		var err error
-		payloads := payloadFile{path: h.opts.Path}
-		defer payloads.close()
-		out.TasksKept, out.TasksDropped, err = h.writeBase(st, &payloads, now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum, func(r state.Record) error {
+		read := func(ref *state.PayloadRef) (string, error) {
+			return readPayload(log.Section(0, log.End), h.opts.Path, ref)
+		}
+		out.TasksKept, out.TasksDropped, err = h.writeBase(st, read, now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum, func(r state.Record) error {
 			body, err := state.EncodeRecord(r)
 			if err != nil {
 				return err
@@ -325,14 +326,14 @@ func (h *Handle) removeReplacementsBut(name string) {
 // writeBase hands emit the records of the base of st (see state.WriteBase):
 // its tasks wait in a temporary file while the head and the digest are
 // worked out, so that a base of millions is built in the memory st holds.
-func (h *Handle) writeBase(st *state.State, from *payloadFile, at, keptFrom int64, history, hash string, chainFrom uint32, emit func(state.Record) error) (kept, dropped int, err error) {
+func (h *Handle) writeBase(st *state.State, read func(*state.PayloadRef) (string, error), at, keptFrom int64, history, hash string, chainFrom uint32, emit func(state.Record) error) (kept, dropped int, err error) {
 	f, err := h.opts.FS.Spill(filepath.Clean(h.opts.Path))
 	if err != nil {
 		return 0, 0, fmt.Errorf("a file for the base's tasks: %w", err)
 	}
 	defer f.Close()
 	buffered := bufio.NewWriterSize(f, 1<<20)
-	snap, err := st.WriteBase(buffered, keptFrom, from.read)
+	snap, err := st.WriteBase(buffered, keptFrom, read)
 	if err == nil {
 		err = buffered.Flush()
 	}

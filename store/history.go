@@ -104,7 +104,7 @@ func (h *Handle) baseAfter(c *historyReader, seed uint32, path, next string) ([]
 	var want []state.Record
 	segment := payloadFile{path: path}
 	defer segment.close()
-	_, _, err = h.writeBase(c.v.State, &segment, begin.At, *begin.KeptFrom, begin.History, hex.EncodeToString(c.hash[:]), seed, func(r state.Record) error {
+	_, _, err = h.writeBase(c.v.State, segment.read, begin.At, *begin.KeptFrom, begin.History, hex.EncodeToString(c.hash[:]), seed, func(r state.Record) error {
 		if r.Type != state.BasePart {
 			want = append(want, r)
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"os"
 
 	"leasewal/state"
@@ -11,11 +12,9 @@ import (
 )
 
 // payloadFile reads back the payloads a state read from the WAL (or a
-// segment) at path holds as where they are there (state.PayloadRef): a
-// TaskCreated's payload from its frame, a base's task's from the data of
-// its parts. It keeps the file open until closed; what it reads is checked
-// against the reference's length and SHA-256, so a file replaced under it
-// gives an error, never another payload.
+// segment) at path holds as where they are there, when no open log of that
+// file is at hand (a replay's hooks, verify --history's segments). It keeps
+// the file open until closed.
 type payloadFile struct {
 	path string
 	f    *os.File
@@ -29,9 +28,18 @@ func (p *payloadFile) read(ref *state.PayloadRef) (string, error) {
 		}
 		p.f = f
 	}
+	return readPayload(p.f, p.path, ref)
+}
+
+// readPayload reads from the WAL (or segment) file the payload a state
+// holds as where it is there (state.PayloadRef): a TaskCreated's payload
+// from its frame, a base's task's from the data of its parts. What it reads
+// is checked against the reference's length and SHA-256, so a file replaced
+// under it gives an error, never another payload.
+func readPayload(file io.ReaderAt, name string, ref *state.PayloadRef) (string, error) {
 	var text []byte
 	var bad error
-	err := wal.ReadBodies(p.f, ref.Frame, func(body []byte) bool {
+	err := wal.ReadBodies(file, ref.Frame, func(body []byte) bool {
 		r, err := state.DecodeRecord(body)
 		switch {
 		case err != nil:
@@ -59,7 +67,7 @@ func (p *payloadFile) read(ref *state.PayloadRef) (string, error) {
 		err = ref.Check(string(text))
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading the payload at offset %d of %s back: %w", ref.Frame, p.path, err)
+		return "", fmt.Errorf("reading the payload at offset %d of %s back: %w", ref.Frame, name, err)
 	}
 	return string(text), nil
 }

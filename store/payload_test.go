@@ -188,3 +188,56 @@ func TestALongPayloadLeasedInTheBatchThatSubmitsIt(t *testing.T) {
 		}
 	}
 }
+
+// TestALongPayloadRequeuedInTheBatchThatSubmitsIt: a requeue decided in the
+// same group commit as its task's submit copies the payload from the frame
+// the batch has staged.
+func TestALongPayloadRequeuedInTheBatchThatSubmitsIt(t *testing.T) {
+	h := handle(t.TempDir()+"/q.wal", nil)
+	payload := strings.Repeat("r", 2*state.InlinePayloadBytes)
+	var requeued string
+	errs, _, err := h.WriteBatch([]func(*store.Tx) error{func(tx *store.Tx) error {
+		d, err := tx.State.DecideSubmit(state.Submit{Payload: payload, Window: state.Duration(time.Hour), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+		if err == nil {
+			err = tx.Commit(d.Records)
+		}
+		return err
+	}, func(tx *store.Tx) error {
+		l, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute}, tx.Now)
+		if err == nil {
+			err = tx.Commit(l.Records)
+		}
+		if err != nil {
+			return err
+		}
+		f, err := tx.State.DecideFail(l.TaskID, l.LeaseID, "bad", true, tx.Now)
+		if err == nil {
+			err = tx.Commit(f.Records)
+		}
+		if err != nil {
+			return err
+		}
+		r, err := tx.State.DecideRequeue(l.TaskID, "", tx.Now)
+		if err == nil {
+			requeued, err = r.TaskID, tx.Commit(r.Records)
+		}
+		return err
+	}})
+	if err = errors.Join(append(errs, err)...); err != nil {
+		t.Fatal(err)
+	}
+	check := handle(h.Path(), nil)
+	if err := check.Read(func(tx *store.Tx) error {
+		task, err := tx.State.Task(requeued)
+		if err != nil {
+			return err
+		}
+		got, err := tx.Payload(task.Payload)
+		if err == nil && got != payload {
+			err = fmt.Errorf("the requeue %s has a payload of %d bytes, not the %d submitted", requeued, len(got), len(payload))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -547,7 +547,7 @@ func (tx *Tx) Commit(recs []state.Record) error {
 // which the record may have half changed.
 func (tx *Tx) applyEncode(r *state.Record, frame int64) ([]byte, error) {
 	if ref := r.PayloadAt; ref != nil {
-		text, err := tx.h.payloads.read(ref)
+		text, err := tx.readPayload(ref)
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w; nothing was written", r.Seq, err)
 		}
@@ -583,12 +583,17 @@ func (tx *Tx) nextFrame() int64 {
 // it is there instead (state.InlinePayloadBytes); the hooks of a replay
 // (Options.OnRecord, BeforeRecord) read their state's payloads so too.
 func (tx *Tx) Payload(p state.Payload) (string, error) {
-	ref := p.Ref()
-	if ref == nil {
-		return p.Text()
+	if ref := p.Ref(); ref != nil {
+		return tx.readPayload(ref)
 	}
-	// A task created earlier in the same batch has its frame staged, not
-	// yet written: it is read from there.
+	return p.Text()
+}
+
+// readPayload reads the payload at ref: from the frames the operation has
+// staged and not yet written (a task created earlier in the same batch),
+// else through the locked log, else (a replay's hooks, before the log is
+// at hand) from the WAL's path.
+func (tx *Tx) readPayload(ref *state.PayloadRef) (string, error) {
 	frame := tx.nextFrame()
 	for i := len(tx.staged) - 1; i >= 0 && frame > ref.Frame; i-- {
 		frame -= wal.FrameSize(tx.staged[i])
@@ -599,6 +604,9 @@ func (tx *Tx) Payload(p state.Payload) (string, error) {
 			}
 			return r.Payload, err
 		}
+	}
+	if tx.log != nil {
+		return readPayload(tx.log.Section(0, tx.log.End), tx.h.opts.Path, ref)
 	}
 	return tx.h.payloads.read(ref)
 }
