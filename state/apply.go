@@ -33,13 +33,14 @@ type State struct {
 	leaseRequests map[string]leaseRequest
 	leaseTask     map[string]string // every lease ever granted -> its task
 	// archive holds the finished tasks that are not in the maps above, and
-	// cold the unfinished ones (Compact); nil when every task is in memory.
+	// cold the unfinished ones (Compact, Spill); nil when every task is in
+	// memory.
 	// The cold set's copies of the tasks a record has touched since it was
 	// written are superseded: by the copy in memory, or by the archive's
 	// once that task finished and was archived. Their offsets are in
 	// superseded (as loaded, sorted) and shadow (since).
-	archive    *Archive
-	cold       *Archive
+	archive    *shelf
+	cold       *shelf
 	superseded []uint64
 	shadow     map[uint64]bool
 	// touched is the task the record being applied is about, set while

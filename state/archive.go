@@ -59,7 +59,10 @@ type Archive struct {
 	// an archive never change (a new one replaces the file), and a replay
 	// from the start looks up every new task's keys.
 	checked []uint64
-	err     error
+	// filter, for an archive this process wrote, tells the keys it holds
+	// none of without reading its index.
+	filter *filter
+	err    error
 }
 
 const (
@@ -224,11 +227,11 @@ func (a *Archive) find(kind byte, key string, match func(*Task) bool) (*Task, er
 }
 
 func (a *Archive) search(kind byte, key string, match func(*Task) bool) (found *Task) {
-	if a == nil || a.err != nil || a.entries == 0 {
+	h := keyHash(kind, key)
+	if a == nil || a.err != nil || a.entries == 0 || !a.filter.mayHold(h) {
 		return nil
 	}
 	defer a.guard(debug.SetPanicOnFault(true))
-	h := keyHash(kind, key)
 	// Entries with hash h start in the last block whose first hash is below
 	// h, or in the first block if there is none.
 	i := max(sort.Search(a.blocks(), func(i int) bool { return binary.LittleEndian.Uint64(a.fence[i*8:]) >= h })-1, 0)
@@ -288,62 +291,32 @@ func (a *Archive) taskAt(offset uint64) (*Task, uint64) {
 	return t, offset + uint64(w) + 4 + n
 }
 
-// all reads every archived task, in the order they were first archived,
-// each as its last record has it.
-func (a *Archive) all() ([]*Task, error) {
-	if a == nil {
-		return nil, nil
-	}
-	out := a.readAll()
+// readInto appends the tasks of the archive to out, in the order they were
+// first archived, each as its last record has it; at is where each task is
+// in out, so that a later run's copy replaces an earlier one's. It reports
+// false on damage, which includes a count of new tasks other than the
+// archive's trailer says.
+func (a *Archive) readInto(out *[]*Task, at map[string]int) bool {
 	if a.err != nil {
-		return nil, a.err
-	}
-	return out, nil
-}
-
-func (a *Archive) readAll() []*Task {
-	if a.err != nil {
-		return nil
+		return false
 	}
 	defer a.guard(debug.SetPanicOnFault(true))
-	out := make([]*Task, 0, a.tasks)
-	at := make(map[string]int, a.tasks)
+	before := len(*out)
 	for off := uint64(0); off < uint64(len(a.records)); {
 		var t *Task
 		if t, off = a.taskAt(off); t == nil {
-			return nil
-		}
-		if i, again := at[t.ID]; again {
-			out[i] = t
-			continue
-		}
-		at[t.ID] = len(out)
-		out = append(out, t)
-	}
-	if len(out) != a.tasks {
-		a.damaged("it holds %d tasks, its header says %d", len(out), a.tasks)
-		return nil
-	}
-	return out
-}
-
-// eachEntry hands fn the index entries in order, checking each block as it
-// reads it and letting go of the blocks it has read (evict).
-func (a *Archive) eachEntry(fn func(archiveEntry)) bool {
-	if a == nil {
-		return true
-	}
-	sweep := a.sweep(partIndex, len(a.index))
-	defer sweep.end()
-	for i := range a.blocks() {
-		entries, ok := a.block(i)
-		if !ok {
 			return false
 		}
-		for j := 0; j < len(entries); j += archiveEntrySize {
-			fn(archiveEntry{binary.LittleEndian.Uint64(entries[j:]), binary.LittleEndian.Uint64(entries[j+8:])})
+		if i, again := at[t.ID]; again {
+			(*out)[i] = t
+			continue
 		}
-		sweep.passed((i + 1) * archiveBlockSize)
+		at[t.ID] = len(*out)
+		*out = append(*out, t)
+	}
+	if added := len(*out) - before; added != a.tasks {
+		a.damaged("it holds %d tasks, its trailer says %d", added, a.tasks)
+		return false
 	}
 	return true
 }
@@ -358,7 +331,7 @@ type sweep struct {
 	done, read int // bytes let go of, and read
 }
 
-const sweepStep = 4 << 20
+const sweepStep = 1 << 20
 
 // sweep starts a sweep of the part that starts at a.at[part] and is size
 // bytes long (none for no archive).
@@ -367,6 +340,13 @@ func (a *Archive) sweep(part, size int) *sweep {
 		return &sweep{}
 	}
 	return &sweep{evict: a.evict, at: a.at[part], size: size}
+}
+
+// evictAll lets go of the pages of the archive's records, index and order.
+func (a *Archive) evictAll() {
+	if a.evict != nil {
+		a.evict(0, a.at[partOrder]+len(a.order))
+	}
 }
 
 func (a *Archive) recordsLen() int {
@@ -411,6 +391,7 @@ type archiveWriter struct {
 	entries, orders, tasks uint64
 	fence                  []byte
 	block                  []byte // the index or order block being filled
+	filter                 *filter
 }
 
 func (aw *archiveWriter) write(b []byte) {
@@ -427,6 +408,7 @@ func (aw *archiveWriter) record(b []byte) {
 }
 
 func (aw *archiveWriter) indexEntry(e archiveEntry) {
+	aw.filter.add(e.hash)
 	if aw.entries%archiveBlockLen == 0 {
 		aw.fence = binary.LittleEndian.AppendUint64(aw.fence, e.hash)
 	}
@@ -466,37 +448,46 @@ func (aw *archiveWriter) finish() error {
 	return aw.err
 }
 
-// buildOver streams to w an archive of old's records and add's. With keep
-// nil it copies every old record (the archive: a task archived again has two
-// records, the later one wins); with keep set, only the records at the
-// offsets keep accepts, with their index and order entries moved to the new
-// offsets (the cold set, whose superseded copies are dropped); withOrder
-// gives add's tasks order entries too. Every old record copied is checked
-// (one by one, or all against old's checksum), so damage is never carried
-// into a new archive. What it holds in memory is add's entries and, for the
-// cold set, two offsets per kept record: never a copy of old.
-func buildOver(w io.Writer, old *Archive, keep func(offset uint64) bool, add []*Task, withOrder bool) (err error) {
-	if err := old.Err(); err != nil {
-		return err
+// buildOver streams to w one archive of the records of the shelf's runs
+// from the run at from on, and add's. With keep nil it copies every record
+// (the archive: a task archived again has two records, the later one wins);
+// with keep set, only the records at the (shelf) offsets keep accepts, with
+// their index and order entries moved to the new offsets (the cold set,
+// whose superseded copies are dropped); withOrder gives add's tasks order
+// entries too. It returns the filter of the keys it wrote. Every record copied is checked (one by one, or all against
+// its run's checksum), so damage is never carried into a new archive. What
+// it holds in memory is add's entries and the offsets of the records it
+// drops: never a copy of a run.
+func (sh *shelf) buildOver(w io.Writer, from int, keep func(offset uint64) bool, add []*Task, withOrder bool) (_ *filter, err error) {
+	if err := sh.Err(); err != nil {
+		return nil, err
 	}
-	if old != nil {
+	var runs []*Archive
+	if sh != nil {
+		runs = sh.runs[from:]
 		defer func() {
-			if old.err != nil {
-				err = old.err
+			if err == nil {
+				err = sh.Err()
 			}
 		}()
-		defer old.guard(debug.SetPanicOnFault(true)) // runs first: a fault is damage
+		defer sh.guard(debug.SetPanicOnFault(true)) // runs first: a fault is damage
 	}
-	aw := &archiveWriter{w: w}
+	keys := 2 * len(add)
+	for _, r := range runs {
+		keys += r.entries
+	}
+	aw := &archiveWriter{w: w, filter: newFilter(keys)}
 	aw.write([]byte(archiveMagic))
-	var moved func(uint64) (uint64, bool)
+	moved := func(offset uint64) (uint64, bool) { return offset - sh.startOf(from), true }
 	if keep == nil {
-		if !copyAll(aw, old) {
-			return old.err
+		for _, r := range runs {
+			if !copyAll(aw, r) {
+				return nil, r.err
+			}
+			aw.tasks += uint64(r.Len())
 		}
-		aw.tasks = uint64(old.Len())
-	} else if moved = copyKept(aw, old, keep); moved == nil {
-		return old.err
+	} else if moved = sh.copyKept(aw, from, runs, keep); moved == nil {
+		return nil, sh.Err()
 	}
 	added := make([]archiveEntry, 0, 2*len(add))
 	var order []orderEntry
@@ -505,7 +496,7 @@ func buildOver(w io.Writer, old *Archive, keep func(offset uint64) bool, add []*
 	}
 	e := &encoder{refs: true}
 	for _, t := range add {
-		if keep != nil || old.search(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil { // a kept copy is never add's task
+		if keep != nil || sh.search(keyTask, t.ID, func(old *Task) bool { return old.ID == t.ID }) == nil { // a kept copy is never add's task
 			aw.tasks++
 		}
 		offset := aw.records
@@ -520,109 +511,129 @@ func buildOver(w io.Writer, old *Archive, keep func(offset uint64) bool, add []*
 		}
 	}
 	slices.SortFunc(added, compareEntries)
-	if !old.eachEntry(func(e archiveEntry) {
-		if moved != nil {
-			var kept bool
-			if e.offset, kept = moved(e.offset); !kept {
-				return
-			}
-		}
-		for len(added) > 0 && compareEntries(added[0], e) < 0 {
-			aw.indexEntry(added[0])
-			added = added[1:]
-		}
-		aw.indexEntry(e)
-	}) {
-		return old.err
-	}
-	for _, e := range added {
-		aw.indexEntry(e)
-	}
-	aw.endBlock()
 	slices.SortFunc(order, compareOrder)
-	if moved != nil {
-		old.eachOrder(func(e orderEntry) bool {
-			var kept bool
-			if e.offset, kept = moved(e.offset); kept {
-				for len(order) > 0 && compareOrder(order[0], e) < 0 {
-					aw.orderEntry(order[0])
-					order = order[1:]
+	indexes := make([]func() (archiveEntry, bool), 0, len(runs)+1)
+	orders := make([]func() (orderEntry, bool), 0, len(runs)+1)
+	for i, r := range runs {
+		start := sh.starts[from+i]
+		index, ord := r.cursor(partIndex), r.cursor(partOrder)
+		defer index.sweep.end()
+		defer ord.sweep.end()
+		indexes = append(indexes, func() (archiveEntry, bool) {
+			for {
+				b, ok := index.next()
+				if !ok {
+					return archiveEntry{}, false
 				}
-				aw.orderEntry(e)
+				e := archiveEntry{binary.LittleEndian.Uint64(b), 0}
+				if offset, kept := moved(binary.LittleEndian.Uint64(b[8:]) + start); kept {
+					e.offset = offset
+					return e, true
+				}
 			}
-			return true
 		})
-		if err := old.Err(); err != nil {
-			return err
-		}
+		orders = append(orders, func() (orderEntry, bool) {
+			for {
+				b, ok := ord.next()
+				if !ok {
+					return orderEntry{}, false
+				}
+				e := readOrderEntry(b)
+				var kept bool
+				if e.offset, kept = moved(e.offset + start); kept {
+					return e, true
+				}
+			}
+		})
 	}
-	for _, e := range order {
-		aw.orderEntry(e)
-	}
+	merge(append(indexes, listStream(added)), compareEntries, func(e archiveEntry) bool { aw.indexEntry(e); return true })
 	aw.endBlock()
-	return aw.finish()
+	merge(append(orders, listStream(order)), compareOrder, func(e orderEntry) bool { aw.orderEntry(e); return true })
+	aw.endBlock()
+	if err := sh.Err(); err != nil {
+		return nil, err
+	}
+	return aw.filter, aw.finish()
 }
 
-// copyAll copies old's records as they are, and reports whether they match
-// old's checksum.
-func copyAll(aw *archiveWriter, old *Archive) bool {
-	if old == nil {
-		return true
+// listStream hands out a sorted list's entries one at a time (see merge).
+func listStream[E any](list []E) func() (E, bool) {
+	return func() (e E, ok bool) {
+		if len(list) == 0 {
+			return e, false
+		}
+		e, list = list[0], list[1:]
+		return e, true
 	}
-	sweep := old.sweep(partRecords, len(old.records))
+}
+
+// copyAll copies r's records as they are, and reports whether they match
+// r's checksum.
+func copyAll(aw *archiveWriter, r *Archive) bool {
+	sweep := r.sweep(partRecords, len(r.records))
 	defer sweep.end()
 	sum := uint32(0)
-	for off := 0; off < len(old.records); off += sweepStep {
-		chunk := old.records[off:min(off+sweepStep, len(old.records))]
+	for off := 0; off < len(r.records); off += sweepStep {
+		chunk := r.records[off:min(off+sweepStep, len(r.records))]
 		sum = crc32.Update(sum, archiveCRC, chunk)
 		aw.record(chunk)
 		sweep.passed(off + len(chunk))
 	}
-	if sum != old.sum {
-		old.damaged("its records do not match its checksum")
+	if sum != r.sum {
+		r.damaged("its records do not match its checksum")
 		return false
 	}
 	return true
 }
 
-// copyKept copies the records of old that keep accepts, checking each, and
-// returns where each kept record moved (nil if old is damaged).
-func copyKept(aw *archiveWriter, old *Archive, keep func(uint64) bool) (moved func(uint64) (uint64, bool)) {
-	var from, to []uint64 // each kept record's old offset and new one, ascending
-	if old != nil {
-		sweep := old.sweep(partRecords, len(old.records))
-		defer sweep.end()
-		for off := uint64(0); off < uint64(len(old.records)); {
-			b := old.records[off:]
+// copyKept copies the records of runs, the shelf's from from on, that keep accepts
+// (by shelf offset), checking each, and returns where each record moved in
+// the new archive (nil on damage). It holds the offsets of the records it
+// drops, and how many bytes were dropped up to each: a kept record moves
+// back by the bytes dropped before it.
+func (sh *shelf) copyKept(aw *archiveWriter, from int, runs []*Archive, keep func(uint64) bool) (moved func(uint64) (uint64, bool)) {
+	var dropped, droppedBytes []uint64 // ascending; droppedBytes[i]: bytes dropped up to and including dropped[i]
+	base, end := sh.startOf(from), sh.end()
+	total := uint64(0)
+	for i, r := range runs {
+		start := sh.starts[from+i]
+		sweep := r.sweep(partRecords, len(r.records))
+		for off := uint64(0); off < uint64(len(r.records)); {
+			b := r.records[off:]
 			n, w := binary.Uvarint(b)
 			if w <= 0 || n > archiveRecordLimit || uint64(len(b)-w) < 4+n {
-				old.damaged("the record at %d is cut short", off)
+				r.damaged("the record at %d is cut short", off)
+				sweep.end()
 				return nil
 			}
 			size := uint64(w) + 4 + n
-			if keep(off) {
+			if keep(start + off) {
 				if crc32.Checksum(b[w+4:size], archiveCRC) != binary.LittleEndian.Uint32(b[w:]) {
-					old.damaged("record at %d: checksum mismatch", off)
+					r.damaged("record at %d: checksum mismatch", off)
+					sweep.end()
 					return nil
 				}
-				from, to = append(from, off), append(to, aw.records)
 				aw.record(b[:size])
+				aw.tasks++
+			} else {
+				total += size
+				dropped, droppedBytes = append(dropped, start+off), append(droppedBytes, total)
 			}
 			off += size
 			sweep.passed(int(off))
 		}
+		sweep.end()
 	}
-	aw.tasks = uint64(len(from))
-	if len(from) == 0 || from[len(from)-1]-from[0] == to[len(to)-1]-to[0] && from[0] == to[0] {
-		// Every record kept (a spill's cold set often): offsets stay where they were.
-		return func(off uint64) (uint64, bool) { return off, len(from) > 0 && off <= from[len(from)-1] }
-	}
-	return func(off uint64) (uint64, bool) {
-		i, found := slices.BinarySearch(from, off)
-		if !found {
+	return func(offset uint64) (uint64, bool) {
+		i, found := slices.BinarySearch(dropped, offset)
+		if found || offset < base || offset >= end {
 			return 0, false
 		}
-		return to[i], true
+		before := uint64(0)
+		if i > 0 {
+			before = droppedBytes[i-1]
+		}
+		return offset - base - before, true
 	}
 }
 

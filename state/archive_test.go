@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -206,7 +207,7 @@ func TestArchivePlusSnapshotPlusTailEqualsReplay(t *testing.T) {
 		if inMemory, _ := s.InMemory(); inMemory != 0 || s.archive.Len()+s.cold.Len() != len(allTasks(s)) {
 			t.Fatalf("seed %d: %d tasks in memory after compacting", seed, inMemory)
 		}
-		loaded, err := load(s.Snapshot(), b, cold)
+		loaded, err := load(snap(s), b, cold)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -234,6 +235,95 @@ func TestArchivePlusSnapshotPlusTailEqualsReplay(t *testing.T) {
 		t.Fatalf("the test archived %d tasks and put %d in cold sets: it needs both", archived, cold0)
 	}
 	t.Logf("%d histories, %d tasks archived and %d put in cold sets in all", histories, archived, cold0)
+}
+
+func snapshotErr(s *State) error {
+	_, err := s.Snapshot()
+	return err
+}
+
+// memorySink is a Sink that keeps each file in memory.
+func memorySink(_ bool, write func(io.Writer) error) (*Archive, error) {
+	var b bytes.Buffer
+	if err := write(&b); err != nil {
+		return nil, err
+	}
+	return OpenArchive(b.Bytes(), nil)
+}
+
+// TestSpilledRunsAnswerAsAFullReplay: for random histories, a state that
+// spills every few records (runs laid on the archive and the cold set, the
+// last merged as they pile up) answers every lookup and decision exactly as
+// a full replay does, at random points on the way and at the end; it holds
+// no more runs than a binary counter of its spills; and compacted (the runs
+// merged into one file each), snapshotted and loaded, it answers the same
+// too, and so does the state that compacted and went on.
+func TestSpilledRunsAnswerAsAFullReplay(t *testing.T) {
+	histories := 300
+	if testing.Short() {
+		histories = 60
+	}
+	mostRuns, merged := 0, 0
+	for seed := range histories {
+		recs := randomRecords(t, uint64(seed))
+		rng := rand.New(rand.NewPCG(uint64(seed), 11))
+		full, s := New(), New()
+		spills, every := 0, 1+rng.IntN(6)
+		for i, r := range recs {
+			if err := full.Apply(r); err != nil {
+				t.Fatalf("seed %d record %d: %v", seed, r.Seq, err)
+			}
+			if err := s.Apply(r); err != nil {
+				t.Fatalf("seed %d record %d, spilled: %v", seed, r.Seq, err)
+			}
+			if s.InMemoryCount() < every {
+				continue
+			}
+			if err := s.Spill(memorySink); err != nil {
+				t.Fatalf("seed %d: spill after record %d: %v", seed, r.Seq, err)
+			}
+			spills++
+			archive, cold := s.Archives()
+			if bound := bits.Len(uint(spills)) + 1; len(archive) > bound || len(cold) > bound {
+				t.Fatalf("seed %d: %d and %d runs after %d spills (at most %d)", seed, len(archive), len(cold), spills, bound)
+			}
+			mostRuns = max(mostRuns, len(archive), len(cold))
+			if rng.IntN(3) == 0 {
+				now := full.LastAt() + int64(rng.IntN(120_000))
+				names := namesIn(full)
+				if got, want := answers(s, names, now), answers(full, names, now); got != want {
+					t.Fatalf("seed %d, after record %d of %d (%d spills): the spilled state answers differently:\n%s", seed, i, len(recs), spills, firstDiff(got, want))
+				}
+			}
+		}
+		if a, c := s.Archives(); (len(a) > 1 || len(c) > 1) != errors.Is(snapshotErr(s), ErrRuns) {
+			t.Fatalf("seed %d: a snapshot of %d and %d runs: %v", seed, len(a), len(c), snapshotErr(s))
+		}
+		archive, cold := compact(t, s)
+		loaded, err := load(snap(s), archive, cold)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if a, c := s.Archives(); len(a) != 1 || len(c) != 1 {
+			t.Fatalf("seed %d: %d and %d files after compacting", seed, len(a), len(c))
+		}
+		merged += spills
+		now := full.LastAt() + 5_000
+		names := namesIn(full)
+		want := answers(full, names, now)
+		for name, got := range map[string]*State{"loaded": loaded, "compacted": s} {
+			if a := answers(got, names, now); a != want {
+				t.Fatalf("seed %d (%d spills), %s state answers differently:\n%s", seed, spills, name, firstDiff(a, want))
+			}
+			if err := got.Damage(); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+		}
+	}
+	if mostRuns < 3 {
+		t.Fatalf("at most %d runs on a shelf: the test needs more", mostRuns)
+	}
+	t.Logf("%d histories, %d spills, at most %d runs on a shelf", histories, merged, mostRuns)
 }
 
 func firstDiff(got, want string) string {
@@ -279,7 +369,7 @@ func flipEveryThirdByte(t *testing.T, s *State, goodArchive, goodCold []byte, fl
 	if flipCold {
 		good = goodCold
 	}
-	snapshot := s.Snapshot()
+	snapshot := snap(s)
 	var probed []*Task // every other task, so that some records are read by no lookup
 	for i, task := range allTasks(s) {
 		if i%2 == 0 {
@@ -338,16 +428,16 @@ func TestOpenArchiveRefusesCutsAndGarbage(t *testing.T) {
 	}
 	other, otherArchive, otherCold := archivedState(t, 3)
 	other.lastSeq++ // a snapshot that names no archive, or another one
-	if _, err := LoadSnapshot(New().Snapshot(), nil, nil); err != nil {
+	if _, err := LoadSnapshot(snap(New()), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadSnapshot(other.Snapshot(), nil, nil); err != ErrArchiveMismatch {
+	if _, err := LoadSnapshot(snap(other), nil, nil); err != ErrArchiveMismatch {
 		t.Fatalf("a snapshot naming an archive loaded without it: %v", err)
 	}
-	if _, err := load(other.Snapshot(), otherArchive, cold); err != ErrArchiveMismatch {
+	if _, err := load(snap(other), otherArchive, cold); err != ErrArchiveMismatch {
 		t.Fatalf("a snapshot loaded with another cold set: %v", err)
 	}
-	if _, err := load(other.Snapshot(), otherArchive, otherCold); err != nil {
+	if _, err := load(snap(other), otherArchive, otherCold); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -367,7 +457,7 @@ func TestArchivingOverADamagedArchiveFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loaded, err := LoadSnapshot(s.Snapshot(), archive, coldSet)
+	loaded, err := LoadSnapshot(snap(s), archive, coldSet)
 	if err != nil {
 		t.Fatal(err)
 	}

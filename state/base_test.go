@@ -229,7 +229,7 @@ func TestBaseOfASpilledStateIsTheSame(t *testing.T) {
 		}
 		keptFrom := ended[rng.IntN(len(ended))]
 		r := retained(full, keptFrom)
-		want := r.snapshot(&encoder{}, r.snapshotVersion())
+		want := r.snapshot(&encoder{}, r.snapshotVersion(), nil, nil)
 		for name, s := range map[string]*State{"full": full, "spilled": spilled} {
 			var tasks bytes.Buffer
 			snap, err := s.WriteBase(&tasks, keptFrom, nil)

@@ -3,7 +3,6 @@ package state
 import (
 	"cmp"
 	"encoding/binary"
-	"hash/crc32"
 	"io"
 	"runtime/debug"
 	"slices"
@@ -76,42 +75,20 @@ func compareOrder(x, y orderEntry) int {
 	return cmp.Compare(x.seq0, y.seq0)
 }
 
-// eachOrder hands fn the order entries in lease order until fn returns
-// false, checking each block as it reads it.
-func (a *Archive) eachOrder(fn func(orderEntry) bool) {
-	if a == nil || a.err != nil {
-		return
-	}
-	defer a.guard(debug.SetPanicOnFault(true))
-	const blockSize = archiveBlockLen*orderEntrySize + 4
-	sweep := a.sweep(partOrder, len(a.order))
-	defer sweep.end()
-	for i := 0; i*archiveBlockLen < a.orders; i++ {
-		start := i * blockSize
-		n := min(archiveBlockLen, a.orders-i*archiveBlockLen) * orderEntrySize
-		block := a.order[start : start+n]
-		if crc32.Checksum(block, archiveCRC) != binary.LittleEndian.Uint32(a.order[start+n:]) {
-			a.damaged("order block %d checksum mismatch", i)
-			return
-		}
-		for j := 0; j < n; j += orderEntrySize {
-			if !fn(readOrderEntry(block[j:])) {
-				return
-			}
-		}
-		sweep.passed(start + n + 4)
-	}
-}
-
 // coldTasks hands fn, in lease order, each cold task that no hot copy
 // shadows and that keep accepts (without decoding it), until fn returns
 // false.
 func (s *State) coldTasks(keep func(orderEntry) bool, fn func(*Task) bool) {
+	// The lease order is about the order the tasks were written in, so
+	// each read lets go of the pages before the furthest one it has read.
+	sweep := s.cold.recordsSweep()
+	defer sweep.end()
 	s.cold.eachOrder(func(e orderEntry) bool {
 		if !keep(e) || s.isSuperseded(e.offset) {
 			return true
 		}
 		t, _ := s.cold.taskAt(e.offset)
+		sweep.passed(max(sweep.read, int(e.offset)))
 		if t == nil {
 			return false // damage: the archive reports it (Damage)
 		}
@@ -151,10 +128,10 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 	}
 	// Creation order is about the order the tasks were written in, so each
 	// read lets go of the pages before the furthest one it has read.
-	archiveSweep, coldSweep := s.archive.sweep(partRecords, s.archive.recordsLen()), s.cold.sweep(partRecords, s.cold.recordsLen())
+	archiveSweep, coldSweep := s.archive.recordsSweep(), s.cold.recordsSweep()
 	defer archiveSweep.end()
 	defer coldSweep.end()
-	next := func(refs *[]taskRef, from *Archive) *Task {
+	next := func(refs *[]taskRef, from *shelf) *Task {
 		sweep := archiveSweep
 		if from == s.cold {
 			sweep = coldSweep
@@ -213,8 +190,7 @@ func compareRefs(x, y taskRef) int {
 	return cmp.Or(cmp.Compare(x.seq0, y.seq0), cmp.Compare(x.offset, y.offset))
 }
 
-// refs reads every archived task's reference, in creation order; of a task
-// archived twice (a late TaskCancelled), the later copy's.
+// refs reads every task's reference in the archive's records.
 func (a *Archive) refs() []taskRef {
 	if a == nil || a.err != nil {
 		return nil
@@ -232,6 +208,12 @@ func (a *Archive) refs() []taskRef {
 		off = next
 		sweep.passed(int(off))
 	}
+	return out
+}
+
+// latestRefs sorts refs in creation order and keeps, of a task archived
+// twice (a late TaskCancelled), the later copy's.
+func latestRefs(out []taskRef) []taskRef {
 	slices.SortFunc(out, compareRefs)
 	kept := out[:0]
 	for _, r := range out {
@@ -341,71 +323,100 @@ type Sink func(cold bool, write func(io.Writer) error) (*Archive, error)
 // Compact moves tasks out of memory to side files: with archive set, the
 // finished ones into a new archive over the old one; with cold set, every
 // unfinished one (in memory or in the cold set) into a new cold set. Each new
-// file is streamed to sink, which the snapshot taken next will name.
+// file is streamed to sink, which the snapshot taken next will name; a shelf
+// of runs (Spill) becomes that one file.
 func (s *State) Compact(archive, cold bool, sink Sink) error {
+	return s.moveOut(archive, cold, sink, func(*shelf, int) int { return 0 })
+}
+
+// Spill moves every task in memory out to a new run of the archive (the
+// finished ones) or of the cold set (the others), merged with the last runs
+// as they pile up (shelf.mergeFrom). A replay from the WAL's start spills
+// every few thousand tasks: what a spill writes is about what it moves, so
+// it can, however many it moved before. A snapshot needs one file of each:
+// Compact merges the runs.
+func (s *State) Spill(sink Sink) error {
+	inMemory, finished := s.InMemory()
+	return s.moveOut(finished > 0, inMemory > finished, sink, (*shelf).mergeFrom)
+}
+
+// moveOut writes the tasks in memory (the finished ones with archive, the
+// others with cold) with the shelf's runs from mergeFrom's on, to a new file
+// that replaces those runs, and drops them from memory. An error leaves the
+// state as it was.
+func (s *State) moveOut(archive, cold bool, sink Sink, mergeFrom func(sh *shelf, adding int) int) error {
 	if err := s.Damage(); err != nil {
 		return err
 	}
 	s.keySubmits()
 	s.keyLeases()
+	var finished, unfinished []*Task
+	for _, t := range s.order {
+		if t.State.Terminal() {
+			finished = append(finished, t)
+		} else {
+			unfinished = append(unfinished, t)
+		}
+	}
+	coldFrom, archiveFrom := mergeFrom(s.cold, len(unfinished)), mergeFrom(s.archive, len(finished))
 	var newCold, newArchive *Archive
 	if cold {
-		var add []*Task
-		for _, t := range s.order {
-			if !t.State.Terminal() {
-				add = append(add, t)
-			}
-		}
-		var keep func(uint64) bool // the cold copies no record has touched, copied as they are
-		if s.cold != nil {
-			keep = func(offset uint64) bool { return !s.isSuperseded(offset) }
-		}
+		keep := func(offset uint64) bool { return !s.isSuperseded(offset) } // the cold copies no record has touched, copied as they are
+		var f *filter
 		var err error
-		if newCold, err = sink(true, func(w io.Writer) error { return buildOver(w, s.cold, keep, add, true) }); err != nil {
+		if newCold, err = sink(true, func(w io.Writer) (err error) {
+			f, err = s.cold.buildOver(w, coldFrom, keep, unfinished, true)
+			return err
+		}); err != nil {
 			return err
 		}
-		newCold.cold = true
+		newCold.cold, newCold.filter = true, f
 	}
 	if archive {
-		var finished []*Task
-		for _, t := range s.order {
-			if t.State.Terminal() {
-				finished = append(finished, t)
-			}
-		}
+		var f *filter
 		var err error
-		if newArchive, err = sink(false, func(w io.Writer) error { return buildOver(w, s.archive, nil, finished, false) }); err != nil {
+		if newArchive, err = sink(false, func(w io.Writer) (err error) {
+			f, err = s.archive.buildOver(w, archiveFrom, nil, finished, false)
+			return err
+		}); err != nil {
 			return err
 		}
+		newArchive.filter = f
 	}
-	s.moveOut(func(t *Task) bool {
+	s.forget(func(t *Task) bool {
 		if t.State.Terminal() {
 			return archive
 		}
 		return cold
 	})
 	if cold {
-		s.cold, s.superseded, s.shadow = newCold, nil, nil
+		// The superseded copies of the runs merged are gone; those of the
+		// runs before stay superseded.
+		merged := s.cold.startOf(coldFrom)
+		s.superseded = slices.DeleteFunc(s.supersededSorted(), func(offset uint64) bool { return offset >= merged })
+		s.shadow = nil
+		s.cold = s.cold.replaceFrom(coldFrom, newCold)
 		for _, t := range s.order {
 			t.coldAt = 0 // the new cold set holds no copy of a finished task
 		}
 	}
 	if archive {
-		s.archive = newArchive
+		s.archive = s.archive.replaceFrom(archiveFrom, newArchive)
 	}
 	return nil
 }
 
-// Archives are the archive and the cold set the state reads (nil for none):
-// a caller that maps their files keeps those mapped, and may let go of others.
-func (s *State) Archives() (archive, cold *Archive) { return s.archive, s.cold }
+// Archives are the files of the archive and of the cold set the state reads
+// (one each after Compact, runs after Spill, none for none): a caller that
+// maps them keeps those mapped, and may let go of others.
+func (s *State) Archives() (archive, cold []*Archive) { return s.archive.files(), s.cold.files() }
 
 // InMemoryCount is how many tasks memory holds (InMemory without counting
 // the finished ones): cheap enough to ask after every record.
 func (s *State) InMemoryCount() int { return len(s.order) }
 
-// moveOut drops from memory the tasks Compact wrote out.
-func (s *State) moveOut(written func(*Task) bool) {
+// forget drops from memory the tasks moveOut wrote out.
+func (s *State) forget(written func(*Task) bool) {
 	var kept, live []*Task
 	for _, t := range s.order {
 		if !written(t) {

@@ -108,3 +108,12 @@ func allTasks(s *State) []*Task {
 	tasks, _ := s.Tasks()
 	return tasks
 }
+
+// snap is Snapshot; a state holding runs is the test's failure.
+func snap(s *State) []byte {
+	b, err := s.Snapshot()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

@@ -191,7 +191,7 @@ func checkCachesKeepReferences(t *testing.T, seed uint64, s *State) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loaded, err := load(s.Snapshot(), archive, cold)
+	loaded, err := load(snap(s), archive, cold)
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}

@@ -69,14 +69,23 @@ func (e *encoder) ints(v []int64) {
 }
 
 // Snapshot encodes the whole state, for a checkpoint: the payloads the state
-// does not hold are named where the WAL has them.
-func (s *State) Snapshot() []byte {
-	return s.snapshot(&encoder{refs: true}, cacheSnapshotVersion)
+// does not hold are named where the WAL has them. A state that spilled runs
+// must be compacted first (ErrRuns): a snapshot names one file of each.
+func (s *State) Snapshot() ([]byte, error) {
+	archive, err := s.archive.only()
+	if err != nil {
+		return nil, err
+	}
+	cold, err := s.cold.only()
+	if err != nil {
+		return nil, err
+	}
+	return s.snapshot(&encoder{refs: true}, cacheSnapshotVersion, archive, cold), nil
 }
 
-func (s *State) snapshot(e *encoder, version uint64) []byte {
+func (s *State) snapshot(e *encoder, version uint64, archive, cold *Archive) []byte {
 	e.b = make([]byte, 0, 256*len(s.order)+64)
-	s.encodeHead(e, version, s.archive, s.cold)
+	s.encodeHead(e, version, archive, cold)
 	index := make(map[*Task]uint32, len(s.order))
 	e.length(len(s.order), s.order == nil)
 	for i, t := range s.order {
@@ -488,7 +497,7 @@ func (d *snapDecoder) head(s *State, archive, cold *Archive) (uint64, error) {
 	}
 	for _, named := range []struct {
 		given *Archive
-		field **Archive
+		field **shelf
 	}{{archive, &s.archive}, {cold, &s.cold}} {
 		if d.bool() {
 			id, tasks := d.uint(), d.uint()
@@ -498,11 +507,11 @@ func (d *snapDecoder) head(s *State, archive, cold *Archive) (uint64, error) {
 			if a := named.given; a == nil || uint64(a.id) != id || uint64(a.tasks) != tasks {
 				return 0, ErrArchiveMismatch
 			}
-			*named.field = named.given
+			*named.field = shelfOf(named.given)
 		}
 	}
 	if s.cold != nil {
-		s.cold.cold = true
+		cold.cold = true
 	}
 	return version, d.err
 }

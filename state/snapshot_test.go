@@ -30,7 +30,7 @@ func TestSnapshotPlusTailEqualsReplay(t *testing.T) {
 		for _, r := range recs[:cut] {
 			prefix.Apply(r)
 		}
-		loaded, err := LoadSnapshot(prefix.Snapshot(), nil, nil)
+		loaded, err := LoadSnapshot(snap(prefix), nil, nil)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -92,7 +92,7 @@ func TestLoadSnapshotRefusesGarbage(t *testing.T) {
 	for _, r := range randomRecords(t, 3) {
 		s.Apply(r)
 	}
-	good := s.Snapshot()
+	good := snap(s)
 	for cut := 0; cut < len(good); cut++ {
 		if _, err := LoadSnapshot(good[:cut], nil, nil); !errors.Is(err, ErrSnapshot) {
 			t.Fatalf("a snapshot cut at %d of %d loaded: %v", cut, len(good), err)

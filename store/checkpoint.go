@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -96,14 +97,18 @@ func coldDue(unfinishedInMemory, superseded, cold int, resident bool) bool {
 
 var checkpointCRC = crc32.MakeTable(crc32.Castagnoli)
 
-func encodeCheckpoint(st *state.State, pos wal.Position) []byte {
+func encodeCheckpoint(st *state.State, pos wal.Position) ([]byte, error) {
+	snapshot, err := st.Snapshot()
+	if err != nil {
+		return nil, err
+	}
 	var body []byte
 	for _, v := range []uint64{uint64(pos.Count), uint64(pos.End), uint64(pos.LastSum), uint64(pos.LastOffset), uint64(pos.Generation)} {
 		body = binary.AppendUvarint(body, v)
 	}
-	body = append(body, st.Snapshot()...)
+	body = append(body, snapshot...)
 	out := append([]byte(checkpointMagic), binary.LittleEndian.AppendUint32(nil, crc32.Checksum(body, checkpointCRC))...)
-	return append(out, body...)
+	return append(out, body...), nil
 }
 
 // decodeCheckpoint returns the state and the WAL position it holds, or false
@@ -212,7 +217,7 @@ func (h *Handle) keepMapped(st *state.State) {
 	archive, cold := st.Archives()
 	kept := h.mapped[:0]
 	for _, m := range h.mapped {
-		if m.Archive != nil && (m.Archive == archive || m.Archive == cold) {
+		if m.Archive != nil && (slices.Contains(archive, m.Archive) || slices.Contains(cold, m.Archive)) {
 			kept = append(kept, m)
 		} else {
 			m.release()
@@ -223,14 +228,22 @@ func (h *Handle) keepMapped(st *state.State) {
 }
 
 // spilled reports whether st reads an archive or a cold set that a replay
-// spilled, rather than one beside the WAL.
+// spilled (runs of them), rather than one beside the WAL.
 func (h *Handle) spilled(st *state.State) (archive, cold bool) {
 	a, c := st.Archives()
 	for _, m := range h.mapped {
-		archive = archive || m.spilled && m.Archive == a
-		cold = cold || m.spilled && m.Archive == c
+		archive = archive || m.spilled && slices.Contains(a, m.Archive)
+		cold = cold || m.spilled && slices.Contains(c, m.Archive)
 	}
 	return archive, cold
+}
+
+// sizeOf is how many bytes files take (state.Archive.Size).
+func sizeOf(files []*state.Archive) (n int) {
+	for _, f := range files {
+		n += f.Size()
+	}
+	return n
 }
 
 // sideSink writes a new archive or cold set durably beside the WAL, where
@@ -287,7 +300,7 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 	archive, cold := archiveDue(finished), coldDue(inMemory-finished, superseded, coldTasks, h.opts.Resident)
 	spilledArchive, spilledCold := h.spilled(st)
 	_, coldSet := st.Archives()
-	manyBytes := inMemory > finished && pos.End-h.coldEnd >= max(h.spillBytes(), int64(coldSet.Size())/8)
+	manyBytes := inMemory > finished && pos.End-h.coldEnd >= max(h.spillBytes(), int64(sizeOf(coldSet))/8)
 	archive, cold = archive || spilledArchive, cold || spilledCold || manyBytes
 	if archive || cold {
 		err := st.Compact(archive, cold, h.sideSink)
@@ -303,7 +316,11 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 			h.coldEnd = pos.End
 		}
 	}
-	if err := h.opts.FS.WriteFile(h.side(CheckpointSuffix), encodeCheckpoint(st, pos)); err != nil {
+	checkpoint, err := encodeCheckpoint(st, pos)
+	if err == nil {
+		err = h.opts.FS.WriteFile(h.side(CheckpointSuffix), checkpoint)
+	}
+	if err != nil {
 		h.warnCache(fmt.Errorf("could not write the checkpoint %s: %w", h.side(CheckpointSuffix), err))
 		return false
 	}

@@ -22,9 +22,9 @@ func CheckpointOf(path string) ([]byte, error) {
 	h := Open(Options{Path: path, LockTimeout: time.Second, FullReplay: true})
 	defer h.Close()
 	var cp []byte
-	err := h.Read(func(tx *Tx) error {
-		cp = encodeCheckpoint(tx.State, tx.log.Position)
-		return nil
+	err := h.Read(func(tx *Tx) (err error) {
+		cp, err = encodeCheckpoint(tx.State, tx.log.Position)
+		return err
 	})
 	return cp, err
 }

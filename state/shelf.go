@@ -1,0 +1,359 @@
+package state
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"runtime/debug"
+	"slices"
+	"sort"
+)
+
+// A shelf is where a state reads the tasks it moved out of memory: the
+// archive of finished tasks, or the cold set. A checkpoint names one file
+// of each (Compact writes one, over the shelf's); a replay that spills as
+// it goes (Spill) lays runs on the shelf instead, each file the tasks one
+// spill moved out, and merges the last runs as they pile up (mergeFrom),
+// so that a spill costs what it moves and a share of merges, never a copy
+// of the whole backlog, and can come every few thousand tasks however
+// large the backlog grows.
+//
+// The records of the runs are numbered on from one run to the next: an
+// offset names one record of the whole shelf (Task.coldAt, the superseded
+// copies), and merging the last runs leaves the offsets of the runs before
+// them as they were. A task has at most one copy in a run; a later run's
+// copy is the newer, so lookups read the runs from the last.
+type shelf struct {
+	runs   []*Archive
+	starts []uint64 // where each run's records start among the shelf's
+	reads  int      // lookups that read a run since the runs' pages were last let go of
+}
+
+// evictEvery is how many lookups that read a run (its filter let them)
+// come before the pages of every run are let go of. A lookup reads a page
+// or two of a run, but the system maps the pages around a page read from a
+// file too (fault-around, 64 KiB), and those stay with the process: a
+// replay that touches old tasks all over the runs would hold as much of
+// them as it touched, growing with the backlog. Letting go costs a system
+// call a run, and the next reads a minor fault each.
+const evictEvery = 128
+
+// shelfOf is the shelf of one file (none for nil).
+func shelfOf(a *Archive) *shelf {
+	if a == nil {
+		return nil
+	}
+	return &shelf{runs: []*Archive{a}, starts: []uint64{0}}
+}
+
+// Err reports the first damage found in a run (nil for none).
+func (sh *shelf) Err() error {
+	if sh == nil {
+		return nil
+	}
+	for _, r := range sh.runs {
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return nil
+}
+
+// Len is how many tasks the shelf holds: for the cold set, its copies.
+func (sh *shelf) Len() (n int) {
+	if sh != nil {
+		for _, r := range sh.runs {
+			n += r.Len()
+		}
+	}
+	return n
+}
+
+// Size is how many bytes the runs' records, indexes and orders take.
+func (sh *shelf) Size() (n int) {
+	if sh != nil {
+		for _, r := range sh.runs {
+			n += r.Size()
+		}
+	}
+	return n
+}
+
+// only is the shelf's one file (nil for no shelf), or an error when it is
+// runs: only one file can be named in a snapshot.
+func (sh *shelf) only() (*Archive, error) {
+	switch {
+	case sh == nil:
+		return nil, nil
+	case len(sh.runs) > 1:
+		return nil, ErrRuns
+	}
+	return sh.runs[0], nil
+}
+
+// ErrRuns means a state that spilled was asked for a snapshot before its
+// runs were merged into one file each (Compact).
+var ErrRuns = errors.New("the state holds runs a replay spilled; compact them before a snapshot")
+
+// end is the offset just past the shelf's last record.
+func (sh *shelf) end() uint64 {
+	if sh == nil {
+		return 0
+	}
+	last := len(sh.runs) - 1
+	return sh.starts[last] + uint64(sh.runs[last].recordsLen())
+}
+
+// startOf is where run i's records start (the shelf's end for i past the
+// last run).
+func (sh *shelf) startOf(i int) uint64 {
+	if sh == nil || i >= len(sh.runs) {
+		return sh.end()
+	}
+	return sh.starts[i]
+}
+
+// guard turns a fault while reading any run into damage of every run (see
+// Archive.guard): a shelf that faulted is read no more.
+func (sh *shelf) guard(wasOn bool) {
+	if r := recover(); r != nil {
+		for _, run := range sh.runs {
+			run.damaged("reading it faulted (the file was truncated or replaced while in use): %v", r)
+		}
+	}
+	debug.SetPanicOnFault(wasOn)
+}
+
+// find returns the task that has key of kind, as match confirms, from the
+// last run that holds one; damage found on the way is the error.
+func (sh *shelf) find(kind byte, key string, match func(*Task) bool) (*Task, error) {
+	if sh == nil {
+		return nil, nil
+	}
+	h := keyHash(kind, key)
+	for i := len(sh.runs) - 1; i >= 0; i-- {
+		if sh.runs[i].filter.mayHold(h) {
+			if sh.reads++; sh.reads%evictEvery == 0 {
+				for _, r := range sh.runs {
+					r.evictAll()
+				}
+			}
+		}
+		t, err := sh.runs[i].find(kind, key, match)
+		if err != nil {
+			return nil, err
+		}
+		if t != nil {
+			sh.place(t, i)
+			return t, nil
+		}
+	}
+	return nil, nil
+}
+
+// search is find without the error: damage stays in the run (Err).
+func (sh *shelf) search(kind byte, key string, match func(*Task) bool) *Task {
+	t, _ := sh.find(kind, key, match)
+	return t
+}
+
+// place moves where a task read from run i says its copy is (Task.coldAt)
+// to the shelf's offsets.
+func (sh *shelf) place(t *Task, i int) {
+	if t.coldAt != 0 {
+		t.coldAt += sh.starts[i]
+	}
+}
+
+// taskAt reads the record at a shelf offset: its task and the offset of the
+// next record.
+func (sh *shelf) taskAt(offset uint64) (*Task, uint64) {
+	i := max(sort.Search(len(sh.runs), func(i int) bool { return sh.starts[i] > offset })-1, 0)
+	t, next := sh.runs[i].taskAt(offset - sh.starts[i])
+	if t == nil {
+		return nil, 0
+	}
+	sh.place(t, i)
+	return t, next + sh.starts[i]
+}
+
+// eachOrder hands fn the order entries of every run, merged in lease order,
+// with shelf offsets, until fn returns false or a run is found damaged.
+func (sh *shelf) eachOrder(fn func(orderEntry) bool) {
+	if sh == nil || sh.Err() != nil {
+		return
+	}
+	defer sh.guard(debug.SetPanicOnFault(true))
+	streams := make([]func() (orderEntry, bool), len(sh.runs))
+	for i, r := range sh.runs {
+		c := r.cursor(partOrder)
+		defer c.sweep.end()
+		streams[i] = func() (orderEntry, bool) {
+			b, ok := c.next()
+			if !ok {
+				return orderEntry{}, false
+			}
+			e := readOrderEntry(b)
+			e.offset += sh.starts[i]
+			return e, true
+		}
+	}
+	merge(streams, compareOrder, fn)
+}
+
+// refs reads every archived task's reference (shelf offsets), in creation
+// order; of a task archived twice, the later copy's.
+func (sh *shelf) refs() []taskRef {
+	if sh == nil {
+		return nil
+	}
+	var out []taskRef
+	for i, r := range sh.runs {
+		for _, ref := range r.refs() {
+			out = append(out, taskRef{ref.seq0, ref.offset + sh.starts[i]})
+		}
+	}
+	return latestRefs(out)
+}
+
+// all reads every archived task, in the order they were first archived,
+// each as its last record has it.
+func (sh *shelf) all() ([]*Task, error) {
+	if sh == nil {
+		return nil, nil
+	}
+	var out []*Task
+	at := map[string]int{}
+	for _, r := range sh.runs {
+		if !r.readInto(&out, at) {
+			return nil, r.err
+		}
+	}
+	return out, nil
+}
+
+// recordsSweep lets go of the runs' records behind a read in shelf offsets.
+func (sh *shelf) recordsSweep() *sweep {
+	if sh == nil {
+		return &sweep{}
+	}
+	evict := func(from, to int) {
+		for i, r := range sh.runs {
+			start := int(sh.starts[i])
+			lo, hi := max(from-start, 0), min(to-start, r.recordsLen())
+			if r.evict != nil && lo < hi {
+				r.evict(r.at[partRecords]+lo, r.at[partRecords]+hi)
+			}
+		}
+	}
+	return &sweep{evict: evict, size: int(sh.end())}
+}
+
+// mergeFrom is the first of the last runs that a spill adding n tasks
+// merges into its new run: while the run before is no larger than what is
+// merged, it joins. Like a binary counter, each task is copied about
+// log2(shelf/spill) times in all, and the shelf holds about as many runs.
+func (sh *shelf) mergeFrom(n int) int {
+	if sh == nil {
+		return 0
+	}
+	i, merged := len(sh.runs), n
+	for i > 0 && sh.runs[i-1].Len() <= merged {
+		i--
+		merged += sh.runs[i].Len()
+	}
+	return i
+}
+
+// replaceFrom is the shelf with the runs from i on replaced by a, the run
+// written from them.
+func (sh *shelf) replaceFrom(i int, a *Archive) *shelf {
+	if sh == nil {
+		return shelfOf(a)
+	}
+	return &shelf{runs: append(slices.Clone(sh.runs[:i]), a), starts: append(slices.Clone(sh.starts[:i]), sh.startOf(i))}
+}
+
+// files is the runs' files, oldest first.
+func (sh *shelf) files() []*Archive {
+	if sh == nil {
+		return nil
+	}
+	return slices.Clone(sh.runs)
+}
+
+// merge hands fn the entries of sorted streams in order until fn returns
+// false or every stream has ended. Streams are few (a shelf's runs), so the
+// least head is found by looking at each.
+func merge[E any](streams []func() (E, bool), compare func(E, E) int, fn func(E) bool) {
+	heads := make([]E, len(streams))
+	ok := make([]bool, len(streams))
+	for i, next := range streams {
+		heads[i], ok[i] = next()
+	}
+	for {
+		least := -1
+		for i := range streams {
+			if ok[i] && (least < 0 || compare(heads[i], heads[least]) < 0) {
+				least = i
+			}
+		}
+		if least < 0 || !fn(heads[least]) {
+			return
+		}
+		heads[least], ok[least] = streams[least]()
+	}
+}
+
+// A cursor reads the entries of an archive's index or order one at a time,
+// a block at a time: it checks each block's checksum as it comes to it, and
+// lets go of the blocks it has passed.
+type cursor struct {
+	a         *Archive
+	part      []byte
+	entrySize int
+	count     int // entries in the part
+	i         int // the next entry
+	block     []byte
+	sweep     *sweep
+}
+
+func (a *Archive) cursor(part int) *cursor {
+	c := &cursor{a: a, part: a.index, entrySize: archiveEntrySize, count: a.entries}
+	if part == partOrder {
+		c.part, c.entrySize, c.count = a.order, orderEntrySize, a.orders
+	}
+	c.sweep = a.sweep(part, len(c.part))
+	return c
+}
+
+// next is the next entry's bytes, or false at the end or on damage.
+func (c *cursor) next() ([]byte, bool) {
+	if c.i >= c.count || c.a.err != nil {
+		return nil, false
+	}
+	j := c.i % archiveBlockLen
+	if j == 0 {
+		start := c.i / archiveBlockLen * (archiveBlockLen*c.entrySize + 4)
+		n := min(archiveBlockLen, c.count-c.i) * c.entrySize
+		block := c.part[start : start+n]
+		if crc32.Checksum(block, archiveCRC) != binary.LittleEndian.Uint32(c.part[start+n:]) {
+			c.a.damaged("%s block %d checksum mismatch", c.name(), c.i/archiveBlockLen)
+			return nil, false
+		}
+		c.sweep.passed(start)
+		c.block = block
+	}
+	c.i++
+	if c.i == c.count {
+		c.sweep.passed(len(c.part))
+	}
+	return c.block[j*c.entrySize : (j+1)*c.entrySize], true
+}
+
+func (c *cursor) name() string {
+	if c.entrySize == orderEntrySize {
+		return "order"
+	}
+	return "index"
+}
