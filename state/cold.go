@@ -79,16 +79,12 @@ func compareOrder(x, y orderEntry) int {
 // shadows and that keep accepts (without decoding it), until fn returns
 // false.
 func (s *State) coldTasks(keep func(orderEntry) bool, fn func(*Task) bool) {
-	// The lease order is about the order the tasks were written in, so
-	// each read lets go of the pages before the furthest one it has read.
-	sweep := s.cold.recordsSweep()
-	defer sweep.end()
 	s.cold.eachOrder(func(e orderEntry) bool {
 		if !keep(e) || s.isSuperseded(e.offset) {
 			return true
 		}
 		t, _ := s.cold.taskAt(e.offset)
-		sweep.passed(max(sweep.read, int(e.offset)))
+		s.cold.touched() // the lease order goes by priority first
 		if t == nil {
 			return false // damage: the archive reports it (Damage)
 		}
@@ -127,7 +123,8 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 		return err
 	}
 	// Creation order is about the order the tasks were written in, so each
-	// read lets go of the pages before the furthest one it has read.
+	// read lets go of the pages before the furthest one it has read
+	// (recordsSweep).
 	archiveSweep, coldSweep := s.archive.recordsSweep(), s.cold.recordsSweep()
 	defer archiveSweep.end()
 	defer coldSweep.end()
@@ -138,7 +135,7 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 		}
 		for len(*refs) > 0 {
 			t, _ := from.taskAt((*refs)[0].offset)
-			sweep.passed(max(sweep.read, int((*refs)[0].offset)))
+			sweep.read((*refs)[0].offset)
 			*refs = (*refs)[1:]
 			if t == nil {
 				return nil // damage: reported below

@@ -26,17 +26,27 @@ import (
 type shelf struct {
 	runs   []*Archive
 	starts []uint64 // where each run's records start among the shelf's
-	reads  int      // lookups that read a run since the runs' pages were last let go of
+	reads  int      // reads out of order (touched) since the runs' pages were last let go of
 }
 
-// evictEvery is how many lookups that read a run (its filter let them)
-// come before the pages of every run are let go of. A lookup reads a page
-// or two of a run, but the system maps the pages around a page read from a
-// file too (fault-around, 64 KiB), and those stay with the process: a
-// replay that touches old tasks all over the runs would hold as much of
+// evictEvery is how many reads out of order (touched) come before the pages
+// of every run are let go of. A lookup, or a task read in lease order,
+// reads a page or two of a run, but the system maps the pages around a
+// page read from a file too (fault-around, 64 KiB), and those stay with the
+// process: a replay that touches old tasks all over the runs, or an expire
+// that reads the tasks of every run in lease order, would hold as much of
 // them as it touched, growing with the backlog. Letting go costs a system
-// call a run, and the next reads a minor fault each.
+// call a run, and the reads after it a minor fault each.
 const evictEvery = 128
+
+// touched notes a read of a run out of the order it was written in.
+func (sh *shelf) touched() {
+	if sh.reads++; sh.reads%evictEvery == 0 {
+		for _, r := range sh.runs {
+			r.evictAll()
+		}
+	}
+}
 
 // shelfOf is the shelf of one file (none for nil).
 func shelfOf(a *Archive) *shelf {
@@ -133,11 +143,7 @@ func (sh *shelf) find(kind byte, key string, match func(*Task) bool) (*Task, err
 	h := keyHash(kind, key)
 	for i := len(sh.runs) - 1; i >= 0; i-- {
 		if sh.runs[i].filter.mayHold(h) {
-			if sh.reads++; sh.reads%evictEvery == 0 {
-				for _, r := range sh.runs {
-					r.evictAll()
-				}
-			}
+			sh.touched()
 		}
 		t, err := sh.runs[i].find(kind, key, match)
 		if err != nil {
@@ -168,7 +174,7 @@ func (sh *shelf) place(t *Task, i int) {
 // taskAt reads the record at a shelf offset: its task and the offset of the
 // next record.
 func (sh *shelf) taskAt(offset uint64) (*Task, uint64) {
-	i := max(sort.Search(len(sh.runs), func(i int) bool { return sh.starts[i] > offset })-1, 0)
+	i := sh.runOf(offset)
 	t, next := sh.runs[i].taskAt(offset - sh.starts[i])
 	if t == nil {
 		return nil, 0
@@ -232,21 +238,42 @@ func (sh *shelf) all() ([]*Task, error) {
 	return out, nil
 }
 
-// recordsSweep lets go of the runs' records behind a read in shelf offsets.
-func (sh *shelf) recordsSweep() *sweep {
-	if sh == nil {
-		return &sweep{}
-	}
-	evict := func(from, to int) {
-		for i, r := range sh.runs {
-			start := int(sh.starts[i])
-			lo, hi := max(from-start, 0), min(to-start, r.recordsLen())
-			if r.evict != nil && lo < hi {
-				r.evict(r.at[partRecords]+lo, r.at[partRecords]+hi)
-			}
+// A recordsSweep lets go of each run's records behind the furthest record
+// read in it. A read in lease order or in creation order goes through the
+// records of each run about in the order they were written, but from one
+// run to another and back: the furthest read of the whole shelf would be in
+// the last run, and leave what is read of the others behind it.
+type recordsSweep struct {
+	sh   *shelf
+	runs []*sweep
+}
+
+func (sh *shelf) recordsSweep() *recordsSweep {
+	w := &recordsSweep{sh: sh}
+	if sh != nil {
+		for _, r := range sh.runs {
+			w.runs = append(w.runs, r.sweep(partRecords, len(r.records)))
 		}
 	}
-	return &sweep{evict: evict, size: int(sh.end())}
+	return w
+}
+
+// read notes that the record at a shelf offset was read.
+func (w *recordsSweep) read(offset uint64) {
+	i := w.sh.runOf(offset)
+	run := w.runs[i]
+	run.passed(max(run.read, int(offset-w.sh.starts[i])))
+}
+
+func (w *recordsSweep) end() {
+	for _, run := range w.runs {
+		run.end()
+	}
+}
+
+// runOf is the run whose records hold a shelf offset.
+func (sh *shelf) runOf(offset uint64) int {
+	return max(sort.Search(len(sh.runs), func(i int) bool { return sh.starts[i] > offset })-1, 0)
 }
 
 // mergeFrom is the first of the last runs that a spill adding n tasks

@@ -198,7 +198,7 @@ func mapArchiveFile(f *os.File) (mapping, error) {
 	// stay in the page cache, and count no more against this process.
 	evict := func(from, to int) {
 		from &^= pageSize - 1
-		if to = min(to, len(data)); from < to {
+		if to = min(to, len(data)) &^ (pageSize - 1); from < to {
 			_ = unix.Madvise(data[from:to], unix.MADV_DONTNEED)
 		}
 	}
