@@ -18,9 +18,14 @@ type Verifier struct {
 	current map[string]string // current lease id -> task, as observed after each record
 	lastNum int64
 
-	tokens    map[string]WorkLease // every work token seen -> the lease it first named
-	offsets   map[int64]bool       // scratch space for checkDomain, reused
-	terminals map[string]int       // per domain, processed+failed as last seen
+	// held is each domain's lease as first seen with its token, and
+	// lastToken the highest token number seen: a token other than its
+	// domain's current one must be above every token seen, so that none is
+	// ever handed out twice, without keeping every token of the WAL.
+	held      map[string]WorkLease
+	lastToken int64
+	backlog   []int64        // scratch space for checkDomain, reused
+	terminals map[string]int // per domain, processed+failed as last seen
 }
 
 // shadow is the Verifier's own account of a task, kept apart from Apply's,
@@ -72,7 +77,7 @@ func (sh shadow) taskState() TaskState { return taskStates[sh.state-1] }
 // NewVerifier starts from an empty WAL.
 func NewVerifier() *Verifier {
 	return &Verifier{State: New(), current: map[string]string{},
-		tokens: map[string]WorkLease{}, terminals: map[string]int{}, offsets: map[int64]bool{}}
+		held: map[string]WorkLease{}, terminals: map[string]int{}}
 }
 
 // Step applies one record and checks every invariant it could have touched.
@@ -119,15 +124,43 @@ func (v *Verifier) Step(r Record) error {
 	return nil
 }
 
+// checkToken checks a domain's lease against what the Verifier saw: while
+// its token is the domain's, its offset and acquisition stay as first seen;
+// a new token is above every token seen.
+func (v *Verifier) checkToken(r Record, domain string, l WorkLease) error {
+	if first, ok := v.held[domain]; ok && first.Token == l.Token {
+		if first.Offset != l.Offset || first.AcquiredAt != l.AcquiredAt {
+			return v.fail(r, WorkInvMonitor, "token %s first held offset %d acquired at %d, now %d acquired at %d",
+				l.Token, first.Offset, first.AcquiredAt, l.Offset, l.AcquiredAt)
+		}
+		return nil
+	}
+	n, ok := idNumber(l.Token, 'K')
+	if !ok || n <= v.lastToken {
+		return v.fail(r, WorkInvMonitor, "token %s of domain %q was handed out before (tokens seen up to K%d)", l.Token, domain, v.lastToken)
+	}
+	v.held[domain], v.lastToken = l, n
+	return nil
+}
+
 // adoptBase starts the Verifier's own accounts over from the state a base
 // holds, checking every invariant of every task and domain in it: a base is
 // trusted no more than a record.
 func (v *Verifier) adoptBase(r Record) error {
 	v.shadows = shadowTable{}
 	clear(v.current)
-	clear(v.tokens)
+	clear(v.held)
 	clear(v.terminals)
 	v.lastNum = v.State.lastLeaseNum
+	// The tokens handed out before the base are not in it: those of its
+	// domains' leases are taken as first seen, and any other must be newer
+	// than the last token the base says was handed out.
+	for _, d := range v.State.domainOrder {
+		if d.Lease != nil {
+			v.held[d.Name] = *d.Lease
+		}
+	}
+	v.lastToken = v.State.lastTokenNum
 	var failed error
 	err := v.State.EachTask(false, func(t *Task) bool { // a base of millions may have been moved out of memory as it loaded
 		num, _ := idNumber(t.ID, 'T')
@@ -217,27 +250,23 @@ func (v *Verifier) fail(r Record, invariant, format string, args ...any) error {
 
 // checkDomain checks seed 003's invariants for the domain a record touched.
 func (v *Verifier) checkDomain(r Record, d *Domain) error {
-	seen := v.offsets
-	clear(seen)
-	for _, off := range d.Backlog {
+	queued := append(v.backlog[:0], d.Backlog...)
+	slices.Sort(queued)
+	v.backlog = queued
+	for i, off := range queued {
 		switch {
-		case seen[off]:
+		case i > 0 && queued[i-1] == off:
 			return v.fail(r, WorkInvDisjoint, "offset %d is twice in domain %q's backlog", off, d.Name)
 		case d.terminal(off):
 			return v.fail(r, WorkInvDisjoint, "offset %d is both queued and terminal in domain %q", off, d.Name)
 		}
-		seen[off] = true
 	}
 	if l := d.Lease; l != nil {
-		if seen[l.Offset] || d.terminal(l.Offset) {
+		if _, isQueued := slices.BinarySearch(queued, l.Offset); isQueued || d.terminal(l.Offset) {
 			return v.fail(r, WorkInvDisjoint, "in-flight offset %d of domain %q is also queued or terminal", l.Offset, d.Name)
 		}
-		first, known := v.tokens[l.Token]
-		if !known {
-			v.tokens[l.Token] = *l
-		} else if first.Offset != l.Offset || first.AcquiredAt != l.AcquiredAt {
-			return v.fail(r, WorkInvMonitor, "token %s first held offset %d acquired at %d, now %d acquired at %d",
-				l.Token, first.Offset, first.AcquiredAt, l.Offset, l.AcquiredAt)
+		if err := v.checkToken(r, d.Name, *l); err != nil {
+			return err
 		}
 	}
 	terminals := d.Processed.Len() + d.Failed.Len()

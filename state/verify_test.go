@@ -50,3 +50,45 @@ func TestVerifierCatchesWhatABrokenApplyLetsThrough(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifierCatchesATokenHandedOutTwice: an Apply that hands a work token
+// out again (its counter of tokens set back) or rewrites a held lease's
+// record lets the record through; the Verifier, which keeps each domain's
+// lease as first seen and the highest token seen, names the invariant.
+func TestVerifierCatchesATokenHandedOutTwice(t *testing.T) {
+	off := func(n int64) *int64 { return &n }
+	acq := func(domain string, o int64, tok string) Record {
+		return Record{At: t0, Type: WorkAcquired, Domain: domain, Offset: off(o), Token: tok}
+	}
+	cases := []struct {
+		name   string
+		story  []Record
+		tamper func(s *State)
+	}{
+		{"another domain's token", []Record{acq("A", 1, "K1"), acq("B", 1, "K1")}, func(s *State) { s.lastTokenNum = 0 }},
+		{"an older token of the same domain", []Record{acq("A", 1, "K1"),
+			{At: t0, Type: WorkSucceeded, Domain: "A", Offset: off(1), Token: "K1", AcquiredAt: t0}, acq("A", 2, "K1")}, func(s *State) { s.lastTokenNum = 0 }},
+		{"a held lease's record rewritten", []Record{acq("A", 1, "K1"), {At: t0, Type: WorkEnqueued, Domain: "A", Offset: off(2)}},
+			func(s *State) { s.domains["A"].Lease.AcquiredAt = t0 + 1 }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := NewVerifier()
+			last := len(c.story)
+			var err error
+			for i, r := range c.story {
+				r.Seq = int64(i + 1)
+				if i+1 == last {
+					c.tamper(v.State)
+				}
+				if err = v.Step(r); err != nil {
+					break
+				}
+			}
+			var re *RecordError
+			if !errors.As(err, &re) || re.Invariant != WorkInvMonitor || re.Seq != int64(last) {
+				t.Fatalf("got %v; want %q at record %d", err, WorkInvMonitor, last)
+			}
+		})
+	}
+}
