@@ -108,7 +108,7 @@ func verifyWAL(opts store.Options, want *expect.Expectation, expectFile string) 
 	var out verifyView
 	err := h.Run(false, func(tx *store.Tx) error {
 		counts, tasks := map[string]int{}, 0
-		err := tx.State.EachTask(false, func(t *state.Task) bool {
+		err := tx.State.EachTaskInAnyOrder(false, func(t *state.Task) bool {
 			counts[string(t.At(tx.Now).State)]++
 			tasks++
 			return true

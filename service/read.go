@@ -177,7 +177,7 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 		// tasks one at a time: a listing never holds the backlog.
 		live := in.only.state == state.Waiting || in.only.state == state.Leased // a finished task never waits or holds a lease again: the archive is not read
 		head := api.Inspect{Result: state.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at), Tasks: []api.Task{}}
-		err := st.EachTask(live, func(t *state.Task) bool {
+		err := st.EachTaskInAnyOrder(live, func(t *state.Task) bool {
 			if in.only.showsAt(t, at) {
 				head.Counts[string(t.At(at).State)]++
 			}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,18 @@ import (
 // command.
 func answers(s *State, names []string, now int64) string {
 	return "tasks " + jsonOf(allTasks(s)) + "\neach " + jsonOf(eachTask(s, false)) + "\neach live " + idsOf(unfinished(eachTask(s, true))) +
+		"\nin any order " + jsonOf(inAnyOrder(s, false)) + "\nlive in any order " + idsOf(unfinished(inAnyOrder(s, true))) +
 		"\n" + lookups(s, names, now)
+}
+
+// inAnyOrder is what EachTaskInAnyOrder hands out, put in creation order.
+func inAnyOrder(s *State, live bool) []*Task {
+	var out []*Task
+	if err := s.EachTaskInAnyOrder(live, func(t *Task) bool { out = append(out, t); return true }); err != nil {
+		panic(err)
+	}
+	slices.SortFunc(out, byCreation)
+	return out
 }
 
 // eachTask is what EachTask hands out (a failure is the test's).

@@ -122,32 +122,10 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 	if err := s.Damage(); err != nil {
 		return err
 	}
-	// Creation order is about the order the tasks were written in, so each
-	// read lets go of the pages before the furthest one it has read
-	// (recordsSweep).
-	archiveSweep, coldSweep := s.archive.recordsSweep(), s.cold.recordsSweep()
-	defer archiveSweep.end()
-	defer coldSweep.end()
-	next := func(refs *[]taskRef, from *shelf) *Task {
-		sweep := archiveSweep
-		if from == s.cold {
-			sweep = coldSweep
-		}
-		for len(*refs) > 0 {
-			t, _ := from.taskAt((*refs)[0].offset)
-			sweep.read((*refs)[0].offset)
-			*refs = (*refs)[1:]
-			if t == nil {
-				return nil // damage: reported below
-			}
-			if _, adopted := s.tasks[t.ID]; !adopted { // the copy in memory is the task
-				s.attach(t)
-				return t
-			}
-		}
-		return nil
-	}
-	a, c := next(&archived, s.archive), next(&cold, s.cold)
+	archivedTasks, coldTasks := s.readAt(archived, s.archive), s.readAt(cold, s.cold)
+	defer archivedTasks.end()
+	defer coldTasks.end()
+	a, c := archivedTasks.next(), coldTasks.next()
 	for {
 		t := a
 		for _, other := range []*Task{c, firstOf(hot)} {
@@ -161,14 +139,83 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 		case !fn(t):
 			return s.Damage()
 		case t == a:
-			a = next(&archived, s.archive)
+			a = archivedTasks.next()
 		case t == c:
-			c = next(&cold, s.cold)
+			c = coldTasks.next()
 		default:
 			hot = hot[1:]
 		}
 	}
 }
+
+// EachTaskInAnyOrder hands fn the tasks EachTask does, in no particular
+// order, until fn returns false. What counts them needs no order, and so
+// holds no reference to the cold set's (16 bytes a task of the backlog); it
+// does to the archive's, to tell the later copy of a task archived twice.
+func (s *State) EachTaskInAnyOrder(live bool, fn func(*Task) bool) error {
+	if err := s.Damage(); err != nil {
+		return err
+	}
+	hot := s.order
+	if live {
+		hot = s.live
+	}
+	for _, t := range hot {
+		if !fn(t) {
+			return s.Damage()
+		}
+	}
+	if !live {
+		archived := s.readAt(s.archive.refs(), s.archive)
+		defer archived.end()
+		for t := archived.next(); t != nil; t = archived.next() {
+			if !fn(t) {
+				return s.Damage()
+			}
+		}
+	}
+	s.coldTasks(everyEntry, func(t *Task) bool {
+		if _, adopted := s.tasks[t.ID]; adopted { // the copy in memory is the task
+			return true
+		}
+		return fn(t)
+	})
+	return s.Damage()
+}
+
+// refReader reads the tasks of a shelf at refs in turn, leaving out those
+// memory holds (the copy in memory is the task). References in creation
+// order are about the order the tasks were written in, so each read lets go
+// of the pages before the furthest one it has read (recordsSweep).
+type refReader struct {
+	s     *State
+	refs  []taskRef
+	from  *shelf
+	sweep *recordsSweep
+}
+
+func (s *State) readAt(refs []taskRef, from *shelf) *refReader {
+	return &refReader{s: s, refs: refs, from: from, sweep: from.recordsSweep()}
+}
+
+// next is the next task, or nil at the end and on damage (Damage says).
+func (rr *refReader) next() *Task {
+	for len(rr.refs) > 0 {
+		t, _ := rr.from.taskAt(rr.refs[0].offset)
+		rr.sweep.read(rr.refs[0].offset)
+		rr.refs = rr.refs[1:]
+		if t == nil {
+			return nil
+		}
+		if _, adopted := rr.s.tasks[t.ID]; !adopted {
+			rr.s.attach(t)
+			return t
+		}
+	}
+	return nil
+}
+
+func (rr *refReader) end() { rr.sweep.end() }
 
 func firstOf(tasks []*Task) *Task {
 	if len(tasks) == 0 {

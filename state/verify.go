@@ -162,7 +162,7 @@ func (v *Verifier) adoptBase(r Record) error {
 	}
 	v.lastToken = v.State.lastTokenNum
 	var failed error
-	err := v.State.EachTask(false, func(t *Task) bool { // a base of millions may have been moved out of memory as it loaded
+	err := v.State.EachTaskInAnyOrder(false, func(t *Task) bool { // a base of millions may have been moved out of memory as it loaded
 		num, _ := idNumber(t.ID, 'T')
 		if num > v.State.lastTaskNum {
 			failed = v.fail(r, InvSequence, "the base holds task %s beyond its last task id T%d", t.ID, v.State.lastTaskNum)
