@@ -112,6 +112,7 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 	if !live {
 		archived = s.archive.refs()
 	}
+	cold = make([]taskRef, 0, s.cold.Len()) // one allocation: the refs of millions of tasks are tens of MB
 	s.cold.eachOrder(func(e orderEntry) bool {
 		if !s.isSuperseded(e.offset) {
 			cold = append(cold, taskRef{e.seq0, e.offset})
@@ -234,21 +235,21 @@ func compareRefs(x, y taskRef) int {
 	return cmp.Or(cmp.Compare(x.seq0, y.seq0), cmp.Compare(x.offset, y.offset))
 }
 
-// refs reads every task's reference in the archive's records.
-func (a *Archive) refs() []taskRef {
-	if a == nil || a.err != nil {
+// refs appends to out the reference of every task in the archive's
+// records, their offsets moved by shift (nil on damage).
+func (a *Archive) refs(out []taskRef, shift uint64) []taskRef {
+	if a.err != nil {
 		return nil
 	}
 	defer a.guard(debug.SetPanicOnFault(true))
 	sweep := a.sweep(partRecords, len(a.records))
 	defer sweep.end()
-	out := make([]taskRef, 0, a.tasks)
 	for off := uint64(0); off < uint64(len(a.records)); {
 		t, next := a.taskAt(off)
 		if t == nil {
 			return nil
 		}
-		out = append(out, taskRef{t.Seqs[0], off})
+		out = append(out, taskRef{t.Seqs[0], off + shift})
 		off = next
 		sweep.passed(int(off))
 	}

@@ -213,10 +213,10 @@ func (sh *shelf) refs() []taskRef {
 	if sh == nil {
 		return nil
 	}
-	var out []taskRef
+	out := make([]taskRef, 0, sh.Len()) // one allocation: the refs of millions of tasks are tens of MB
 	for i, r := range sh.runs {
-		for _, ref := range r.refs() {
-			out = append(out, taskRef{ref.seq0, ref.offset + sh.starts[i]})
+		if out = r.refs(out, sh.starts[i]); out == nil {
+			return nil
 		}
 	}
 	return latestRefs(out)
