@@ -300,7 +300,7 @@ func TestSpilledRunsAnswerAsAFullReplay(t *testing.T) {
 				t.Fatalf("seed %d: %d and %d runs after %d spills (at most %d)", seed, len(archive), len(cold), spills, bound)
 			}
 			mostRuns = max(mostRuns, len(archive), len(cold))
-			if rng.IntN(3) == 0 {
+			if rng.IntN(6) == 0 {
 				now := full.LastAt() + int64(rng.IntN(120_000))
 				names := namesIn(full)
 				if got, want := answers(s, names, now), answers(full, names, now); got != want {
