@@ -31,7 +31,7 @@ import (
 //	index: blocks of up to 128 entries {key hash, record offset} (uint64 each), each block followed by its CRC32C
 //	order: blocks of up to 128 entries (orderEntry, 48 bytes each), each block followed by its CRC32C
 //	fence: the first key hash of each index block (uint64 each)
-//	trailer: records length, entries, tasks, order entries (uint64 each), CRC32C of the records (uint32)
+//	trailer: records length, entries, tasks (of a run, those no earlier run of its shelf holds), order entries (uint64 each), CRC32C of the records (uint32)
 //	CRC32C of the trailer and the fence (uint32)
 //
 // Each part is checked where it is read: the trailer and fence when the
