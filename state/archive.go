@@ -210,25 +210,22 @@ func (a *Archive) block(i int) ([]byte, bool) {
 	return entries, true
 }
 
-// find returns the archived task that has key of kind, as match confirms:
-// entries hold only hashes, so every candidate is read and checked. A task
-// archived again (a late TaskCancelled added a seq after it was archived)
-// has two records; the later one, with the higher offset, is the task.
-// Damage found on the way is the error; (nil, nil) means no such task.
-func (a *Archive) find(kind byte, key string, match func(*Task) bool) (*Task, error) {
-	if a == nil {
-		return nil, nil
-	}
-	found := a.search(kind, key, match)
+// find returns the archived task whose key hashes to h (keyHash), as match
+// confirms: entries hold only hashes, so every candidate is read and
+// checked. A task archived again (a late TaskCancelled added a seq after it
+// was archived) has two records; the later one, with the higher offset, is
+// the task. Damage found on the way is the error; (nil, nil) means no such
+// task. The shelf asks the run's filter first (shelf.find).
+func (a *Archive) find(h uint64, match func(*Task) bool) (*Task, error) {
+	found := a.search(h, match)
 	if a.err != nil {
 		return nil, a.err
 	}
 	return found, nil
 }
 
-func (a *Archive) search(kind byte, key string, match func(*Task) bool) (found *Task) {
-	h := keyHash(kind, key)
-	if a == nil || a.err != nil || a.entries == 0 || !a.filter.mayHold(h) {
+func (a *Archive) search(h uint64, match func(*Task) bool) (found *Task) {
+	if a.err != nil || a.entries == 0 {
 		return nil
 	}
 	defer a.guard(debug.SetPanicOnFault(true))
@@ -519,32 +516,15 @@ func (sh *shelf) buildOver(w io.Writer, from int, keep func(offset uint64) bool,
 		index, ord := r.cursor(partIndex), r.cursor(partOrder)
 		defer index.sweep.end()
 		defer ord.sweep.end()
-		indexes = append(indexes, func() (archiveEntry, bool) {
-			for {
-				b, ok := index.next()
-				if !ok {
-					return archiveEntry{}, false
-				}
-				e := archiveEntry{binary.LittleEndian.Uint64(b), 0}
-				if offset, kept := moved(binary.LittleEndian.Uint64(b[8:]) + start); kept {
-					e.offset = offset
-					return e, true
-				}
-			}
-		})
-		orders = append(orders, func() (orderEntry, bool) {
-			for {
-				b, ok := ord.next()
-				if !ok {
-					return orderEntry{}, false
-				}
-				e := readOrderEntry(b)
-				var kept bool
-				if e.offset, kept = moved(e.offset + start); kept {
-					return e, true
-				}
-			}
-		})
+		indexes = append(indexes, stream(index, func(b []byte) (archiveEntry, bool) {
+			offset, kept := moved(binary.LittleEndian.Uint64(b[8:]) + start)
+			return archiveEntry{binary.LittleEndian.Uint64(b), offset}, kept
+		}))
+		orders = append(orders, stream(ord, func(b []byte) (e orderEntry, kept bool) {
+			e = readOrderEntry(b)
+			e.offset, kept = moved(e.offset + start)
+			return e, kept
+		}))
 	}
 	merge(append(indexes, listStream(added)), compareEntries, func(e archiveEntry) bool { aw.indexEntry(e); return true })
 	aw.endBlock()

@@ -79,16 +79,6 @@ func (sh *shelf) Len() (n int) {
 	return n
 }
 
-// Size is how many bytes the runs' records, indexes and orders take.
-func (sh *shelf) Size() (n int) {
-	if sh != nil {
-		for _, r := range sh.runs {
-			n += r.Size()
-		}
-	}
-	return n
-}
-
 // only is the shelf's one file (nil for no shelf), or an error when it is
 // runs: only one file can be named in a snapshot.
 func (sh *shelf) only() (*Archive, error) {
@@ -142,10 +132,11 @@ func (sh *shelf) find(kind byte, key string, match func(*Task) bool) (*Task, err
 	}
 	h := keyHash(kind, key)
 	for i := len(sh.runs) - 1; i >= 0; i-- {
-		if sh.runs[i].filter.mayHold(h) {
-			sh.touched()
+		if !sh.runs[i].filter.mayHold(h) {
+			continue
 		}
-		t, err := sh.runs[i].find(kind, key, match)
+		sh.touched()
+		t, err := sh.runs[i].find(h, match)
 		if err != nil {
 			return nil, err
 		}
@@ -194,15 +185,11 @@ func (sh *shelf) eachOrder(fn func(orderEntry) bool) {
 	for i, r := range sh.runs {
 		c := r.cursor(partOrder)
 		defer c.sweep.end()
-		streams[i] = func() (orderEntry, bool) {
-			b, ok := c.next()
-			if !ok {
-				return orderEntry{}, false
-			}
+		streams[i] = stream(c, func(b []byte) (orderEntry, bool) {
 			e := readOrderEntry(b)
 			e.offset += sh.starts[i]
 			return e, true
-		}
+		})
 	}
 	merge(streams, compareOrder, fn)
 }
@@ -329,6 +316,23 @@ func merge[E any](streams []func() (E, bool), compare func(E, E) int, fn func(E)
 			return
 		}
 		heads[least], ok[least] = streams[least]()
+	}
+}
+
+// stream hands out the entries of a cursor one at a time (see merge), each
+// as read gives it, leaving out those read says not to keep.
+func stream[E any](c *cursor, read func([]byte) (E, bool)) func() (E, bool) {
+	return func() (E, bool) {
+		for {
+			b, ok := c.next()
+			if !ok {
+				var none E
+				return none, false
+			}
+			if e, keep := read(b); keep {
+				return e, true
+			}
+		}
 	}
 }
 
