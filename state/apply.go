@@ -227,6 +227,9 @@ func (s *State) apply(r Record) (*Task, error) {
 	if err == nil && r.ChainFrom != "" {
 		err = invalid("only a BaseEnd may carry chain_from")
 	}
+	if err == nil && r.Cut {
+		err = invalid("only a BaseBegin may carry cut")
+	}
 	if err == nil {
 		err = s.applyTyped(r)
 	}

@@ -127,6 +127,7 @@ func (s *State) Base() *Base { return s.base }
 // base's parts carry.
 type BaseSnapshot struct {
 	Seq, KeptFrom int64
+	Cut           bool // the base cuts a history segment (Record.Cut)
 	Head, Tail    []byte
 	TasksSize     int64 // the bytes written for the tasks
 	Kept, Dropped int
@@ -198,7 +199,7 @@ func (b *BaseSnapshot) Records(at int64, history, hash string, chainFrom uint32,
 	size := int64(len(b.Head)) + b.TasksSize + int64(len(b.Tail))
 	parts := int((size + MaxBasePart - 1) / MaxBasePart)
 	keptFrom := b.KeptFrom
-	if err := emit(Record{Seq: b.Seq, At: at, Type: BaseBegin, Parts: parts, KeptFrom: &keptFrom, History: history}); err != nil {
+	if err := emit(Record{Seq: b.Seq, At: at, Type: BaseBegin, Parts: parts, KeptFrom: &keptFrom, History: history, Cut: b.Cut}); err != nil {
 		return err
 	}
 	digest := sha256.New()
@@ -222,6 +223,9 @@ func (b *BaseSnapshot) Records(at int64, history, hash string, chainFrom uint32,
 func (s *State) applyBase(r Record) error {
 	if r.ChainFrom != "" && r.Type != BaseEnd {
 		return invalid("only a BaseEnd may carry chain_from")
+	}
+	if r.Cut && r.Type != BaseBegin {
+		return invalid("only a BaseBegin may carry cut")
 	}
 	switch r.Type {
 	case BaseBegin:
@@ -346,7 +350,9 @@ func (s *State) endBase(r Record) error {
 	case s.lastSeq != r.Seq:
 		return invalid("the base of seq %d holds the state at seq %d", r.Seq, s.lastSeq)
 	}
-	s.base = &Base{Seq: r.Seq, At: l.begin.At, KeptFrom: *l.begin.KeptFrom, History: l.begin.History, Hash: r.Hash, ChainFrom: r.ChainFrom}
+	if !l.begin.Cut {
+		s.base = &Base{Seq: r.Seq, At: l.begin.At, KeptFrom: *l.begin.KeptFrom, History: l.begin.History, Hash: r.Hash, ChainFrom: r.ChainFrom}
+	}
 	s.loading = nil
 	return nil
 }

@@ -368,6 +368,8 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 		r.KeptFrom, err = d.optInteger()
 	case "history":
 		return d.setString(&r.History)
+	case "cut":
+		r.Cut, err = d.boolean()
 	case "part":
 		return d.setInt(&r.Part)
 	case "data":

@@ -184,6 +184,12 @@ type Record struct {
 	Parts    int    `json:"parts,omitempty"`     // BaseBegin: how many BaseParts follow
 	KeptFrom *int64 `json:"kept_from,omitempty"` // BaseBegin: finished tasks that ended before were dropped
 	History  string `json:"history,omitempty"`   // BaseBegin: "kept" (sealed segments) or "dropped"
+	// Cut marks the BaseBegin of a base that cuts a history segment where
+	// the history's retention starts: the state it loads says its history
+	// starts where its snapshot says (as the state of the records it stands
+	// for did), not at the cut, so that the bases after it are derived as
+	// the compactions that made them did.
+	Cut bool `json:"cut,omitempty"`
 	Part     int    `json:"part,omitempty"`      // BasePart: its number, from 1
 	Data     string `json:"data,omitempty"`      // BasePart: a piece of the state snapshot, base64
 	Digest   string `json:"digest,omitempty"`    // BaseEnd: SHA-256 of the whole snapshot, hex

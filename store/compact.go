@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -103,6 +104,11 @@ type historyReader struct {
 	// file starts with one (a part is checked against the digest as it is
 	// read, and need not be kept).
 	begin, end state.Record
+	// baseBodies are the base's first and last records as the file holds
+	// them, and afterBase where the records after it start: a tail segment
+	// keeps those two and copies the rest.
+	baseBodies [2][]byte
+	afterBase  int64
 	scratch    *Handle
 	spills     *spiller
 }
@@ -127,9 +133,9 @@ func (c *historyReader) read(f wal.Frame) error {
 	r.Frame = 0 // begin and end are compared with a base as built, which is in no file
 	switch r.Type {
 	case state.BaseBegin:
-		c.begin = r
+		c.begin, c.baseBodies[0] = r, slices.Clone(f.Body)
 	case state.BaseEnd:
-		c.end = r
+		c.end, c.baseBodies[1], c.afterBase = r, slices.Clone(f.Body), f.Offset+wal.FrameSize(f.Body)
 		hash, err := hex.DecodeString(r.Hash)
 		if err != nil || len(hash) != sha256.Size {
 			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: fmt.Errorf("the base's hash %q is not SHA-256 hex", r.Hash)}
@@ -174,6 +180,10 @@ type PreparedCompaction struct {
 	first       int64 // the seq of the first record the segment holds
 	lastAt      int64 // the time of its last one
 	segment     *os.File
+	// rebased is the oldest segment the compaction's expiry keeps, cut where
+	// the retention starts (see rebase), to be named rebasedAs in place of
+	// rebaseOf before the segments before it go.
+	rebased, rebasedAs, rebaseOf string
 	replacement *wal.Replacement
 	out         Compaction // what Finish reports, as far as the first step knows
 }
@@ -235,18 +245,34 @@ func (p *PreparedCompaction) prepare() error {
 	out := &p.out
 	*out = Compaction{Seq: st.LastSeq(), At: now, KeptFrom: max(state.MinTime, now-p.opts.KeepFinished.Milliseconds()), Records: c.records}
 	history := state.HistoryDropped
+	segs := Segments(h.side(HistorySuffix))
+	cut := out.At - p.opts.KeepHistory.Milliseconds()
+	kept := len(segs) // the oldest segment the expiry keeps
+	for kept > 0 && segs[kept-1].LastAt >= cut {
+		kept--
+	}
 	if !p.opts.Drop {
 		history, out.Redacted = state.HistoryKept, len(st.Redacted())
-		if p.segment, err = h.startSegment(log, p.read); err != nil {
+		// The segment leaves its base out when the one before it, kept,
+		// leads to it.
+		tail := c.afterBase > 0 && p.first > 1 && kept < len(segs) && segs[len(segs)-1].Last == p.first-1
+		if p.segment, err = h.startSegment(log, p.read, c, tail); err != nil {
 			return err
 		}
+	}
+	if kept < len(segs) {
+		if p.rebased, p.rebasedAs, err = h.rebase(segs, kept, cut, now); err != nil {
+			h.warn("%v; the history is kept as it is", err)
+		}
+		p.rebaseOf = segs[kept].Path
 	}
 	p.replacement, err = wal.StartReplacement(h.opts.Path, wal.Version, h.opts.Fault, func(write func([]byte) error) error {
 		var err error
 		read := func(ref *state.PayloadRef) (string, error) {
 			return readPayload(log.Section(0, log.End), h.opts.Path, ref)
 		}
-		out.TasksKept, out.TasksDropped, err = h.writeBase(st, read, now, out.KeptFrom, history, hex.EncodeToString(c.hash[:]), log.LastSum, func(r state.Record) error {
+		spec := baseSpec{at: now, keptFrom: out.KeptFrom, history: history, hash: hex.EncodeToString(c.hash[:]), chainFrom: log.LastSum}
+		out.TasksKept, out.TasksDropped, err = h.writeBase(st, read, spec, func(r state.Record) error {
 			body, err := state.EncodeRecord(r)
 			if err != nil {
 				return err
@@ -262,6 +288,10 @@ func (p *PreparedCompaction) prepare() error {
 func (p *PreparedCompaction) Abandon() {
 	p.history.close()
 	p.replacement.Abandon()
+	if p.rebased != "" {
+		os.Remove(p.rebased)
+		p.rebased = ""
+	}
 	if p.segment != nil {
 		p.segment.Close()
 		os.Remove(p.segment.Name()) // nothing once sealed
@@ -307,6 +337,19 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 			h.warnCache(fmt.Errorf("could not remove the cache %s of the WAL before the compaction: %w", h.side(suffix), err))
 		}
 	}
+	if p.rebased != "" {
+		err := os.Rename(p.rebased, p.rebasedAs)
+		if err == nil {
+			p.rebased = ""
+			err = wal.SyncDir(filepath.Dir(p.rebasedAs))
+		}
+		if err == nil && p.rebasedAs != p.rebaseOf {
+			err = os.Remove(p.rebaseOf) // the records it held from the cut on are in the new one
+		}
+		if err != nil {
+			h.warn("could not cut the history segment %s where its retention starts (%v); the history is kept as it is", p.rebaseOf, err)
+		}
+	}
 	out.Expired = h.expireHistory(out.At - p.opts.KeepHistory.Milliseconds())
 	return out, nil
 }
@@ -323,17 +366,29 @@ func (h *Handle) removeReplacementsBut(name string) {
 	}
 }
 
+// baseSpec says how a base is made: at a compaction's time, keeping the
+// finished tasks that ended from keptFrom on, saying where the history
+// before it went, carrying the hash chain head of the records it replaces
+// and continuing the checksum chain from chainFrom; cut, if it cuts a
+// history segment (state.Record.Cut).
+type baseSpec struct {
+	at, keptFrom  int64
+	history, hash string
+	chainFrom     uint32
+	cut           bool
+}
+
 // writeBase hands emit the records of the base of st (see state.WriteBase):
 // its tasks wait in a temporary file while the head and the digest are
 // worked out, so that a base of millions is built in the memory st holds.
-func (h *Handle) writeBase(st *state.State, read func(*state.PayloadRef) (string, error), at, keptFrom int64, history, hash string, chainFrom uint32, emit func(state.Record) error) (kept, dropped int, err error) {
+func (h *Handle) writeBase(st *state.State, read func(*state.PayloadRef) (string, error), spec baseSpec, emit func(state.Record) error) (kept, dropped int, err error) {
 	f, err := h.opts.FS.Spill(filepath.Clean(h.opts.Path))
 	if err != nil {
 		return 0, 0, fmt.Errorf("a file for the base's tasks: %w", err)
 	}
 	defer f.Close()
 	buffered := bufio.NewWriterSize(f, 1<<20)
-	snap, err := st.WriteBase(buffered, keptFrom, read)
+	snap, err := st.WriteBase(buffered, spec.keptFrom, read)
 	if err == nil {
 		err = buffered.Flush()
 	}
@@ -343,13 +398,15 @@ func (h *Handle) writeBase(st *state.State, read func(*state.PayloadRef) (string
 	if err != nil {
 		return 0, 0, fmt.Errorf("writing the base's tasks to %s: %w", f.Name(), err)
 	}
-	err = snap.Records(at, history, hash, chainFrom, bufio.NewReaderSize(f, 1<<20), emit)
+	snap.Cut = spec.cut
+	err = snap.Records(spec.at, spec.history, spec.hash, spec.chainFrom, bufio.NewReaderSize(f, 1<<20), emit)
 	return snap.Kept, snap.Dropped, err
 }
 
 // startSegment copies what the first step read to a new segment file in
-// the history directory, not yet sealed.
-func (h *Handle) startSegment(log *wal.Log, read wal.Position) (*os.File, error) {
+// the history directory, not yet sealed: whole, or as a tail (c's base's
+// first and last records, then the records after it).
+func (h *Handle) startSegment(log *wal.Log, read wal.Position, c *historyReader, tail bool) (*os.File, error) {
 	dir := h.side(HistorySuffix)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the history directory: %w", err)
@@ -358,7 +415,21 @@ func (h *Handle) startSegment(log *wal.Log, read wal.Position) (*os.File, error)
 	if err != nil {
 		return nil, fmt.Errorf("creating a history segment: %w", err)
 	}
-	_, err = io.Copy(f, log.Section(0, read.End))
+	if tail {
+		out := bufio.NewWriterSize(f, 1<<20)
+		frames := wal.NewFrameWriter(out, wal.Version)
+		if err = frames.Write(c.baseBodies[0]); err == nil {
+			err = frames.Write(c.baseBodies[1])
+		}
+		if err == nil {
+			_, err = io.Copy(out, log.Section(c.afterBase, read.End))
+		}
+		if err == nil {
+			err = out.Flush()
+		}
+	} else {
+		_, err = io.Copy(f, log.Section(0, read.End))
+	}
 	if err == nil {
 		err = f.Sync() // now, without the lock: the last step then flushes only what was appended since
 	}
@@ -375,12 +446,12 @@ func (h *Handle) startSegment(log *wal.Log, read wal.Position) (*os.File, error)
 // that it holds too.
 func (h *Handle) sealSegment(f *os.File, first, last, lastAt int64) (string, error) {
 	dir := filepath.Dir(f.Name())
-	for _, s := range Segments(dir) {
+	for _, s := range allSegments(dir) {
 		if s.First >= first {
 			os.Remove(s.Path)
 		}
 	}
-	name := filepath.Join(dir, fmt.Sprintf("%012d-%012d-%d.wal", first, last, lastAt))
+	name := filepath.Join(dir, segmentName(first, last, lastAt))
 	if err := os.Rename(f.Name(), name); err != nil {
 		return "", fmt.Errorf("sealing the history segment %s: %w; the WAL is unchanged", name, err)
 	}
@@ -391,12 +462,28 @@ func (h *Handle) sealSegment(f *os.File, first, last, lastAt int64) (string, err
 }
 
 // expireHistory deletes the segments whose last record is older than
-// before, oldest first, and the leftovers of crashed sealing.
+// before, oldest first, but never those a tail left needs (its base is
+// derived from them), and the leftovers of crashed sealing and reading.
 func (h *Handle) expireHistory(before int64) []string {
 	dir := h.side(HistorySuffix)
 	var gone []string
-	for _, s := range Segments(dir) {
-		if s.LastAt < before && os.Remove(s.Path) == nil {
+	all, segs := allSegments(dir), Segments(dir)
+	for i := 0; i+1 < len(all); i++ {
+		if all[i].Last == all[i+1].Last && os.Remove(all[i].Path) == nil { // covered (Segments)
+			gone = append(gone, all[i].Path)
+		}
+	}
+	n := 0
+	for n < len(segs) && segs[n].LastAt < before {
+		n++
+	}
+	for ; n > 0 && n < len(segs); n-- {
+		if s, err := stubOf(segs[n].Path, h.opts.LockTimeout); err == nil && s == nil {
+			break
+		}
+	}
+	for _, s := range segs[:n] {
+		if os.Remove(s.Path) == nil {
 			gone = append(gone, s.Path)
 		}
 	}
@@ -404,7 +491,19 @@ func (h *Handle) expireHistory(before int64) []string {
 	for _, path := range leftovers {
 		os.Remove(path)
 	}
+	reading, _ := filepath.Glob(filepath.Join(globEscape(dir), readingPrefix+"*"))
+	for _, path := range reading {
+		if info, err := os.Stat(path); err == nil && time.Since(info.ModTime()) > time.Hour {
+			os.Remove(path) // a reader that crashed; one still reading is younger
+		}
+	}
 	return gone
+}
+
+// segmentName names the segment of the records first to last, the last
+// one written at lastAt.
+func segmentName(first, last, lastAt int64) string {
+	return fmt.Sprintf("%012d-%012d-%d.wal", first, last, lastAt)
 }
 
 // Segment is one sealed history segment.
@@ -415,8 +514,22 @@ type Segment struct {
 }
 
 // Segments lists the sealed segments in dir, oldest first; files that are
-// not named as segments are not listed.
+// not named as segments are not listed, nor is a segment that a later one
+// ending at the same record covers (a crash between cutting it where the
+// retention starts and removing it: see rebase).
 func Segments(dir string) []Segment {
+	all := allSegments(dir)
+	out := all[:0:0]
+	for i, s := range all {
+		if i+1 == len(all) || all[i+1].Last != s.Last {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// allSegments lists every file in dir named as a segment, oldest first.
+func allSegments(dir string) []Segment {
 	entries, _ := os.ReadDir(dir)
 	var out []Segment
 	for _, e := range entries {

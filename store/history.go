@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"time"
 
@@ -37,11 +38,13 @@ func (e *HistoryError) Unwrap() error { return e.Err }
 // a WAL of its own (chained checksums, every rule and invariant), each one
 // starts where the one before ended, and the base each one (and the WAL)
 // starts with is exactly the base of the state the segment before leads to,
-// with the same hash chain head and checksum seed. The oldest segment left
-// (after --keep-history deleted older ones) is checked alone.
+// with the same hash chain head and checksum seed; a tail segment's base,
+// which it leaves out, is derived so and checked against the two records it
+// keeps. The oldest segment left (after --keep-history deleted older ones)
+// is checked alone.
 //
-// One segment's state is held at a time: the base a segment leads to is
-// worked out from the next file's BaseBegin before that file is replayed.
+// Two files' states are held at a time: the base a file starts with is
+// worked out from the state the file before leads to.
 func (h *Handle) VerifyHistory() (HistoryCheck, error) {
 	var check HistoryCheck
 	paths := []string{}
@@ -49,62 +52,118 @@ func (h *Handle) VerifyHistory() (HistoryCheck, error) {
 		paths = append(paths, s.Path)
 	}
 	paths = append(paths, h.opts.Path)
-	var prevPath string
-	var want []state.Record // the BaseBegin and BaseEnd the file at path must start with (nil: the first file)
+	var prev *historyFile
+	defer func() { prev.close() }()
 	for i, path := range paths {
-		c := h.newHistoryReader()
-		log, err := wal.OpenAt(path, wal.Read, h.opts.LockTimeout, wal.Position{}, c.read)
+		s, err := stubOf(path, h.opts.LockTimeout)
 		if err != nil {
-			c.close()
 			return check, &HistoryError{Path: path, Err: h.openError(err)}
 		}
-		log.Close()
-		base := c.v.State.Base()
+		var want []state.Record // the BaseBegin and BaseEnd a whole file after the first must start with
+		if prev != nil && s == nil {
+			if want, err = h.baseAfter(prev, path); err != nil {
+				return check, &HistoryError{Path: path, Err: err}
+			}
+		}
+		cur, err := h.readHistoryFile(path, s, prev, 0)
+		prev.close()
+		if prev = cur; err != nil {
+			return check, &HistoryError{Path: path, Err: err}
+		}
+		based := cur.c.begin.Type == state.BaseBegin // (a cut base's state names the base before it)
 		switch {
-		case i == 0 && base != nil:
-			check.First = base.Seq + 1
+		case i == 0 && based:
+			check.First = cur.c.begin.Seq + 1
 		case i == 0:
 			check.First = 1
-		case base == nil:
-			c.close()
-			return check, &HistoryError{Path: path, Err: fmt.Errorf("it follows the segment %s but does not start with a base", prevPath)}
-		case !reflect.DeepEqual(want, []state.Record{c.begin, c.end}):
-			c.close()
+		case !based:
+			return check, &HistoryError{Path: path, Err: fmt.Errorf("it follows the segment %s but does not start with a base", paths[i-1])}
+		case want != nil && !reflect.DeepEqual(want, []state.Record{cur.c.begin, cur.c.end}):
 			return check, &HistoryError{Path: path, Err: fmt.Errorf("its base is not the state %s leads to (digest %s, hash %s; want %s, %s)",
-				prevPath, c.end.Digest, c.end.Hash, want[1].Digest, want[1].Hash)}
+				paths[i-1], cur.c.end.Digest, cur.c.end.Hash, want[1].Digest, want[1].Hash)}
 		default:
 			check.Derived++
 		}
 		if i < len(paths)-1 {
 			check.Segments++
-			want, err = h.baseAfter(c, log.LastSum, paths[i], paths[i+1])
 		}
-		c.close()
-		if err != nil {
-			return check, &HistoryError{Path: paths[i+1], Err: err}
-		}
-		prevPath = path
 	}
 	return check, nil
 }
 
-// baseAfter is the BaseBegin and BaseEnd of the base of the state c read
-// from the segment at path, as the file next, which must follow it, says the
+// historyFile is a segment (or the WAL) read through a historyReader: from
+// its whole copy when it is a tail, which it removes when closed.
+type historyFile struct {
+	path    string // the segment's
+	read    string // the file read: path, or the whole copy
+	c       *historyReader
+	lastSum uint32 // the checksum of its last frame read
+	end     int64  // where that frame ends
+}
+
+// readHistoryFile reads the segment at path, a tail if s is its stub, from
+// the whole copy materialised from prev (the file before it, which must be
+// read) if it is; through record seq through, if not 0, else to its end.
+func (h *Handle) readHistoryFile(path string, s *stub, prev *historyFile, through int64) (*historyFile, error) {
+	f := &historyFile{path: path, read: path, c: h.newHistoryReader()}
+	if s != nil {
+		if prev == nil {
+			return f, errors.New("it leaves its base out, and the segment before it, which leads to that base, is gone")
+		}
+		from := payloadFile{path: prev.read}
+		name, err := h.materialise(prev.c.v.State, from.read, path, s, hex.EncodeToString(prev.c.hash[:]), prev.lastSum, readingPrefix)
+		if from.close(); err != nil {
+			return f, err
+		}
+		f.read = name
+	}
+	log, err := wal.OpenAt(f.read, wal.Read, h.opts.LockTimeout, wal.Position{}, func(fr wal.Frame) error {
+		if err := f.c.read(fr); err != nil {
+			return err
+		}
+		if through != 0 && f.c.records > 0 && f.c.v.State.LastSeq() == through {
+			return wal.ErrStopAfter
+		}
+		return nil
+	})
+	if err != nil {
+		return f, h.openError(err)
+	}
+	f.lastSum, f.end = log.LastSum, log.End
+	log.Close()
+	return f, nil
+}
+
+// close lets go of the file's state, and of its whole copy; nil is closed.
+func (f *historyFile) close() {
+	if f == nil {
+		return
+	}
+	f.c.close()
+	if f.read != f.path {
+		os.Remove(f.read)
+	}
+}
+
+// baseAfter is the BaseBegin and BaseEnd of the base of the state the file
+// prev read leads to, as the file next, which must follow it, says the
 // compaction made it: at its time, with its retention.
-func (h *Handle) baseAfter(c *historyReader, seed uint32, path, next string) ([]state.Record, error) {
+func (h *Handle) baseAfter(prev *historyFile, next string) ([]state.Record, error) {
 	begin, err := firstRecord(next, h.opts.LockTimeout)
+	st := prev.c.v.State
 	switch {
 	case err != nil:
 		return nil, h.openError(err)
 	case begin.Type != state.BaseBegin || begin.KeptFrom == nil:
-		return nil, fmt.Errorf("it follows the segment %s but does not start with a base", path)
-	case c.v.State.LastSeq() != begin.Seq:
-		return nil, fmt.Errorf("its base stands for the records up to seq %d, but %s ends at seq %d", begin.Seq, path, c.v.State.LastSeq())
+		return nil, fmt.Errorf("it follows the segment %s but does not start with a base", prev.path)
+	case st.LastSeq() != begin.Seq:
+		return nil, fmt.Errorf("its base stands for the records up to seq %d, but %s ends at seq %d", begin.Seq, prev.path, st.LastSeq())
 	}
 	var want []state.Record
-	segment := payloadFile{path: path}
+	segment := payloadFile{path: prev.read}
 	defer segment.close()
-	_, _, err = h.writeBase(c.v.State, segment.read, begin.At, *begin.KeptFrom, begin.History, hex.EncodeToString(c.hash[:]), seed, func(r state.Record) error {
+	spec := baseSpec{at: begin.At, keptFrom: *begin.KeptFrom, history: begin.History, hash: hex.EncodeToString(prev.c.hash[:]), chainFrom: prev.lastSum, cut: begin.Cut}
+	_, _, err = h.writeBase(st, segment.read, spec, func(r state.Record) error {
 		if r.Type != state.BasePart {
 			want = append(want, r)
 		}
@@ -134,24 +193,46 @@ func firstRecord(path string, lockTimeout time.Duration) (state.Record, error) {
 // ReadSegments replays the sealed segments beside the WAL (see Compact)
 // through opts' hooks, oldest first, each record once: every segment is a WAL
 // of its own, replayed from its start (the base of the records before it, or
-// the first record), and only its records after the last one handed on reach
-// OnRecord and BeforeRecord, with the segment's state. Segments that end
-// before from are skipped. When a hook returns ErrStop, stopped is called
-// with the state there (while the segment is still open: the state may read
-// files its replay spilled) and its error returned, with halted set; else
-// last is the seq of the last record handed on (0: none), and the WAL's
-// replay goes on after it (SkipThrough).
+// the first record; a tail segment from its whole copy, materialised from
+// the state the segment before leads to), and only its records after the
+// last one handed on reach OnRecord and BeforeRecord, with the segment's
+// state. Segments that end before from are not handed on (they are read
+// only when a tail needed after them leaves its base out). When a hook
+// returns ErrStop, stopped is called with the state there (while the
+// segment is still open: the state may read files its replay spilled) and
+// its error returned, with halted set; else last is the seq of the last
+// record handed on (0: none), and the WAL's replay goes on after it
+// (SkipThrough).
 func ReadSegments(opts Options, from int64, stopped func(*Tx) error) (last int64, halted bool, err error) {
 	onRecord, beforeRecord := opts.OnRecord, opts.BeforeRecord
-	for _, seg := range Segments(HistoryDir(opts.Path)) {
-		if seg.Last < from || seg.Last <= last {
-			continue
+	segs := Segments(HistoryDir(opts.Path))
+	stubs := make([]*stub, len(segs))
+	start := len(segs) // the first segment read: the first needed, or the whole one its tail starts from
+	for i := len(segs) - 1; i >= 0 && (segs[i].Last >= from || (start < len(segs) && stubs[start] != nil)); i-- {
+		if stubs[i], err = stubOf(segs[i].Path, opts.LockTimeout); err != nil {
+			return 0, false, &HistoryError{Path: segs[i].Path, Err: err}
 		}
+		start = i
+	}
+	whole := "" // the whole copy of the segment read next, when it is a tail
+	defer func() {
+		if whole != "" {
+			os.Remove(whole)
+		}
+	}()
+	for i := start; i < len(segs); i++ {
+		seg, handed := segs[i], segs[i].Last >= from
 		o := opts
 		o.Path, o.FullReplay, o.ReplayFrom, o.Verifier = seg.Path, true, 0, nil
+		if stubs[i] != nil {
+			if whole == "" {
+				return last, false, &HistoryError{Path: seg.Path, Err: errors.New("it leaves its base out, and the segment before it, which leads to that base, is gone")}
+			}
+			o.Path = whole
+		}
 		o.Clock = func(lastAt int64) (int64, error) { return lastAt, nil } // a segment is read, never decided on
-		o.BeforeRecord = nil
-		if beforeRecord != nil {
+		o.BeforeRecord, o.OnRecord = nil, nil
+		if beforeRecord != nil && handed {
 			o.BeforeRecord = func(rec state.Record, tx *Tx) error {
 				if rec.Seq <= last {
 					return nil
@@ -159,32 +240,49 @@ func ReadSegments(opts Options, from int64, stopped func(*Tx) error) (last int64
 				return beforeRecord(rec, tx)
 			}
 		}
-		o.OnRecord = func(rec state.Record, tx *Tx) error {
-			if rec.Seq <= last {
-				return nil
+		if handed {
+			o.OnRecord = func(rec state.Record, tx *Tx) error {
+				if rec.Seq <= last {
+					return nil
+				}
+				last = rec.Seq
+				var err error
+				if onRecord != nil {
+					err = onRecord(rec, tx)
+				}
+				halted = errors.Is(err, ErrStop)
+				return err
 			}
-			last = rec.Seq
-			var err error
-			if onRecord != nil {
-				err = onRecord(rec, tx)
-			}
-			halted = errors.Is(err, ErrStop)
-			return err
 		}
 		h := Open(o)
-		var stopErr error
+		var stopErr, nextErr error
+		next := ""
 		err := h.Read(func(tx *Tx) error {
-			if halted && stopped != nil {
+			switch {
+			case halted && stopped != nil:
 				stopErr = stopped(tx)
+			case !halted && i+1 < len(segs) && stubs[i+1] != nil:
+				s := stubs[i+1]
+				seed, err := stubSeed(s)
+				if err == nil {
+					next, err = h.materialise(tx.State, tx.readPayload, segs[i+1].Path, s, s.end.Hash, seed, readingPrefix)
+				}
+				nextErr = err
 			}
 			return nil
 		})
 		h.Close()
-		if err != nil {
-			return last, false, &HistoryError{Path: seg.Path, Err: err}
+		if whole != "" {
+			os.Remove(whole)
 		}
-		if halted {
+		whole = next
+		switch {
+		case err != nil:
+			return last, false, &HistoryError{Path: seg.Path, Err: err}
+		case halted:
 			return last, true, stopErr
+		case nextErr != nil:
+			return last, false, &HistoryError{Path: segs[i+1].Path, Err: nextErr}
 		}
 	}
 	return last, false, nil

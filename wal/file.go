@@ -714,16 +714,10 @@ func (r *Replacement) Abandon() {
 func (r *Replacement) write(version int, bodies func(write func(body []byte) error) error) error {
 	out := &appender{w: r.store}
 	w := bufio.NewWriterSize(out, 1<<20)
-	w.Write(HeaderLine(version))
-	prev, frame, written := headerSeed, []byte(nil), 0
+	frames := NewFrameWriter(w, version)
+	written := 0
 	err := bodies(func(body []byte) error {
-		var sum uint32
-		var err error
-		if frame, sum, err = AppendFrame(frame[:0], prev, body); err != nil {
-			return err
-		}
-		prev = nextSeed(sum, body)
-		if _, err := w.Write(frame); err != nil {
+		if err := frames.Write(body); err != nil {
 			return err
 		}
 		if written++; written == 2 && r.fault != nil && r.fault.Point == "compact-partial" {
@@ -792,4 +786,33 @@ func (a *appender) Write(p []byte) (int, error) {
 		err = io.ErrShortWrite
 	}
 	return n, err
+}
+
+// FrameWriter writes a WAL to w: its header, then a frame for each body,
+// each chained from the frame before (or re-seeded by it).
+type FrameWriter struct {
+	w     io.Writer
+	prev  uint32
+	frame []byte
+	err   error // the header's, if it could not be written
+}
+
+// NewFrameWriter writes the header of version to w.
+func NewFrameWriter(w io.Writer, version int) *FrameWriter {
+	_, err := w.Write(HeaderLine(version))
+	return &FrameWriter{w: w, prev: headerSeed, err: err}
+}
+
+// Write writes body's frame.
+func (fw *FrameWriter) Write(body []byte) error {
+	if fw.err != nil {
+		return fw.err
+	}
+	frame, sum, err := AppendFrame(fw.frame[:0], fw.prev, body)
+	if err != nil {
+		return err
+	}
+	fw.frame, fw.prev = frame, nextSeed(sum, body)
+	_, err = fw.w.Write(frame)
+	return err
 }
