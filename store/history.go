@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"reflect"
 	"time"
@@ -203,14 +204,32 @@ func firstRecord(path string, lockTimeout time.Duration) (state.Record, error) {
 // its error returned, with halted set; else last is the seq of the last
 // record handed on (0: none), and the WAL's replay goes on after it
 // (SkipThrough).
+//
+// A compaction may remove or replace segments meanwhile (it holds no lock a
+// reader takes): when one is gone, the reading starts over from a new
+// listing, after the last record handed on.
 func ReadSegments(opts Options, from int64, stopped func(*Tx) error) (last int64, halted bool, err error) {
+	for attempt := 0; ; attempt++ {
+		var gone bool
+		gone, halted, err = readSegments(opts, max(from, last+1), stopped, &last)
+		if !gone || attempt == maxStartOvers {
+			return last, halted, err
+		}
+	}
+}
+
+// readSegments is one attempt of ReadSegments, reporting gone when a
+// segment it listed was not there when it came to read it.
+func readSegments(opts Options, from int64, stopped func(*Tx) error, lastHanded *int64) (gone, halted bool, err error) {
 	onRecord, beforeRecord := opts.OnRecord, opts.BeforeRecord
+	last := *lastHanded
+	defer func() { *lastHanded = last }()
 	segs := Segments(HistoryDir(opts.Path))
 	stubs := make([]*stub, len(segs))
 	start := len(segs) // the first segment read: the first needed, or the whole one its tail starts from
 	for i := len(segs) - 1; i >= 0 && (segs[i].Last >= from || (start < len(segs) && stubs[start] != nil)); i-- {
 		if stubs[i], err = stubOf(segs[i].Path, opts.LockTimeout); err != nil {
-			return 0, false, &HistoryError{Path: segs[i].Path, Err: err}
+			return errors.Is(err, fs.ErrNotExist), false, &HistoryError{Path: segs[i].Path, Err: err}
 		}
 		start = i
 	}
@@ -226,7 +245,7 @@ func ReadSegments(opts Options, from int64, stopped func(*Tx) error) (last int64
 		o.Path, o.FullReplay, o.ReplayFrom, o.Verifier = seg.Path, true, 0, nil
 		if stubs[i] != nil {
 			if whole == "" {
-				return last, false, &HistoryError{Path: seg.Path, Err: errors.New("it leaves its base out, and the segment before it, which leads to that base, is gone")}
+				return false, false, &HistoryError{Path: seg.Path, Err: errors.New("it leaves its base out, and the segment before it, which leads to that base, is gone")}
 			}
 			o.Path = whole
 		}
@@ -256,9 +275,11 @@ func ReadSegments(opts Options, from int64, stopped func(*Tx) error) (last int64
 		}
 		h := Open(o)
 		var stopErr, nextErr error
-		next := ""
+		next, missing := "", false
 		err := h.Read(func(tx *Tx) error {
 			switch {
+			case tx.Missing:
+				missing = true
 			case halted && stopped != nil:
 				stopErr = stopped(tx)
 			case !halted && i+1 < len(segs) && stubs[i+1] != nil:
@@ -277,15 +298,17 @@ func ReadSegments(opts Options, from int64, stopped func(*Tx) error) (last int64
 		}
 		whole = next
 		switch {
+		case missing:
+			return true, false, &HistoryError{Path: seg.Path, Err: fs.ErrNotExist}
 		case err != nil:
-			return last, false, &HistoryError{Path: seg.Path, Err: err}
+			return false, false, &HistoryError{Path: seg.Path, Err: err}
 		case halted:
-			return last, true, stopErr
+			return false, true, stopErr
 		case nextErr != nil:
-			return last, false, &HistoryError{Path: segs[i+1].Path, Err: nextErr}
+			return errors.Is(nextErr, fs.ErrNotExist), false, &HistoryError{Path: segs[i+1].Path, Err: nextErr}
 		}
 	}
-	return last, false, nil
+	return false, false, nil
 }
 
 // SkipThrough has opts' hooks skip the records up to last, which

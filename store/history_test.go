@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"leasewal/state"
 	"leasewal/store"
 	"leasewal/wal"
 )
@@ -236,4 +238,63 @@ func TestACutLeftBesideItsSegment(t *testing.T) {
 	if _, err := os.Stat(before[0].Path); !os.IsNotExist(err) {
 		t.Fatalf("the segment a cut covers is still there after the next compaction: %v", err)
 	}
+}
+
+// TestHistoryReadAcrossACompaction: a compaction that expires history
+// while a reader reads it (the segment it would read next deleted, the one
+// after, a tail, rewritten whole) does not fail the reader: it starts over
+// from a new listing after the last record it handed on, and hands on each
+// record left once, in order, up to the last the new listing holds.
+func TestHistoryReadAcrossACompaction(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	start, _ := time.Parse(time.RFC3339, "2026-01-01T00:00:00Z")
+	compact := func(hour int, keep string) {
+		t.Helper()
+		at := start.Add(time.Duration(hour)*time.Hour + 30*time.Minute).Format(time.RFC3339)
+		if code, out, errOut := cli("--wal", path, "--now", at, "compact", "--keep-finished", "1h", "--keep-history", keep); code != 0 {
+			t.Fatalf("compact: exit %d %s %s", code, out, errOut)
+		}
+	}
+	for hour := range 6 {
+		hourly(t, start.Add(time.Duration(hour)*time.Hour), hour, path)
+		if hour%2 == 1 {
+			compact(hour, "100h")
+		}
+	}
+	before := store.Segments(path + store.HistorySuffix)
+	if len(before) != 3 {
+		t.Fatalf("segments %+v: want three", before)
+	}
+	hourly(t, start.Add(6*time.Hour), 6, path)
+	var seqs []int64
+	var compacted string // the hook runs on the replay's applying goroutine: no t.Fatal there
+	opts := store.Options{Path: path, LockTimeout: time.Minute, OnRecord: func(r state.Record, _ *store.Tx) error {
+		if len(seqs) == 0 { // the retention starts at 3:30: hours 0 to 3 expire, hour 4 starts the history
+			code, out, errOut := cli("--wal", path, "--now", start.Add(6*time.Hour+30*time.Minute).Format(time.RFC3339), "compact", "--keep-finished", "1h", "--keep-history", "3h")
+			compacted = fmt.Sprint(code, " ", out, errOut)
+		}
+		seqs = append(seqs, r.Seq)
+		return nil
+	}}
+	last, halted, err := store.ReadSegments(opts, 1, nil)
+	if !strings.HasPrefix(compacted, "0 ") {
+		t.Fatalf("the compaction during the read: %s", compacted)
+	}
+	after := store.Segments(path + store.HistorySuffix)
+	if err != nil || halted || len(after) != 2 || after[0] != before[2] {
+		t.Fatalf("ReadSegments across a compaction: %v (halted %v); segments %+v, then %+v", err, halted, before, after)
+	}
+	want := slices.Concat(seqsFrom(before[0].First, before[0].Last), seqsFrom(after[0].First, after[1].Last)) // the first read before it expired
+	if !slices.Equal(seqs, want) || last != want[len(want)-1] {
+		t.Fatalf("the records handed on: %v, last %d; want %v", seqs, last, want)
+	}
+}
+
+// seqsFrom is the seqs from first to last.
+func seqsFrom(first, last int64) []int64 {
+	var out []int64
+	for seq := first; seq <= last; seq++ {
+		out = append(out, seq)
+	}
+	return out
 }
