@@ -13,7 +13,7 @@ import (
 type Verifier struct {
 	State   *State
 	Records int
-	shadows shadowTable // what the Verifier itself saw of each task, by task number: 16 bytes a task, kept for every task
+	shadows shadowTable // what the Verifier itself saw of each task, by task number: 2 bytes a task that holds no lease, kept for every task
 
 	current map[string]string // current lease id -> task, as observed after each record
 	lastNum int64
@@ -41,33 +41,87 @@ var taskStates = []TaskState{Waiting, Leased, Completed, Failed, Dead}
 
 // A shadowTable holds a shadow for each task number, in pages of 256
 // numbers: the state numbers its tasks in order, so the shadows of a WAL's
-// tasks cost their 16 bytes each and a map entry a page, rather than a map
-// entry each (about 35 bytes), which is what a verify of millions holds.
-// A WAL whose numbers skip (written by hand) costs a page a number at worst.
+// tasks cost a page entry each rather than a map entry each (about 35
+// bytes), which is what a verify of millions holds. A page keeps each
+// shadow's state and grants in a byte each; the lease numbers only while
+// one of its tasks holds a lease, and grants outside a byte in a map: a
+// task that waits or has ended costs two bytes. A WAL whose numbers skip
+// (written by hand) costs a page a number at worst.
 type shadowTable struct {
-	pages map[int64]*[shadowPage]shadow
+	pages map[int64]*shadowPage
+	wide  map[int64]int32 // grants below 0 or above shadowNarrow, by task number
 }
 
-const shadowPage = 256
+const (
+	shadowPageSize = 256
+	shadowNarrow   = 254 // grants above are kept in shadowTable.wide
+)
+
+type shadowPage struct {
+	state  [shadowPageSize]uint8
+	grants [shadowPageSize]uint8 // shadowNarrow+1: in the table's wide map
+	held   *[shadowPageSize]int64
+	holds  int // the non-zero entries of held (nil when none)
+}
 
 // get is the shadow of task number num (the zero shadow: not seen yet).
 func (st *shadowTable) get(num int64) shadow {
-	if p := st.pages[num/shadowPage]; p != nil {
-		return p[num%shadowPage]
+	p := st.pages[num/shadowPageSize]
+	if p == nil {
+		return shadow{}
 	}
-	return shadow{}
+	i := num % shadowPageSize
+	sh := shadow{state: p.state[i], grants: int32(p.grants[i])}
+	if p.grants[i] > shadowNarrow {
+		sh.grants = st.wide[num]
+	}
+	if p.held != nil {
+		sh.held = p.held[i]
+	}
+	return sh
 }
 
 func (st *shadowTable) set(num int64, sh shadow) {
-	p := st.pages[num/shadowPage]
+	p := st.pages[num/shadowPageSize]
 	if p == nil {
 		if st.pages == nil {
-			st.pages = map[int64]*[shadowPage]shadow{}
+			st.pages = map[int64]*shadowPage{}
 		}
-		p = new([shadowPage]shadow)
-		st.pages[num/shadowPage] = p
+		p = &shadowPage{}
+		st.pages[num/shadowPageSize] = p
 	}
-	p[num%shadowPage] = sh
+	i := num % shadowPageSize
+	p.state[i] = sh.state
+	if p.grants[i] > shadowNarrow {
+		delete(st.wide, num)
+	}
+	if sh.grants >= 0 && sh.grants <= shadowNarrow {
+		p.grants[i] = uint8(sh.grants)
+	} else {
+		if st.wide == nil {
+			st.wide = map[int64]int32{}
+		}
+		p.grants[i], st.wide[num] = shadowNarrow+1, sh.grants
+	}
+	was := int64(0)
+	if p.held != nil {
+		was = p.held[i]
+	}
+	switch {
+	case was == 0 && sh.held != 0:
+		if p.held == nil {
+			p.held = new([shadowPageSize]int64)
+		}
+		p.holds++
+	case was != 0 && sh.held == 0:
+		if p.holds--; p.holds == 0 {
+			p.held = nil
+			return
+		}
+	}
+	if p.held != nil {
+		p.held[i] = sh.held
+	}
 }
 
 func (sh shadow) seen() bool { return sh.state != 0 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -90,5 +91,39 @@ func TestVerifierCatchesATokenHandedOutTwice(t *testing.T) {
 				t.Fatalf("got %v; want %q at record %d", err, WorkInvMonitor, last)
 			}
 		})
+	}
+}
+
+// TestShadowTableAgainstAMap: the Verifier's packed account of each task
+// answers as a map of whole shadows does, through grants outside a byte and
+// leases taken and let go, and lets go of a page's lease numbers once none
+// of its tasks holds one.
+func TestShadowTableAgainstAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 8))
+	var table shadowTable
+	model := map[int64]shadow{}
+	for step := range 20_000 {
+		num := int64(rng.IntN(3 * shadowPageSize))
+		sh := shadow{state: uint8(rng.IntN(6)), grants: int32(rng.IntN(300) - 2)}
+		if rng.IntN(3) == 0 {
+			sh.held = rng.Int64N(1 << 40)
+		}
+		table.set(num, sh)
+		model[num] = sh
+		probe := int64(rng.IntN(3 * shadowPageSize))
+		if got := table.get(probe); got != model[probe] {
+			t.Fatalf("step %d: task %d is %+v, want %+v", step, probe, got, model[probe])
+		}
+	}
+	for num := range model {
+		table.set(num, shadow{state: 3, grants: 1})
+	}
+	for _, p := range table.pages {
+		if p.held != nil || p.holds != 0 {
+			t.Fatalf("a page none of whose tasks holds a lease keeps %d lease numbers", p.holds)
+		}
+	}
+	if len(table.wide) != 0 {
+		t.Fatalf("%d grants kept wide after every task's fit in a byte", len(table.wide))
 	}
 }
