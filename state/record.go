@@ -189,11 +189,11 @@ type Record struct {
 	// starts where its snapshot says (as the state of the records it stands
 	// for did), not at the cut, so that the bases after it are derived as
 	// the compactions that made them did.
-	Cut bool `json:"cut,omitempty"`
-	Part     int    `json:"part,omitempty"`      // BasePart: its number, from 1
-	Data     string `json:"data,omitempty"`      // BasePart: a piece of the state snapshot, base64
-	Digest   string `json:"digest,omitempty"`    // BaseEnd: SHA-256 of the whole snapshot, hex
-	Hash     string `json:"hash,omitempty"`      // BaseEnd: SHA-256 chain head of the records replaced, hex
+	Cut    bool   `json:"cut,omitempty"`
+	Part   int    `json:"part,omitempty"`   // BasePart: its number, from 1
+	Data   string `json:"data,omitempty"`   // BasePart: a piece of the state snapshot, base64
+	Digest string `json:"digest,omitempty"` // BaseEnd: SHA-256 of the whole snapshot, hex
+	Hash   string `json:"hash,omitempty"`   // BaseEnd: SHA-256 chain head of the records replaced, hex
 
 	// Frame is where the record's frame starts in the WAL it was read from or
 	// is written to (0: none yet); a long payload is held as that place.

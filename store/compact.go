@@ -173,19 +173,19 @@ func (h *Handle) Compact(opts CompactOptions) (Compaction, error) {
 // verified up to read, its copy in segment (nil with Drop), and the new WAL
 // holding the base of the state there in replacement.
 type PreparedCompaction struct {
-	h           *Handle
-	opts        CompactOptions
-	history     *historyReader // closed by Abandon
-	read        wal.Position
-	first       int64 // the seq of the first record the segment holds
-	lastAt      int64 // the time of its last one
-	segment     *os.File
+	h       *Handle
+	opts    CompactOptions
+	history *historyReader // closed by Abandon
+	read    wal.Position
+	first   int64 // the seq of the first record the segment holds
+	lastAt  int64 // the time of its last one
+	segment *os.File
 	// rebased is the oldest segment the compaction's expiry keeps, cut where
 	// the retention starts (see rebase), to be named rebasedAs in place of
 	// rebaseOf before the segments before it go.
 	rebased, rebasedAs, rebaseOf string
-	replacement *wal.Replacement
-	out         Compaction // what Finish reports, as far as the first step knows
+	replacement                  *wal.Replacement
+	out                          Compaction // what Finish reports, as far as the first step knows
 }
 
 // PrepareCompaction is the first step, without the lock: it replays and
