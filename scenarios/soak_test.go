@@ -114,12 +114,12 @@ func settle(t *testing.T, walPath string, above int64, stderr *lockedBuffer) {
 	}, stderr.String)
 }
 
-// keptOf is what the retention keeps of the WAL at walPath at now, as a
-// WAL: a copy of it compacted with no history, its size in bytes.
-func keptOf(t *testing.T, walPath, now string) int64 {
+// keptOf is what a retention of keep keeps of the WAL at walPath at now, as
+// a WAL: a copy of it compacted with no history, its size in bytes.
+func keptOf(t *testing.T, walPath, now, keep string) int64 {
 	t.Helper()
 	kept := filepath.Join(t.TempDir(), "kept.wal")
-	for _, args := range [][]string{{"backup", kept, "--lock-timeout", "1m"}, {"--wal", kept, "compact", "--drop", "--keep-finished", "1h", "--now", now}} {
+	for _, args := range [][]string{{"backup", kept, "--lock-timeout", "1m"}, {"--wal", kept, "compact", "--drop", "--keep-finished", keep, "--now", now}} {
 		if code, out, errOut := run(t, walPath, nil, args...); code != 0 {
 			t.Fatalf("%v: exit %d %s %s", args, code, out, errOut)
 		}
@@ -132,8 +132,8 @@ func keptOf(t *testing.T, walPath, now string) int64 {
 }
 
 // TestSoak runs a server for many simulated hours (the test clock moves 20
-// minutes a round) with a retention of an hour for finished tasks and for
-// history: each round submits a batch of tasks and a worker completes them
+// minutes a round) with a retention of three rounds (an hour) for finished
+// tasks and for history: each round submits a batch of tasks and a worker completes them
 // all. The server compacts by size as it goes; each round's disk is
 // measured once its compactor has caught up. The disk the WAL costs (WAL,
 // caches and sealed history) must stop growing once the retention is full:
@@ -144,35 +144,43 @@ func keptOf(t *testing.T, walPath, now string) int64 {
 // and the records of the history's retention. Between rounds the WAL and
 // its whole history verify. LEASEWAL_SOAK=1 (CI) runs 60 rounds of 200
 // tasks instead of 24 of 100; LEASEWAL_SOAK_TASKS=N runs rounds of 2,000
-// tasks until N were processed (millions, on demand).
+// tasks until N were processed (millions, on demand); LEASEWAL_SOAK_DAYS=N
+// runs N rounds of a day each (a retention of three days), 200 tasks a
+// round: a simulated year with 365.
 func TestSoak(t *testing.T) {
 	t.Parallel()
 	rounds, perRound := 24, 100
 	if os.Getenv("LEASEWAL_SOAK") == "1" {
 		rounds, perRound = 60, 200
 	}
+	roundLen := 20 * time.Minute
 	if n, err := strconv.Atoi(os.Getenv("LEASEWAL_SOAK_TASKS")); err == nil && n > 0 {
 		rounds, perRound = max(24, n/2000), 2000
 	}
+	if n, err := strconv.Atoi(os.Getenv("LEASEWAL_SOAK_DAYS")); err == nil && n > 0 {
+		rounds, perRound, roundLen = max(24, n), 200, 24*time.Hour
+	}
+	retention := 3 * roundLen
+	keep := retention.String()
 	dir := t.TempDir()
 	walPath, clock := filepath.Join(dir, "q.wal"), filepath.Join(dir, "clock")
 	if err := os.WriteFile(clock, []byte("2026-01-01T00:00:00Z"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, url, stderr := startServeEnv(t, []string{"LEASEWAL_TESTING=1", "LEASEWAL_TEST_CLOCK=" + clock, "LEASEWAL_NOW="},
-		"--wal", walPath, "serve", "--listen", "127.0.0.1:0", "--compact-above", "64KiB", "--keep-finished", "1h", "--keep-history", "1h")
+		"--wal", walPath, "serve", "--listen", "127.0.0.1:0", "--compact-above", "64KiB", "--keep-finished", keep, "--keep-history", keep)
 	c, err := client.New([]string{url}, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	start, _ := time.Parse(time.RFC3339, "2026-01-01T00:00:00Z")
-	warmUp := 6 // the retention (an hour, three rounds) and the history's fill up
+	warmUp := 6 // the retention (three rounds) and the history's fill up
 	var disk []int64
 	var latency []time.Duration
 	worst := 0.0 // the most the disk cost, as a share of the live and retained data
 	for round := range rounds {
-		now := start.Add(time.Duration(round+1) * 20 * time.Minute)
+		now := start.Add(time.Duration(round+1) * roundLen)
 		if err := os.WriteFile(clock, []byte(now.Format(time.RFC3339)), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +214,7 @@ func TestSoak(t *testing.T) {
 		settle(t, walPath, 64<<10, stderr)
 		disk = append(disk, diskOf(t, walPath))
 		if round >= warmUp {
-			kept, window := keptOf(t, walPath, now.Format(time.RFC3339)), recordsSince(t, walPath, now.Add(-time.Hour).UnixMilli())
+			kept, window := keptOf(t, walPath, now.Format(time.RFC3339), keep), recordsSince(t, walPath, now.Add(-retention).UnixMilli())
 			ratio := float64(disk[round]) / float64(kept+window)
 			if worst = max(worst, ratio); ratio > 2 {
 				t.Fatalf("round %d: the WAL, its caches and its history take %d bytes, %.2f times the %d bytes the retention keeps (%d of tasks, %d of the last hour's records)",

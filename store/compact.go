@@ -462,8 +462,13 @@ func (h *Handle) sealSegment(f *os.File, first, last, lastAt int64) (string, err
 }
 
 // expireHistory deletes the segments whose last record is older than
-// before, oldest first, but never those a tail left needs (its base is
-// derived from them), and the leftovers of crashed sealing and reading.
+// before, but never those a tail left needs (its base is derived from them),
+// and the leftovers of crashed sealing and reading. It deletes oldest first,
+// so that a crash leaves a history that starts with a segment that holds
+// its base and goes on without a gap; or, when the oldest segment kept was
+// cut where the retention starts (a gap before it, which readers take as a
+// new start), newest first, so that what a crash leaves before the cut is
+// still a history that reads.
 func (h *Handle) expireHistory(before int64) []string {
 	dir := h.side(HistorySuffix)
 	var gone []string
@@ -482,10 +487,18 @@ func (h *Handle) expireHistory(before int64) []string {
 			break
 		}
 	}
-	for _, s := range segs[:n] {
-		if os.Remove(s.Path) == nil {
-			gone = append(gone, s.Path)
+	expired := segs[:n]
+	if n < len(segs) {
+		if first, err := firstRecord(segs[n].Path, h.opts.LockTimeout); err == nil && first.Cut {
+			expired = slices.Clone(expired)
+			slices.Reverse(expired)
 		}
+	}
+	for _, s := range expired {
+		if os.Remove(s.Path) != nil {
+			break // the rest must stay: they or what follows them need it
+		}
+		gone = append(gone, s.Path)
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(globEscape(dir), "sealing-*"))
 	for _, path := range leftovers {

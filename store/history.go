@@ -73,7 +73,7 @@ func (h *Handle) VerifyHistory() (HistoryCheck, error) {
 		}
 		based := cur.c.begin.Type == state.BaseBegin // (a cut base's state names the base before it)
 		switch {
-		case i == 0 && based:
+		case (i == 0 || cur.c.begin.Cut) && based: // (a cut after others: a crash before they expired, the cut's last step)
 			check.First = cur.c.begin.Seq + 1
 		case i == 0:
 			check.First = 1
@@ -148,13 +148,16 @@ func (f *historyFile) close() {
 
 // baseAfter is the BaseBegin and BaseEnd of the base of the state the file
 // prev read leads to, as the file next, which must follow it, says the
-// compaction made it: at its time, with its retention.
+// compaction made it: at its time, with its retention. A segment cut where
+// the retention starts follows none (nil): those before it are expiring.
 func (h *Handle) baseAfter(prev *historyFile, next string) ([]state.Record, error) {
 	begin, err := firstRecord(next, h.opts.LockTimeout)
 	st := prev.c.v.State
 	switch {
 	case err != nil:
 		return nil, h.openError(err)
+	case begin.Cut:
+		return nil, nil
 	case begin.Type != state.BaseBegin || begin.KeptFrom == nil:
 		return nil, fmt.Errorf("it follows the segment %s but does not start with a base", prev.path)
 	case st.LastSeq() != begin.Seq:

@@ -195,7 +195,10 @@ func TestTailSegmentsAreChecked(t *testing.T) {
 // TestACutLeftBesideItsSegment: a crash after the segment cut where the
 // retention starts took its place, before the segment it was cut from was
 // removed, leaves both; the history reads and verifies as if only the cut
-// one were there, and the next compaction removes the other.
+// one were there, and the next compaction removes the other. A crash
+// before the segments older than the cut expired leaves them before it:
+// the history verifies, from the cut on, and the next compaction removes
+// them too.
 func TestACutLeftBesideItsSegment(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "q.wal")
@@ -237,6 +240,37 @@ func TestACutLeftBesideItsSegment(t *testing.T) {
 	compact(3, "3h") // nothing expires
 	if _, err := os.Stat(before[0].Path); !os.IsNotExist(err) {
 		t.Fatalf("the segment a cut covers is still there after the next compaction: %v", err)
+	}
+
+	hourly(t, start.Add(4*time.Hour), 4, path)
+	hourly(t, start.Add(5*time.Hour), 5, path)
+	compact(5, "100h") // hour 1 (its cut), 2 and 3 (tails), 4 and 5 (a tail)
+	older := store.Segments(path + store.HistorySuffix)
+	kept := [][]byte{mustRead(t, older[0].Path), mustRead(t, older[1].Path)}
+	hourly(t, start.Add(6*time.Hour), 6, path)
+	compact(6, "2h") // the retention starts at 4:30: hours 1 to 4 expire, hour 5 starts the history
+	for i, data := range kept { // as a crash before the expiry, which goes newest first, removed them leaves them
+		if err := os.WriteFile(older[i].Path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := store.Segments(path + store.HistorySuffix)
+	if len(older) != 4 || len(segs) != 4 || segs[0] != older[0] || segs[1] != older[1] || segs[2].First != older[3].First+12 {
+		t.Fatalf("segments %+v, then %+v: want the two oldest left before the cut of hours 4 and 5", older, segs)
+	}
+	code, out, errOut := cli("--wal", path, "verify", "--history", "-o", "json")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("from seq %d", segs[2].First)) {
+		t.Fatalf("verify --history with expired segments left before a cut: exit %d %s %s", code, out, errOut)
+	}
+	if code, _, errOut := cli("--wal", path, "log"); code != 0 {
+		t.Fatalf("log with expired segments left before a cut: exit %d %s", code, errOut)
+	}
+	hourly(t, start.Add(7*time.Hour), 7, path)
+	compact(7, "3h")
+	for _, s := range older[:2] {
+		if _, err := os.Stat(s.Path); !os.IsNotExist(err) {
+			t.Fatalf("an expired segment left before a cut is still there after the next compaction: %v", err)
+		}
 	}
 }
 
