@@ -248,7 +248,7 @@ func TestACutLeftBesideItsSegment(t *testing.T) {
 	older := store.Segments(path + store.HistorySuffix)
 	kept := [][]byte{mustRead(t, older[0].Path), mustRead(t, older[1].Path)}
 	hourly(t, start.Add(6*time.Hour), 6, path)
-	compact(6, "2h") // the retention starts at 4:30: hours 1 to 4 expire, hour 5 starts the history
+	compact(6, "2h")            // the retention starts at 4:30: hours 1 to 4 expire, hour 5 starts the history
 	for i, data := range kept { // as a crash before the expiry, which goes newest first, removed them leaves them
 		if err := os.WriteFile(older[i].Path, data, 0o600); err != nil {
 			t.Fatal(err)
