@@ -332,3 +332,32 @@ func seqsFrom(first, last int64) []int64 {
 	}
 	return out
 }
+
+// TestHistoryAfterADroppedCompaction: a WAL compacted once with --drop,
+// then with its history kept: the oldest segment starts with the base whose
+// history was dropped, the tails after it are read through it, and the
+// history verifies.
+func TestHistoryAfterADroppedCompaction(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	start, _ := time.Parse(time.RFC3339, "2026-01-01T00:00:00Z")
+	for hour := range 4 {
+		hourly(t, start.Add(time.Duration(hour)*time.Hour), hour, path)
+		args := []string{"--wal", path, "--now", start.Add(time.Duration(hour)*time.Hour + 30*time.Minute).Format(time.RFC3339), "compact"}
+		if hour == 0 {
+			args = append(args, "--drop")
+		}
+		if code, out, errOut := cli(args...); code != 0 {
+			t.Fatalf("%v: exit %d %s %s", args, code, out, errOut)
+		}
+	}
+	segs := store.Segments(path + store.HistorySuffix)
+	if len(segs) != 3 || secondType(t, segs[2].Path) != "BaseEnd" {
+		t.Fatalf("segments %+v: want three, the last a tail", segs)
+	}
+	if code, out, errOut := cli("--wal", path, "verify", "--history", "-o", "json"); code != 0 || !strings.Contains(out, "3 segments from seq 13") {
+		t.Fatalf("verify --history: exit %d %s %s", code, out, errOut)
+	}
+	if code, out, errOut := cli("--wal", path, "log", "-o", "json"); code != 0 || strings.Count(out, "\n") != 36 {
+		t.Fatalf("log: exit %d, %d lines %s", code, strings.Count(out, "\n"), errOut)
+	}
+}

@@ -76,12 +76,9 @@ func stubOf(path string, lockTimeout time.Duration) (*stub, error) {
 // checksum chain from seed, which must be the stub's own two records, and
 // then the segment's records as they are. The caller removes or renames it.
 func (h *Handle) materialise(st *state.State, read func(*state.PayloadRef) (string, error), path string, s *stub, hash string, seed uint32, prefix string) (string, error) {
-	switch {
-	case st.LastSeq() != s.begin.Seq:
+	if st.LastSeq() != s.begin.Seq {
 		return "", fmt.Errorf("it leaves its base out, and the segment before it, which leads to that base (the records up to seq %d), is gone: the one before it ends at seq %d",
 			s.begin.Seq, st.LastSeq())
-	case st.Base() != nil && st.Base().History != state.HistoryKept:
-		return "", errors.New("it follows a segment whose history was dropped")
 	}
 	spec := baseSpec{at: s.begin.At, keptFrom: *s.begin.KeptFrom, history: s.begin.History, hash: hash, chainFrom: seed, cut: s.begin.Cut}
 	return h.writeSegment(st, read, spec, path, s.records, prefix, func(derived []state.Record) error {
