@@ -4,9 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 )
+
+// soaking says the full sizes were asked for (LEASEWAL_SOAK=1, as .ci/run
+// sets it): the tests whose cost grows fastest run smaller without it.
+func soaking() bool { return os.Getenv("LEASEWAL_SOAK") == "1" }
 
 // t0 is 2026-01-01T00:00:00Z, the start of every test story.
 const t0 = int64(1767225600000)

@@ -33,8 +33,11 @@ import (
 // window counted from the submit instead of the delayed task's time; a lower
 // priority leased first; an abort that leaves the lease current.
 func TestRandomHistories(t *testing.T) {
-	histories, steps := 3000, 80
-	if testing.Short() {
+	histories, steps := 1000, 80
+	switch {
+	case soaking():
+		histories = 3000
+	case testing.Short():
 		histories = 300
 	}
 	total := 0
