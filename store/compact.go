@@ -268,9 +268,7 @@ func (p *PreparedCompaction) prepare() error {
 	}
 	p.replacement, err = wal.StartReplacement(h.opts.Path, wal.Version, h.opts.Fault, func(write func([]byte) error) error {
 		var err error
-		read := func(ref *state.PayloadRef) (string, error) {
-			return readPayload(log.Section(0, log.End), h.opts.Path, ref)
-		}
+		read := newPayloadSource(log.Section(0, log.End), h.opts.Path).read
 		spec := baseSpec{at: now, keptFrom: out.KeptFrom, history: history, hash: hex.EncodeToString(c.hash[:]), chainFrom: log.LastSum}
 		out.TasksKept, out.TasksDropped, err = h.writeBase(st, read, spec, func(r state.Record) error {
 			body, err := state.EncodeRecord(r)

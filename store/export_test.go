@@ -1,9 +1,15 @@
 package store
 
 import (
+	"cmp"
+	"errors"
+	"io"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"leasewal/state"
 )
 
 // What the tests of package store_test reach inside the package.
@@ -49,4 +55,45 @@ const PollEvery = pollEvery
 // WatchWithoutInotify is Watch where inotify cannot be had.
 func (h *Handle) WatchWithoutInotify() (*Watcher, error) {
 	return h.watchWith(&hub{fd: -1, init: func(int) (int, error) { return -1, unix.EMFILE }})
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.ReaderAt
+	n int64
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n += int64(n)
+	return n, err
+}
+
+// PayloadsRead reads the payload of every task of the WAL at path, in
+// creation order, through one payloadSource, and says how many bytes of the
+// file that took.
+func PayloadsRead(path string) (payloads map[string]string, bytesRead int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	counting := &countingReader{r: f}
+	source := newPayloadSource(counting, path)
+	h := Open(Options{Path: path, LockTimeout: time.Second, FullReplay: true})
+	defer h.Close()
+	payloads = map[string]string{}
+	err = h.Read(func(tx *Tx) error {
+		var readErr error
+		err := tx.State.EachTask(false, func(t *state.Task) bool {
+			text, err := t.Payload.Text()
+			if ref := t.Payload.Ref(); errors.Is(err, state.ErrPayloadNotHeld) && ref != nil {
+				text, err = source.read(ref)
+			}
+			payloads[t.ID], readErr = text, err
+			return err == nil
+		})
+		return cmp.Or(readErr, err)
+	})
+	return payloads, counting.n, err
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -239,5 +240,39 @@ func TestALongPayloadRequeuedInTheBatchThatSubmitsIt(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestABasesPayloadsAreReadPartByPart: the long payloads of a compacted
+// WAL's tasks, read in the order the base holds them (as a listing or the
+// next compaction reads them), read each part of the base about once,
+// rather than the parts a payload lies in once for every payload: the bytes
+// read stay within twice the file's size, and every payload is the one
+// submitted.
+func TestABasesPayloadsAreReadPartByPart(t *testing.T) {
+	path := t.TempDir() + "/q.wal"
+	want := map[string]string{}
+	writer := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: func(lastAt int64) (int64, error) { return lastAt + 1000, nil }})
+	defer writer.Close()
+	for i := range 2000 {
+		payload := fmt.Sprintf("%d %s", i, strings.Repeat("x", 4*state.InlinePayloadBytes+i%97))
+		if err := writer.Write(func(tx *store.Tx) error {
+			d, err := tx.State.DecideSubmit(state.Submit{Payload: payload, Window: state.Duration(time.Hour), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+			if err == nil {
+				err = tx.Commit(d.Records)
+				want[d.TaskID] = payload
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := writer.Compact(keepAll); err != nil {
+		t.Fatal(err)
+	}
+	got, read, err := store.PayloadsRead(path)
+	info, _ := os.Stat(path)
+	if err != nil || !maps.Equal(got, want) || read > 2*info.Size() {
+		t.Fatalf("%d payloads read (%d wanted, equal: %v), %d bytes of a %d-byte WAL: %v", len(got), len(want), maps.Equal(got, want), read, info.Size(), err)
 	}
 }

@@ -150,6 +150,8 @@ type Tx struct {
 
 	h   *Handle
 	log *wal.Log
+	// payloads reads through log, once a payload is read.
+	payloads *payloadSource
 	// staged holds the bodies a batch's commits appended to no file yet:
 	// the batch writes them all at its end (WriteBatch).
 	staging bool
@@ -606,7 +608,11 @@ func (tx *Tx) readPayload(ref *state.PayloadRef) (string, error) {
 		}
 	}
 	if tx.log != nil {
-		return readPayload(tx.log.Section(0, tx.log.End), tx.h.opts.Path, ref)
+		if tx.payloads == nil {
+			tx.payloads = newPayloadSource(nil, tx.h.opts.Path)
+		}
+		tx.payloads.file = tx.log.Section(0, tx.log.End) // as far as the operation has appended (the parts read stay as they were)
+		return tx.payloads.read(ref)
 	}
 	return tx.h.payloads.read(ref)
 }
