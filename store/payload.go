@@ -79,21 +79,8 @@ func (p *payloadSource) read(ref *state.PayloadRef) (string, error) {
 
 func (p *payloadSource) text(ref *state.PayloadRef) (string, error) {
 	if ref.Skip < 0 {
-		var text string
-		var bad error
-		err := wal.ReadBodies(p.file, ref.Frame, func(body []byte) bool {
-			r, err := state.DecodeRecord(body)
-			switch {
-			case err != nil:
-				bad = err
-			case r.Type != state.TaskCreated:
-				bad = fmt.Errorf("a %s record, not what holds the payload", r.Type)
-			default:
-				text = r.Payload
-			}
-			return false
-		})
-		return text, cmp.Or(err, bad)
+		r, _, err := p.recordAt(ref.Frame, state.TaskCreated)
+		return r.Payload, err
 	}
 	// The parts' data from the first one's start, sliced.
 	var text []byte
@@ -118,27 +105,34 @@ func (p *payloadSource) part(frame int64) (decodedPart, error) {
 			return d, nil
 		}
 	}
-	d := decodedPart{frame: frame}
-	var bad error
-	err := wal.ReadBodies(p.file, frame, func(body []byte) bool {
-		r, err := state.DecodeRecord(body)
-		switch {
-		case err != nil:
-			bad = err
-		case r.Type != state.BasePart:
-			bad = fmt.Errorf("the base ends before the payload does: a %s record, not a part", r.Type)
-		default:
-			d.data, bad = base64.StdEncoding.DecodeString(r.Data)
-			d.next = frame + wal.FrameSize(body)
-		}
-		return false
-	})
-	if err = cmp.Or(err, bad); err == nil && d.data == nil {
-		err = fmt.Errorf("the base ends before the payload does")
+	r, next, err := p.recordAt(frame, state.BasePart)
+	d := decodedPart{frame: frame, next: next}
+	if err == nil {
+		d.data, err = base64.StdEncoding.DecodeString(r.Data)
 	}
 	if err != nil {
 		return d, err
 	}
 	p.parts[p.older], p.older = d, 1-p.older
 	return d, nil
+}
+
+// recordAt is the record whose frame starts at frame, which must be of type
+// want, and where the frame after it starts.
+func (p *payloadSource) recordAt(frame int64, want state.RecordType) (r state.Record, next int64, err error) {
+	found, bad := false, error(nil)
+	err = wal.ReadBodies(p.file, frame, func(body []byte) bool {
+		r, bad = state.DecodeRecord(body)
+		found, next = true, frame+wal.FrameSize(body)
+		return false
+	})
+	switch {
+	case err != nil || bad != nil:
+		return r, 0, cmp.Or(err, bad)
+	case !found:
+		return r, 0, fmt.Errorf("the file ends before the payload does")
+	case r.Type != want:
+		return r, 0, fmt.Errorf("a %s record, not the %s that holds the payload", r.Type, want)
+	}
+	return r, next, nil
 }

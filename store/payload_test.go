@@ -16,18 +16,11 @@ import (
 	"leasewal/view"
 )
 
-// TestLongPayloadsReadBack: payloads longer than a state holds are held as
-// where the WAL has them, and every way back to them gives the text
-// submitted: a replay from the start that moves tasks out of memory, the
-// handle that wrote them, a checkpoint with its archive and cold set, a
-// lease's answer, a requeue (whose TaskCreated copies a payload the state
-// does not hold), and a compacted WAL, whose base holds them in its parts.
-func TestLongPayloadsReadBack(t *testing.T) {
-	path := t.TempDir() + "/q.wal"
-	rng := rand.New(rand.NewPCG(3, 5))
-	want := map[string]string{} // task id → payload
+// submitter opens a handle on path whose clock moves a second a command,
+// and a submit through it that notes each task's payload in want.
+func submitter(t *testing.T, path string, want map[string]string) (*store.Handle, func(payload string, window time.Duration)) {
 	writer := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: func(lastAt int64) (int64, error) { return lastAt + 1000, nil }})
-	submit := func(payload string, window time.Duration) {
+	return writer, func(payload string, window time.Duration) {
 		t.Helper()
 		if err := writer.Write(func(tx *store.Tx) error {
 			d, err := tx.State.DecideSubmit(state.Submit{Payload: payload, Window: state.Duration(window), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
@@ -40,6 +33,19 @@ func TestLongPayloadsReadBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestLongPayloadsReadBack: payloads longer than a state holds are held as
+// where the WAL has them, and every way back to them gives the text
+// submitted: a replay from the start that moves tasks out of memory, the
+// handle that wrote them, a checkpoint with its archive and cold set, a
+// lease's answer, a requeue (whose TaskCreated copies a payload the state
+// does not hold), and a compacted WAL, whose base holds them in its parts.
+func TestLongPayloadsReadBack(t *testing.T) {
+	path := t.TempDir() + "/q.wal"
+	rng := rand.New(rand.NewPCG(3, 5))
+	want := map[string]string{} // task id → payload
+	writer, submit := submitter(t, path, want)
 	for i := range 400 {
 		submit(fmt.Sprintf("%d %s", i, strings.Repeat(string([]rune{'p', 'é', '"', '\\', '\n', '☃'}[rng.IntN(6)]), rng.IntN(2*state.InlinePayloadBytes))), time.Hour)
 	}
@@ -252,20 +258,10 @@ func TestALongPayloadRequeuedInTheBatchThatSubmitsIt(t *testing.T) {
 func TestABasesPayloadsAreReadPartByPart(t *testing.T) {
 	path := t.TempDir() + "/q.wal"
 	want := map[string]string{}
-	writer := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: func(lastAt int64) (int64, error) { return lastAt + 1000, nil }})
+	writer, submit := submitter(t, path, want)
 	defer writer.Close()
 	for i := range 2000 {
-		payload := fmt.Sprintf("%d %s", i, strings.Repeat("x", 4*state.InlinePayloadBytes+i%97))
-		if err := writer.Write(func(tx *store.Tx) error {
-			d, err := tx.State.DecideSubmit(state.Submit{Payload: payload, Window: state.Duration(time.Hour), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
-			if err == nil {
-				err = tx.Commit(d.Records)
-				want[d.TaskID] = payload
-			}
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		submit(fmt.Sprintf("%d %s", i, strings.Repeat("x", 4*state.InlinePayloadBytes+i%97)), time.Hour)
 	}
 	if _, err := writer.Compact(keepAll); err != nil {
 		t.Fatal(err)
