@@ -106,6 +106,7 @@ type compactView struct {
 	TasksDropped int           `json:"tasks_dropped"`
 	Segment      string        `json:"segment"`
 	Expired      []string      `json:"expired"`
+	HistoryFrom  int64         `json:"history_from"` // the first record the history holds (0: none)
 }
 
 func runCompact(e env, opts store.CompactOptions) error {
@@ -127,7 +128,7 @@ func runCompact(e env, opts store.CompactOptions) error {
 	}
 	v := compactView{Result: state.ResultOK, Seq: c.Seq, At: formatTime(c.At), KeptFrom: formatTime(c.KeptFrom), Records: c.Records,
 		BytesBefore: c.BytesBefore, BytesAfter: c.BytesAfter, TasksKept: c.TasksKept, TasksDropped: c.TasksDropped,
-		Segment: c.Segment, Expired: c.Expired}
+		Segment: c.Segment, Expired: c.Expired, HistoryFrom: c.HistoryFrom}
 	if v.Expired == nil {
 		v.Expired = []string{}
 	}
@@ -139,6 +140,14 @@ func runCompact(e env, opts store.CompactOptions) error {
 		return fields(w, p, "result", string(v.Result), "compacted", fmt.Sprintf("%d records, up to seq %d", v.Records, v.Seq),
 			"bytes", fmt.Sprintf("%d -> %d", v.BytesBefore, v.BytesAfter),
 			"tasks", fmt.Sprintf("%d kept, %d dropped (finished before %s)", v.TasksKept, v.TasksDropped, v.KeptFrom),
-			"history", segment, "expired", strings.Join(v.Expired, " "))
+			"history", segment, "expired", strings.Join(v.Expired, " "), "history from", historyFrom(v.HistoryFrom))
 	}}, written{})
+}
+
+// historyFrom says where the history kept starts.
+func historyFrom(seq int64) string {
+	if seq == 0 {
+		return "nothing kept"
+	}
+	return "seq " + strconv.FormatInt(seq, 10)
 }

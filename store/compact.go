@@ -81,6 +81,9 @@ type Compaction struct {
 	// may still hold (the records are sealed as they were written).
 	Redacted int
 	Expired  []string // segments deleted, older than KeepHistory
+	// HistoryFrom is the first record the history holds now that the
+	// retention was applied (0: it holds none).
+	HistoryFrom int64
 }
 
 // ErrNothingToCompact means no record follows the WAL's base.
@@ -349,6 +352,9 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 		}
 	}
 	out.Expired = h.expireHistory(out.At - p.opts.KeepHistory.Milliseconds())
+	if segs := Segments(h.side(HistorySuffix)); len(segs) > 0 {
+		out.HistoryFrom = segs[0].First
+	}
 	return out, nil
 }
 

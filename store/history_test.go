@@ -96,10 +96,14 @@ func TestHistoryKeepsItsRetentionAndEachBaseOnce(t *testing.T) {
 			continue
 		}
 		compactAt := now.Add(30 * time.Minute)
-		if code, out, errOut := cli("--wal", b, "--now", compactAt.Format(time.RFC3339), "compact", "--keep-finished", "2h", "--keep-history", "3h"); code != 0 {
-			t.Fatalf("hour %d: compact: exit %d %s %s", hour, code, out, errOut)
+		code, compacted, errOut := cli("--wal", b, "--now", compactAt.Format(time.RFC3339), "compact", "--keep-finished", "2h", "--keep-history", "3h", "-o", "json")
+		if code != 0 {
+			t.Fatalf("hour %d: compact: exit %d %s %s", hour, code, compacted, errOut)
 		}
 		segs := store.Segments(b + store.HistorySuffix)
+		if !strings.Contains(compacted, fmt.Sprintf(`"history_from":%d}`, segs[0].First)) {
+			t.Fatalf("hour %d: compact says %s; the history starts at seq %d", hour, compacted, segs[0].First)
+		}
 		for i, s := range segs {
 			if typ := secondType(t, s.Path); (i > 0) != (typ == "BaseEnd") {
 				t.Fatalf("hour %d: segment %d of %d, %s, has a %s second: only the oldest should hold its base", hour, i+1, len(segs), filepath.Base(s.Path), typ)

@@ -23,11 +23,16 @@ import (
 // checksum chain), then its records exactly as the WAL held them. To read
 // it, the base is derived again from the state the segment before leads to,
 // checked against those two records, and written with the records to a
-// whole segment (materialise), which is read as any other. Before the
-// segments before a tail expire, it is rewritten whole (rebase), so the
-// oldest segment left always starts with its base or with the first record.
-// Each segment's base but the oldest's is then on disk once, in the WAL or
-// not at all, instead of once per segment.
+// whole segment (materialise), which is read as any other. Each segment's
+// base but the oldest's is then on disk once, in the WAL or not at all,
+// instead of once per segment.
+//
+// Expiry keeps the records of the retention and no more: the oldest segment
+// kept is rewritten (rebase) to start at the first record of the retention,
+// with a base of the state at the record before (marked cut: its state keeps
+// the base its snapshot names, so the bases after it derive as they did),
+// or, when it is a tail all of whose records are kept, whole; so the oldest
+// segment left always starts with its base or with the first record.
 
 // readingPrefix names the whole copies of tail segments that a reader
 // writes in the history directory and removes when done; expireHistory
