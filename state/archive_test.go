@@ -482,3 +482,28 @@ func TestArchivingOverADamagedArchiveFails(t *testing.T) {
 		t.Fatalf("archiving over a damaged archive: %v, damage %v", err, loaded.Damage())
 	}
 }
+
+// TestLeasesFromAColdSetSkipWhatTheyLeased: a resident server leases from
+// the front of its cold set's lease order, each lease superseding the copy
+// it leased; the shelf remembers how many copies at the front are
+// superseded, so that the next pick does not read past them all again (a
+// pick that grew with every lease before it), and the picks are still the
+// oldest tasks, in order.
+func TestLeasesFromAColdSetSkipWhatTheyLeased(t *testing.T) {
+	s := New()
+	for range 600 {
+		run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(defaultSubmit, t0) })
+	}
+	compact(t, s)
+	for i := range 300 {
+		d := run(t, s, sec(1), func() (Decision, error) {
+			return s.DecideLease(LeaseRequest{Worker: "W", Duration: time.Minute}, sec(1))
+		})
+		if want := fmt.Sprintf("T%d", i+1); d.TaskID != want {
+			t.Fatalf("lease %d picked %s, want %s", i+1, d.TaskID, want)
+		}
+		if got := s.cold.superseded[0]; got != i {
+			t.Fatalf("before lease %d the shelf knew %d copies at its front superseded, want %d", i+1, got, i)
+		}
+	}
+}

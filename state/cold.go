@@ -79,7 +79,7 @@ func compareOrder(x, y orderEntry) int {
 // shadows and that keep accepts (without decoding it), until fn returns
 // false.
 func (s *State) coldTasks(keep func(orderEntry) bool, fn func(*Task) bool) {
-	s.cold.eachOrder(func(e orderEntry) bool {
+	s.cold.eachOrder(s.isSuperseded, func(e orderEntry) bool {
 		if !keep(e) || s.isSuperseded(e.offset) {
 			return true
 		}
@@ -113,7 +113,7 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 		archived = s.archive.refs()
 	}
 	cold = make([]taskRef, 0, s.cold.Len()) // one allocation: the refs of millions of tasks are tens of MB
-	s.cold.eachOrder(func(e orderEntry) bool {
+	s.cold.eachOrder(s.isSuperseded, func(e orderEntry) bool {
 		if !s.isSuperseded(e.offset) {
 			cold = append(cold, taskRef{e.seq0, e.offset})
 		}

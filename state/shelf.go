@@ -27,6 +27,12 @@ type shelf struct {
 	runs   []*Archive
 	starts []uint64 // where each run's records start among the shelf's
 	reads  int      // reads out of order (touched) since the runs' pages were last let go of
+	// superseded[i] is how many entries at the start of run i's lease order
+	// are known superseded (a copy is superseded for good, and a shelf is
+	// replaced by a new one whenever its runs change): a resident server
+	// picks leases from the front of the lease order, and would otherwise
+	// read past every copy it leased before, a read that grows with each.
+	superseded []int
 }
 
 // evictEvery is how many reads out of order (touched) come before the pages
@@ -175,19 +181,31 @@ func (sh *shelf) taskAt(offset uint64) (*Task, uint64) {
 }
 
 // eachOrder hands fn the order entries of every run, merged in lease order,
-// with shelf offsets, until fn returns false or a run is found damaged.
-func (sh *shelf) eachOrder(fn func(orderEntry) bool) {
+// with shelf offsets, until fn returns false or a run is found damaged; but
+// not those at the front of a run that superseded says are, which it
+// remembers so as not to read them again.
+func (sh *shelf) eachOrder(superseded func(offset uint64) bool, fn func(orderEntry) bool) {
 	if sh == nil || sh.Err() != nil {
 		return
 	}
 	defer sh.guard(debug.SetPanicOnFault(true))
+	if len(sh.superseded) != len(sh.runs) {
+		sh.superseded = make([]int, len(sh.runs))
+	}
 	streams := make([]func() (orderEntry, bool), len(sh.runs))
 	for i, r := range sh.runs {
 		c := r.cursor(partOrder)
 		defer c.sweep.end()
+		c.skip(sh.superseded[i])
+		front := true // every entry read so far is superseded
 		streams[i] = stream(c, func(b []byte) (orderEntry, bool) {
 			e := readOrderEntry(b)
 			e.offset += sh.starts[i]
+			if front && superseded(e.offset) {
+				sh.superseded[i]++
+				return e, false
+			}
+			front = false
 			return e, true
 		})
 	}
@@ -356,6 +374,18 @@ func (a *Archive) cursor(part int) *cursor {
 	}
 	c.sweep = a.sweep(part, len(c.part))
 	return c
+}
+
+// skip moves the cursor past its first n entries: only the block it then
+// stands in is read (and checked).
+func (c *cursor) skip(n int) {
+	n = min(n, c.count)
+	c.i = n - n%archiveBlockLen
+	for c.i < n {
+		if _, ok := c.next(); !ok {
+			return
+		}
+	}
 }
 
 // next is the next entry's bytes, or false at the end or on damage.

@@ -57,6 +57,9 @@ const (
 	// least number of unfinished ones before it writes a new cold set (see
 	// coldDue).
 	archiveBatch = 256
+	// residentArchiveBatch bounds the finished tasks a resident handle lets
+	// wait in memory for a new archive (see archiveDue).
+	residentArchiveBatch = 65536
 )
 
 // checkpointDue is the refresh rule: a writing command rewrites the checkpoint,
@@ -72,8 +75,17 @@ func checkpointDue(tail, tasksInMemory int) bool {
 // more finished tasks are in memory, they move to a new archive first. A new
 // archive copies the old one, O(history), so this happens once per 256
 // finished tasks, and what a command loads eagerly stays under 256 finished
-// tasks plus the unfinished ones.
-func archiveDue(finishedInMemory int) bool { return finishedInMemory >= archiveBatch }
+// tasks plus the unfinished ones. A resident handle waits for an eighth of
+// the archived tasks (at most 65,536), as it does for a cold set: the copy is
+// its whole cost, which would otherwise be the whole archive per 256 tasks
+// it finishes (a server over a million finished tasks spent most of its time
+// copying archives); the commands beside it load those tasks in memory.
+func archiveDue(finishedInMemory, archived int, resident bool) bool {
+	if resident {
+		return finishedInMemory >= max(archiveBatch, min(archived/8, residentArchiveBatch))
+	}
+	return finishedInMemory >= archiveBatch
+}
 
 // coldDue is the cold set's rule: when a checkpoint is rewritten, a new cold
 // set takes the unfinished tasks in memory once max(256, cold tasks/256) of
@@ -246,6 +258,14 @@ func sizeOf(files []*state.Archive) (n int) {
 	return n
 }
 
+// lenOf is how many tasks the files of an archive or a cold set hold.
+func lenOf(files []*state.Archive) (n int) {
+	for _, f := range files {
+		n += f.Len()
+	}
+	return n
+}
+
 // sideSink writes a new archive or cold set durably beside the WAL, where
 // the checkpoint written next names it, and maps it.
 func (h *Handle) sideSink(cold bool, write func(io.Writer) error) (*state.Archive, error) {
@@ -297,9 +317,9 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 	h.removeLeftovers()
 	inMemory, finished := st.InMemory()
 	coldTasks, superseded := st.Cold()
-	archive, cold := archiveDue(finished), coldDue(inMemory-finished, superseded, coldTasks, h.opts.Resident)
+	archived, coldSet := st.Archives()
+	archive, cold := archiveDue(finished, lenOf(archived), h.opts.Resident), coldDue(inMemory-finished, superseded, coldTasks, h.opts.Resident)
 	spilledArchive, spilledCold := h.spilled(st)
-	_, coldSet := st.Archives()
 	manyBytes := inMemory > finished && pos.End-h.coldEnd >= max(h.spillBytes(), int64(sizeOf(coldSet))/8)
 	archive, cold = archive || spilledArchive, cold || spilledCold || manyBytes
 	if archive || cold {

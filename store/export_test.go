@@ -97,3 +97,6 @@ func PayloadsRead(path string) (payloads map[string]string, bytesRead int64, err
 	})
 	return payloads, counting.n, err
 }
+
+// LenOf is lenOf.
+func LenOf(files []*state.Archive) int { return lenOf(files) }

@@ -313,8 +313,8 @@ func TestSpillingByBytes(t *testing.T) {
 	h := store.Open(store.Options{Path: copyOf(t, path), SpillAfter: 1 << 20, SpillAfterBytes: 64 << 10, Clock: fixedClock(now)})
 	defer h.Close()
 	err := h.Read(func(tx *store.Tx) error {
-		if _, cold := tx.State.Archives(); lenOf(cold) < 250 {
-			t.Fatalf("%d of 300 tasks of 4 KB moved out by a replay spilling every 64 KiB read", lenOf(cold))
+		if _, cold := tx.State.Archives(); store.LenOf(cold) < 250 {
+			t.Fatalf("%d of 300 tasks of 4 KB moved out by a replay spilling every 64 KiB read", store.LenOf(cold))
 		}
 		if got := answersOf(t, tx); got != want {
 			t.Fatalf("the replay spilled by bytes answers differently:\n%s\nwant\n%s", got, want)
@@ -339,20 +339,12 @@ func TestAResidentHandleBoundsBytesToo(t *testing.T) {
 	}
 	err := h.Read(func(tx *store.Tx) error {
 		_, cold := tx.State.Archives()
-		if inMemory := tx.State.InMemoryCount(); inMemory > 40 || lenOf(cold)+inMemory < 200 {
-			t.Fatalf("%d tasks of 4 KB in memory and %d in the cold set after 200 submits with a 64 KiB bound", inMemory, lenOf(cold))
+		if inMemory := tx.State.InMemoryCount(); inMemory > 40 || store.LenOf(cold)+inMemory < 200 {
+			t.Fatalf("%d tasks of 4 KB in memory and %d in the cold set after 200 submits with a 64 KiB bound", inMemory, store.LenOf(cold))
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// lenOf is how many tasks the files of an archive or a cold set hold.
-func lenOf(files []*state.Archive) (n int) {
-	for _, f := range files {
-		n += f.Len()
-	}
-	return n
 }
