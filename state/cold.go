@@ -287,17 +287,36 @@ func (s *State) isSuperseded(offset uint64) bool {
 	return found
 }
 
-// supersededSorted is every superseded offset, ascending.
+// supersededSorted is every superseded offset, ascending. The copies
+// superseded since it was last asked are sorted and merged into the list,
+// which it keeps (a new list: one handed out before stays as it was), so
+// that a server's checkpoints sort what changed since the last, not the
+// whole list each time.
 func (s *State) supersededSorted() []uint64 {
 	if len(s.shadow) == 0 {
 		return s.superseded
 	}
-	all := slices.Clone(s.superseded)
+	fresh := make([]uint64, 0, len(s.shadow))
 	for off := range s.shadow {
-		all = append(all, off)
+		fresh = append(fresh, off)
 	}
-	slices.Sort(all)
-	return slices.Compact(all)
+	slices.Sort(fresh)
+	merged := make([]uint64, 0, len(s.superseded)+len(fresh))
+	old := s.superseded
+	for len(old) > 0 || len(fresh) > 0 {
+		var next uint64
+		switch {
+		case len(fresh) == 0 || (len(old) > 0 && old[0] <= fresh[0]):
+			next, old = old[0], old[1:]
+		default:
+			next, fresh = fresh[0], fresh[1:]
+		}
+		if n := len(merged); n == 0 || merged[n-1] != next {
+			merged = append(merged, next)
+		}
+	}
+	s.superseded, s.shadow = merged, nil
+	return merged
 }
 
 // coldLive is every cold task that no hot copy shadows, in creation order.
