@@ -486,17 +486,17 @@ func (h *Handle) expireHistory(before int64) []string {
 	for n < len(segs) && segs[n].LastAt < before {
 		n++
 	}
-	for ; n > 0 && n < len(segs); n-- {
-		if s, err := stubOf(segs[n].Path, h.opts.LockTimeout); err == nil && s == nil {
+	cut := false // the oldest segment kept was cut where the retention starts
+	for ; n < len(segs); n-- {
+		first, s, err := startOf(segs[n].Path, h.opts.LockTimeout)
+		if cut = err == nil && first.Cut; n == 0 || (err == nil && s == nil) {
 			break
 		}
 	}
 	expired := segs[:n]
-	if n < len(segs) {
-		if first, err := firstRecord(segs[n].Path, h.opts.LockTimeout); err == nil && first.Cut {
-			expired = slices.Clone(expired)
-			slices.Reverse(expired)
-		}
+	if cut {
+		expired = slices.Clone(expired)
+		slices.Reverse(expired)
 	}
 	for _, s := range expired {
 		if os.Remove(s.Path) != nil {

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"reflect"
-	"time"
 
 	"leasewal/state"
 	"leasewal/wal"
@@ -56,13 +55,13 @@ func (h *Handle) VerifyHistory() (HistoryCheck, error) {
 	var prev *historyFile
 	defer func() { prev.close() }()
 	for i, path := range paths {
-		s, err := stubOf(path, h.opts.LockTimeout)
+		first, s, err := startOf(path, h.opts.LockTimeout)
 		if err != nil {
 			return check, &HistoryError{Path: path, Err: h.openError(err)}
 		}
 		var want []state.Record // the BaseBegin and BaseEnd a whole file after the first must start with
 		if prev != nil && s == nil {
-			if want, err = h.baseAfter(prev, path); err != nil {
+			if want, err = h.baseAfter(prev, first); err != nil {
 				return check, &HistoryError{Path: path, Err: err}
 			}
 		}
@@ -147,15 +146,14 @@ func (f *historyFile) close() {
 }
 
 // baseAfter is the BaseBegin and BaseEnd of the base of the state the file
-// prev read leads to, as the file next, which must follow it, says the
-// compaction made it: at its time, with its retention. A segment cut where
-// the retention starts follows none (nil): those before it are expiring.
-func (h *Handle) baseAfter(prev *historyFile, next string) ([]state.Record, error) {
-	begin, err := firstRecord(next, h.opts.LockTimeout)
+// prev read leads to, as begin, the first record of the file that must
+// follow it, says the compaction made it: at its time, with its retention.
+// A segment cut where the retention starts follows none (nil): those before
+// it are expiring.
+func (h *Handle) baseAfter(prev *historyFile, begin state.Record) ([]state.Record, error) {
 	st := prev.c.v.State
+	var err error
 	switch {
-	case err != nil:
-		return nil, h.openError(err)
 	case begin.Cut:
 		return nil, nil
 	case begin.Type != state.BaseBegin || begin.KeptFrom == nil:
@@ -174,24 +172,6 @@ func (h *Handle) baseAfter(prev *historyFile, next string) ([]state.Record, erro
 		return nil
 	})
 	return want, err
-}
-
-// firstRecord is the first record of the WAL at path.
-func firstRecord(path string, lockTimeout time.Duration) (state.Record, error) {
-	var first state.Record
-	log, err := wal.OpenAt(path, wal.Read, lockTimeout, wal.Position{}, func(f wal.Frame) error {
-		r, err := decodeFrame(f)
-		if err != nil {
-			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
-		}
-		first = r
-		return wal.ErrStopAfter
-	})
-	if err != nil {
-		return first, err
-	}
-	log.Close()
-	return first, nil
 }
 
 // ReadSegments replays the sealed segments beside the WAL (see Compact)
@@ -231,7 +211,7 @@ func readSegments(opts Options, from int64, stopped func(*Tx) error, lastHanded 
 	stubs := make([]*stub, len(segs))
 	start := len(segs) // the first segment read: the first needed, or the whole one its tail starts from
 	for i := len(segs) - 1; i >= 0 && (segs[i].Last >= from || (start < len(segs) && stubs[start] != nil)); i-- {
-		if stubs[i], err = stubOf(segs[i].Path, opts.LockTimeout); err != nil {
+		if _, stubs[i], err = startOf(segs[i].Path, opts.LockTimeout); err != nil {
 			return errors.Is(err, fs.ErrNotExist), false, &HistoryError{Path: segs[i].Path, Err: err}
 		}
 		start = i

@@ -45,11 +45,11 @@ type stub struct {
 	records    int64        // where the records after the base start in the file
 }
 
-// stubOf reads the start of the segment at path: its stub if it is a tail
-// segment, nil if it is whole.
-func stubOf(path string, lockTimeout time.Duration) (*stub, error) {
+// startOf reads the start of the segment (or WAL) at path: its first
+// record, and its stub if it is a tail segment (nil if it is whole).
+func startOf(path string, lockTimeout time.Duration) (first state.Record, _ *stub, err error) {
 	var s stub
-	var first, second state.Record
+	var second state.Record
 	log, err := wal.OpenAt(path, wal.Read, lockTimeout, wal.Position{}, func(f wal.Frame) error {
 		r, err := decodeFrame(f)
 		if err != nil {
@@ -64,14 +64,14 @@ func stubOf(path string, lockTimeout time.Duration) (*stub, error) {
 		return wal.ErrStopAfter
 	})
 	if err != nil {
-		return nil, err
+		return first, nil, err
 	}
 	log.Close()
 	if first.Type != state.BaseBegin || second.Type != state.BaseEnd || first.KeptFrom == nil {
-		return nil, nil
+		return first, nil, nil
 	}
 	s.begin, s.end = first, second
-	return &s, nil
+	return first, &s, nil
 }
 
 // materialise writes the tail segment at path whole to a new file named
@@ -177,7 +177,7 @@ func (h *Handle) rebase(segs []Segment, kept int, cut, now int64) (file, name st
 	stubs := make([]*stub, kept+1)
 	from := kept
 	for ; from >= 0; from-- {
-		s, err := stubOf(segs[from].Path, h.opts.LockTimeout)
+		_, s, err := startOf(segs[from].Path, h.opts.LockTimeout)
 		if err != nil {
 			return "", "", &HistoryError{Path: segs[from].Path, Err: h.openError(err)}
 		}
