@@ -289,8 +289,28 @@ func (n *Node) open() error {
 			bolt.Close()
 			return fmt.Errorf("founding the cluster: %w", err)
 		}
+		n.electAtOnce(rc)
 	}
 	return nil
+}
+
+// electAtOnce has a node that founds a cluster, its only voter, stand for
+// election now rather than after a heartbeat timeout (2 to 4 s by default)
+// with nobody to hear from: raft re-arms a follower's timer at once when its
+// heartbeat timeout is lowered, and a node that never heard from a leader
+// stands at that timer. The timeout is lowered as far as the leader lease
+// allows, then set back; a raft that ignores the hint elects at its own timer.
+func (n *Node) electAtOnce(rc *raft.Config) {
+	if rc.LeaderLeaseTimeout >= rc.HeartbeatTimeout {
+		return
+	}
+	reload := func(heartbeat time.Duration) error {
+		return n.raft.ReloadConfig(raft.ReloadableConfig{TrailingLogs: rc.TrailingLogs, SnapshotInterval: rc.SnapshotInterval,
+			SnapshotThreshold: rc.SnapshotThreshold, HeartbeatTimeout: heartbeat, ElectionTimeout: rc.ElectionTimeout})
+	}
+	if reload(rc.LeaderLeaseTimeout) == nil {
+		_ = reload(rc.HeartbeatTimeout)
+	}
 }
 
 // requireEmptyWAL refuses to join a cluster with a WAL that holds records:

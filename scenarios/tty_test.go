@@ -2,13 +2,12 @@ package scenarios
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"leasewal/internal/histgen"
 )
 
 // TestColorsOnlyOnATerminal runs leasewal under a pseudo-terminal (util-linux
@@ -74,9 +73,19 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	if err != nil {
 		t.Skip("no `script` (util-linux) to make a pseudo-terminal")
 	}
-	walPath := filepath.Join(t.TempDir(), "big.wal")
-	if err := histgen.WriteFile(walPath, histgen.Options{Records: 360_000}); err != nil {
+	// Payloads near the limit make a WAL of 64 MiB from a thousand records,
+	// which reads in a fraction of the time of a history that long.
+	dir := t.TempDir()
+	walPath, batchPath := filepath.Join(dir, "big.wal"), filepath.Join(dir, "batch.jsonl")
+	var batch bytes.Buffer
+	for i := range 1040 {
+		fmt.Fprintf(&batch, "{\"payload\":\"%s%d\"}\n", strings.Repeat("x", 65000), i)
+	}
+	if err := os.WriteFile(batchPath, batch.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if out, err := exec.Command(binary(), "--wal", walPath, "submit", "--batch-file", batchPath, "-o", "json").CombinedOutput(); err != nil {
+		t.Fatalf("submitting the batch: %v\n%.500s", err, out)
 	}
 	if info, err := os.Stat(walPath); err != nil || info.Size() < 64<<20 {
 		t.Fatalf("the WAL is too small for a bar: %v %v", info.Size(), err)
