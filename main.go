@@ -10,5 +10,6 @@ import (
 )
 
 func main() {
+	cmd.TuneGC()
 	os.Exit(cmd.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

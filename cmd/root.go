@@ -98,7 +98,6 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == runner.SuperviseArg {
 		return runner.Supervise(args[1:])
 	}
-	tuneGC()
 	// A closed stdout must be an error from write (exit 8 after a recorded
 	// operation), not a silent death by SIGPIPE.
 	signal.Ignore(syscall.SIGPIPE)
@@ -115,14 +114,16 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // It is cobra's global, set once: a server builds a command tree per request.
 func init() { cobra.EnableCommandSorting = false }
 
-// tuneGC lets the collector run less often than Go's default: a command is a
+// TuneGC lets the collector run less often than Go's default: a command is a
 // short-lived process whose heap is mostly the replayed state, all of it live.
 // A soft memory limit keeps the peak bounded on a very large WAL: 192 MiB,
 // which with the mapped pages of the archive and cold set a command reads
 // (about 100 MB on the first command over two million waiting tasks) keeps
 // a command under 300 MB (220 MiB let that one reach 320 MB; the time was
-// the same). GOGC and GOMEMLIMIT, when set, win.
-func tuneGC() {
+// the same). GOGC and GOMEMLIMIT, when set, win. It is the process's to call
+// (main), not Main's: tests that run many commands at once in one process
+// would share the limit, and the collector would run without end near it.
+func TuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
