@@ -507,3 +507,60 @@ func TestLeasesFromAColdSetSkipWhatTheyLeased(t *testing.T) {
 		}
 	}
 }
+
+// TestColdSetInCreationOrder: a cold set of several runs, some copies
+// superseded (leased since), lists its tasks in creation order by merging
+// each run's lease order a priority at a time, as the full replay lists
+// them: of a few priorities, and of every one (2,001 streams a run).
+func TestColdSetInCreationOrder(t *testing.T) {
+	for _, priorities := range []int{3, MaxPriority - MinPriority + 1} {
+		full, s := New(), New()
+		apply := func(r Record) {
+			t.Helper()
+			for _, st := range []*State{full, s} {
+				if err := st.Apply(next(st, r)); err != nil {
+					t.Fatalf("%d priorities: %v", priorities, err)
+				}
+			}
+		}
+		tasks := priorities + 500
+		for i := range tasks {
+			r := created(fmt.Sprintf("T%d", i+1), sec(1), time.Hour, policy(3, 0, 0))
+			p := MinPriority + (i*7919)%priorities // not in creation order
+			notBefore := sec(1)
+			r.Priority, r.Queue, r.NotBefore = &p, "default", &notBefore
+			apply(r)
+			if i%(tasks/3) == tasks/3-1 {
+				if err := s.Spill(memorySink); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i := 0; i < tasks; i += 5 { // supersedes the cold copies of these
+			apply(granted(fmt.Sprintf("T%d", i+1), fmt.Sprintf("L%d", i+1), "w", 1, sec(2), sec(100)))
+		}
+		if _, cold := s.Archives(); len(cold) < 2 {
+			t.Fatalf("%d priorities: %d runs in the cold set, want several", priorities, len(cold))
+		}
+		for _, run := range s.cold.runs {
+			distinct := map[int32]bool{}
+			c := run.cursor(partOrder)
+			for b, ok := c.next(); ok; b, ok = c.next() {
+				distinct[readOrderEntry(b).priority] = true
+			}
+			if groups := run.priorityGroups(); len(groups) != len(distinct) {
+				t.Fatalf("%d priorities: a run of %d priorities makes %d streams", priorities, len(distinct), len(groups))
+			}
+		}
+		var got, want []string
+		if err := s.EachTask(false, func(t *Task) bool { got = append(got, t.ID+" "+string(t.State)); return true }); err != nil {
+			t.Fatal(err)
+		}
+		for _, t := range allTasks(full) {
+			want = append(want, t.ID+" "+string(t.State))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d priorities: %d tasks listed, want %d; first: %.200v", priorities, len(got), len(want), got)
+		}
+	}
+}

@@ -97,8 +97,9 @@ func everyEntry(orderEntry) bool { return true }
 
 // EachTask hands fn every task (only those Live lists, with live set) in
 // creation order, as Tasks lists them, until fn returns false. It holds in
-// memory where each task is (16 bytes a task), not the tasks: a listing of
-// a backlog or a history of millions decodes one task at a time.
+// memory where each finished task is (16 bytes a task) and a cursor per
+// priority in each run of the cold set, not the tasks: a listing of a
+// backlog or a history of millions decodes one task at a time.
 func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 	if err := s.Damage(); err != nil {
 		return err
@@ -108,22 +109,15 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 		hot = slices.Clone(s.live)
 	}
 	slices.SortFunc(hot, byCreation)
-	var archived, cold []taskRef
+	var archived []taskRef
 	if !live {
 		archived = s.archive.refs()
 	}
-	cold = make([]taskRef, 0, s.cold.Len()) // one allocation: the refs of millions of tasks are tens of MB
-	s.cold.eachOrder(s.isSuperseded, func(e orderEntry) bool {
-		if !s.isSuperseded(e.offset) {
-			cold = append(cold, taskRef{e.seq0, e.offset})
-		}
-		return true
-	})
-	slices.SortFunc(cold, compareRefs)
+	cold := s.coldInCreationOrder()
 	if err := s.Damage(); err != nil {
 		return err
 	}
-	archivedTasks, coldTasks := s.readAt(archived, s.archive), s.readAt(cold, s.cold)
+	archivedTasks, coldTasks := s.readAt(listStream(archived), s.archive), s.readAt(cold, s.cold)
 	defer archivedTasks.end()
 	defer coldTasks.end()
 	a, c := archivedTasks.next(), coldTasks.next()
@@ -167,7 +161,7 @@ func (s *State) EachTaskInAnyOrder(live bool, fn func(*Task) bool) error {
 		}
 	}
 	if !live {
-		archived := s.readAt(s.archive.refs(), s.archive)
+		archived := s.readAt(listStream(s.archive.refs()), s.archive)
 		defer archived.end()
 		for t := archived.next(); t != nil; t = archived.next() {
 			if !fn(t) {
@@ -190,21 +184,20 @@ func (s *State) EachTaskInAnyOrder(live bool, fn func(*Task) bool) error {
 // of the pages before the furthest one it has read (recordsSweep).
 type refReader struct {
 	s     *State
-	refs  []taskRef
+	refs  func() (taskRef, bool)
 	from  *shelf
 	sweep *recordsSweep
 }
 
-func (s *State) readAt(refs []taskRef, from *shelf) *refReader {
+func (s *State) readAt(refs func() (taskRef, bool), from *shelf) *refReader {
 	return &refReader{s: s, refs: refs, from: from, sweep: from.recordsSweep()}
 }
 
 // next is the next task, or nil at the end and on damage (Damage says).
 func (rr *refReader) next() *Task {
-	for len(rr.refs) > 0 {
-		t, _ := rr.from.taskAt(rr.refs[0].offset)
-		rr.sweep.read(rr.refs[0].offset)
-		rr.refs = rr.refs[1:]
+	for ref, ok := rr.refs(); ok; ref, ok = rr.refs() {
+		t, _ := rr.from.taskAt(ref.offset)
+		rr.sweep.read(ref.offset)
 		if t == nil {
 			return nil
 		}
@@ -214,6 +207,21 @@ func (rr *refReader) next() *Task {
 		}
 	}
 	return nil
+}
+
+// coldInCreationOrder hands out the references of the cold copies that are
+// the tasks (no record superseded them), in creation order, as the cold
+// set's lease order merges into it (shelf.creationOrder).
+func (s *State) coldInCreationOrder() func() (taskRef, bool) {
+	entries := s.cold.creationOrder()
+	return func() (taskRef, bool) {
+		for e, ok := entries(); ok; e, ok = entries() {
+			if !s.isSuperseded(e.offset) {
+				return taskRef{e.seq0, e.offset}, true
+			}
+		}
+		return taskRef{}, false
+	}
 }
 
 func (rr *refReader) end() { rr.sweep.end() }

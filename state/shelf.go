@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -314,26 +315,137 @@ func (sh *shelf) files() []*Archive {
 	return slices.Clone(sh.runs)
 }
 
-// merge hands fn the entries of sorted streams in order until fn returns
-// false or every stream has ended. Streams are few (a shelf's runs), so the
-// least head is found by looking at each.
-func merge[E any](streams []func() (E, bool), compare func(E, E) int, fn func(E) bool) {
-	heads := make([]E, len(streams))
-	ok := make([]bool, len(streams))
-	for i, next := range streams {
-		heads[i], ok[i] = next()
+// creationOrder hands out the order entries of every run, with shelf
+// offsets, in creation order: a run's lease order goes by priority, then
+// creation, so the entries of one priority in one run are in creation
+// order, and merging those streams is the shelf's creation order, holding a
+// cursor per stream (at most one per priority, 2,001, of each run), not a
+// reference per task. A damaged run ends it early (Err says).
+func (sh *shelf) creationOrder() func() (orderEntry, bool) {
+	if sh == nil {
+		return listStream[orderEntry](nil)
 	}
+	defer sh.guard(debug.SetPanicOnFault(true))
+	var streams []func() (orderEntry, bool)
+	for i, r := range sh.runs {
+		start := sh.starts[i]
+		for _, g := range r.priorityGroups() {
+			streams = append(streams, stream(r.orderCursor(g[0], g[1]), func(b []byte) (orderEntry, bool) {
+				e := readOrderEntry(b)
+				e.offset += start
+				return e, true
+			}))
+		}
+	}
+	m := newMerger(streams, func(x, y orderEntry) int {
+		return cmp.Or(cmp.Compare(x.seq0, y.seq0), cmp.Compare(x.offset, y.offset))
+	})
+	return func() (_ orderEntry, _ bool) {
+		defer sh.guard(debug.SetPanicOnFault(true))
+		return m.next()
+	}
+}
+
+// priorityGroups is where the entries of each priority start and end in
+// the run's lease order, found by bisection; none past a damaged block.
+func (a *Archive) priorityGroups() (groups [][2]int) {
+	probe := &cursor{a: a, part: a.order, entrySize: orderEntrySize, count: a.orders}
+	priorityAt := func(i int) (int32, bool) {
+		block, ok := probe.blockOf(i)
+		if !ok {
+			return 0, false
+		}
+		return readOrderEntry(block[i%archiveBlockLen*orderEntrySize:]).priority, true
+	}
+	for from := 0; from < a.orders; {
+		first, ok := priorityAt(from)
+		if !ok {
+			return groups
+		}
+		to := from + sort.Search(a.orders-from, func(k int) bool {
+			p, ok := priorityAt(from + k)
+			return !ok || p != first
+		})
+		if a.err != nil {
+			return groups
+		}
+		groups = append(groups, [2]int{from, to})
+		from = to
+	}
+	return groups
+}
+
+// merge hands fn the entries of sorted streams in order until fn returns
+// false or every stream has ended.
+func merge[E any](streams []func() (E, bool), compare func(E, E) int, fn func(E) bool) {
+	m := newMerger(streams, compare)
+	for e, ok := m.next(); ok && fn(e); e, ok = m.next() {
+	}
+}
+
+// A merger hands out the entries of sorted streams in order, one at a time:
+// a heap of the streams by their heads, of equal heads the earlier stream's
+// first, so that the streams may be many (a creation order merges one per
+// priority of each run).
+type merger[E any] struct {
+	streams []func() (E, bool)
+	heads   []E
+	heap    []int // streams not yet ended, by head
+	compare func(E, E) int
+}
+
+func newMerger[E any](streams []func() (E, bool), compare func(E, E) int) *merger[E] {
+	m := &merger[E]{streams: streams, heads: make([]E, len(streams)), compare: compare}
+	for i, next := range streams {
+		if head, ok := next(); ok {
+			m.heads[i] = head
+			m.heap = append(m.heap, i)
+		}
+	}
+	for i := len(m.heap)/2 - 1; i >= 0; i-- {
+		m.down(i)
+	}
+	return m
+}
+
+// next is the least head, or false when every stream has ended.
+func (m *merger[E]) next() (E, bool) {
+	if len(m.heap) == 0 {
+		var none E
+		return none, false
+	}
+	top := m.heap[0]
+	e := m.heads[top]
+	if head, ok := m.streams[top](); ok {
+		m.heads[top] = head
+	} else {
+		last := len(m.heap) - 1
+		m.heap[0] = m.heap[last]
+		m.heap = m.heap[:last]
+	}
+	m.down(0)
+	return e, true
+}
+
+func (m *merger[E]) less(i, j int) bool {
+	a, b := m.heap[i], m.heap[j]
+	c := m.compare(m.heads[a], m.heads[b])
+	return c < 0 || c == 0 && a < b
+}
+
+func (m *merger[E]) down(i int) {
 	for {
-		least := -1
-		for i := range streams {
-			if ok[i] && (least < 0 || compare(heads[i], heads[least]) < 0) {
-				least = i
+		least := i
+		for _, child := range []int{2*i + 1, 2*i + 2} {
+			if child < len(m.heap) && m.less(child, least) {
+				least = child
 			}
 		}
-		if least < 0 || !fn(heads[least]) {
+		if least == i {
 			return
 		}
-		heads[least], ok[least] = streams[least]()
+		m.heap[i], m.heap[least] = m.heap[least], m.heap[i]
+		i = least
 	}
 }
 
@@ -363,6 +475,7 @@ type cursor struct {
 	entrySize int
 	count     int // entries in the part
 	i         int // the next entry
+	end       int // the entry it stops before
 	block     []byte
 	sweep     *sweep
 }
@@ -372,14 +485,43 @@ func (a *Archive) cursor(part int) *cursor {
 	if part == partOrder {
 		c.part, c.entrySize, c.count = a.order, orderEntrySize, a.orders
 	}
+	c.end = c.count
 	c.sweep = a.sweep(part, len(c.part))
 	return c
+}
+
+// orderCursor reads the entries from to to of the archive's order, and lets
+// go of the blocks it passes between them only.
+func (a *Archive) orderCursor(from, to int) *cursor {
+	c := a.cursor(partOrder)
+	c.end = to
+	c.sweep.done = c.blockStart(from)
+	c.sweep.size = min(c.blockStart(to+archiveBlockLen-1), len(c.part))
+	c.skip(from)
+	return c
+}
+
+// blockStart is where the block that holds entry i starts in the part.
+func (c *cursor) blockStart(i int) int {
+	return i / archiveBlockLen * (archiveBlockLen*c.entrySize + 4)
+}
+
+// blockOf is the block that holds entry i, its checksum checked.
+func (c *cursor) blockOf(i int) ([]byte, bool) {
+	start := c.blockStart(i)
+	n := min(archiveBlockLen, c.count-i+i%archiveBlockLen) * c.entrySize
+	block := c.part[start : start+n]
+	if crc32.Checksum(block, archiveCRC) != binary.LittleEndian.Uint32(c.part[start+n:]) {
+		c.a.damaged("%s block %d checksum mismatch", c.name(), i/archiveBlockLen)
+		return nil, false
+	}
+	return block, true
 }
 
 // skip moves the cursor past its first n entries: only the block it then
 // stands in is read (and checked).
 func (c *cursor) skip(n int) {
-	n = min(n, c.count)
+	n = min(n, c.end)
 	c.i = n - n%archiveBlockLen
 	for c.i < n {
 		if _, ok := c.next(); !ok {
@@ -390,23 +532,20 @@ func (c *cursor) skip(n int) {
 
 // next is the next entry's bytes, or false at the end or on damage.
 func (c *cursor) next() ([]byte, bool) {
-	if c.i >= c.count || c.a.err != nil {
+	if c.i >= c.end || c.a.err != nil {
 		return nil, false
 	}
 	j := c.i % archiveBlockLen
 	if j == 0 {
-		start := c.i / archiveBlockLen * (archiveBlockLen*c.entrySize + 4)
-		n := min(archiveBlockLen, c.count-c.i) * c.entrySize
-		block := c.part[start : start+n]
-		if crc32.Checksum(block, archiveCRC) != binary.LittleEndian.Uint32(c.part[start+n:]) {
-			c.a.damaged("%s block %d checksum mismatch", c.name(), c.i/archiveBlockLen)
+		block, ok := c.blockOf(c.i)
+		if !ok {
 			return nil, false
 		}
-		c.sweep.passed(start)
+		c.sweep.passed(c.blockStart(c.i))
 		c.block = block
 	}
 	c.i++
-	if c.i == c.count {
+	if c.i == c.end {
 		c.sweep.passed(len(c.part))
 	}
 	return c.block[j*c.entrySize : (j+1)*c.entrySize], true
