@@ -26,8 +26,8 @@ import (
 // Layout, integers little endian; the sizes come last, so that a writer
 // streams the parts without knowing them beforehand:
 //
-//	"leasewal-archive v5\n"
-//	records: one per task, in the order they were archived: uvarint length, CRC32C (uint32), the task as a snapshot encodes it
+//	"leasewal-archive v6\n"
+//	records: one per task, in the order they were archived, each batch archived at once in creation order (v6): uvarint length, CRC32C (uint32), the task as a snapshot encodes it
 //	index: blocks of up to 128 entries {key hash, record offset} (uint64 each), each block followed by its CRC32C
 //	order: blocks of up to 128 entries (orderEntry, 48 bytes each), each block followed by its CRC32C
 //	fence: the first key hash of each index block (uint64 each)
@@ -66,7 +66,7 @@ type Archive struct {
 }
 
 const (
-	archiveMagic       = "leasewal-archive v5\n"
+	archiveMagic       = "leasewal-archive v6\n"
 	archiveTrailerSize = 4*8 + 4
 	archiveBlockLen    = 128
 	archiveEntrySize   = 16

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"io"
-	"runtime/debug"
 	"slices"
 )
 
@@ -97,9 +96,9 @@ func everyEntry(orderEntry) bool { return true }
 
 // EachTask hands fn every task (only those Live lists, with live set) in
 // creation order, as Tasks lists them, until fn returns false. It holds in
-// memory where each finished task is (16 bytes a task) and a cursor per
-// priority in each run of the cold set, not the tasks: a listing of a
-// backlog or a history of millions decodes one task at a time.
+// memory a cursor per priority in each run of the cold set and one per batch
+// of the archive, not the tasks nor where each is: a listing of a backlog or
+// a history of millions decodes one task at a time.
 func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 	if err := s.Damage(); err != nil {
 		return err
@@ -109,18 +108,17 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 		hot = slices.Clone(s.live)
 	}
 	slices.SortFunc(hot, byCreation)
-	var archived []taskRef
+	archived := func() *Task { return nil }
 	if !live {
-		archived = s.archive.refs()
+		archived = s.archivedInCreationOrder()
 	}
 	cold := s.coldInCreationOrder()
 	if err := s.Damage(); err != nil {
 		return err
 	}
-	archivedTasks, coldTasks := s.readAt(listStream(archived), s.archive), s.readAt(cold, s.cold)
-	defer archivedTasks.end()
+	coldTasks := s.readAt(cold, s.cold)
 	defer coldTasks.end()
-	a, c := archivedTasks.next(), coldTasks.next()
+	a, c := archived(), coldTasks.next()
 	for {
 		t := a
 		for _, other := range []*Task{c, firstOf(hot)} {
@@ -134,7 +132,7 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 		case !fn(t):
 			return s.Damage()
 		case t == a:
-			a = archivedTasks.next()
+			a = archived()
 		case t == c:
 			c = coldTasks.next()
 		default:
@@ -144,9 +142,9 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 }
 
 // EachTaskInAnyOrder hands fn the tasks EachTask does, in no particular
-// order, until fn returns false. What counts them needs no order, and so
-// holds no reference to the cold set's (16 bytes a task of the backlog); it
-// does to the archive's, to tell the later copy of a task archived twice.
+// order, until fn returns false: the cold set in its lease order, the
+// archive in creation order, which tells the later copy of a task archived
+// twice.
 func (s *State) EachTaskInAnyOrder(live bool, fn func(*Task) bool) error {
 	if err := s.Damage(); err != nil {
 		return err
@@ -161,9 +159,8 @@ func (s *State) EachTaskInAnyOrder(live bool, fn func(*Task) bool) error {
 		}
 	}
 	if !live {
-		archived := s.readAt(listStream(s.archive.refs()), s.archive)
-		defer archived.end()
-		for t := archived.next(); t != nil; t = archived.next() {
+		archived := s.archivedInCreationOrder()
+		for t := archived(); t != nil; t = archived() {
 			if !fn(t) {
 				return s.Damage()
 			}
@@ -184,20 +181,20 @@ func (s *State) EachTaskInAnyOrder(live bool, fn func(*Task) bool) error {
 // of the pages before the furthest one it has read (recordsSweep).
 type refReader struct {
 	s     *State
-	refs  func() (taskRef, bool)
+	refs  func() (offset uint64, ok bool)
 	from  *shelf
 	sweep *recordsSweep
 }
 
-func (s *State) readAt(refs func() (taskRef, bool), from *shelf) *refReader {
+func (s *State) readAt(refs func() (uint64, bool), from *shelf) *refReader {
 	return &refReader{s: s, refs: refs, from: from, sweep: from.recordsSweep()}
 }
 
 // next is the next task, or nil at the end and on damage (Damage says).
 func (rr *refReader) next() *Task {
-	for ref, ok := rr.refs(); ok; ref, ok = rr.refs() {
-		t, _ := rr.from.taskAt(ref.offset)
-		rr.sweep.read(ref.offset)
+	for offset, ok := rr.refs(); ok; offset, ok = rr.refs() {
+		t, _ := rr.from.taskAt(offset)
+		rr.sweep.read(offset)
 		if t == nil {
 			return nil
 		}
@@ -209,18 +206,18 @@ func (rr *refReader) next() *Task {
 	return nil
 }
 
-// coldInCreationOrder hands out the references of the cold copies that are
+// coldInCreationOrder hands out the offsets of the cold copies that are
 // the tasks (no record superseded them), in creation order, as the cold
 // set's lease order merges into it (shelf.creationOrder).
-func (s *State) coldInCreationOrder() func() (taskRef, bool) {
+func (s *State) coldInCreationOrder() func() (uint64, bool) {
 	entries := s.cold.creationOrder()
-	return func() (taskRef, bool) {
+	return func() (uint64, bool) {
 		for e, ok := entries(); ok; e, ok = entries() {
 			if !s.isSuperseded(e.offset) {
-				return taskRef{e.seq0, e.offset}, true
+				return e.offset, true
 			}
 		}
-		return taskRef{}, false
+		return 0, false
 	}
 }
 
@@ -233,50 +230,30 @@ func firstOf(tasks []*Task) *Task {
 	return tasks[0]
 }
 
-// taskRef is where a task is in an archive, by its creation record.
-type taskRef struct {
-	seq0   int64
-	offset uint64
-}
-
-func compareRefs(x, y taskRef) int {
-	return cmp.Or(cmp.Compare(x.seq0, y.seq0), cmp.Compare(x.offset, y.offset))
-}
-
-// refs appends to out the reference of every task in the archive's
-// records, their offsets moved by shift (nil on damage).
-func (a *Archive) refs(out []taskRef, shift uint64) []taskRef {
-	if a.err != nil {
+// archivedInCreationOrder hands out the archive's tasks in creation order,
+// of a task archived twice the later copy, but not those memory holds (the
+// copy in memory is the task); nil after the last, and on damage (Damage
+// says). Each spill or rewrite of the archive adds the tasks that finished
+// since in creation order after the records it copies, so a run is batches
+// in creation order, found by one read through it (shelf.batches), and
+// merging them is the archive's creation order: a cursor and a task per
+// batch, not a reference per task.
+func (s *State) archivedInCreationOrder() func() *Task {
+	next := s.archive.batchOrder()
+	head, more := next()
+	return func() *Task {
+		for more {
+			current := head
+			if head, more = next(); more && head.t.Seqs[0] == current.t.Seqs[0] {
+				continue // a later copy of the same task
+			}
+			if _, adopted := s.tasks[current.t.ID]; !adopted {
+				s.attach(current.t)
+				return current.t
+			}
+		}
 		return nil
 	}
-	defer a.guard(debug.SetPanicOnFault(true))
-	sweep := a.sweep(partRecords, len(a.records))
-	defer sweep.end()
-	for off := uint64(0); off < uint64(len(a.records)); {
-		t, next := a.taskAt(off)
-		if t == nil {
-			return nil
-		}
-		out = append(out, taskRef{t.Seqs[0], off + shift})
-		off = next
-		sweep.passed(int(off))
-	}
-	return out
-}
-
-// latestRefs sorts refs in creation order and keeps, of a task archived
-// twice (a late TaskCancelled), the later copy's.
-func latestRefs(out []taskRef) []taskRef {
-	slices.SortFunc(out, compareRefs)
-	kept := out[:0]
-	for _, r := range out {
-		if n := len(kept); n > 0 && kept[n-1].seq0 == r.seq0 {
-			kept[n-1] = r // by offset within a task: the later copy wins
-			continue
-		}
-		kept = append(kept, r)
-	}
-	return kept
 }
 
 // supersede records that the cold copy at offset is no longer the task.
@@ -430,6 +407,9 @@ func (s *State) moveOut(archive, cold bool, sink Sink, mergeFrom func(sh *shelf,
 			unfinished = append(unfinished, t)
 		}
 	}
+	// Each batch of the archive in creation order (tasks read back from it
+	// or the cold set come after those created since): see archivedInCreationOrder.
+	slices.SortFunc(finished, byCreation)
 	coldFrom, archiveFrom := mergeFrom(s.cold, len(unfinished)), mergeFrom(s.archive, len(finished))
 	var newCold, newArchive *Archive
 	if cold {

@@ -213,19 +213,75 @@ func (sh *shelf) eachOrder(superseded func(offset uint64) bool, fn func(orderEnt
 	merge(streams, compareOrder, fn)
 }
 
-// refs reads every archived task's reference (shelf offsets), in creation
-// order; of a task archived twice, the later copy's.
-func (sh *shelf) refs() []taskRef {
+// An archived is a task read from a shelf and where: its shelf offset.
+type archived struct {
+	t      *Task
+	offset uint64
+}
+
+// batchOrder hands out the shelf's tasks by creation, then offset: a merge
+// of its batches (see State.archivedInCreationOrder), each read in turn and
+// let go of behind the read.
+func (sh *shelf) batchOrder() func() (archived, bool) {
 	if sh == nil {
-		return nil
+		return listStream[archived](nil)
 	}
-	out := make([]taskRef, 0, sh.Len()) // one allocation: the refs of millions of tasks are tens of MB
+	defer sh.guard(debug.SetPanicOnFault(true))
+	var streams []func() (archived, bool)
 	for i, r := range sh.runs {
-		if out = r.refs(out, sh.starts[i]); out == nil {
-			return nil
+		start := sh.starts[i]
+		for _, b := range r.batches() {
+			w := &sweep{evict: r.evict, at: r.at[partRecords], size: int(b[1]), done: int(b[0])}
+			off := b[0]
+			streams = append(streams, func() (archived, bool) {
+				if off >= b[1] {
+					w.end()
+					return archived{}, false
+				}
+				t, next := r.taskAt(off)
+				if t == nil {
+					return archived{}, false
+				}
+				sh.place(t, i)
+				a := archived{t, start + off}
+				off = next
+				w.passed(int(off))
+				return a, true
+			})
 		}
 	}
-	return latestRefs(out)
+	m := newMerger(streams, func(x, y archived) int {
+		return cmp.Or(cmp.Compare(x.t.Seqs[0], y.t.Seqs[0]), cmp.Compare(x.offset, y.offset))
+	})
+	return func() (_ archived, _ bool) {
+		defer sh.guard(debug.SetPanicOnFault(true))
+		return m.next()
+	}
+}
+
+// batches is where each stretch of the run's records in creation order
+// starts and ends: a new one where creation goes back. None past damage.
+func (a *Archive) batches() (out [][2]uint64) {
+	sweep := a.sweep(partRecords, len(a.records))
+	defer sweep.end()
+	from, last := uint64(0), int64(0)
+	for off := uint64(0); off < uint64(len(a.records)); {
+		t, next := a.taskAt(off)
+		if t == nil {
+			return out
+		}
+		if t.Seqs[0] < last {
+			out = append(out, [2]uint64{from, off})
+			from = off
+		}
+		last = t.Seqs[0]
+		off = next
+		sweep.passed(int(off))
+	}
+	if from < uint64(len(a.records)) {
+		out = append(out, [2]uint64{from, uint64(len(a.records))})
+	}
+	return out
 }
 
 // all reads every archived task, in the order they were first archived,
