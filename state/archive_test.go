@@ -552,16 +552,7 @@ func TestColdSetInCreationOrder(t *testing.T) {
 				t.Fatalf("%d priorities: a run of %d priorities makes %d streams", priorities, len(distinct), len(groups))
 			}
 		}
-		var got, want []string
-		if err := s.EachTask(false, func(t *Task) bool { got = append(got, t.ID+" "+string(t.State)); return true }); err != nil {
-			t.Fatal(err)
-		}
-		for _, t := range allTasks(full) {
-			want = append(want, t.ID+" "+string(t.State))
-		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("%d priorities: %d tasks listed, want %d; first: %.200v", priorities, len(got), len(want), got)
-		}
+		listedAsReplayed(t, fmt.Sprintf("%d priorities", priorities), s, full)
 	}
 }
 
@@ -613,6 +604,13 @@ func TestArchiveInCreationOrder(t *testing.T) {
 	if batches != spills {
 		t.Fatalf("%d spills made %d batches of the archive in creation order", spills, batches)
 	}
+	listedAsReplayed(t, "interleaved", s, full)
+}
+
+// listedAsReplayed fails the test unless s lists its tasks (EachTask) as
+// the full replay lists them, each with its state.
+func listedAsReplayed(t *testing.T, what string, s, full *State) {
+	t.Helper()
 	var got, want []string
 	if err := s.EachTask(false, func(t *Task) bool { got = append(got, t.ID+" "+string(t.State)); return true }); err != nil {
 		t.Fatal(err)
@@ -621,6 +619,6 @@ func TestArchiveInCreationOrder(t *testing.T) {
 		want = append(want, t.ID+" "+string(t.State))
 	}
 	if !slices.Equal(got, want) {
-		t.Fatalf("%d tasks listed, want %d; first: %.300v", len(got), len(want), got)
+		t.Fatalf("%s: %d tasks listed, want %d; first: %.300v", what, len(got), len(want), got)
 	}
 }

@@ -206,6 +206,8 @@ func (rr *refReader) next() *Task {
 	return nil
 }
 
+func (rr *refReader) end() { rr.sweep.end() }
+
 // coldInCreationOrder hands out the offsets of the cold copies that are
 // the tasks (no record superseded them), in creation order, as the cold
 // set's lease order merges into it (shelf.creationOrder).
@@ -220,8 +222,6 @@ func (s *State) coldInCreationOrder() func() (uint64, bool) {
 		return 0, false
 	}
 }
-
-func (rr *refReader) end() { rr.sweep.end() }
 
 func firstOf(tasks []*Task) *Task {
 	if len(tasks) == 0 {

@@ -223,13 +223,7 @@ type archived struct {
 // of its batches (see State.archivedInCreationOrder), each read in turn and
 // let go of behind the read.
 func (sh *shelf) batchOrder() func() (archived, bool) {
-	if sh == nil {
-		return listStream[archived](nil)
-	}
-	defer sh.guard(debug.SetPanicOnFault(true))
-	var streams []func() (archived, bool)
-	for i, r := range sh.runs {
-		start := sh.starts[i]
+	return mergeRuns(sh, func(i int, r *Archive, start uint64) (streams []func() (archived, bool)) {
 		for _, b := range r.batches() {
 			w := &sweep{evict: r.evict, at: r.at[partRecords], size: int(b[1]), done: int(b[0])}
 			off := b[0]
@@ -249,11 +243,26 @@ func (sh *shelf) batchOrder() func() (archived, bool) {
 				return a, true
 			})
 		}
-	}
-	m := newMerger(streams, func(x, y archived) int {
+		return streams
+	}, func(x, y archived) int {
 		return cmp.Or(cmp.Compare(x.t.Seqs[0], y.t.Seqs[0]), cmp.Compare(x.offset, y.offset))
 	})
-	return func() (_ archived, _ bool) {
+}
+
+// mergeRuns hands out, in order, the entries of the streams each run of the
+// shelf makes (given the run's number, the run and where its records start
+// among the shelf's): reads of a run that fault are its damage.
+func mergeRuns[E any](sh *shelf, streamsOf func(i int, r *Archive, start uint64) []func() (E, bool), compare func(E, E) int) func() (E, bool) {
+	if sh == nil {
+		return listStream[E](nil)
+	}
+	defer sh.guard(debug.SetPanicOnFault(true))
+	var streams []func() (E, bool)
+	for i, r := range sh.runs {
+		streams = append(streams, streamsOf(i, r, sh.starts[i])...)
+	}
+	m := newMerger(streams, compare)
+	return func() (_ E, _ bool) {
 		defer sh.guard(debug.SetPanicOnFault(true))
 		return m.next()
 	}
@@ -378,13 +387,7 @@ func (sh *shelf) files() []*Archive {
 // cursor per stream (at most one per priority, 2,001, of each run), not a
 // reference per task. A damaged run ends it early (Err says).
 func (sh *shelf) creationOrder() func() (orderEntry, bool) {
-	if sh == nil {
-		return listStream[orderEntry](nil)
-	}
-	defer sh.guard(debug.SetPanicOnFault(true))
-	var streams []func() (orderEntry, bool)
-	for i, r := range sh.runs {
-		start := sh.starts[i]
+	return mergeRuns(sh, func(_ int, r *Archive, start uint64) (streams []func() (orderEntry, bool)) {
 		for _, g := range r.priorityGroups() {
 			streams = append(streams, stream(r.orderCursor(g[0], g[1]), func(b []byte) (orderEntry, bool) {
 				e := readOrderEntry(b)
@@ -392,14 +395,10 @@ func (sh *shelf) creationOrder() func() (orderEntry, bool) {
 				return e, true
 			}))
 		}
-	}
-	m := newMerger(streams, func(x, y orderEntry) int {
+		return streams
+	}, func(x, y orderEntry) int {
 		return cmp.Or(cmp.Compare(x.seq0, y.seq0), cmp.Compare(x.offset, y.offset))
 	})
-	return func() (_ orderEntry, _ bool) {
-		defer sh.guard(debug.SetPanicOnFault(true))
-		return m.next()
-	}
 }
 
 // priorityGroups is where the entries of each priority start and end in
