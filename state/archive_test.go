@@ -177,7 +177,7 @@ func load(snapshot, archiveBytes, coldBytes []byte) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	return LoadSnapshot(snapshot, archive, cold)
+	return LoadSnapshot(snapshot, []*Archive{archive}, []*Archive{cold})
 }
 
 func replay(t *testing.T, s *State, recs []Record) {
@@ -249,11 +249,6 @@ func TestArchivePlusSnapshotPlusTailEqualsReplay(t *testing.T) {
 	t.Logf("%d histories, %d tasks archived and %d put in cold sets in all", histories, archived, cold0)
 }
 
-func snapshotErr(s *State) error {
-	_, err := s.Snapshot()
-	return err
-}
-
 // memorySink is a Sink that keeps each file in memory.
 func memorySink(_ bool, write func(io.Writer) error) (*Archive, error) {
 	var b bytes.Buffer
@@ -263,13 +258,53 @@ func memorySink(_ bool, write func(io.Writer) error) (*Archive, error) {
 	return OpenArchive(b.Bytes(), nil)
 }
 
+// keptFiles is a Sink's memory of the bytes of each file it wrote, so that
+// a test can open them again as another process would (no filter, nothing
+// read yet).
+type keptFiles map[*Archive][]byte
+
+func (k keptFiles) sink(_ bool, write func(io.Writer) error) (*Archive, error) {
+	var b bytes.Buffer
+	if err := write(&b); err != nil {
+		return nil, err
+	}
+	a, err := OpenArchive(b.Bytes(), nil)
+	if err == nil {
+		k[a] = b.Bytes()
+	}
+	return a, err
+}
+
+// reload loads s's snapshot with its runs opened again from their bytes.
+func (k keptFiles) reload(t *testing.T, s *State) *State {
+	t.Helper()
+	archive, cold := s.Archives()
+	reopen := func(runs []*Archive) (out []*Archive) {
+		for _, r := range runs {
+			a, err := OpenArchive(k[r], nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, a)
+		}
+		return out
+	}
+	loaded, err := LoadSnapshot(s.Snapshot(), reopen(archive), reopen(cold))
+	if err != nil {
+		t.Fatalf("a snapshot of %d and %d runs: %v", len(archive), len(cold), err)
+	}
+	return loaded
+}
+
 // TestSpilledRunsAnswerAsAFullReplay: for random histories, a state that
 // spills every few records (runs laid on the archive and the cold set, the
 // last merged as they pile up) answers every lookup and decision exactly as
-// a full replay does, at random points on the way and at the end; it holds
-// no more runs than a binary counter of its spills; and compacted (the runs
-// merged into one file each), snapshotted and loaded, it answers the same
-// too, and so does the state that compacted and went on.
+// a full replay does, at random points on the way and at the end, and so
+// does its snapshot loaded with its runs opened again (a checkpoint naming
+// runs), which then goes on with the records after; it holds no more runs
+// than a binary counter of its spills; and compacted (the runs merged into
+// one file each), snapshotted and loaded, it answers the same too, and so
+// does the state that compacted and went on.
 func TestSpilledRunsAnswerAsAFullReplay(t *testing.T) {
 	histories := 300
 	if testing.Short() {
@@ -280,6 +315,8 @@ func TestSpilledRunsAnswerAsAFullReplay(t *testing.T) {
 		recs := randomRecords(t, uint64(seed))
 		rng := rand.New(rand.NewPCG(uint64(seed), 11))
 		full, s := New(), New()
+		files := keptFiles{}
+		var resumed *State // loaded from a snapshot of runs, then fed the records after
 		spills, every := 0, 1+rng.IntN(6)
 		for i, r := range recs {
 			if err := full.Apply(r); err != nil {
@@ -288,10 +325,15 @@ func TestSpilledRunsAnswerAsAFullReplay(t *testing.T) {
 			if err := s.Apply(r); err != nil {
 				t.Fatalf("seed %d record %d, spilled: %v", seed, r.Seq, err)
 			}
+			if resumed != nil {
+				if err := resumed.Apply(r); err != nil {
+					t.Fatalf("seed %d record %d, resumed from a snapshot of runs: %v", seed, r.Seq, err)
+				}
+			}
 			if s.InMemoryCount() < every {
 				continue
 			}
-			if err := s.Spill(memorySink); err != nil {
+			if err := s.Spill(files.sink); err != nil {
 				t.Fatalf("seed %d: spill after record %d: %v", seed, r.Seq, err)
 			}
 			spills++
@@ -303,13 +345,28 @@ func TestSpilledRunsAnswerAsAFullReplay(t *testing.T) {
 			if rng.IntN(6) == 0 {
 				now := full.LastAt() + int64(rng.IntN(120_000))
 				names := namesIn(full)
-				if got, want := answers(s, names, now), answers(full, names, now); got != want {
+				want := answers(full, names, now)
+				if got := answers(s, names, now); got != want {
 					t.Fatalf("seed %d, after record %d of %d (%d spills): the spilled state answers differently:\n%s", seed, i, len(recs), spills, firstDiff(got, want))
+				}
+				if got := answers(files.reload(t, s), names, now); got != want {
+					t.Fatalf("seed %d, after record %d of %d (%d spills): its snapshot loaded with its runs answers differently:\n%s", seed, i, len(recs), spills, firstDiff(got, want))
+				}
+				if resumed == nil {
+					resumed = files.reload(t, s)
 				}
 			}
 		}
-		if a, c := s.Archives(); (len(a) > 1 || len(c) > 1) != errors.Is(snapshotErr(s), ErrRuns) {
-			t.Fatalf("seed %d: a snapshot of %d and %d runs: %v", seed, len(a), len(c), snapshotErr(s))
+		now := full.LastAt() + 5_000
+		names := namesIn(full)
+		want := answers(full, names, now)
+		if resumed != nil {
+			if got := answers(resumed, names, now); got != want {
+				t.Fatalf("seed %d: a state loaded from a snapshot of runs and fed the records after answers differently:\n%s", seed, firstDiff(got, want))
+			}
+			if err := resumed.Damage(); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
 		}
 		archive, cold := compact(t, s)
 		loaded, err := load(snap(s), archive, cold)
@@ -320,9 +377,6 @@ func TestSpilledRunsAnswerAsAFullReplay(t *testing.T) {
 			t.Fatalf("seed %d: %d and %d files after compacting", seed, len(a), len(c))
 		}
 		merged += spills
-		now := full.LastAt() + 5_000
-		names := namesIn(full)
-		want := answers(full, names, now)
 		for name, got := range map[string]*State{"loaded": loaded, "compacted": s} {
 			if a := answers(got, names, now); a != want {
 				t.Fatalf("seed %d (%d spills), %s state answers differently:\n%s", seed, spills, name, firstDiff(a, want))
@@ -474,7 +528,7 @@ func TestArchivingOverADamagedArchiveFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loaded, err := LoadSnapshot(snap(s), archive, coldSet)
+	loaded, err := LoadSnapshot(snap(s), []*Archive{archive}, []*Archive{coldSet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -369,31 +369,56 @@ func (s *State) Cold() (tasks, superseded int) {
 // they were stored (see OpenArchive). An error leaves the state as it was.
 type Sink func(cold bool, write func(io.Writer) error) (*Archive, error)
 
+// A Move says where tasks moved out of memory go, for the archive (the
+// finished ones) or the cold set (the others).
+type Move uint8
+
+const (
+	// Stay leaves them in memory.
+	Stay Move = iota
+	// AddRun writes them to a new run, merged with the last runs as they
+	// pile up (shelf.mergeFrom): what it writes is about what it moves.
+	AddRun
+	// Rewrite writes them with every run to one new file (for the cold
+	// set, without the copies superseded).
+	Rewrite
+)
+
 // Compact moves tasks out of memory to side files: with archive set, the
 // finished ones into a new archive over the old one; with cold set, every
 // unfinished one (in memory or in the cold set) into a new cold set. Each new
-// file is streamed to sink, which the snapshot taken next will name; a shelf
-// of runs (Spill) becomes that one file.
+// file is streamed to sink; the runs of a shelf (Spill) become that one file.
 func (s *State) Compact(archive, cold bool, sink Sink) error {
-	return s.moveOut(archive, cold, sink, func(*shelf, int) int { return 0 })
+	rewrite := func(yes bool) Move {
+		if yes {
+			return Rewrite
+		}
+		return Stay
+	}
+	return s.MoveOut(rewrite(archive), rewrite(cold), sink)
 }
 
 // Spill moves every task in memory out to a new run of the archive (the
-// finished ones) or of the cold set (the others), merged with the last runs
-// as they pile up (shelf.mergeFrom). A replay from the WAL's start spills
-// every few thousand tasks: what a spill writes is about what it moves, so
-// it can, however many it moved before. A snapshot needs one file of each:
-// Compact merges the runs.
+// finished ones) or of the cold set (the others). A replay from the WAL's
+// start spills every few thousand tasks: what a spill writes is about what
+// it moves, so it can, however many it moved before.
 func (s *State) Spill(sink Sink) error {
 	inMemory, finished := s.InMemory()
-	return s.moveOut(finished > 0, inMemory > finished, sink, (*shelf).mergeFrom)
+	archive, cold := Stay, Stay
+	if finished > 0 {
+		archive = AddRun
+	}
+	if inMemory > finished {
+		cold = AddRun
+	}
+	return s.MoveOut(archive, cold, sink)
 }
 
-// moveOut writes the tasks in memory (the finished ones with archive, the
-// others with cold) with the shelf's runs from mergeFrom's on, to a new file
-// that replaces those runs, and drops them from memory. An error leaves the
-// state as it was.
-func (s *State) moveOut(archive, cold bool, sink Sink, mergeFrom func(sh *shelf, adding int) int) error {
+// MoveOut writes the tasks in memory (the finished ones unless archive is
+// Stay, the others unless cold is) to a new file streamed to sink, with the
+// runs it merges (see Move), and drops them from memory; the snapshot taken
+// next names the runs. An error leaves the state as it was.
+func (s *State) MoveOut(archive, cold Move, sink Sink) error {
 	if err := s.Damage(); err != nil {
 		return err
 	}
@@ -410,9 +435,9 @@ func (s *State) moveOut(archive, cold bool, sink Sink, mergeFrom func(sh *shelf,
 	// Each batch of the archive in creation order (tasks read back from it
 	// or the cold set come after those created since): see archivedInCreationOrder.
 	slices.SortFunc(finished, byCreation)
-	coldFrom, archiveFrom := mergeFrom(s.cold, len(unfinished)), mergeFrom(s.archive, len(finished))
+	coldFrom, archiveFrom := cold.mergeFrom(s.cold, len(unfinished)), archive.mergeFrom(s.archive, len(finished))
 	var newCold, newArchive *Archive
-	if cold {
+	if cold != Stay {
 		keep := func(offset uint64) bool { return !s.isSuperseded(offset) } // the cold copies no record has touched, copied as they are
 		var f *filter
 		var err error
@@ -424,7 +449,7 @@ func (s *State) moveOut(archive, cold bool, sink Sink, mergeFrom func(sh *shelf,
 		}
 		newCold.cold, newCold.filter = true, f
 	}
-	if archive {
+	if archive != Stay {
 		var f *filter
 		var err error
 		if newArchive, err = sink(false, func(w io.Writer) (err error) {
@@ -437,11 +462,11 @@ func (s *State) moveOut(archive, cold bool, sink Sink, mergeFrom func(sh *shelf,
 	}
 	s.forget(func(t *Task) bool {
 		if t.State.Terminal() {
-			return archive
+			return archive != Stay
 		}
-		return cold
+		return cold != Stay
 	})
-	if cold {
+	if cold != Stay {
 		// The superseded copies of the runs merged are gone; those of the
 		// runs before stay superseded.
 		merged := s.cold.startOf(coldFrom)
@@ -452,15 +477,23 @@ func (s *State) moveOut(archive, cold bool, sink Sink, mergeFrom func(sh *shelf,
 			t.coldAt = 0 // the new cold set holds no copy of a finished task
 		}
 	}
-	if archive {
+	if archive != Stay {
 		s.archive = s.archive.replaceFrom(archiveFrom, newArchive)
 	}
 	return nil
 }
 
-// Archives are the files of the archive and of the cold set the state reads
-// (one each after Compact, runs after Spill, none for none): a caller that
-// maps them keeps those mapped, and may let go of others.
+// mergeFrom is the first run of sh that a move adding n tasks rewrites.
+func (m Move) mergeFrom(sh *shelf, n int) int {
+	if m == AddRun {
+		return sh.mergeFrom(n)
+	}
+	return 0
+}
+
+// Archives are the runs of the archive and of the cold set the state reads,
+// oldest first (one each after Compact, none for none): a caller that maps
+// them keeps those mapped, and may let go of others; a snapshot names them.
 func (s *State) Archives() (archive, cold []*Archive) { return s.archive.files(), s.cold.files() }
 
 // InMemoryCount is how many tasks memory holds (InMemory without counting

@@ -3,7 +3,6 @@ package state
 import (
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"hash/crc32"
 	"runtime/debug"
 	"slices"
@@ -11,13 +10,13 @@ import (
 )
 
 // A shelf is where a state reads the tasks it moved out of memory: the
-// archive of finished tasks, or the cold set. A checkpoint names one file
-// of each (Compact writes one, over the shelf's); a replay that spills as
-// it goes (Spill) lays runs on the shelf instead, each file the tasks one
-// spill moved out, and merges the last runs as they pile up (mergeFrom),
-// so that a spill costs what it moves and a share of merges, never a copy
-// of the whole backlog, and can come every few thousand tasks however
-// large the backlog grows.
+// archive of finished tasks, or the cold set. It is runs, each file the
+// tasks one move took out of memory (MoveOut): a replay that spills as it
+// goes (Spill), and a resident server, add a run each time and merge the
+// last runs as they pile up (mergeFrom), so that a move costs what it moves
+// and a share of merges, never a copy of the whole backlog, and can come
+// every few thousand tasks however large the backlog grows; Compact
+// rewrites every run into one file. A checkpoint names the runs.
 //
 // The records of the runs are numbered on from one run to the next: an
 // offset names one record of the whole shelf (Task.coldAt, the superseded
@@ -55,12 +54,18 @@ func (sh *shelf) touched() {
 	}
 }
 
-// shelfOf is the shelf of one file (none for nil).
-func shelfOf(a *Archive) *shelf {
-	if a == nil {
+// shelfOfRuns is the shelf of runs, oldest first (none for none): each
+// run's records are numbered on from the run before's, as the shelf that
+// laid them numbered them (replaceFrom).
+func shelfOfRuns(runs []*Archive) *shelf {
+	if len(runs) == 0 {
 		return nil
 	}
-	return &shelf{runs: []*Archive{a}, starts: []uint64{0}}
+	sh := &shelf{runs: slices.Clone(runs), starts: make([]uint64, len(runs))}
+	for i := 1; i < len(runs); i++ {
+		sh.starts[i] = sh.starts[i-1] + uint64(runs[i-1].recordsLen())
+	}
+	return sh
 }
 
 // Err reports the first damage found in a run (nil for none).
@@ -85,22 +90,6 @@ func (sh *shelf) Len() (n int) {
 	}
 	return n
 }
-
-// only is the shelf's one file (nil for no shelf), or an error when it is
-// runs: only one file can be named in a snapshot.
-func (sh *shelf) only() (*Archive, error) {
-	switch {
-	case sh == nil:
-		return nil, nil
-	case len(sh.runs) > 1:
-		return nil, ErrRuns
-	}
-	return sh.runs[0], nil
-}
-
-// ErrRuns means a state that spilled was asked for a snapshot before its
-// runs were merged into one file each (Compact).
-var ErrRuns = errors.New("the state holds runs a replay spilled; compact them before a snapshot")
 
 // end is the offset just past the shelf's last record.
 func (sh *shelf) end() uint64 {
@@ -367,7 +356,7 @@ func (sh *shelf) mergeFrom(n int) int {
 // written from them.
 func (sh *shelf) replaceFrom(i int, a *Archive) *shelf {
 	if sh == nil {
-		return shelfOf(a)
+		return shelfOfRuns([]*Archive{a})
 	}
 	return &shelf{runs: append(slices.Clone(sh.runs[:i]), a), starts: append(slices.Clone(sh.starts[:i]), sh.startOf(i))}
 }

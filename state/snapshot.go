@@ -25,8 +25,10 @@ const snapshotVersion = 6
 
 // cacheSnapshotVersion is the version of a checkpoint's snapshot: version 6
 // with, after each payload, where the WAL holds it when the state does not
-// (PayloadRef). A base is never written in it: a base holds every text.
-const cacheSnapshotVersion = 7
+// (PayloadRef), and naming the runs of the archive and of the cold set
+// instead of one file each (version 7 did). A base is never written in it:
+// a base holds every text.
+const cacheSnapshotVersion = 8
 
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
 var ErrSnapshot = errors.New("not a valid state snapshot")
@@ -69,21 +71,14 @@ func (e *encoder) ints(v []int64) {
 }
 
 // Snapshot encodes the whole state, for a checkpoint: the payloads the state
-// does not hold are named where the WAL has them. A state that spilled runs
-// must be compacted first (ErrRuns): a snapshot names one file of each.
-func (s *State) Snapshot() ([]byte, error) {
-	archive, err := s.archive.only()
-	if err != nil {
-		return nil, err
-	}
-	cold, err := s.cold.only()
-	if err != nil {
-		return nil, err
-	}
-	return s.snapshot(&encoder{refs: true}, cacheSnapshotVersion, archive, cold), nil
+// does not hold are named where the WAL has them, and the runs of the
+// archive and of the cold set (Archives) by their checksums and task counts,
+// which LoadSnapshot checks against the files it is given.
+func (s *State) Snapshot() []byte {
+	return s.snapshot(&encoder{refs: true}, cacheSnapshotVersion, s.archive.files(), s.cold.files())
 }
 
-func (s *State) snapshot(e *encoder, version uint64, archive, cold *Archive) []byte {
+func (s *State) snapshot(e *encoder, version uint64, archive, cold []*Archive) []byte {
 	e.b = make([]byte, 0, 256*len(s.order)+64)
 	s.encodeHead(e, version, archive, cold)
 	index := make(map[*Task]uint32, len(s.order))
@@ -131,8 +126,9 @@ func (s *State) snapshotVersion() uint64 {
 }
 
 // encodeHead writes what comes before the tasks: the version, the counters,
-// the base and the archive and cold set named (nil: none).
-func (s *State) encodeHead(e *encoder, version uint64, archive, cold *Archive) {
+// the base and the runs of the archive and of the cold set named (a cache's
+// snapshot only: a base names none, it holds every task).
+func (s *State) encodeHead(e *encoder, version uint64, archive, cold []*Archive) {
 	e.uint(version)
 	for _, v := range []int64{s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum} {
 		e.int(v)
@@ -146,9 +142,13 @@ func (s *State) encodeHead(e *encoder, version uint64, archive, cold *Archive) {
 		e.str(b.Hash)
 		e.str(b.ChainFrom)
 	}
-	for _, a := range []*Archive{archive, cold} {
-		e.bool(a != nil)
-		if a != nil {
+	for _, runs := range [][]*Archive{archive, cold} {
+		if version != cacheSnapshotVersion {
+			e.bool(false)
+			continue
+		}
+		e.uint(uint64(len(runs)))
+		for _, a := range runs {
 			e.uint(uint64(a.id))
 			e.uint(uint64(a.tasks))
 		}
@@ -430,14 +430,15 @@ func (d *snapDecoder) ints() []int64 {
 	return out
 }
 
-// ErrArchiveMismatch means a snapshot names an archive or a cold set other
-// than the one given (or none was given).
+// ErrArchiveMismatch means a snapshot names runs of an archive or a cold
+// set other than the ones given.
 var ErrArchiveMismatch = errors.New("the snapshot was taken with another archive or cold set")
 
 // LoadSnapshot decodes a snapshot and rebuilds the indexes Apply keeps. The
-// archive and the cold set are the ones the snapshot names, when it names
-// them; each is ignored when the snapshot names none.
-func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
+// runs of the archive and of the cold set, oldest first, are the ones the
+// snapshot names (Archives as it was taken), checked by checksum and task
+// count.
+func LoadSnapshot(b []byte, archive, cold []*Archive) (*State, error) {
 	d := &snapDecoder{b: b, all: string(b)}
 	s := New()
 	version, err := d.head(s, archive, cold)
@@ -482,7 +483,7 @@ func LoadSnapshot(b []byte, archive, cold *Archive) (*State, error) {
 
 // head reads what comes before the tasks into s (see encodeHead), and
 // returns the snapshot's version.
-func (d *snapDecoder) head(s *State, archive, cold *Archive) (uint64, error) {
+func (d *snapDecoder) head(s *State, archive, cold []*Archive) (uint64, error) {
 	version := d.uint()
 	switch {
 	case d.err != nil:
@@ -496,22 +497,34 @@ func (d *snapDecoder) head(s *State, archive, cold *Archive) (uint64, error) {
 		s.base = &Base{Seq: d.int(), At: d.int(), KeptFrom: d.int(), History: d.str(), Hash: d.str(), ChainFrom: d.str()}
 	}
 	for _, named := range []struct {
-		given *Archive
+		given []*Archive
 		field **shelf
 	}{{archive, &s.archive}, {cold, &s.cold}} {
-		if d.bool() {
-			id, tasks := d.uint(), d.uint()
-			if d.err != nil {
-				return 0, d.err
-			}
-			if a := named.given; a == nil || uint64(a.id) != id || uint64(a.tasks) != tasks {
+		if !d.refs {
+			if d.bool() { // a base holds every task: none names a file
 				return 0, ErrArchiveMismatch
 			}
-			*named.field = shelfOf(named.given)
+			continue
 		}
+		n := d.uint()
+		if d.err == nil && n != uint64(len(named.given)) {
+			return 0, ErrArchiveMismatch
+		}
+		for i := range min(n, uint64(len(named.given))) {
+			id, tasks := d.uint(), d.uint()
+			if a := named.given[i]; d.err == nil && (a == nil || uint64(a.id) != id || uint64(a.tasks) != tasks) {
+				return 0, ErrArchiveMismatch
+			}
+		}
+		if d.err != nil {
+			return 0, d.err
+		}
+		*named.field = shelfOfRuns(named.given)
 	}
 	if s.cold != nil {
-		cold.cold = true
+		for _, run := range s.cold.runs {
+			run.cold = true
+		}
 	}
 	return version, d.err
 }

@@ -41,18 +41,8 @@ func (h *Handle) Backup(dest string, caches bool) (Backup, error) {
 			return fmt.Errorf("%s: %w", dest, ErrBackupExists)
 		}
 		if caches {
-			for _, suffix := range []string{ArchiveSuffix, ColdSuffix, CheckpointSuffix} {
-				data, err := os.ReadFile(h.side(suffix))
-				if errors.Is(err, fs.ErrNotExist) {
-					continue
-				}
-				if err == nil {
-					_, err = wal.WriteNew(dest+suffix, bytes.NewReader(data))
-				}
-				if err != nil {
-					return fmt.Errorf("copying %s: %w", h.side(suffix), err)
-				}
-				b.Caches = append(b.Caches, dest+suffix)
+			if err := h.backupCaches(dest, &b); err != nil {
+				return err
 			}
 		}
 		report := &progressReport{report: h.opts.Progress, total: tx.log.End}
@@ -71,6 +61,43 @@ func (h *Handle) Backup(dest string, caches bool) (Backup, error) {
 		b.Caches = nil
 	}
 	return b, err
+}
+
+// backupCaches copies the checkpoint beside the WAL and the runs it names
+// beside dest, the checkpoint last; a checkpoint that is missing or not
+// intact is not copied (a copy would be ignored as it is).
+func (h *Handle) backupCaches(dest string, b *Backup) error {
+	checkpoint, err := os.ReadFile(h.side(CheckpointSuffix))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("copying %s: %w", h.side(CheckpointSuffix), err)
+	}
+	_, runs, _, ok := decodeCheckpoint(checkpoint)
+	if !ok {
+		return nil
+	}
+	copyTo := func(from, to string, src io.Reader) error {
+		if _, err := wal.WriteNew(to, src); err != nil {
+			return fmt.Errorf("copying %s: %w", from, err)
+		}
+		b.Caches = append(b.Caches, to)
+		return nil
+	}
+	err = runs.each(func(cold bool, name uint64) error {
+		from := h.runPath(cold, name)
+		f, err := os.Open(from)
+		if err != nil {
+			return fmt.Errorf("copying %s: %w", from, err)
+		}
+		defer f.Close()
+		return copyTo(from, runPath(dest, cold, name), f)
+	})
+	if err != nil {
+		return err
+	}
+	return copyTo(h.side(CheckpointSuffix), dest+CheckpointSuffix, bytes.NewReader(checkpoint))
 }
 
 // reportingReader reports the bytes read through it.

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -27,20 +30,28 @@ import (
 // (checkpointDue and archiveDue say when). verify, log and inspect with
 // records always replay from scratch.
 //
-// It is three files. <wal>.checkpoint holds the WAL position and the
-// snapshot of the tasks in memory (those a record touched since the last
-// compaction); it is small and read whole. <wal>.archive holds the finished
-// tasks and <wal>.cold the unfinished ones as of the last compaction, with
-// their lease order (state.Archive, state.Compact); they are mapped, and a
-// command reads only the few pages its lookups and its lease touch, so a
-// command's start-up cost follows neither the history nor the backlog.
+// <wal>.checkpoint holds the WAL position and the snapshot of the tasks in
+// memory (those a record touched since the tasks were last moved out); it is
+// small and read whole. The finished tasks moved out are in runs of the
+// archive, <wal>.archive-<name>, and the unfinished ones in runs of the cold
+// set, <wal>.cold-<name>, each with its lease order (state.Archive,
+// state.MoveOut); they are mapped, and a command reads only the few pages its
+// lookups and its lease touch, so a command's start-up cost follows neither
+// the history nor the backlog. A run's name is a random number, never used
+// twice, so a file once named by a checkpoint never changes: a writer writes
+// new runs, then the checkpoint naming them, then removes the runs no longer
+// named (removeUnnamedRuns), which the processes that mapped them read on.
 //
-// Layout of <wal>.checkpoint: the line "leasewal-checkpoint v3\n", the CRC32C
+// Layout of <wal>.checkpoint: the line "leasewal-checkpoint v5\n", the CRC32C
 // of the rest (4 bytes, little endian), the WAL position as uvarints (count,
-// end, seed of the next frame, offset of the last frame, generation), then the
-// state snapshot. The generation ties it to one compaction of the WAL.
+// end, seed of the next frame, offset of the last frame, generation), the
+// names of the archive's runs and of the cold set's (each a count, then the
+// names, uvarints, oldest first), then the state snapshot, which checks each
+// run by its checksum and task count. The generation ties it to one
+// compaction of the WAL.
 
-// The side files a writer keeps beside the WAL.
+// The side files a writer keeps beside the WAL: the checkpoint, and the runs
+// of the archive and of the cold set, <wal><suffix>-<16 hex digits>.
 const (
 	CheckpointSuffix = ".checkpoint"
 	ArchiveSuffix    = ".archive"
@@ -48,7 +59,7 @@ const (
 )
 
 const (
-	checkpointMagic = "leasewal-checkpoint v4\n"
+	checkpointMagic = "leasewal-checkpoint v5\n"
 	// minCheckpointTail is the least number of records a checkpoint may lag
 	// behind before a writer rewrites it (see checkpointDue).
 	minCheckpointTail = 100
@@ -57,9 +68,6 @@ const (
 	// least number of unfinished ones before it writes a new cold set (see
 	// coldDue).
 	archiveBatch = 256
-	// residentArchiveBatch bounds the finished tasks a resident handle lets
-	// wait in memory for a new archive (see archiveDue).
-	residentArchiveBatch = 65536
 )
 
 // checkpointDue is the refresh rule: a writing command rewrites the checkpoint,
@@ -72,108 +80,194 @@ func checkpointDue(tail, tasksInMemory int) bool {
 }
 
 // archiveDue is the archive rule: when a checkpoint is rewritten and 256 or
-// more finished tasks are in memory, they move to a new archive first. A new
-// archive copies the old one, O(history), so this happens once per 256
-// finished tasks, and what a command loads eagerly stays under 256 finished
-// tasks plus the unfinished ones. A resident handle waits for an eighth of
-// the archived tasks (at most 65,536), as it does for a cold set: the copy is
-// its whole cost, which would otherwise be the whole archive per 256 tasks
-// it finishes (a server over a million finished tasks spent most of its time
-// copying archives); the commands beside it load those tasks in memory.
-func archiveDue(finishedInMemory, archived int, resident bool) bool {
-	if resident {
-		return finishedInMemory >= max(archiveBatch, min(archived/8, residentArchiveBatch))
+// more finished tasks are in memory, they move out of memory first. A
+// one-shot writer rewrites the archive, O(history), so this happens once per
+// 256 finished tasks, and what a command loads eagerly stays under 256
+// finished tasks plus the unfinished ones. A resident handle adds a run
+// instead (saveCheckpoint), and waits for an eighth of the archived tasks
+// (residentBatch): a run and the merges it brings cost about
+// log2(archive/batch) copies of each task it moves, and a server loads
+// nothing per operation, while the commands beside it load those tasks.
+func (h *Handle) archiveDue(finishedInMemory, archived int) bool {
+	if h.opts.Resident {
+		return finishedInMemory >= h.residentBatch(archived)
 	}
 	return finishedInMemory >= archiveBatch
 }
 
-// coldDue is the cold set's rule: when a checkpoint is rewritten, a new cold
-// set takes the unfinished tasks in memory once max(256, cold tasks/256) of
-// them are there (cold tasks/8 for a resident handle), or once max(256, cold
-// tasks/16) of the cold set's copies are superseded. A new cold set copies the
-// old one's live records as they are and adds those in memory (about 25 ms
-// and 15 MB written for 100,000 waiting tasks), so it waits longer as the
-// backlog grows: what memory holds costs every one-shot command about what
-// the copy costs once per that many tasks. A resident handle loads nothing
-// per operation, so for it the copy is the whole cost: per new task it is
-// the copy of 8 (or 256) tasks; the commands beside it load at most
-// cold/8 tasks. A lease skips at most cold/16 superseded copies at the front
-// of the order.
-func coldDue(unfinishedInMemory, superseded, cold int, resident bool) bool {
-	divisor := 256
-	if resident {
-		divisor = 8
+// residentBatch is how many tasks a resident handle lets wait in memory for
+// a new run of a shelf of n tasks: an eighth of them, at least 256, and at
+// most Options.SpillAfter (65,536), so that what it holds is bounded however
+// large the backlog.
+func (h *Handle) residentBatch(n int) int {
+	return min(max(archiveBatch, n/8), h.spillAfter())
+}
+
+// coldDue is the cold set's count rule: when a checkpoint is rewritten, the
+// unfinished tasks in memory move out once max(256, cold tasks/256) of them
+// are there. A one-shot writer rewrites the cold set, copying its live
+// records as they are and adding those in memory (about 25 ms and 15 MB
+// written for 100,000 waiting tasks), so it waits longer as the backlog
+// grows: what memory holds costs every one-shot command about what the copy
+// costs once per that many tasks. A resident handle adds a run of
+// residentBatch(cold tasks) instead.
+func (h *Handle) coldDue(unfinishedInMemory, cold int) bool {
+	if h.opts.Resident {
+		return unfinishedInMemory >= h.residentBatch(cold)
 	}
-	return unfinishedInMemory >= max(archiveBatch, cold/divisor) || superseded >= max(archiveBatch, cold/16)
+	return unfinishedInMemory >= max(archiveBatch, cold/256)
+}
+
+// supersededDue is the cold set's other rule: once max(256, cold tasks/16)
+// of its copies are superseded, it is rewritten without them, so that a
+// lease skips at most cold/16 superseded copies at the front of the order.
+// (They are in the oldest runs, which tasks leased in order came from.)
+func supersededDue(superseded, cold int) bool {
+	return superseded >= max(archiveBatch, cold/16)
 }
 
 var checkpointCRC = crc32.MakeTable(crc32.Castagnoli)
 
-func encodeCheckpoint(st *state.State, pos wal.Position) ([]byte, error) {
-	snapshot, err := st.Snapshot()
-	if err != nil {
-		return nil, err
+// runNames are the names of the runs of the archive and of the cold set,
+// oldest first, as a checkpoint lists them.
+type runNames struct{ archive, cold []uint64 }
+
+// each calls fn with each run named, the archive's first, until it fails.
+func (r runNames) each(fn func(cold bool, name uint64) error) error {
+	for _, name := range r.archive {
+		if err := fn(false, name); err != nil {
+			return err
+		}
 	}
+	for _, name := range r.cold {
+		if err := fn(true, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func encodeCheckpoint(st *state.State, pos wal.Position, runs runNames) []byte {
 	var body []byte
 	for _, v := range []uint64{uint64(pos.Count), uint64(pos.End), uint64(pos.LastSum), uint64(pos.LastOffset), uint64(pos.Generation)} {
 		body = binary.AppendUvarint(body, v)
 	}
-	body = append(body, snapshot...)
+	for _, names := range [][]uint64{runs.archive, runs.cold} {
+		body = binary.AppendUvarint(body, uint64(len(names)))
+		for _, name := range names {
+			body = binary.AppendUvarint(body, name)
+		}
+	}
+	body = append(body, st.Snapshot()...)
 	out := append([]byte(checkpointMagic), binary.LittleEndian.AppendUint32(nil, crc32.Checksum(body, checkpointCRC))...)
-	return append(out, body...), nil
+	return append(out, body...)
 }
 
-// decodeCheckpoint returns the state and the WAL position it holds, or false
-// for anything that is not an intact checkpoint paired with archive and cold.
-func decodeCheckpoint(data []byte, archive, cold *state.Archive) (*state.State, wal.Position, bool) {
+// decodeCheckpoint returns the WAL position a checkpoint holds, the runs it
+// names and its snapshot, or false for anything that is not an intact
+// checkpoint.
+func decodeCheckpoint(data []byte) (pos wal.Position, runs runNames, snapshot []byte, ok bool) {
 	rest, ok := bytes.CutPrefix(data, []byte(checkpointMagic))
 	if !ok || len(rest) < 4 {
-		return nil, wal.Position{}, false
+		return pos, runs, nil, false
 	}
 	body := rest[4:]
 	if binary.LittleEndian.Uint32(rest) != crc32.Checksum(body, checkpointCRC) {
-		return nil, wal.Position{}, false
+		return pos, runs, nil, false
+	}
+	next := func() (uint64, bool) {
+		v, n := binary.Uvarint(body)
+		if n <= 0 {
+			return 0, false
+		}
+		body = body[n:]
+		return v, true
 	}
 	var fields [5]uint64
 	for i := range fields {
-		v, n := binary.Uvarint(body)
-		if n <= 0 {
-			return nil, wal.Position{}, false
+		if fields[i], ok = next(); !ok {
+			return pos, runs, nil, false
 		}
-		fields[i], body = v, body[n:]
 	}
-	st, err := state.LoadSnapshot(body, archive, cold)
-	if err != nil || fields[0] == 0 {
-		return nil, wal.Position{}, false
+	for _, names := range []*[]uint64{&runs.archive, &runs.cold} {
+		n, ok := next()
+		if !ok || n > uint64(len(body)) {
+			return pos, runs, nil, false
+		}
+		for range n {
+			name, ok := next()
+			if !ok {
+				return pos, runs, nil, false
+			}
+			*names = append(*names, name)
+		}
 	}
-	return st, wal.Position{Count: int(fields[0]), End: int64(fields[1]), LastSum: uint32(fields[2]), LastOffset: int64(fields[3]), Generation: uint32(fields[4])}, true
+	if fields[0] == 0 {
+		return pos, runs, nil, false
+	}
+	pos = wal.Position{Count: int(fields[0]), End: int64(fields[1]), LastSum: uint32(fields[2]), LastOffset: int64(fields[3]), Generation: uint32(fields[4])}
+	return pos, runs, body, true
 }
 
 // loadCheckpoint reads the checkpoint beside the WAL, if there is a good one,
-// with the archive and cold set it names mapped (maps; the state must not be
-// used once they are released).
+// with the runs it names mapped (maps; the state must not be used once they
+// are released). It reads without the lock, as a writer may replace the
+// checkpoint and remove the runs the old one named: a run found missing
+// sends it back to read the checkpoint again.
 func (h *Handle) loadCheckpoint() (st *state.State, pos wal.Position, maps []mapping, ok bool) {
-	data, err := os.ReadFile(h.side(CheckpointSuffix))
-	if err != nil {
+	for range 3 {
+		data, err := os.ReadFile(h.side(CheckpointSuffix))
+		if err != nil {
+			return nil, wal.Position{}, nil, false
+		}
+		pos, runs, snapshot, ok := decodeCheckpoint(data)
+		if !ok {
+			return nil, wal.Position{}, nil, false
+		}
+		archive, cold, maps, err := h.mapRuns(runs)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			if st, err = state.LoadSnapshot(snapshot, archive, cold); err == nil {
+				return st, pos, maps, true
+			}
+		}
+		for _, m := range maps {
+			m.release()
+		}
 		return nil, wal.Position{}, nil, false
 	}
-	archive, _ := mapArchive(h.side(ArchiveSuffix))
-	cold, _ := mapArchive(h.side(ColdSuffix))
-	if st, pos, ok = decodeCheckpoint(data, archive.Archive, cold.Archive); !ok {
-		archive.release()
-		cold.release()
-		return nil, wal.Position{}, nil, false
-	}
-	return st, pos, []mapping{archive, cold}, true
+	return nil, wal.Position{}, nil, false
 }
 
-// mapping is an archive or cold set a state reads from a mapped file.
+// mapRuns maps the runs a checkpoint names.
+func (h *Handle) mapRuns(runs runNames) (archive, cold []*state.Archive, maps []mapping, err error) {
+	err = runs.each(func(isCold bool, name uint64) error {
+		m, err := mapArchive(h.runPath(isCold, name))
+		if err != nil {
+			return err
+		}
+		m.name = name
+		maps = append(maps, m)
+		if isCold {
+			cold = append(cold, m.Archive)
+		} else {
+			archive = append(archive, m.Archive)
+		}
+		return nil
+	})
+	return archive, cold, maps, err
+}
+
+// mapping is a run of an archive or cold set a state reads from a mapped
+// file.
 type mapping struct {
 	*state.Archive
 	unmap func()
-	// spilled marks a replay's own file (spill.go), which is not beside
-	// the WAL: a checkpoint must not name it.
-	spilled bool
+	// name is the run's beside the WAL (runPath); 0 for a replay's own
+	// file (spill.go), which a checkpoint cannot name.
+	name uint64
 }
 
 func (m mapping) release() {
@@ -239,15 +333,28 @@ func (h *Handle) keepMapped(st *state.State) {
 	h.mapped = kept
 }
 
-// spilled reports whether st reads an archive or a cold set that a replay
-// spilled (runs of them), rather than one beside the WAL.
-func (h *Handle) spilled(st *state.State) (archive, cold bool) {
+// runNamesOf names the runs st reads, oldest first; archive or cold is
+// false when a run of that shelf has no name beside the WAL that a
+// checkpoint could give: a replay spilled it (spill.go), or another writer
+// removed it since (the state reads it on, mapped).
+func (h *Handle) runNamesOf(st *state.State) (names runNames, archive, cold bool) {
 	a, c := st.Archives()
-	for _, m := range h.mapped {
-		archive = archive || m.spilled && slices.Contains(a, m.Archive)
-		cold = cold || m.spilled && slices.Contains(c, m.Archive)
+	named := func(runs []*state.Archive, coldSide bool) (out []uint64, ok bool) {
+		for _, r := range runs {
+			i := slices.IndexFunc(h.mapped, func(m mapping) bool { return m.Archive == r })
+			if i < 0 || h.mapped[i].name == 0 {
+				return nil, false
+			}
+			if _, err := os.Stat(h.runPath(coldSide, h.mapped[i].name)); err != nil {
+				return nil, false
+			}
+			out = append(out, h.mapped[i].name)
+		}
+		return out, true
 	}
-	return archive, cold
+	names.archive, archive = named(a, false)
+	names.cold, cold = named(c, true)
+	return names, archive, cold
 }
 
 // sizeOf is how many bytes files take (state.Archive.Size).
@@ -266,13 +373,16 @@ func lenOf(files []*state.Archive) (n int) {
 	return n
 }
 
-// sideSink writes a new archive or cold set durably beside the WAL, where
-// the checkpoint written next names it, and maps it.
+// sideSink writes a new run of the archive or cold set durably beside the
+// WAL, under a new name, where the checkpoint written next names it, and
+// maps it.
 func (h *Handle) sideSink(cold bool, write func(io.Writer) error) (*state.Archive, error) {
-	path, what := h.side(ArchiveSuffix), "archive"
+	what := "archive"
 	if cold {
-		path, what = h.side(ColdSuffix), "cold set"
+		what = "cold set"
 	}
+	name := rand.Uint64() | 1 // never 0, which names no run
+	path := h.runPath(cold, name)
 	if err := h.opts.FS.WriteStream(path, write); err != nil {
 		return nil, fmt.Errorf("could not write the %s %s: %w", what, path, err)
 	}
@@ -280,12 +390,75 @@ func (h *Handle) sideSink(cold bool, write func(io.Writer) error) (*state.Archiv
 	if err != nil {
 		return nil, fmt.Errorf("could not read back the %s %s: %w", what, path, err)
 	}
+	m.name = name
 	h.mapped = append(h.mapped, m)
 	return m.Archive, nil
 }
 
 // side names a file kept beside the WAL.
 func (h *Handle) side(suffix string) string { return filepath.Clean(h.opts.Path) + suffix }
+
+// runPath names a run of the archive (or of the cold set) beside the WAL.
+func (h *Handle) runPath(cold bool, name uint64) string { return runPath(h.opts.Path, cold, name) }
+
+func runPath(walPath string, cold bool, name uint64) string {
+	suffix := ArchiveSuffix
+	if cold {
+		suffix = ColdSuffix
+	}
+	return fmt.Sprintf("%s%s-%016x", filepath.Clean(walPath), suffix, name)
+}
+
+// runFile matches the base name of a run beside a WAL (after the WAL's own
+// name), or of one being written (WriteStream's temporary file), or the one
+// file of each an older leasewal kept (<wal>.archive, <wal>.cold) and
+// its temporary files.
+var runFile = regexp.MustCompile(`^\.(archive|cold)(-[0-9a-f]{16})?(\.tmp-[0-9]+)?$`)
+
+// Caches lists the cache files beside the WAL at walPath: its checkpoint
+// and the runs of its archive and cold set (those a checkpoint names, and
+// any left by a crash).
+func Caches(walPath string) []string {
+	walPath = filepath.Clean(walPath)
+	found, _ := filepath.Glob(globEscape(walPath) + ".*")
+	var out []string
+	for _, path := range found {
+		rest := strings.TrimPrefix(path, walPath)
+		if rest == CheckpointSuffix || runFile.MatchString(rest) {
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+// removeCaches removes every cache beside the WAL (Caches): they describe a
+// WAL that is being replaced.
+func (h *Handle) removeCaches() error {
+	for _, path := range Caches(h.opts.Path) {
+		if err := h.opts.FS.Remove(path); err != nil {
+			return fmt.Errorf("could not remove the cache %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// removeUnnamedRuns removes the runs beside the WAL that the checkpoint
+// just written does not name (those it replaced, and any left by a crash or
+// a failed write): the processes that mapped them read on.
+func (h *Handle) removeUnnamedRuns(names runNames) {
+	keep := map[string]bool{}
+	_ = names.each(func(cold bool, name uint64) error {
+		keep[h.runPath(cold, name)] = true
+		return nil
+	})
+	for _, path := range Caches(h.opts.Path) {
+		if !keep[path] && path != h.side(CheckpointSuffix) {
+			if err := h.opts.FS.Remove(path); err != nil {
+				h.warnCache(fmt.Errorf("could not remove the cache %s, which no checkpoint names: %w", path, err))
+			}
+		}
+	}
+}
 
 // refreshCheckpoint applies the checkpoint rule after a writing operation,
 // still under the exclusive lock. A replay that read a base (a compacted
@@ -309,42 +482,82 @@ func (h *Handle) refreshCheckpoint(tx *Tx) {
 func (h *Handle) spillBytes() int64 { return cmp.Or(h.opts.SpillAfterBytes, defaultSpillAfterBytes) }
 
 // saveCheckpoint applies the archive and cold set rules, then writes the
-// checkpoint. A failure costs speed, not correctness, so it is only a
-// warning; a new archive or cold set that could not be written leaves the
-// checkpoint as it was, since a checkpoint must never name one that is not on
-// disk.
+// checkpoint, then removes the runs it no longer names. A failure costs
+// speed, not correctness, so it is only a warning; a new run that could not
+// be written leaves the checkpoint as it was, since a checkpoint must never
+// name a file that is not on disk.
+//
+// A one-shot writer rewrites the archive or the cold set into one file when
+// due (Rewrite): the commands after it read one run of each. A resident
+// handle adds a run (AddRun), merged with the last as they pile up, so that
+// what it holds in memory and what it copies at a time stay bounded however
+// large the backlog; it rewrites the cold set when many of its copies are
+// superseded, since those are in the oldest runs. Runs a checkpoint cannot
+// name (spill.go: a replay's own files; or removed since by another writer)
+// are rewritten into new ones.
 func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 	h.removeLeftovers()
 	inMemory, finished := st.InMemory()
 	coldTasks, superseded := st.Cold()
 	archived, coldSet := st.Archives()
-	archive, cold := archiveDue(finished, lenOf(archived), h.opts.Resident), coldDue(inMemory-finished, superseded, coldTasks, h.opts.Resident)
-	spilledArchive, spilledCold := h.spilled(st)
-	manyBytes := inMemory > finished && pos.End-h.coldEnd >= max(h.spillBytes(), int64(sizeOf(coldSet))/8)
-	archive, cold = archive || spilledArchive, cold || spilledCold || manyBytes
-	if archive || cold {
-		err := st.Compact(archive, cold, h.sideSink)
+	_, archiveNamed, coldNamed := h.runNamesOf(st)
+	archive, cold := state.Stay, state.Stay
+	if h.archiveDue(finished, lenOf(archived)) {
+		archive = h.moveBy()
+	}
+	if h.coldDue(inMemory-finished, coldTasks) || inMemory > finished && pos.End-h.coldEnd >= h.coldBytes(coldSet) {
+		cold = h.moveBy()
+	}
+	if supersededDue(superseded, coldTasks) {
+		cold = state.Rewrite
+	}
+	if !archiveNamed {
+		archive = state.Rewrite
+	}
+	if !coldNamed {
+		cold = state.Rewrite
+	}
+	if archive != state.Stay || cold != state.Stay {
+		err := st.MoveOut(archive, cold, h.sideSink)
 		h.keepMapped(st)
 		if errors.Is(err, state.ErrArchive) {
-			h.dropCheckpoint() // the old archive or cold set is damaged: the next command replays the WAL and writes new ones
+			h.dropCheckpoint() // a run is damaged: the next command replays the WAL and writes new ones
 		}
 		if err != nil {
 			h.warnCache(err)
 			return false
 		}
-		if cold {
+		if cold != state.Stay {
 			h.coldEnd = pos.End
 		}
 	}
-	checkpoint, err := encodeCheckpoint(st, pos)
-	if err == nil {
-		err = h.opts.FS.WriteFile(h.side(CheckpointSuffix), checkpoint)
-	}
-	if err != nil {
+	names, _, _ := h.runNamesOf(st)
+	if err := h.opts.FS.WriteFile(h.side(CheckpointSuffix), encodeCheckpoint(st, pos, names)); err != nil {
 		h.warnCache(fmt.Errorf("could not write the checkpoint %s: %w", h.side(CheckpointSuffix), err))
 		return false
 	}
+	h.removeUnnamedRuns(names)
 	return true
+}
+
+// moveBy is how this handle moves tasks out of memory when a rule says to:
+// a new run for a resident handle, one file of each for the others.
+func (h *Handle) moveBy() state.Move {
+	if h.opts.Resident {
+		return state.AddRun
+	}
+	return state.Rewrite
+}
+
+// coldBytes is how many bytes of records may follow the last new cold set
+// before the next, whatever the count of tasks: Options.SpillAfterBytes
+// (64 MiB), or an eighth of the cold set's bytes for a one-shot writer,
+// which rewrites it whole.
+func (h *Handle) coldBytes(coldSet []*state.Archive) int64 {
+	if h.opts.Resident {
+		return h.spillBytes()
+	}
+	return max(h.spillBytes(), int64(sizeOf(coldSet))/8)
 }
 
 func (h *Handle) warnCache(err error) {
@@ -359,20 +572,19 @@ func (h *Handle) dropCheckpoint() {
 	}
 }
 
-// removeLeftovers removes the temporary files of checkpoints, archives and
-// compactions that a crash interrupted. Only a writer, under the exclusive lock, writes
-// those files, so every one found then is a leftover.
+// removeLeftovers removes the temporary files of checkpoints and
+// compactions that a crash interrupted. Only a writer, under the exclusive
+// lock, writes those files, so every one found then is a leftover. (Runs a
+// crash left are removed once a checkpoint is written: removeUnnamedRuns.)
 func (h *Handle) removeLeftovers() {
-	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix, ColdSuffix} {
-		leftovers, _ := filepath.Glob(globEscape(h.side(suffix)) + ".tmp-*")
-		for _, path := range leftovers {
-			_ = h.opts.FS.Remove(path)
-		}
+	leftovers, _ := filepath.Glob(globEscape(h.side(CheckpointSuffix)) + ".tmp-*")
+	for _, path := range leftovers {
+		_ = h.opts.FS.Remove(path)
 	}
 	// A replay's spills are unlinked as soon as created: one left was left
 	// by a crash. (A compaction's new WAL is not: it is written before the
 	// lock is taken, and the next compaction removes those left.)
-	leftovers, _ := filepath.Glob(globEscape(h.side("")) + spillInfix + "*")
+	leftovers, _ = filepath.Glob(globEscape(h.side("")) + spillInfix + "*")
 	for _, path := range leftovers {
 		_ = h.opts.FS.Remove(path)
 	}

@@ -189,13 +189,11 @@ func archivedPair(t *testing.T) (withArchive, plain string) {
 			t.Fatalf("expire: %s %s", out, errOut)
 		}
 	}
-	info, err := os.Stat(withArchive + store.ArchiveSuffix)
+	info, err := os.Stat(runOf(t, withArchive, store.ArchiveSuffix))
 	if err != nil {
 		t.Fatalf("3000 records of history wrote no archive: %v", err)
 	}
-	if _, err := os.Stat(withArchive + store.ColdSuffix); err != nil {
-		t.Fatalf("300 tasks waiting wrote no cold set: %v", err)
-	}
+	runOf(t, withArchive, store.ColdSuffix) // 300 tasks waiting wrote a cold set
 	t.Logf("archive of %d bytes, checkpoint of %d", info.Size(), len(mustRead(t, withArchive+store.CheckpointSuffix)))
 	return withArchive, plain
 }
@@ -222,11 +220,9 @@ var archiveProbes = [][]string{
 func TestArchiveAnswersAsAFullReplay(t *testing.T) {
 	withArchive, plain := archivedPair(t)
 	for _, args := range archiveProbes {
-		os.Remove(plain + store.CheckpointSuffix)
-		os.Remove(plain + store.ArchiveSuffix)
+		removeCaches(plain)
 		code, out, errOut := cli(append([]string{"--wal", withArchive, "--now", cpNow}, args...)...)
-		os.Remove(plain + store.CheckpointSuffix)
-		os.Remove(plain + store.ArchiveSuffix)
+		removeCaches(plain)
 		wantCode, wantOut, wantErr := cli(append([]string{"--wal", plain, "--now", cpNow}, args...)...)
 		if code != wantCode || out != wantOut || errOut != wantErr {
 			t.Fatalf("%v: exit %d %s %s, a full replay says exit %d %s %s", args, code, out, errOut, wantCode, wantOut, wantErr)
@@ -250,15 +246,16 @@ func TestDamagedArchiveIsReplayedAround(t *testing.T) {
 
 func damagedSideFileIsReplayedAround(t *testing.T, suffix string) {
 	withArchive, plain := archivedPair(t)
-	archive := mustRead(t, withArchive+suffix)
+	run := runOf(t, withArchive, suffix)
+	archive := mustRead(t, run)
 	other, _ := archivedPair(t)
 	zeroed := bytes.Clone(archive)
 	clear(zeroed[200 : len(zeroed)-min(4096, len(zeroed)/4)]) // the records and most index blocks; the header and the fence at the end stay intact
-	for name, bad := range map[string][]byte{"zeroed index and records": zeroed, "another WAL's": mustRead(t, other+suffix)} {
+	for name, bad := range map[string][]byte{"zeroed index and records": zeroed, "another WAL's": mustRead(t, runOf(t, other, suffix))} {
 		reported := 0
 		for _, args := range archiveProbes[2:] { // inspect of one task replays from scratch: it shows the records
 			checkpoint := mustRead(t, withArchive+store.CheckpointSuffix)
-			os.WriteFile(withArchive+suffix, bad, 0o644)
+			os.WriteFile(run, bad, 0o644)
 			code, out, errOut := cli(append([]string{"--wal", withArchive, "--now", cpNow}, args...)...)
 			wantCode, wantOut, _ := cli(append([]string{"--wal", plain, "--now", cpNow}, args...)...)
 			os.Remove(plain + store.CheckpointSuffix)
@@ -270,7 +267,7 @@ func damagedSideFileIsReplayedAround(t *testing.T, suffix string) {
 			if strings.Contains(errOut, "archive of tasks") {
 				reported++
 				_, err := os.Stat(withArchive + store.CheckpointSuffix)
-				if err == nil && bytes.Equal(mustRead(t, withArchive+suffix), bad) {
+				if err == nil && bytes.Equal(mustRead(t, runOf(t, withArchive, suffix)), bad) {
 					t.Fatalf("%v: the checkpoint of a damaged %s was kept", args, suffix) // dropped, or rewritten by a writer with new files
 				}
 			}
@@ -286,14 +283,19 @@ func damagedSideFileIsReplayedAround(t *testing.T, suffix string) {
 }
 
 // TestLeftoverTemporaryFilesAreRemoved: the temporary files a crash leaves
-// while writing a checkpoint or an archive are removed by the next writer
-// that writes one, also when the WAL's name holds glob characters.
+// while writing a checkpoint or a run, a run no checkpoint names, and the
+// files of an older leasewal, are removed by the next writer that writes a
+// checkpoint, also when the WAL's name holds glob characters.
 func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "odd [dir]*")
 	os.Mkdir(dir, 0o755)
 	walPath := filepath.Join(dir, "q?.wal")
 	os.WriteFile(walPath, mustRead(t, historyWAL(t, t.TempDir(), 2500)), 0o644)
-	leftovers := []string{walPath + store.ArchiveSuffix + ".tmp-123", walPath + store.CheckpointSuffix + ".tmp-9"}
+	leftovers := []string{
+		walPath + store.ArchiveSuffix + "-00000000000000ab.tmp-123", walPath + store.CheckpointSuffix + ".tmp-9",
+		walPath + store.ColdSuffix + "-00000000000000cd",                     // written whole, never named: a crash came before its checkpoint
+		walPath + store.ArchiveSuffix, walPath + store.ColdSuffix + ".tmp-5", // an older leasewal's
+	}
 	for _, path := range leftovers {
 		os.WriteFile(path, []byte("half"), 0o644)
 	}
@@ -310,7 +312,28 @@ func TestLeftoverTemporaryFilesAreRemoved(t *testing.T) {
 	if _, err := os.Stat(unrelated); err != nil {
 		t.Fatalf("another WAL's file was removed: %v", err)
 	}
-	if _, err := os.Stat(walPath + store.ArchiveSuffix); err != nil {
-		t.Fatalf("no archive written: %v", err)
+	runOf(t, walPath, store.ArchiveSuffix)
+}
+
+// runOf is the path of the one run of the archive (suffix ArchiveSuffix) or
+// of the cold set beside the WAL at walPath, as a one-shot writer leaves it.
+func runOf(t *testing.T, walPath, suffix string) string {
+	t.Helper()
+	var runs []string
+	for _, path := range store.Caches(walPath) {
+		if rest, ok := strings.CutPrefix(path, walPath+suffix+"-"); ok && !strings.Contains(rest, ".tmp-") {
+			runs = append(runs, path)
+		}
+	}
+	if len(runs) != 1 {
+		t.Fatalf("beside %s: %d runs of %s (%v), want 1", walPath, len(runs), suffix, store.Caches(walPath))
+	}
+	return runs[0]
+}
+
+// removeCaches removes the checkpoint and the runs beside walPath.
+func removeCaches(walPath string) {
+	for _, path := range store.Caches(walPath) {
+		os.Remove(path)
 	}
 }

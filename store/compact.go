@@ -333,10 +333,8 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 	if err := log.Replace(p.replacement, p.read.End); err != nil {
 		return Compaction{}, err
 	}
-	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix, ColdSuffix} {
-		if err := h.opts.FS.Remove(h.side(suffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			h.warnCache(fmt.Errorf("could not remove the cache %s of the WAL before the compaction: %w", h.side(suffix), err))
-		}
+	if err := h.removeCaches(); err != nil {
+		h.warnCache(fmt.Errorf("%w, of the WAL before the compaction", err))
 	}
 	if p.rebased != "" {
 		err := os.Rename(p.rebased, p.rebasedAs)

@@ -19,8 +19,12 @@ const MinCheckpointTail = minCheckpointTail
 
 // DecodesAsCheckpoint reports whether data is an intact checkpoint.
 func DecodesAsCheckpoint(data []byte) bool {
-	_, _, ok := decodeCheckpoint(data, nil, nil)
-	return ok
+	_, runs, snapshot, ok := decodeCheckpoint(data)
+	if !ok || len(runs.archive)+len(runs.cold) > 0 {
+		return ok
+	}
+	_, err := state.LoadSnapshot(snapshot, nil, nil)
+	return err == nil
 }
 
 // CheckpointOf is the checkpoint of the WAL at path as it stands.
@@ -28,9 +32,12 @@ func CheckpointOf(path string) ([]byte, error) {
 	h := Open(Options{Path: path, LockTimeout: time.Second, FullReplay: true})
 	defer h.Close()
 	var cp []byte
-	err := h.Read(func(tx *Tx) (err error) {
-		cp, err = encodeCheckpoint(tx.State, tx.log.Position)
-		return err
+	err := h.Read(func(tx *Tx) error {
+		if a, c := tx.State.Archives(); len(a)+len(c) > 0 {
+			return errors.New("the replay spilled: a checkpoint would name runs that are not beside the WAL")
+		}
+		cp = encodeCheckpoint(tx.State, tx.log.Position, runNames{})
+		return nil
 	})
 	return cp, err
 }

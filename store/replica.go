@@ -129,10 +129,8 @@ func (h *Handle) Install(data []byte) (kept bool, err error) {
 		return true, nil
 	}
 	h.forget()
-	for _, suffix := range []string{CheckpointSuffix, ArchiveSuffix, ColdSuffix} {
-		if err := h.opts.FS.Remove(h.side(suffix)); err != nil {
-			return false, err
-		}
+	if err := h.removeCaches(); err != nil {
+		return false, err
 	}
 	if len(data) == 0 {
 		return false, h.opts.FS.Remove(h.opts.Path)

@@ -43,8 +43,10 @@ const (
 // newSpiller is the spiller of a replay from the WAL's start, its files
 // mapped by h.
 func newSpiller(h *Handle) *spiller {
-	return &spiller{h: h, tasks: cmp.Or(h.opts.SpillAfter, defaultSpillAfter), bytes: h.spillBytes()}
+	return &spiller{h: h, tasks: h.spillAfter(), bytes: h.spillBytes()}
 }
+
+func (h *Handle) spillAfter() int { return cmp.Or(h.opts.SpillAfter, defaultSpillAfter) }
 
 // check spills the tasks in memory once they are many, or once the records
 // read since the last spill are many bytes; size is the bytes of the record
@@ -89,7 +91,6 @@ func (h *Handle) spillSink(_ bool, write func(io.Writer) error) (*state.Archive,
 	if err != nil {
 		return nil, fmt.Errorf("could not map %s: %w", f.Name(), err)
 	}
-	m.spilled = true
 	h.mapped = append(h.mapped, m)
 	return m.Archive, nil
 }

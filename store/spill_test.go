@@ -133,8 +133,10 @@ func TestSpilledReplayAnswersAsAFullReplay(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if strings.Join(names, " ") != "q.wal q.wal.archive q.wal.checkpoint q.wal.cold" {
-		t.Fatalf("beside the WAL after a writer spilled: %v", names)
+	runOf(t, writer, store.ArchiveSuffix)
+	runOf(t, writer, store.ColdSuffix)
+	if len(names) != 4 {
+		t.Fatalf("beside the WAL after a writer spilled: %v; want it, its checkpoint and a run of each", names)
 	}
 }
 
@@ -347,4 +349,114 @@ func TestAResidentHandleBoundsBytesToo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAResidentHandleAddsRuns: a resident handle (a server) over a growing
+// backlog moves tasks out of memory into new runs, merged as they pile up,
+// instead of rewriting the cold set and the archive whole, so that what it
+// holds in memory stays a batch however large the backlog; its checkpoint
+// names the runs, and a command loading it answers as a full replay; the
+// runs no checkpoint names are gone from beside the WAL; and caches removed
+// under it (another writer, or a person) are never named by its next
+// checkpoint: it writes new runs instead.
+func TestAResidentHandleAddsRuns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	at := t0
+	ticking := func(lastAt int64) (int64, error) { at += 10; return max(at, lastAt), nil }
+	const batch = 100 // SpillAfter: the most a resident handle lets wait for a run (65,536 unless told)
+	h := store.Open(store.Options{Path: path, Resident: true, SpillAfter: batch, Clock: ticking})
+	defer h.Close()
+	// submits n tasks and leases and completes m, in one operation (one
+	// write to the WAL: CommitFirst stages the records).
+	wave := func(n, m int) {
+		t.Helper()
+		err := h.Write(func(tx *store.Tx) error {
+			for i := range n {
+				d, err := tx.State.DecideSubmit(state.Submit{Payload: fmt.Sprint("p", i), Window: state.Duration(time.Hour), Policy: state.RetryPolicy{MaxAttempts: 2}}, tx.Now)
+				if err == nil {
+					err = tx.CommitFirst(d.Records)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			for range m {
+				d, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute}, tx.Now)
+				if err == nil {
+					err = tx.CommitFirst(d.Records)
+				}
+				if err == nil {
+					var c state.Decision
+					c, err = tx.State.DecideComplete(d.TaskID, d.LeaseID, "", tx.Now)
+					if err == nil {
+						err = tx.CommitFirst(c.Records)
+					}
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		var runs, archived, cold, inMemory int
+		if err := h.Read(func(tx *store.Tx) error {
+			a, c := tx.State.Archives()
+			runs, archived, cold, inMemory = len(a)+len(c), store.LenOf(a), store.LenOf(c), tx.State.InMemoryCount()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if beside := len(store.Caches(path)) - 1; beside != runs {
+			t.Fatalf("%s: %d runs beside the WAL (%v), the handle reads %d", when, beside, store.Caches(path), runs)
+		}
+		if count, ok := store.LoadCheckpoint(path); !ok || count == 0 {
+			t.Fatalf("%s: the checkpoint does not load", when)
+		}
+		var want, got string
+		full := store.Open(store.Options{Path: path, FullReplay: true, Clock: fixedClock(at)})
+		defer full.Close()
+		if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		loaded := store.Open(store.Options{Path: path, Clock: fixedClock(at)})
+		defer loaded.Close()
+		if err := loaded.Read(func(tx *store.Tx) error { got = answersOf(t, tx); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("%s: a command loading the checkpoint of %d runs answers differently from a full replay:\n%.600s\nwant\n%.600s", when, runs, got, want)
+		}
+		t.Logf("%s: %d runs (%d archived, %d cold), %d tasks in memory", when, runs, archived, cold, inMemory)
+		if inMemory >= 2*batch {
+			t.Fatalf("%s: %d tasks in memory; a resident handle holds a batch", when, inMemory)
+		}
+	}
+	for range 12 {
+		wave(120, 0)
+	}
+	check("after 12 waves of new tasks")
+	coldRuns := 0
+	for _, path := range store.Caches(path) {
+		if strings.Contains(path, store.ColdSuffix+"-") {
+			coldRuns++
+		}
+	}
+	if coldRuns < 2 {
+		t.Fatalf("%d runs of the cold set after 12 waves of new tasks: the handle rewrote it whole", coldRuns)
+	}
+	for range 5 {
+		wave(20, 60)
+	}
+	check("after 5 waves of work done")
+	removeCaches(path)
+	for range 3 {
+		wave(120, 20)
+	}
+	check("after its caches were removed and 3 more waves")
 }
