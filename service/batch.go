@@ -355,6 +355,9 @@ func (b *Batcher) pipelined(back Piper) {
 			flights <- inFlight{written: written, batch: batch, errs: errs, committed: committed, f: f}
 			last = f
 			b.signalWrote()
+			if pipe.Due() { // its Close moves tasks out of memory: under steady load nothing else would close it
+				closePipe()
+			}
 		}
 	}
 	closePipe()

@@ -248,7 +248,7 @@ func (h *Handle) mapRuns(runs runNames) (archive, cold []*state.Archive, maps []
 		if err != nil {
 			return err
 		}
-		m.name = name
+		m.name, m.cold = name, isCold
 		maps = append(maps, m)
 		if isCold {
 			cold = append(cold, m.Archive)
@@ -265,9 +265,14 @@ func (h *Handle) mapRuns(runs runNames) (archive, cold []*state.Archive, maps []
 type mapping struct {
 	*state.Archive
 	unmap func()
-	// name is the run's beside the WAL (runPath); 0 for a replay's own
-	// file (spill.go), which a checkpoint cannot name.
+	// name is the run's beside the WAL (runPath); 0 for a reader's replay's
+	// own file (spill.go), which a checkpoint cannot name.
 	name uint64
+	cold bool // a run of the cold set, not of the archive
+	// fresh marks a run this handle wrote that no checkpoint names yet:
+	// no other process reads it, so it is removed once let go of (letGo).
+	// unsynced marks one not yet durable (runSink).
+	fresh, unsynced bool
 }
 
 func (m mapping) release() {
@@ -326,11 +331,44 @@ func (h *Handle) keepMapped(st *state.State) {
 		if m.Archive != nil && (slices.Contains(archive, m.Archive) || slices.Contains(cold, m.Archive)) {
 			kept = append(kept, m)
 		} else {
-			m.release()
+			h.letGo(m)
 		}
 	}
 	clear(h.mapped[len(kept):])
 	h.mapped = kept
+}
+
+// letGo unmaps a run, and removes it if no checkpoint names it (fresh).
+func (h *Handle) letGo(m mapping) {
+	m.release()
+	if m.fresh {
+		_ = h.opts.FS.Remove(h.runPath(m.cold, m.name))
+	}
+}
+
+// syncRuns makes durable the runs a writer's replay spilled that st reads,
+// before a checkpoint names them.
+func (h *Handle) syncRuns() error {
+	synced := false
+	for i, m := range h.mapped {
+		if !m.unsynced {
+			continue
+		}
+		path := h.runPath(m.cold, m.name)
+		f, err := os.Open(path)
+		if err == nil {
+			err = f.Sync()
+			f.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("could not sync %s: %w", path, err)
+		}
+		h.mapped[i].unsynced, synced = false, true
+	}
+	if synced {
+		return wal.SyncDir(filepath.Dir(h.opts.Path))
+	}
+	return nil
 }
 
 // runNamesOf names the runs st reads, oldest first; archive or cold is
@@ -381,7 +419,7 @@ func (h *Handle) sideSink(cold bool, write func(io.Writer) error) (*state.Archiv
 	if cold {
 		what = "cold set"
 	}
-	name := rand.Uint64() | 1 // never 0, which names no run
+	name := newRunName()
 	path := h.runPath(cold, name)
 	if err := h.opts.FS.WriteStream(path, write); err != nil {
 		return nil, fmt.Errorf("could not write the %s %s: %w", what, path, err)
@@ -390,10 +428,13 @@ func (h *Handle) sideSink(cold bool, write func(io.Writer) error) (*state.Archiv
 	if err != nil {
 		return nil, fmt.Errorf("could not read back the %s %s: %w", what, path, err)
 	}
-	m.name = name
+	m.name, m.cold, m.fresh = name, cold, true
 	h.mapped = append(h.mapped, m)
 	return m.Archive, nil
 }
+
+// newRunName is a run's name: random, never 0 (which names no run).
+func newRunName() uint64 { return rand.Uint64() | 1 }
 
 // side names a file kept beside the WAL.
 func (h *Handle) side(suffix string) string { return filepath.Clean(h.opts.Path) + suffix }
@@ -470,13 +511,17 @@ func (h *Handle) removeUnnamedRuns(names runNames) {
 // (64 MiB) of records follow it, and a cold set once that many, or an eighth
 // of the cold set's bytes, follow the last one.
 func (h *Handle) refreshCheckpoint(tx *Tx) {
-	inMemory, _ := tx.State.InMemory()
-	readBase := h.checkpointed == 0 && tx.State.Base() != nil
-	if readBase || checkpointDue(tx.log.Count-h.checkpointed, inMemory) || tx.log.End-h.checkpointedEnd >= h.spillBytes() {
+	if h.checkpointDueAt(tx.State, tx.log.Position) {
 		if h.saveCheckpoint(tx.State, tx.log.Position) {
 			h.checkpointed, h.checkpointedEnd = tx.log.Count, tx.log.End
 		}
 	}
+}
+
+// checkpointDueAt is whether refreshCheckpoint writes one for st at pos.
+func (h *Handle) checkpointDueAt(st *state.State, pos wal.Position) bool {
+	readBase := h.checkpointed == 0 && st.Base() != nil
+	return readBase || checkpointDue(pos.Count-h.checkpointed, st.InMemoryCount()) || pos.End-h.checkpointedEnd >= h.spillBytes()
 }
 
 func (h *Handle) spillBytes() int64 { return cmp.Or(h.opts.SpillAfterBytes, defaultSpillAfterBytes) }
@@ -497,20 +542,8 @@ func (h *Handle) spillBytes() int64 { return cmp.Or(h.opts.SpillAfterBytes, defa
 // are rewritten into new ones.
 func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 	h.removeLeftovers()
-	inMemory, finished := st.InMemory()
-	coldTasks, superseded := st.Cold()
-	archived, coldSet := st.Archives()
 	_, archiveNamed, coldNamed := h.runNamesOf(st)
-	archive, cold := state.Stay, state.Stay
-	if h.archiveDue(finished, lenOf(archived)) {
-		archive = h.moveBy()
-	}
-	if h.coldDue(inMemory-finished, coldTasks) || inMemory > finished && pos.End-h.coldEnd >= h.coldBytes(coldSet) {
-		cold = h.moveBy()
-	}
-	if supersededDue(superseded, coldTasks) {
-		cold = state.Rewrite
-	}
+	archive, cold := h.movesDue(st, pos)
 	if !archiveNamed {
 		archive = state.Rewrite
 	}
@@ -531,19 +564,50 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 			h.coldEnd = pos.End
 		}
 	}
+	if err := h.syncRuns(); err != nil {
+		h.warnCache(err)
+		return false
+	}
 	names, _, _ := h.runNamesOf(st)
 	if err := h.opts.FS.WriteFile(h.side(CheckpointSuffix), encodeCheckpoint(st, pos, names)); err != nil {
 		h.warnCache(fmt.Errorf("could not write the checkpoint %s: %w", h.side(CheckpointSuffix), err))
 		return false
 	}
+	for i := range h.mapped {
+		h.mapped[i].fresh = false // named now, or removed next
+	}
 	h.removeUnnamedRuns(names)
 	return true
 }
 
+// movesDue is how a checkpoint of st at pos moves tasks out of memory by
+// the archive and cold set rules.
+func (h *Handle) movesDue(st *state.State, pos wal.Position) (archive, cold state.Move) {
+	inMemory, finished := st.InMemory()
+	coldTasks, superseded := st.Cold()
+	archived, coldSet := st.Archives()
+	// A writer's replay that spilled runs beside the WAL moves what it
+	// still holds out too, as one more run of each, rather than leave up
+	// to a spill's worth of tasks for every command to load.
+	spilled := slices.ContainsFunc(h.mapped, func(m mapping) bool { return m.unsynced })
+	archive, cold = state.Stay, state.Stay
+	if spilled && finished > 0 || h.archiveDue(finished, lenOf(archived)) {
+		archive = h.moveBy(spilled)
+	}
+	if spilled && inMemory > finished || h.coldDue(inMemory-finished, coldTasks) || inMemory > finished && pos.End-h.coldEnd >= h.coldBytes(coldSet) {
+		cold = h.moveBy(spilled)
+	}
+	if supersededDue(superseded, coldTasks) {
+		cold = state.Rewrite
+	}
+	return archive, cold
+}
+
 // moveBy is how this handle moves tasks out of memory when a rule says to:
-// a new run for a resident handle, one file of each for the others.
-func (h *Handle) moveBy() state.Move {
-	if h.opts.Resident {
+// a new run for a resident handle, or after a replay that spilled runs
+// (those are named as they are), one file of each for the others.
+func (h *Handle) moveBy(spilled bool) state.Move {
+	if h.opts.Resident || spilled {
 		return state.AddRun
 	}
 	return state.Rewrite

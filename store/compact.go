@@ -118,7 +118,7 @@ type historyReader struct {
 
 func (h *Handle) newHistoryReader() *historyReader {
 	scratch := Open(h.opts)
-	return &historyReader{v: state.NewVerifier(), scratch: scratch, spills: newSpiller(scratch)}
+	return &historyReader{v: state.NewVerifier(), scratch: scratch, spills: newSpiller(scratch, false)}
 }
 
 // close lets go of the files the reader's state read.

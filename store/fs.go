@@ -28,6 +28,10 @@ type FS interface {
 	// the file returned: a replay's spill (spill.go), which no one else
 	// opens, so it may be unlinked at once.
 	Spill(path string) (*os.File, error)
+	// Run creates path, a run a writer's replay spills beside the WAL,
+	// failing if it exists. It is not yet durable: the checkpoint that
+	// names it syncs it first (saveCheckpoint).
+	Run(path string) (*os.File, error)
 	// Remove removes path; a missing path is not an error.
 	Remove(path string) error
 	// WAL wraps the storage the WAL's appends, truncates and fsyncs go to.
@@ -71,6 +75,11 @@ func (OS) WriteStream(path string, write func(io.Writer) error) error {
 		err = wal.SyncDir(dir)
 	}
 	return err
+}
+
+// Run creates path for a run, readable and writable by its owner only.
+func (OS) Run(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 }
 
 // Spill creates <path>.spill-<random> and unlinks it: it lives as long as

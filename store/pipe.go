@@ -37,6 +37,8 @@ type Pipe struct {
 	// file back.
 	syncFailed bool
 	unanswered []*Flight
+	// counted is how many tasks memory held when Due last counted them.
+	counted int
 }
 
 // Flight is a batch in the pipe, written and waiting for its fsync.
@@ -131,6 +133,29 @@ func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.R
 	}
 	p.flights <- f
 	return errs, committed, f, nil
+}
+
+// Due reports whether Close would write a checkpoint that moves tasks out
+// of memory (refreshCheckpoint, movesDue), or one that many bytes of
+// records follow: a server under steady load closes the pipe then, since
+// it would otherwise never close it, and hold every task it decided and
+// every payload. It counts the tasks in memory at most once per 256 more
+// (it reads them all). Only the goroutine that calls Batch may call it.
+func (p *Pipe) Due() bool {
+	h, st, log := p.h, p.tx.State, p.tx.log
+	if log == nil || !h.checkpointDueAt(st, log.Position) {
+		return false
+	}
+	if log.End-h.checkpointedEnd >= h.spillBytes() {
+		return true
+	}
+	n := st.InMemoryCount()
+	if n < p.counted+archiveBatch {
+		return false
+	}
+	p.counted = n
+	archive, cold := h.movesDue(st, log.Position)
+	return archive != state.Stay || cold != state.Stay
 }
 
 // failed is the error that broke the pipe, nil while it holds.

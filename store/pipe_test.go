@@ -142,3 +142,63 @@ func TestPipeFsyncFails(t *testing.T) {
 		t.Fatalf("after the failure: %v, %d records, want 2", err, last)
 	}
 }
+
+// TestAPipeSaysWhenToMoveOut: a server under steady load never finds its
+// pipe idle, so it closes it when Due says the checkpoint Close writes would
+// move tasks out of memory; without that, it held every task it decided.
+// Due comes once a batch's worth waits (not before, not again at once), and
+// after each Close the handle holds less than two batches.
+func TestAPipeSaysWhenToMoveOut(t *testing.T) {
+	const batch = 300 // SpillAfter: what a resident handle lets wait for a run
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), Resident: true, SpillAfter: batch})
+	defer h.Close()
+	fns := make([]func(*store.Tx) error, 50)
+	for i := range fns {
+		fns[i] = addOne
+	}
+	inMemory := func() (n int) {
+		if err := h.Read(func(tx *store.Tx) error { n = tx.State.InMemoryCount(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	closes, batches := 0, 0
+	for closes < 4 {
+		p, err := h.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, _, f, err := p.Batch(fns)
+			if err == nil {
+				err = f.Wait()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if batches++; batches > 1000 {
+				t.Fatal("1000 batches of 50 submits and the pipe never said it was due")
+			}
+			if p.Due() {
+				break
+			}
+		}
+		p.Close()
+		closes++
+		if n := inMemory(); n >= 2*batch {
+			t.Fatalf("after the pipe's close %d: %d tasks in memory (a batch is %d)", closes, n, batch)
+		}
+	}
+	if total := batches * len(fns); total < 4*batch {
+		t.Fatalf("the pipe was due %d times in %d submits: before a batch waited", closes, total)
+	}
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, _, _, err := p.Batch(fns); err != nil || p.Due() {
+		t.Fatalf("due again at once after a close (%v)", err)
+	}
+}

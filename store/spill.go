@@ -17,8 +17,13 @@ import (
 // into runs of an archive and a cold set of its own, each a temporary file
 // beside the WAL that is mapped and unlinked at once, so that nothing is
 // left behind whatever becomes of the command. The records after that find
-// those tasks there as they would in a checkpoint's; the checkpoint written
-// at the end merges the runs into the files beside the WAL.
+// those tasks there as they would in a checkpoint's. A writer's replay,
+// which holds the exclusive lock and writes the checkpoint at its end,
+// spills to runs beside the WAL instead (<wal>.cold-<name>, runSink), which
+// that checkpoint names as they are, once synced, rather than copying
+// every task once more into new files; the runs it merges away on the way
+// are removed as it lets go of them, and a crash leaves runs that the next
+// checkpoint removes.
 //
 // It spills when the tasks in memory reach Options.SpillAfter (65,536), or
 // when the records read since the last spill reach Options.SpillAfterBytes
@@ -33,6 +38,7 @@ type spiller struct {
 	bytes     int64 // Options.SpillAfterBytes
 	read      int64 // the record bytes read since the last spill
 	abandoned bool  // a spill failed: the replay holds its tasks in memory
+	named     bool  // a writer's replay: spill to runs beside the WAL
 }
 
 const (
@@ -41,9 +47,10 @@ const (
 )
 
 // newSpiller is the spiller of a replay from the WAL's start, its files
-// mapped by h.
-func newSpiller(h *Handle) *spiller {
-	return &spiller{h: h, tasks: h.spillAfter(), bytes: h.spillBytes()}
+// mapped by h; named, for a writer's replay whose state the checkpoint
+// written after it describes.
+func newSpiller(h *Handle, named bool) *spiller {
+	return &spiller{h: h, tasks: h.spillAfter(), bytes: h.spillBytes(), named: named}
 }
 
 func (h *Handle) spillAfter() int { return cmp.Or(h.opts.SpillAfter, defaultSpillAfter) }
@@ -63,7 +70,15 @@ func (sp *spiller) check(st *state.State, size int) {
 	if st.InMemoryCount() == 0 {
 		return
 	}
-	err := st.Spill(sp.h.spillSink)
+	sink := sp.h.spillSink
+	if sp.named {
+		sink = sp.h.runSink
+	}
+	err := st.Spill(sink)
+	if err != nil && sp.named { // the directory takes no new file: spill where a reader would
+		sp.named = false
+		err = st.Spill(sp.h.spillSink)
+	}
 	sp.h.keepMapped(st)
 	if err != nil {
 		sp.h.warn("could not move tasks out of memory during the replay (%v); it holds them in memory", err)
@@ -91,6 +106,34 @@ func (h *Handle) spillSink(_ bool, write func(io.Writer) error) (*state.Archive,
 	if err != nil {
 		return nil, fmt.Errorf("could not map %s: %w", f.Name(), err)
 	}
+	h.mapped = append(h.mapped, m)
+	return m.Archive, nil
+}
+
+// runSink writes a run a writer's replay spills beside the WAL, where the
+// checkpoint written at the replay's end will name it, and maps it; it is
+// synced only if that checkpoint names it (syncRuns).
+func (h *Handle) runSink(cold bool, write func(io.Writer) error) (*state.Archive, error) {
+	name := newRunName()
+	path := h.runPath(cold, name)
+	f, err := h.opts.FS.Run(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buffered := bufio.NewWriterSize(f, 1<<20)
+	if err = write(buffered); err == nil {
+		err = buffered.Flush()
+	}
+	var m mapping
+	if err == nil {
+		m, err = mapArchiveFile(f)
+	}
+	if err != nil {
+		_ = h.opts.FS.Remove(path)
+		return nil, fmt.Errorf("could not write %s: %w", path, err)
+	}
+	m.name, m.cold, m.fresh, m.unsynced = name, cold, true, true
 	h.mapped = append(h.mapped, m)
 	return m.Archive, nil
 }

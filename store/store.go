@@ -125,7 +125,7 @@ func (h *Handle) Close() {
 // forget drops the cached state: the next operation starts over.
 func (h *Handle) forget() {
 	for _, m := range h.mapped {
-		m.release()
+		h.letGo(m)
 	}
 	h.payloads.close()
 	h.cache, h.pos, h.checkpointed, h.checkpointedEnd, h.coldEnd, h.mapped = nil, wal.Position{}, 0, 0, 0, nil
@@ -342,7 +342,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	// methods, which answer alike; the files stay mapped until the handle
 	// forgets the state or closes).
 	if h.pos.Count == 0 {
-		spills = newSpiller(h)
+		spills = newSpiller(h, mode == wal.Write && !h.fullReplay())
 	}
 	apply := func(d decoded) error {
 		if d.r.Type.IsBase() { // the hooks see the records, not the base that stands for some

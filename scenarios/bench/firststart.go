@@ -26,8 +26,9 @@ func firstStartBench(dir, leasewal, self string, sizes []int) {
 		fmt.Printf("%10d %9.1f | %12.2f %8.0f | %12.2f %8.0f | %10.2f %8.0f\n", n, mb(statSize(wal)),
 			first.elapsed.Seconds(), float64(first.rssKB)/1024, next.elapsed.Seconds(), float64(next.rssKB)/1024,
 			stats.elapsed.Seconds(), float64(stats.rssKB)/1024)
-		for _, suffix := range []string{"", ".checkpoint", ".archive", ".cold"} {
-			os.Remove(wal + suffix)
+		matches, _ := filepath.Glob(wal + "*")
+		for _, path := range matches {
+			os.Remove(path)
 		}
 	}
 }

@@ -39,6 +39,8 @@ func main() {
 	compaction := flag.String("compaction", "", "measure compaction instead, on WALs of these sizes in records (e.g. 100000,1000000)")
 	reports := flag.String("report", "", "measure report -o html instead, on WALs of these sizes in records (e.g. 10000,100000,1000000)")
 	firstStarts := flag.String("firststart", "", "measure the first command on a backlog with no checkpoint instead, at these numbers of waiting tasks (e.g. 10000,100000,1000000)")
+	resident := flag.Int("resident", 0, "measure a resident server over this many waiting tasks instead (-leasewal may name several binaries, comma-separated: A B A B)")
+	residentOps := flag.Int("ops", 200000, "with -resident: submits, then complete-and-lease-next, in each phase")
 	peerPhase := flag.Duration("peers", 0, "measure leasewal serve beside beanstalkd and redis instead, in phases of this length (both on PATH)")
 	flag.Parse()
 	if *generate != "" {
@@ -69,6 +71,12 @@ func main() {
 	}
 	if *batch > 0 {
 		batchBench(dir, *leasewal, *batch)
+		return
+	}
+	if *resident > 0 {
+		self, err := os.Executable()
+		check(err)
+		residentBench(dir, *leasewal, self, *resident, *residentOps)
 		return
 	}
 	if *compaction != "" || *reports != "" || *firstStarts != "" {

@@ -187,11 +187,7 @@ var nextPort atomic.Int64
 func init() { nextPort.Store(7700) }
 
 func (p leasewalPeer) start(filled bool) server {
-	port := nextPort.Add(1)
-	wal := filepath.Join(p.dir, fmt.Sprintf("peer-%d.wal", port))
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	s := &leasewalServer{cmd: startServe(p.bin, "--wal", wal, "serve", "--listen", addr, "--pipeline="+strconv.FormatBool(!p.serial)), base: "http://" + addr,
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	s := p.startOn(filepath.Join(p.dir, fmt.Sprintf("peer-%d.wal", nextPort.Load()+1)))
 	if filled {
 		var lines bytes.Buffer
 		for i := range fill {
@@ -201,6 +197,15 @@ func (p leasewalPeer) start(filled bool) server {
 		check(err)
 	}
 	return s
+}
+
+// startOn starts serve over wal, with args after serve's own.
+func (p leasewalPeer) startOn(wal string, args ...string) *leasewalServer {
+	port := nextPort.Add(1)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	serve := append([]string{"--wal", wal, "serve", "--listen", addr, "--pipeline=" + strconv.FormatBool(!p.serial)}, args...)
+	return &leasewalServer{cmd: startServe(p.bin, serve...), base: "http://" + addr,
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 }
 
 func (s *leasewalServer) pid() int { return s.cmd.Process.Pid }

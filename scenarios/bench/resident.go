@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// residentBench prints what a resident server costs over a big backlog: a
+// WAL of n tasks waiting (histgen), served by each binary in turn (A B A B),
+// then 16 HTTP clients submitting ops tasks, then doing ops
+// complete-and-lease-next; for each phase its rate and the server's peak
+// resident size during it (the peak is reset after start-up, which the
+// first-start benchmark measures), and the files beside the WAL after.
+func residentBench(dir, binaries, self string, n, ops int) {
+	bins := strings.Split(binaries, ",")
+	fmt.Printf("a resident server over %d waiting tasks: 16 HTTP clients, %d submits, then %d complete-and-lease-next; peak RSS per phase\n", n, ops, ops)
+	fmt.Printf("%-4s %-28s | %10s %8s | %10s %8s | %8s %6s\n", "", "binary", "submit/s", "RSS MB", "c+l/s", "RSS MB", "side MB", "files")
+	source := filepath.Join(dir, "resident-source.wal")
+	execute(self, "-generate", source, "-records", strconv.Itoa(n), "-waiting", strconv.Itoa(n))
+	data, err := os.ReadFile(source)
+	check(err)
+	check(os.Remove(source))
+	for round := range 2 * len(bins) {
+		bin := bins[round%len(bins)]
+		wal := filepath.Join(dir, fmt.Sprintf("resident-%d.wal", round))
+		check(os.WriteFile(wal, data, 0o644))
+		s := leasewalPeer{bin: bin, dir: dir}.startOn(wal, "--compact-above", "0")
+		resetPeak(s.pid())
+		submitRate := countedLoops(ops, s, "submit")
+		submitPeak := peakKB(s.pid())
+		resetPeak(s.pid())
+		workRate := countedLoops(ops, s, "complete-and-lease-next")
+		workPeak := peakKB(s.pid())
+		s.stop()
+		side, files := besideWAL(wal)
+		fmt.Printf("%-4s %-28s | %10.0f %8.0f | %10.0f %8.0f | %8.0f %6d\n", string(rune('A'+round%len(bins))), filepath.Base(bin),
+			submitRate, float64(submitPeak)/1024, workRate, float64(workPeak)/1024, mb(side), files)
+		matches, _ := filepath.Glob(wal + "*")
+		for _, path := range matches {
+			os.Remove(path)
+		}
+	}
+}
+
+// countedLoops runs ops calls of work from 16 clients of s and returns
+// their rate per second.
+func countedLoops(ops int, s *leasewalServer, work string) float64 {
+	var left atomic.Int64
+	left.Store(int64(ops))
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for id := range 16 {
+		one, err := s.client(work, id)
+		check(err)
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := one(); err != nil && failed.Add(1) == 1 {
+					fmt.Printf("  (%s: %v)\n", work, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		fmt.Printf("  (%d calls of %s failed)\n", failed.Load(), work)
+	}
+	return float64(ops) / time.Since(start).Seconds()
+}
+
+// resetPeak sets a process's peak resident size back to its current one
+// (clear_refs 5).
+func resetPeak(pid int) {
+	check(os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0o200))
+}
+
+// peakKB is a process's peak resident size (VmHWM) in KiB.
+func peakKB(pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	check(err)
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			check(err)
+			return kb
+		}
+	}
+	return 0
+}
+
+// besideWAL is the bytes and the number of the cache files beside a WAL
+// (its checkpoint and the runs of its archive and cold set).
+func besideWAL(wal string) (bytes int64, files int) {
+	matches, _ := filepath.Glob(wal + ".*")
+	for _, path := range matches {
+		bytes += statSize(path)
+		files++
+	}
+	return bytes, files
+}
