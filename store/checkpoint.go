@@ -84,23 +84,22 @@ func checkpointDue(tail, tasksInMemory int) bool {
 // one-shot writer rewrites the archive, O(history), so this happens once per
 // 256 finished tasks, and what a command loads eagerly stays under 256
 // finished tasks plus the unfinished ones. A resident handle adds a run
-// instead (saveCheckpoint), and waits for an eighth of the archived tasks
-// (residentBatch): a run and the merges it brings cost about
+// instead (saveCheckpoint), and waits for an eighth of the archived tasks,
+// at most Options.SpillAfter (residentBatch): a run and the merges it brings cost about
 // log2(archive/batch) copies of each task it moves, and a server loads
 // nothing per operation, while the commands beside it load those tasks.
 func (h *Handle) archiveDue(finishedInMemory, archived int) bool {
 	if h.opts.Resident {
-		return finishedInMemory >= h.residentBatch(archived)
+		return finishedInMemory >= residentBatch(archived, h.spillAfter())
 	}
 	return finishedInMemory >= archiveBatch
 }
 
 // residentBatch is how many tasks a resident handle lets wait in memory for
 // a new run of a shelf of n tasks: an eighth of them, at least 256, and at
-// most Options.SpillAfter (65,536), so that what it holds is bounded however
-// large the backlog.
-func (h *Handle) residentBatch(n int) int {
-	return min(max(archiveBatch, n/8), h.spillAfter())
+// most most, so that what it holds is bounded however large the backlog.
+func residentBatch(n, most int) int {
+	return min(max(archiveBatch, n/8), most)
 }
 
 // coldDue is the cold set's count rule: when a checkpoint is rewritten, the
@@ -110,10 +109,13 @@ func (h *Handle) residentBatch(n int) int {
 // written for 100,000 waiting tasks), so it waits longer as the backlog
 // grows: what memory holds costs every one-shot command about what the copy
 // costs once per that many tasks. A resident handle adds a run of
-// residentBatch(cold tasks) instead.
+// residentBatch(cold tasks) instead, at most an eighth of
+// Options.SpillAfter (8,192): every lease reads each unfinished task in
+// memory (State.best), so a server that let 65,536 wait leased at about a
+// hundred a second; a run of fewer costs a merge or two more per task.
 func (h *Handle) coldDue(unfinishedInMemory, cold int) bool {
 	if h.opts.Resident {
-		return unfinishedInMemory >= h.residentBatch(cold)
+		return unfinishedInMemory >= residentBatch(cold, max(1, h.spillAfter()/8))
 	}
 	return unfinishedInMemory >= max(archiveBatch, cold/256)
 }

@@ -72,8 +72,9 @@ type Options struct {
 	// to load, so it writes a new cold set less often (coldDue).
 	Resident bool
 	// SpillAfter is how many tasks a replay from the WAL's start holds in
-	// memory before it moves them out to files (spill.go), and the most a
-	// resident handle lets wait for a new run (residentBatch); 0: 65,536.
+	// memory before it moves them out to files (spill.go), and the most
+	// finished tasks a resident handle lets wait for a new run (an eighth
+	// of it unfinished ones: coldDue); 0: 65,536.
 	// SpillAfterBytes is how many bytes of records it reads before it does
 	// whatever the count, and how many a handle writes or reads before it
 	// writes a checkpoint and a new cold set whatever their rules; 0: 64 MiB.

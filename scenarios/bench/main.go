@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -40,7 +41,8 @@ func main() {
 	reports := flag.String("report", "", "measure report -o html instead, on WALs of these sizes in records (e.g. 10000,100000,1000000)")
 	firstStarts := flag.String("firststart", "", "measure the first command on a backlog with no checkpoint instead, at these numbers of waiting tasks (e.g. 10000,100000,1000000)")
 	resident := flag.Int("resident", 0, "measure a resident server over this many waiting tasks instead (-leasewal may name several binaries, comma-separated: A B A B)")
-	residentOps := flag.Int("ops", 200000, "with -resident: submits, then complete-and-lease-next, in each phase")
+	residentOps := flag.Int("ops", 200000, "with -resident: submits, then as many complete-and-lease-next")
+	residentWork := flag.Int("work", 0, "with -resident: complete-and-lease-next, if not -ops")
 	peerPhase := flag.Duration("peers", 0, "measure leasewal serve beside beanstalkd and redis instead, in phases of this length (both on PATH)")
 	flag.Parse()
 	if *generate != "" {
@@ -76,7 +78,7 @@ func main() {
 	if *resident > 0 {
 		self, err := os.Executable()
 		check(err)
-		residentBench(dir, *leasewal, self, *resident, *residentOps)
+		residentBench(dir, *leasewal, self, *resident, *residentOps, cmp.Or(*residentWork, *residentOps))
 		return
 	}
 	if *compaction != "" || *reports != "" || *firstStarts != "" {

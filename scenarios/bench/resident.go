@@ -13,13 +13,13 @@ import (
 
 // residentBench prints what a resident server costs over a big backlog: a
 // WAL of n tasks waiting (histgen), served by each binary in turn (A B A B),
-// then 16 HTTP clients submitting ops tasks, then doing ops
+// then 16 HTTP clients submitting ops tasks, then doing work
 // complete-and-lease-next; for each phase its rate and the server's peak
 // resident size during it (the peak is reset after start-up, which the
 // first-start benchmark measures), and the files beside the WAL after.
-func residentBench(dir, binaries, self string, n, ops int) {
+func residentBench(dir, binaries, self string, n, ops, work int) {
 	bins := strings.Split(binaries, ",")
-	fmt.Printf("a resident server over %d waiting tasks: 16 HTTP clients, %d submits, then %d complete-and-lease-next; peak RSS per phase\n", n, ops, ops)
+	fmt.Printf("a resident server over %d waiting tasks: 16 HTTP clients, %d submits, then %d complete-and-lease-next; peak RSS per phase\n", n, ops, work)
 	fmt.Printf("%-4s %-28s | %10s %8s | %10s %8s | %8s %6s\n", "", "binary", "submit/s", "RSS MB", "c+l/s", "RSS MB", "side MB", "files")
 	source := filepath.Join(dir, "resident-source.wal")
 	execute(self, "-generate", source, "-records", strconv.Itoa(n), "-waiting", strconv.Itoa(n))
@@ -35,7 +35,7 @@ func residentBench(dir, binaries, self string, n, ops int) {
 		submitRate := countedLoops(ops, s, "submit")
 		submitPeak := peakKB(s.pid())
 		resetPeak(s.pid())
-		workRate := countedLoops(ops, s, "complete-and-lease-next")
+		workRate := countedLoops(work, s, "complete-and-lease-next")
 		workPeak := peakKB(s.pid())
 		s.stop()
 		side, files := besideWAL(wal)
