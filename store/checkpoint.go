@@ -227,9 +227,6 @@ func (h *Handle) loadCheckpoint() (st *state.State, pos wal.Position, maps []map
 			return nil, wal.Position{}, nil, false
 		}
 		archive, cold, maps, err := h.mapRuns(runs)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
 		if err == nil {
 			if st, err = state.LoadSnapshot(snapshot, archive, cold); err == nil {
 				return st, pos, maps, true
@@ -238,7 +235,9 @@ func (h *Handle) loadCheckpoint() (st *state.State, pos wal.Position, maps []map
 		for _, m := range maps {
 			m.release()
 		}
-		return nil, wal.Position{}, nil, false
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, wal.Position{}, nil, false
+		}
 	}
 	return nil, wal.Position{}, nil, false
 }
@@ -570,7 +569,11 @@ func (h *Handle) saveCheckpoint(st *state.State, pos wal.Position) bool {
 		h.warnCache(err)
 		return false
 	}
-	names, _, _ := h.runNamesOf(st)
+	names, archiveNamed, coldNamed := h.runNamesOf(st)
+	if !archiveNamed || !coldNamed { // a run just written is gone: someone removes files beside the WAL
+		h.warnCache(errors.New("a run of the archive or cold set written for the checkpoint is gone"))
+		return false
+	}
 	if err := h.opts.FS.WriteFile(h.side(CheckpointSuffix), encodeCheckpoint(st, pos, names)); err != nil {
 		h.warnCache(fmt.Errorf("could not write the checkpoint %s: %w", h.side(CheckpointSuffix), err))
 		return false

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 
 	"leasewal/state"
@@ -95,19 +96,29 @@ func (h *Handle) spillSink(_ bool, write func(io.Writer) error) (*state.Archive,
 		return nil, err
 	}
 	defer f.Close()
-	buffered := bufio.NewWriterSize(f, 1<<20)
-	if err = write(buffered); err == nil {
-		err = buffered.Flush()
-	}
+	m, err := writeAndMap(f, write)
 	if err != nil {
-		return nil, fmt.Errorf("could not write %s: %w", f.Name(), err)
-	}
-	m, err := mapArchiveFile(f)
-	if err != nil {
-		return nil, fmt.Errorf("could not map %s: %w", f.Name(), err)
+		return nil, err
 	}
 	h.mapped = append(h.mapped, m)
 	return m.Archive, nil
+}
+
+// writeAndMap streams what write writes to f, then maps it.
+func writeAndMap(f *os.File, write func(io.Writer) error) (mapping, error) {
+	buffered := bufio.NewWriterSize(f, 1<<20)
+	err := write(buffered)
+	if err == nil {
+		err = buffered.Flush()
+	}
+	if err != nil {
+		return mapping{}, fmt.Errorf("could not write %s: %w", f.Name(), err)
+	}
+	m, err := mapArchiveFile(f)
+	if err != nil {
+		return mapping{}, fmt.Errorf("could not map %s: %w", f.Name(), err)
+	}
+	return m, nil
 }
 
 // runSink writes a run a writer's replay spills beside the WAL, where the
@@ -121,17 +132,10 @@ func (h *Handle) runSink(cold bool, write func(io.Writer) error) (*state.Archive
 		return nil, err
 	}
 	defer f.Close()
-	buffered := bufio.NewWriterSize(f, 1<<20)
-	if err = write(buffered); err == nil {
-		err = buffered.Flush()
-	}
-	var m mapping
-	if err == nil {
-		m, err = mapArchiveFile(f)
-	}
+	m, err := writeAndMap(f, write)
 	if err != nil {
 		_ = h.opts.FS.Remove(path)
-		return nil, fmt.Errorf("could not write %s: %w", path, err)
+		return nil, err
 	}
 	m.name, m.cold, m.fresh, m.unsynced = name, cold, true, true
 	h.mapped = append(h.mapped, m)
