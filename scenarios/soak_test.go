@@ -96,12 +96,14 @@ func recordsSince(t *testing.T, walPath string, since int64) int64 {
 var compactedTo = regexp.MustCompile(`compacted .* -> (\d+) bytes`)
 
 // settle waits until the server's compactor has nothing due: its WAL, of
-// more than above bytes, is no more than twice what the last compaction left
-// (service.AutoCompact). The compactor looks after every batch written; the
-// disk is measured once it has caught up, whatever the machine's load.
-func settle(t *testing.T, walPath string, above int64, stderr *lockedBuffer) {
+// more than above bytes, is no more than twice what the last compaction left,
+// and no history segment is wholly older than keep at now while records
+// follow the last compaction (service.Compactor). The compactor looks after
+// every batch written; the disk is measured once it has caught up, whatever
+// the machine's load.
+func settle(t *testing.T, walPath string, above int64, now time.Time, keep time.Duration, stderr *lockedBuffer) {
 	t.Helper()
-	testwait.Until(t, "the server's compaction of a WAL above twice what the last one left", func() bool {
+	testwait.Until(t, "the server's compaction of a WAL above twice what the last one left, or of history past its retention", func() bool {
 		info, err := os.Stat(walPath)
 		if err != nil {
 			return false
@@ -110,7 +112,9 @@ func settle(t *testing.T, walPath string, above int64, stderr *lockedBuffer) {
 		if all := compactedTo.FindAllStringSubmatch(stderr.String(), -1); len(all) > 0 {
 			left, _ = strconv.ParseInt(all[len(all)-1][1], 10, 64)
 		}
-		return info.Size() <= above || info.Size() <= 2*left
+		segs := store.Segments(store.HistoryDir(walPath))
+		expired := info.Size() > left && len(segs) > 0 && segs[0].LastAt < now.Add(-keep).UnixMilli()
+		return (info.Size() <= above || info.Size() <= 2*left) && !expired
 	}, stderr.String)
 }
 
@@ -211,7 +215,7 @@ func TestSoak(t *testing.T) {
 		if err != nil && !errors.As(err, &empty) {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		settle(t, walPath, 64<<10, stderr)
+		settle(t, walPath, 64<<10, now, retention, stderr)
 		disk = append(disk, diskOf(t, walPath))
 		if round >= warmUp {
 			kept, window := keptOf(t, walPath, now.Format(time.RFC3339), keep), recordsSince(t, walPath, now.Add(-retention).UnixMilli())
@@ -238,5 +242,52 @@ func TestSoak(t *testing.T) {
 	t.Logf("the WAL, its caches and its history took at most %.2f times the live and retained data", worst)
 	if segs := store.Segments(store.HistoryDir(walPath)); len(segs) == 0 || segs[0].First == 1 {
 		t.Fatalf("segments %+v: the oldest should have expired", segs)
+	}
+}
+
+// TestAServerExpiresHistoryOnTime: a server whose WAL stays small (no
+// compaction by size) still deletes the history past --keep-history, at the
+// first write once its oldest segment is wholly past it: the retention is
+// applied by a compaction, which the compactor then makes for it.
+func TestAServerExpiresHistoryOnTime(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	walPath, clock := filepath.Join(dir, "q.wal"), filepath.Join(dir, "clock")
+	start, _ := time.Parse(time.RFC3339, "2026-01-01T00:00:00Z")
+	setClock := func(at time.Time) {
+		if err := os.WriteFile(clock, []byte(at.Format(time.RFC3339)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setClock(start)
+	_, url, stderr := startServeEnv(t, []string{"LEASEWAL_TESTING=1", "LEASEWAL_TEST_CLOCK=" + clock, "LEASEWAL_NOW="},
+		"--wal", walPath, "serve", "--listen", "127.0.0.1:0", "--compact-above", "16KiB", "--keep-finished", "1h", "--keep-history", "1h")
+	c, err := client.New([]string{url}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(n int) {
+		reqs := make([]api.SubmitRequest, n)
+		for i := range reqs {
+			reqs[i] = api.SubmitRequest{Payload: fmt.Sprintf("task %d of %d", i, n)}
+		}
+		if _, err := c.SubmitBatch(context.Background(), reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compactions := func() int { return strings.Count(stderr.String(), "compacted ") }
+	submit(200) // past 16 KiB: compacted by size, its records sealed in a segment
+	testwait.Until(t, "a compaction by size", func() bool { return compactions() == 1 }, stderr.String)
+	if segs := store.Segments(store.HistoryDir(walPath)); len(segs) != 1 || segs[0].LastAt != start.UnixMilli() {
+		t.Fatalf("after the first compaction, segments %+v", segs)
+	}
+	setClock(start.Add(2 * time.Hour))
+	submit(1) // a few hundred bytes: the WAL stays far from twice what the compaction left
+	testwait.Until(t, "a compaction for the history past its retention", func() bool { return compactions() == 2 }, stderr.String)
+	if segs := store.Segments(store.HistoryDir(walPath)); len(segs) == 0 || segs[0].LastAt < start.Add(time.Hour).UnixMilli() {
+		t.Fatalf("after the compaction for the history, segments %+v: one is past the retention", segs)
+	}
+	if code, out, errOut := run(t, walPath, nil, "verify", "--history", "--lock-timeout", "1m"); code != 0 {
+		t.Fatalf("verify --history: exit %d %s %s", code, out, errOut)
 	}
 }

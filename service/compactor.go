@@ -27,7 +27,11 @@ type AutoCompact struct {
 
 // Compactor compacts the WAL a batcher writes, by policy, with compact
 // (LocalCompaction, or a raft node's). It looks after every batch written
-// and once a minute.
+// and once a minute. A compaction is also where the history's retention is
+// applied, so it compacts too once the oldest history segment is wholly
+// past Options.KeepHistory and records were written since the last
+// compaction (with none, there is nothing to compact, and the segment
+// waits for the next write).
 type Compactor struct {
 	policy  AutoCompact
 	store   store.Options
@@ -94,12 +98,15 @@ func (c *Compactor) run(ctx context.Context) {
 		}
 		bySize := c.policy.Above > 0 && info.Size() > c.policy.Above && info.Size() > 2*left
 		byAge := c.policy.Every > 0 && c.now()-last >= c.policy.Every.Milliseconds()
-		if !bySize && !byAge {
+		byHistory := info.Size() > left && c.historyExpired()
+		if !bySize && !byAge && !byHistory {
 			continue
 		}
 		done, err := c.compact(c.policy.Options)
 		switch {
-		case errors.Is(err, store.ErrNothingToCompact), errors.Is(err, cluster.ErrNotLeader):
+		case errors.Is(err, store.ErrNothingToCompact):
+			left = info.Size() // nothing follows the base: nothing to do until a write
+		case errors.Is(err, cluster.ErrNotLeader):
 		case err != nil:
 			c.note(fmt.Sprintf("compaction failed (serving goes on): %v", err))
 		default:
@@ -109,6 +116,14 @@ func (c *Compactor) run(ctx context.Context) {
 		}
 		last = c.now()
 	}
+}
+
+// historyExpired says whether the oldest history segment's last record is
+// older than the history's retention.
+func (c *Compactor) historyExpired() bool {
+	keep := c.policy.Options.KeepHistory
+	segs := store.Segments(store.HistoryDir(c.store.Path))
+	return keep > 0 && len(segs) > 0 && segs[0].LastAt < c.now()-keep.Milliseconds()
 }
 
 // now is the store's clock's time.
