@@ -33,7 +33,7 @@ type State struct {
 	leaseRequests map[string]leaseRequest
 	leaseTask     map[string]string // every lease ever granted -> its task
 	// archive holds the finished tasks that are not in the maps above, and
-	// cold the unfinished ones (Compact, Spill); nil when every task is in
+	// cold the unfinished ones (MoveOut, Spill); nil when every task is in
 	// memory.
 	// The cold set's copies of the tasks a record has touched since it was
 	// written are superseded: by the copy in memory, or by the archive's

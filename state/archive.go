@@ -634,7 +634,7 @@ func compareEntries(x, y archiveEntry) int {
 }
 
 // InMemory counts the tasks held in memory, and how many of them are finished
-// (Compact with archive would move those).
+// (MoveOut of the archive would move those).
 func (s *State) InMemory() (tasks, finished int) {
 	for _, t := range s.order {
 		if t.State.Terminal() {
@@ -647,7 +647,7 @@ func (s *State) InMemory() (tasks, finished int) {
 // adopt brings a task a record changed into memory, when it was read from
 // the archive (only a late TaskCancelled changes a finished task: it adds a
 // seq) or from the cold set. The file keeps the old copy, which the one in
-// memory shadows, and which the next Compact supersedes.
+// memory shadows, and which the next rewrite of the cold set supersedes.
 func (s *State) adopt(t *Task) {
 	if s.tasks[t.ID] == t {
 		return

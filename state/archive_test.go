@@ -149,10 +149,17 @@ func compact(t *testing.T, s *State) (archive, cold []byte) {
 	return archive, cold
 }
 
-// compactBytes is Compact into memory: it returns the new files' bytes (nil
-// for one not asked for).
+// compactBytes rewrites the archive (with archive) and the cold set (with
+// cold) into memory, one file each (MoveOut, Rewrite): it returns the new
+// files' bytes (nil for one not asked for).
 func compactBytes(s *State, archive, cold bool) (archiveBytes, coldBytes []byte, err error) {
-	err = s.Compact(archive, cold, func(isCold bool, write func(io.Writer) error) (*Archive, error) {
+	rewrite := func(yes bool) Move {
+		if yes {
+			return Rewrite
+		}
+		return Stay
+	}
+	err = s.MoveOut(rewrite(archive), rewrite(cold), func(isCold bool, write func(io.Writer) error) (*Archive, error) {
 		var b bytes.Buffer
 		if err := write(&b); err != nil {
 			return nil, err

@@ -7,8 +7,8 @@ import (
 	"slices"
 )
 
-// The cold set keeps a backlog out of memory. Compact writes every unfinished
-// task to an archive of its own (the cold set) with its lease order; from then
+// The cold set keeps a backlog out of memory. MoveOut writes the unfinished
+// tasks to an archive of its own (the cold set) with its lease order; from then
 // on a state holds in memory only the tasks a record has touched since (hot:
 // s.tasks, s.order, s.live), and a hot copy shadows the cold one. A lease
 // reads the cold set's order from the front and decodes the first tasks that
@@ -384,20 +384,6 @@ const (
 	Rewrite
 )
 
-// Compact moves tasks out of memory to side files: with archive set, the
-// finished ones into a new archive over the old one; with cold set, every
-// unfinished one (in memory or in the cold set) into a new cold set. Each new
-// file is streamed to sink; the runs of a shelf (Spill) become that one file.
-func (s *State) Compact(archive, cold bool, sink Sink) error {
-	rewrite := func(yes bool) Move {
-		if yes {
-			return Rewrite
-		}
-		return Stay
-	}
-	return s.MoveOut(rewrite(archive), rewrite(cold), sink)
-}
-
 // Spill moves every task in memory out to a new run of the archive (the
 // finished ones) or of the cold set (the others). A replay from the WAL's
 // start spills every few thousand tasks: what a spill writes is about what
@@ -492,7 +478,7 @@ func (m Move) mergeFrom(sh *shelf, n int) int {
 }
 
 // Archives are the runs of the archive and of the cold set the state reads,
-// oldest first (one each after Compact, none for none): a caller that maps
+// oldest first (one each after a Rewrite, none for none): a caller that maps
 // them keeps those mapped, and may let go of others; a snapshot names them.
 func (s *State) Archives() (archive, cold []*Archive) { return s.archive.files(), s.cold.files() }
 

@@ -15,8 +15,8 @@ import (
 // goes (Spill), and a resident server, add a run each time and merge the
 // last runs as they pile up (mergeFrom), so that a move costs what it moves
 // and a share of merges, never a copy of the whole backlog, and can come
-// every few thousand tasks however large the backlog grows; Compact
-// rewrites every run into one file. A checkpoint names the runs.
+// every few thousand tasks however large the backlog grows; a Rewrite
+// writes every run into one file. A checkpoint names the runs.
 //
 // The records of the runs are numbered on from one run to the next: an
 // offset names one record of the whole shelf (Task.coldAt, the superseded

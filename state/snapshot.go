@@ -13,7 +13,7 @@ import (
 // The encoding is a compact binary one (varints and length-prefixed strings)
 // because loading it sits on every command's path. It holds exactly what
 // Apply built for the tasks in memory, and names the archive and the cold set
-// that hold the others (Compact), so a loaded state answers as the replayed one
+// that hold the others (MoveOut), so a loaded state answers as the replayed one
 // does; the indexes are rebuilt on load: tasks by id at once, request ids
 // and leases when a lookup first needs them (keySubmits, keyLeases).
 
