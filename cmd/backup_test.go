@@ -22,8 +22,8 @@ func TestBackup(t *testing.T) {
 	dir := t.TempDir()
 	copyPath := filepath.Join(dir, "copy.wal")
 	code, out, stderr := cli("--wal", walPath, "backup", copyPath, "--caches", "-o", "json")
-	if code != 0 || !strings.Contains(out, copyPath+`.checkpoint"`) {
-		t.Fatalf("backup --caches: exit %d %s %s", code, out, stderr)
+	if code != 0 || !strings.Contains(out, copyPath+`.checkpoint"`) || !strings.Contains(out, copyPath+`.archive-`) {
+		t.Fatalf("backup --caches: exit %d %s %s; want the checkpoint and the runs it names", code, out, stderr)
 	}
 	if code, _, stderr := cli("--wal", copyPath, "verify"); code != 0 {
 		t.Fatalf("the copy does not verify: %s", stderr)
