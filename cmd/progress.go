@@ -1,11 +1,26 @@
 package cmd
 
 import (
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 )
+
+// averageRate shows the bytes a second since start, in every frame the bar
+// draws: mpb's AverageSpeed computes it only in frames drawn before the end,
+// so a read that ended before the first one showed no rate at all.
+func averageRate(start time.Time) decor.Decorator {
+	return decor.Any(func(s decor.Statistics) string {
+		elapsed := time.Since(start).Seconds()
+		if elapsed <= 0 {
+			return ""
+		}
+		return fmt.Sprintf(" % .1f/s", decor.SizeB1024(float64(s.Current)/elapsed))
+	})
+}
 
 // progressMin is the least a read must cover for a bar to be worth drawing.
 const progressMin = 64 << 20
@@ -34,7 +49,7 @@ func (e env) progress(what string) func(done, total int64) {
 			p = mpb.New(mpb.WithOutput(e.stderr), mpb.WithWidth(40))
 			bar = p.AddBar(total,
 				mpb.PrependDecorators(decor.Name(what+" ", decor.WC{C: decor.DindentRight}), decor.CountersKibiByte("% .1f / % .1f")),
-				mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), " % .1f"), decor.Name(" "), decor.OnComplete(decor.AverageETA(decor.ET_STYLE_GO), "done")))
+				mpb.AppendDecorators(averageRate(time.Now()), decor.Name(" "), decor.OnComplete(decor.AverageETA(decor.ET_STYLE_GO), "done")))
 		}
 		bar.SetCurrent(done)
 		if done >= total {
