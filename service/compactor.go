@@ -85,6 +85,7 @@ func (c *Compactor) run(ctx context.Context) {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	last, left := c.now(), int64(0)
+	stuck := "" // an expired oldest segment a compaction did not remove (it warned why): not compacted for again
 	for {
 		select {
 		case <-ctx.Done():
@@ -98,7 +99,8 @@ func (c *Compactor) run(ctx context.Context) {
 		}
 		bySize := c.policy.Above > 0 && info.Size() > c.policy.Above && info.Size() > 2*left
 		byAge := c.policy.Every > 0 && c.now()-last >= c.policy.Every.Milliseconds()
-		byHistory := info.Size() > left && c.historyExpired()
+		oldest, expired := c.expiredHistory()
+		byHistory := info.Size() > left && expired && oldest != stuck
 		if !bySize && !byAge && !byHistory {
 			continue
 		}
@@ -113,17 +115,23 @@ func (c *Compactor) run(ctx context.Context) {
 			c.note(fmt.Sprintf("compacted %d records up to seq %d: %d -> %d bytes, %d tasks kept, %d dropped", done.Records, done.Seq,
 				done.BytesBefore, done.BytesAfter, done.TasksKept, done.TasksDropped))
 			left = done.BytesAfter
+			if oldest, expired := c.expiredHistory(); expired {
+				stuck = oldest
+			}
 		}
 		last = c.now()
 	}
 }
 
-// historyExpired says whether the oldest history segment's last record is
-// older than the history's retention.
-func (c *Compactor) historyExpired() bool {
+// expiredHistory is the oldest history segment, and whether its last
+// record is older than the history's retention.
+func (c *Compactor) expiredHistory() (oldest string, expired bool) {
 	keep := c.policy.Options.KeepHistory
 	segs := store.Segments(store.HistoryDir(c.store.Path))
-	return keep > 0 && len(segs) > 0 && segs[0].LastAt < c.now()-keep.Milliseconds()
+	if keep <= 0 || len(segs) == 0 {
+		return "", false
+	}
+	return segs[0].Path, segs[0].LastAt < c.now()-keep.Milliseconds()
 }
 
 // now is the store's clock's time.
