@@ -464,3 +464,71 @@ func TestAResidentHandleAddsRuns(t *testing.T) {
 	}
 	check("after its caches were removed and 3 more waves")
 }
+
+// TestACrashDuringAWritersSpillsLeavesNothingWrong: the files a writer's
+// replay leaves beside the WAL at any instant (its runs, written but named by
+// no checkpoint yet, some merged away already) are what a crash there would
+// leave. From each such image, the next writer answers as a full replay, and
+// once it has written its checkpoint only the runs that checkpoint names are
+// beside the WAL.
+func TestACrashDuringAWritersSpillsLeavesNothingWrong(t *testing.T) {
+	src := backlogWAL(t, t.TempDir(), 3000, 300)
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	var want string
+	full := store.Open(store.Options{Path: copyOf(t, src), FullReplay: true, Clock: fixedClock(now)})
+	defer full.Close()
+	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	writer := copyOf(t, src)
+	var images []string // directories holding what was beside the WAL at a record of the replay
+	records := 0
+	w := store.Open(store.Options{Path: writer, SpillAfter: 40, Clock: fixedClock(now), OnRecord: func(state.Record, *store.Tx) error {
+		if records++; records%700 != 0 {
+			return nil
+		}
+		image := t.TempDir()
+		entries, _ := os.ReadDir(filepath.Dir(writer))
+		for _, e := range entries {
+			if err := os.WriteFile(filepath.Join(image, e.Name()), mustRead(t, filepath.Join(filepath.Dir(writer), e.Name())), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		images = append(images, filepath.Join(image, "q.wal"))
+		return nil
+	}})
+	if err := w.Write(func(tx *store.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if len(images) < 3 || len(store.Caches(images[len(images)-1])) == 0 {
+		t.Fatalf("%d images of the replay, the last with caches %v: the test sees no run left", len(images), store.Caches(images[len(images)-1]))
+	}
+	for _, image := range images {
+		next := store.Open(store.Options{Path: image, SpillAfter: 40, Clock: fixedClock(now)})
+		err := next.Write(func(tx *store.Tx) error {
+			if got := answersOf(t, tx); got != want {
+				t.Fatalf("%s: the writer after a crash answers differently from a full replay", image)
+			}
+			return nil
+		})
+		next.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var named int
+		after := store.Open(store.Options{Path: image, Clock: fixedClock(now)})
+		err = after.Read(func(tx *store.Tx) error {
+			archive, cold := tx.State.Archives()
+			named = len(archive) + len(cold)
+			return nil
+		})
+		after.Close()
+		if count, ok := store.LoadCheckpoint(image); err != nil || !ok || count == 0 {
+			t.Fatalf("%s: the next writer's checkpoint does not load (%v)", image, err)
+		}
+		if caches := store.Caches(image); len(caches) != 1+named {
+			t.Fatalf("%s: beside the WAL after the next writer: %v; want its checkpoint and the %d runs it names", image, caches, named)
+		}
+	}
+}
