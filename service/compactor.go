@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,7 +100,7 @@ func (c *Compactor) run(ctx context.Context) {
 		}
 		bySize := c.policy.Above > 0 && info.Size() > c.policy.Above && info.Size() > 2*left
 		byAge := c.policy.Every > 0 && c.now()-last >= c.policy.Every.Milliseconds()
-		oldest, expired := c.expiredHistory()
+		oldest, expired := c.expiredHistory(c.now())
 		byHistory := info.Size() > left && expired && oldest != stuck
 		if !bySize && !byAge && !byHistory {
 			continue
@@ -115,7 +116,9 @@ func (c *Compactor) run(ctx context.Context) {
 			c.note(fmt.Sprintf("compacted %d records up to seq %d: %d -> %d bytes, %d tasks kept, %d dropped", done.Records, done.Seq,
 				done.BytesBefore, done.BytesAfter, done.TasksKept, done.TasksDropped))
 			left = done.BytesAfter
-			if oldest, expired := c.expiredHistory(); expired {
+			// As of the compaction's own time: the clock may have moved on
+			// since, and what expired after it is the next one's to cut.
+			if oldest, expired := c.expiredHistory(cmp.Or(done.At, c.now())); expired {
 				stuck = oldest
 			}
 		}
@@ -124,14 +127,14 @@ func (c *Compactor) run(ctx context.Context) {
 }
 
 // expiredHistory is the oldest history segment, and whether its last
-// record is older than the history's retention.
-func (c *Compactor) expiredHistory() (oldest string, expired bool) {
+// record is older than the history's retention at at.
+func (c *Compactor) expiredHistory(at int64) (oldest string, expired bool) {
 	keep := c.policy.Options.KeepHistory
 	segs := store.Segments(store.HistoryDir(c.store.Path))
 	if keep <= 0 || len(segs) == 0 {
 		return "", false
 	}
-	return segs[0].Path, segs[0].LastAt < c.now()-keep.Milliseconds()
+	return segs[0].Path, segs[0].LastAt < at-keep.Milliseconds()
 }
 
 // now is the store's clock's time.
