@@ -53,6 +53,19 @@ func answersOf(t *testing.T, tx *store.Tx) string {
 	return string(b)
 }
 
+// replayedAnswers is answersOf a full replay of a copy of the WAL at path,
+// at now.
+func replayedAnswers(t *testing.T, path string, now int64) string {
+	t.Helper()
+	var answers string
+	full := store.Open(store.Options{Path: copyOf(t, path), FullReplay: true, Clock: fixedClock(now)})
+	defer full.Close()
+	if err := full.Read(func(tx *store.Tx) error { answers = answersOf(t, tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return answers
+}
+
 // copyOf copies the WAL at path into a directory of its own.
 func copyOf(t *testing.T, path string) string {
 	t.Helper()
@@ -73,12 +86,7 @@ func copyOf(t *testing.T, path string) string {
 func TestSpilledReplayAnswersAsAFullReplay(t *testing.T) {
 	src := backlogWAL(t, t.TempDir(), 3000, 300)
 	now := t0 + int64(400*24*time.Hour/time.Millisecond)
-	var want string
-	full := store.Open(store.Options{Path: copyOf(t, src), FullReplay: true, Clock: fixedClock(now)})
-	defer full.Close()
-	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	want := replayedAnswers(t, src, now)
 
 	reader := copyOf(t, src)
 	held, runs := 0, 0 // the most tasks in memory, and runs on a shelf, at any record of the replay
@@ -113,12 +121,7 @@ func TestSpilledReplayAnswersAsAFullReplay(t *testing.T) {
 	w := store.Open(store.Options{Path: writer, SpillAfter: 40, Clock: fixedClock(now)})
 	submit(t, w, "after the spills")
 	w.Close()
-	var wantAfter string
-	fullAfter := store.Open(store.Options{Path: copyOf(t, writer), FullReplay: true, Clock: fixedClock(now)})
-	defer fullAfter.Close()
-	if err := fullAfter.Read(func(tx *store.Tx) error { wantAfter = answersOf(t, tx); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	wantAfter := replayedAnswers(t, writer, now)
 	next := store.Open(store.Options{Path: writer, Clock: fixedClock(now)})
 	defer next.Close()
 	var named int
@@ -153,12 +156,7 @@ func (spillFailingFS) Spill(string) (*os.File, error) { return nil, errors.New("
 // warns once and goes on with every task in memory, answering as ever.
 func TestSpillFailureKeepsTheTasksInMemory(t *testing.T) {
 	src := backlogWAL(t, t.TempDir(), 1000, 100)
-	var want string
-	full := store.Open(store.Options{Path: copyOf(t, src), FullReplay: true, Clock: fixedClock(t0)})
-	defer full.Close()
-	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	want := replayedAnswers(t, src, t0)
 	var warnings []string
 	h := store.Open(store.Options{Path: copyOf(t, src), SpillAfter: 40, Clock: fixedClock(t0), FS: spillFailingFS{},
 		Warn: func(s string) { warnings = append(warnings, s) }})
@@ -310,12 +308,7 @@ func TestSpillingByBytes(t *testing.T) {
 		t.Fatalf("the batch: exit %d %s %s", code, out, errOut)
 	}
 	now := t0 + int64(time.Minute/time.Millisecond)
-	var want string
-	full := store.Open(store.Options{Path: copyOf(t, path), FullReplay: true, Clock: fixedClock(now)})
-	defer full.Close()
-	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	want := replayedAnswers(t, path, now)
 	h := store.Open(store.Options{Path: copyOf(t, path), SpillAfter: 1 << 20, SpillAfterBytes: 64 << 10, Clock: fixedClock(now)})
 	defer h.Close()
 	err := h.Read(func(tx *store.Tx) error {
@@ -474,12 +467,7 @@ func TestAResidentHandleAddsRuns(t *testing.T) {
 func TestACrashDuringAWritersSpillsLeavesNothingWrong(t *testing.T) {
 	src := backlogWAL(t, t.TempDir(), 3000, 300)
 	now := t0 + int64(400*24*time.Hour/time.Millisecond)
-	var want string
-	full := store.Open(store.Options{Path: copyOf(t, src), FullReplay: true, Clock: fixedClock(now)})
-	defer full.Close()
-	if err := full.Read(func(tx *store.Tx) error { want = answersOf(t, tx); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	want := replayedAnswers(t, src, now)
 	writer := copyOf(t, src)
 	var images []string // directories holding what was beside the WAL at a record of the replay
 	records := 0
