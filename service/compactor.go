@@ -86,6 +86,10 @@ func (c *Compactor) run(ctx context.Context) {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	last, left := c.now(), int64(0)
+	// The oldest history segment: only a compaction changes the history, so
+	// it is listed again after each (and each minute, for one made beside
+	// the server), not at every batch.
+	oldest := c.oldestSegment()
 	stuck := "" // an expired oldest segment a compaction did not remove (it warned why): not compacted for again
 	for {
 		select {
@@ -93,6 +97,7 @@ func (c *Compactor) run(ctx context.Context) {
 			return
 		case <-c.batch.Wrote():
 		case <-tick.C:
+			oldest = c.oldestSegment()
 		}
 		info, err := os.Stat(c.store.Path)
 		if err != nil {
@@ -100,12 +105,12 @@ func (c *Compactor) run(ctx context.Context) {
 		}
 		bySize := c.policy.Above > 0 && info.Size() > c.policy.Above && info.Size() > 2*left
 		byAge := c.policy.Every > 0 && c.now()-last >= c.policy.Every.Milliseconds()
-		oldest, expired := c.expiredHistory(c.now())
-		byHistory := info.Size() > left && expired && oldest != stuck
+		byHistory := info.Size() > left && c.expired(oldest, c.now()) && oldest.Path != stuck
 		if !bySize && !byAge && !byHistory {
 			continue
 		}
 		done, err := c.compact(c.policy.Options)
+		oldest = c.oldestSegment()
 		switch {
 		case errors.Is(err, store.ErrNothingToCompact):
 			left = info.Size() // nothing follows the base: nothing to do until a write
@@ -118,23 +123,27 @@ func (c *Compactor) run(ctx context.Context) {
 			left = done.BytesAfter
 			// As of the compaction's own time: the clock may have moved on
 			// since, and what expired after it is the next one's to cut.
-			if oldest, expired := c.expiredHistory(cmp.Or(done.At, c.now())); expired {
-				stuck = oldest
+			if c.expired(oldest, cmp.Or(done.At, c.now())) {
+				stuck = oldest.Path
 			}
 		}
 		last = c.now()
 	}
 }
 
-// expiredHistory is the oldest history segment, and whether its last
-// record is older than the history's retention at at.
-func (c *Compactor) expiredHistory(at int64) (oldest string, expired bool) {
-	keep := c.policy.Options.KeepHistory
-	segs := store.Segments(store.HistoryDir(c.store.Path))
-	if keep <= 0 || len(segs) == 0 {
-		return "", false
+// oldestSegment is the oldest history segment (none: a zero Segment).
+func (c *Compactor) oldestSegment() store.Segment {
+	if segs := store.Segments(store.HistoryDir(c.store.Path)); len(segs) > 0 {
+		return segs[0]
 	}
-	return segs[0].Path, segs[0].LastAt < at-keep.Milliseconds()
+	return store.Segment{}
+}
+
+// expired says whether the segment's last record is older than the
+// history's retention at at.
+func (c *Compactor) expired(seg store.Segment, at int64) bool {
+	keep := c.policy.Options.KeepHistory
+	return keep > 0 && seg.Path != "" && seg.LastAt < at-keep.Milliseconds()
 }
 
 // now is the store's clock's time.

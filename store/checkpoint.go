@@ -378,21 +378,21 @@ func (h *Handle) syncRuns() error {
 // removed it since (the state reads it on, mapped).
 func (h *Handle) runNamesOf(st *state.State) (names runNames, archive, cold bool) {
 	a, c := st.Archives()
-	named := func(runs []*state.Archive, coldSide bool) (out []uint64, ok bool) {
+	named := func(runs []*state.Archive) (out []uint64, ok bool) {
 		for _, r := range runs {
 			i := slices.IndexFunc(h.mapped, func(m mapping) bool { return m.Archive == r })
 			if i < 0 || h.mapped[i].name == 0 {
 				return nil, false
 			}
-			if _, err := os.Stat(h.runPath(coldSide, h.mapped[i].name)); err != nil {
+			if _, err := os.Stat(h.runPath(h.mapped[i].cold, h.mapped[i].name)); err != nil {
 				return nil, false
 			}
 			out = append(out, h.mapped[i].name)
 		}
 		return out, true
 	}
-	names.archive, archive = named(a, false)
-	names.cold, cold = named(c, true)
+	names.archive, archive = named(a)
+	names.cold, cold = named(c)
 	return names, archive, cold
 }
 

@@ -187,7 +187,7 @@ var nextPort atomic.Int64
 func init() { nextPort.Store(7700) }
 
 func (p leasewalPeer) start(filled bool) server {
-	s := p.startOn(filepath.Join(p.dir, fmt.Sprintf("peer-%d.wal", nextPort.Load()+1)))
+	s := p.startOn("")
 	if filled {
 		var lines bytes.Buffer
 		for i := range fill {
@@ -199,10 +199,14 @@ func (p leasewalPeer) start(filled bool) server {
 	return s
 }
 
-// startOn starts serve over wal, with args after serve's own.
+// startOn starts serve over wal (a new one named by its port for ""),
+// with args after serve's own.
 func (p leasewalPeer) startOn(wal string, args ...string) *leasewalServer {
 	port := nextPort.Add(1)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if wal == "" {
+		wal = filepath.Join(p.dir, fmt.Sprintf("peer-%d.wal", port))
+	}
 	serve := append([]string{"--wal", wal, "serve", "--listen", addr, "--pipeline=" + strconv.FormatBool(!p.serial)}, args...)
 	return &leasewalServer{cmd: startServe(p.bin, serve...), base: "http://" + addr,
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"leasewal/store"
 )
 
 // residentBench prints what a resident server costs over a big backlog: a
@@ -95,12 +97,11 @@ func peakKB(pid int) int64 {
 }
 
 // besideWAL is the bytes and the number of the cache files beside a WAL
-// (its checkpoint and the runs of its archive and cold set).
+// (store.Caches: its checkpoint and the runs of its archive and cold set).
 func besideWAL(wal string) (bytes int64, files int) {
-	matches, _ := filepath.Glob(wal + ".*")
-	for _, path := range matches {
+	caches := store.Caches(wal)
+	for _, path := range caches {
 		bytes += statSize(path)
-		files++
 	}
-	return bytes, files
+	return bytes, len(caches)
 }
