@@ -123,9 +123,14 @@ func (f *fsm) member(id string) (string, bool) {
 	return url, ok
 }
 
-// Apply appends a committed entry's records to the WAL. An entry that cannot
-// be applied stops the node (Failed): raft has committed it, so skipping it
-// would fork this node's WAL from the others'.
+// Apply appends a committed entry's records to the WAL. An entry whose
+// records every node refuses alike (one that does not decode, or that the
+// gate or the rules refuse: they depend on the entry and the WAL, which
+// every node holds the same) is skipped on every node, logged, and answered
+// to its proposer as the refusal. An entry that cannot be applied for any
+// other reason (a failed write, a WAL that lost records) stops the node
+// (Failed): raft has committed it, so skipping it would fork this node's
+// WAL from the others'.
 func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand || len(l.Data) == 0 {
 		return nil
@@ -143,10 +148,15 @@ func (f *fsm) Apply(l *raft.Log) any {
 	case entryRecords:
 		recs, err := decodeRecords(l.Data[1:])
 		if err != nil {
-			return f.failed(l.Index, err)
+			return f.refused(l.Index, err)
 		}
 		f.n.mu.Lock()
 		end, err := f.n.h.Replicate(recs)
+		var refusal *store.RefusedRecordError
+		if errors.As(err, &refusal) {
+			f.n.mu.Unlock()
+			return f.refused(l.Index, err)
+		}
 		if err != nil {
 			f.n.mu.Unlock()
 			return f.failed(l.Index, err)
@@ -185,6 +195,16 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return p
 	}
 	return f.failed(l.Index, fmt.Errorf("unknown entry kind %q", l.Data[0]))
+}
+
+// refused answers an entry every node refuses alike: nothing of it is
+// applied anywhere, and the node goes on.
+func (f *fsm) refused(index uint64, err error) error {
+	err = &RefusedEntryError{Index: index, Err: err}
+	if f.n.cfg.Log != nil {
+		fmt.Fprintf(f.n.cfg.Log, "leasewal: node %s: %v\n", f.n.cfg.ID, err)
+	}
+	return err
 }
 
 func (f *fsm) failed(index uint64, err error) error {

@@ -104,6 +104,19 @@ func (e *UnknownOutcomeError) Error() string {
 
 func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
 
+// RefusedEntryError is a committed entry that every node refused alike
+// (cluster's fsm): nothing of it was written on any node, which goes on.
+type RefusedEntryError struct {
+	Index uint64
+	Err   error
+}
+
+func (e *RefusedEntryError) Error() string {
+	return fmt.Sprintf("raft entry %d was refused on every node, and nothing of it written: %v", e.Index, e.Err)
+}
+
+func (e *RefusedEntryError) Unwrap() error { return e.Err }
+
 // Node is one running member.
 type Node struct {
 	cfg    Config

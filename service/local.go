@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"leasewal/api"
+	"leasewal/internal/limits"
 	"leasewal/state"
 	"leasewal/store"
 )
@@ -67,6 +68,9 @@ func (l *Local) operate(ctx context.Context, opts store.Options, writing bool, a
 		decide = firingFirst(decide)
 	}
 	if l.o.Batch != nil && opts.OnRecord == nil && !opts.FullReplay {
+		if err := l.checkActor(writing, actor); err != nil {
+			return nil, err
+		}
 		var answer any
 		committed, err := l.o.Batch.Run(ctx, func(tx *store.Tx) error {
 			tx.Actor = actor
@@ -99,6 +103,9 @@ func Zones(name string) (*time.Location, error) { return time.LoadLocation(name)
 
 // on runs decide once on h.
 func (l *Local) on(h *store.Handle, writing bool, actor string, decide func(tx *store.Tx) (any, error)) (any, error) {
+	if err := l.checkActor(writing, actor); err != nil {
+		return nil, err
+	}
 	var (
 		answer    any
 		committed []state.Record
@@ -243,3 +250,16 @@ func waitUntil(next int64, deadline time.Time) time.Time {
 
 // actorOf is the actor a request names, else the service's.
 func (l *Local) actorOf(given string) string { return cmp.Or(given, l.o.Store.Actor) }
+
+// checkActor refuses a writing operation's actor, given or the service's
+// own, that the table of limits does not allow: it is stamped into every
+// record the operation writes.
+func (l *Local) checkActor(writing bool, given string) error {
+	if !writing {
+		return nil
+	}
+	if err := limits.Actor.Text(l.actorOf(given)); err != nil {
+		return api.Usage("the %v; give --actor (or LEASEWAL_ACTOR) a name of %s without control characters", err, limits.Actor.Range())
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -25,7 +26,10 @@ func SubmitOf(r api.SubmitRequest) (state.Submit, error) {
 	if err != nil {
 		return state.Submit{}, err
 	}
-	backoffMax := 100 * backoff
+	backoffMax := time.Duration(math.MaxInt64) // 100 × backoff, saturating
+	if backoff < backoffMax/100 {
+		backoffMax = 100 * backoff
+	}
 	if r.BackoffMax != "" {
 		if backoffMax, err = api.ParseDuration("backoff-max", r.BackoffMax); err != nil {
 			return state.Submit{}, err

@@ -6,14 +6,16 @@ import (
 	"maps"
 	"slices"
 	"unicode/utf8"
+
+	"leasewal/internal/limits"
 )
 
-// Limits on what a record may carry.
+// Limits on what a record may carry (the table is internal/limits).
 const (
-	MaxPayloadBytes = 64 << 10
-	MaxIDBytes      = 200
-	MinPriority     = -1000
-	MaxPriority     = 1000
+	MaxPayloadBytes = limits.TextBytes
+	MaxIDBytes      = limits.NameBytes
+	MinPriority     = limits.MinPriority
+	MaxPriority     = limits.MaxPriority
 	// DefaultQueue is the queue of a task submitted without one (and of
 	// every task of a revision-1 WAL).
 	DefaultQueue = "default"
@@ -415,23 +417,12 @@ func ValidateResult(r string) error {
 	return nil
 }
 
-// ValidateID checks a caller-chosen identifier (worker, request id, actor).
+// ValidateID checks a caller-chosen identifier (worker, request id, queue,
+// …) by the table's rule for names; what names it in the error.
 func ValidateID(what, id string) error {
-	if id == "" {
-		return fmt.Errorf("%s must not be empty", what)
-	}
-	if len(id) > MaxIDBytes {
-		return fmt.Errorf("%s is %d bytes, over the limit of %d", what, len(id), MaxIDBytes)
-	}
-	if !utf8.ValidString(id) {
-		return fmt.Errorf("%s is not UTF-8 text", what)
-	}
-	for _, c := range id {
-		if c < 0x20 || c == 0x7f {
-			return fmt.Errorf("%s contains a control character", what)
-		}
-	}
-	return nil
+	rule := limits.Worker
+	rule.Field = what
+	return rule.Text(id)
 }
 
 func (s *State) applyCreated(r Record) error {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"leasewal/internal/limits"
 )
 
 // Outcome is the answer a command gives (the JSON "result").
@@ -180,6 +182,9 @@ func validSubmit(c Submit) (Submit, error) {
 		return c, refuse(InvalidInput, "payload", "%v", err)
 	}
 	if err := ValidatePolicy(c.Window, c.Policy); err != nil {
+		return c, refuse(InvalidInput, "policy", "%v", err)
+	}
+	if err := limits.MaxAttempts.Int(int64(c.Policy.MaxAttempts)); err != nil {
 		return c, refuse(InvalidInput, "policy", "%v", err)
 	}
 	if c.Queue == "" {
@@ -439,8 +444,8 @@ func checkReason(reason, missing string) error {
 	if reason == "" {
 		return refuse(InvalidInput, "reason", "%s", missing)
 	}
-	if len(reason) > MaxPayloadBytes {
-		return refuse(InvalidInput, "reason", "the reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+	if err := limits.Reason.Text(reason); err != nil {
+		return refuse(InvalidInput, "reason", "the %v", err)
 	}
 	return nil
 }

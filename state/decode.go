@@ -30,6 +30,9 @@ func DecodeRecord(body []byte) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("record is not valid JSON of a known shape: %w", err)
 	}
+	if err := checkRecord(&r, true); err != nil {
+		return Record{}, fmt.Errorf("record is outside the limits of its fields: %w", err)
+	}
 	return r, nil
 }
 
@@ -310,9 +313,6 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 	case "priority":
 		var n *int64
 		if n, err = d.optInteger(); n != nil {
-			if *n < MinPriority || *n > MaxPriority {
-				return fmt.Errorf("priority %d is outside %d to %d", *n, MinPriority, MaxPriority)
-			}
 			r.Priority = ptr(int(*n))
 		}
 	case "requeued_from":
@@ -341,10 +341,7 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 	case "limit":
 		var n *int64
 		if n, err = d.optInteger(); n != nil {
-			if *n < 1 || *n > math.MaxInt32 {
-				return fmt.Errorf("limit %d is not 1 or more", *n)
-			}
-			r.Limit = ptr(int(*n))
+			r.Limit = ptr(int(*n)) // checked, or clamped, by checkRecord
 		}
 	case "until":
 		r.Until, err = d.optInteger()

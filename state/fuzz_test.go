@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -37,6 +38,9 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := DecodeRecord(body)
 		ref, refErr := decodeWithEncodingJSON(body)
+		if ref.Limit != nil && *ref.Limit > math.MaxInt32 { // an older version's limit reads as the largest
+			ref.Limit = ptr(math.MaxInt32)
+		}
 		if err == nil && (refErr != nil || !reflect.DeepEqual(r, ref)) {
 			t.Fatalf("accepted %q as %+v; encoding/json says %+v, %v", body, r, ref, refErr)
 		}

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"leasewal/internal/limits"
 )
 
 // Paused queues (format version 3): a paused queue leases nothing, and while
@@ -159,8 +161,8 @@ func (s *State) DecidePause(queue, reason string, d time.Duration, now int64) (D
 	if d < 0 {
 		return Decision{}, refuse(InvalidInput, "duration", "a pause of %s: give a positive duration, or none to pause until resumed", d)
 	}
-	if len(reason) > MaxPayloadBytes {
-		return Decision{}, refuse(InvalidInput, "reason", "the reason is %d bytes, over the limit of %d", len(reason), MaxPayloadBytes)
+	if err := limits.PauseReason.Text(reason); err != nil {
+		return Decision{}, refuse(InvalidInput, "reason", "the %v", err)
 	}
 	if _, paused := s.PausedAt(queue, now); paused {
 		return Decision{Outcome: ResultOK, Duplicate: true}, nil

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+
+	"leasewal/internal/limits"
 )
 
 // The queue features of revision 2: priorities and named queues, delayed
@@ -331,8 +333,8 @@ func (s *State) DecideQueueLimit(queue string, limit *int) (Decision, error) {
 	if err := ValidateQueue(queue); err != nil {
 		return Decision{}, refuse(InvalidInput, "queue", "%v", err)
 	}
-	if limit != nil && *limit < 1 {
-		return Decision{}, refuse(InvalidInput, "limit", "a limit of %d leases: give 1 or more, or none to lift it", *limit)
+	if limit != nil && limits.QueueLimit.Int(int64(*limit)) != nil {
+		return Decision{}, refuse(InvalidInput, "limit", "a limit of %d leases: give %s, or none to lift it", *limit, limits.QueueLimit.Range())
 	}
 	d := Decision{Outcome: ResultOK}
 	current, limited := s.limits[queue]

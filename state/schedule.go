@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"leasewal/internal/limits"
 )
 
 // Periodic tasks (format version 3). A schedule is a record (ScheduleAdded,
@@ -222,6 +224,9 @@ func (s *State) DecideScheduleAdd(sp ScheduleSpec, zones Zones, now int64) (Deci
 			return Decision{}, refusal
 		}
 		return Decision{}, refuse(InvalidInput, "schedule", "%v", err)
+	}
+	if sp.Every != 0 && limits.Every.Duration(time.Duration(sp.Every)) != nil {
+		return Decision{}, refuse(InvalidInput, "schedule", "an interval of %s is too short: a schedule fires at most once a second (give %s)", time.Duration(sp.Every), limits.Every.Range())
 	}
 	if old, ok := s.schedules[sp.Name]; ok {
 		if old.ScheduleSpec != sp {

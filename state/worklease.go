@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"leasewal/internal/limits"
 )
 
 // The work-lease record types (seed 003, SPEC §3). Each record carries its own
@@ -186,8 +188,8 @@ func (s *State) DecideSucceed(domain, token string) (WorkDecision, error) {
 // DecideWorkFail is seed 003's fail: give up once retry_count has reached
 // maxRetries, otherwise keep the lease and count the retry.
 func (s *State) DecideWorkFail(domain, token string, maxRetries int) (WorkDecision, error) {
-	if maxRetries < 0 {
-		return WorkDecision{}, refuse(InvalidInput, "max_retries", "max retries must not be negative, got %d", maxRetries)
+	if limits.MaxRetries.Int(int64(maxRetries)) != nil {
+		return WorkDecision{}, refuse(InvalidInput, "max_retries", "max retries of %d: give %s", maxRetries, limits.MaxRetries.Range())
 	}
 	d, err := s.heldLease(domain, token)
 	if err != nil {

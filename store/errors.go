@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"leasewal/state"
 	"leasewal/wal"
 )
 
@@ -48,6 +49,30 @@ var ErrStop = errors.New("replay stopped")
 // errArchiveDamaged stops an operation whose state read a damaged archive
 // before it wrote anything; the handle runs it again from a full replay.
 var errArchiveDamaged = errors.New("the checkpoint's archive is damaged")
+
+// RefusedRecordError is a record refused before anything of its operation
+// was written: by the gate (state.CheckRecord, the WAL's largest record, the
+// decoder: one that replay would refuse, or read back as another), or by the
+// state's rules. The request that decided it is at fault alone; for a
+// request the service checked first it is a bug of leasewal's. The refusal
+// depends on the record and the WAL only, so every node of a cluster
+// refuses a committed entry that holds one alike.
+type RefusedRecordError struct {
+	Seq  int64
+	Type state.RecordType
+	Err  error
+}
+
+func (e *RefusedRecordError) Error() string {
+	return fmt.Sprintf("record %d (%s) was refused before it was written (%v); nothing of its operation was written", e.Seq, e.Type, e.Err)
+}
+
+func (e *RefusedRecordError) Unwrap() error { return e.Err }
+
+// ErrNotDecided answers a request of a batch that was never decided: an
+// operation before it in the batch left the state unusable (a decided
+// record that the state refused, a bug). It may be decided again.
+var ErrNotDecided = errors.New("the request was not decided: an earlier request of its batch failed; it may be sent again")
 
 // ErrNotOpen is returned for an operation on a closed handle.
 var ErrNotOpen = errors.New("the store handle is closed")

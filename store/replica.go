@@ -85,22 +85,29 @@ func (h *Handle) DecideBatch(fns []func(*Tx) error) (errs []error, committed [][
 // returns the WAL's length after them.
 func (h *Handle) Replicate(recs []state.Record) (end int64, err error) {
 	err = h.Write(func(tx *Tx) error {
-		held := tx.State.LastSeq()
-		var bodies [][]byte
+		next := tx.State.LastSeq() + 1
+		var (
+			kept   []state.Record
+			bodies [][]byte
+		)
 		version, frame := 1, tx.nextFrame()
 		for _, r := range recs {
-			if r.Seq <= held {
+			if r.Seq < next && len(kept) == 0 {
 				continue
 			}
-			if r.Seq != tx.State.LastSeq()+1 {
-				return fmt.Errorf("a committed record has seq %d but the WAL %s ends at %d: the node's WAL lost records; restore it from another node's copy", r.Seq, h.opts.Path, tx.State.LastSeq())
+			if r.Seq != next {
+				return fmt.Errorf("a committed record has seq %d but the WAL %s ends at %d: the node's WAL lost records; restore it from another node's copy", r.Seq, h.opts.Path, next-1)
 			}
-			body, err := tx.applyEncode(&r, frame)
+			body, err := tx.checkEncode(&r, frame)
 			if err != nil {
-				return fmt.Errorf("a committed %w", err)
+				return err
 			}
-			bodies, version = append(bodies, body), max(version, r.FormatVersion())
+			kept, bodies, version = append(kept, r), append(bodies, body), max(version, r.FormatVersion())
 			frame += wal.FrameSize(body)
+			next++
+		}
+		if err := tx.applyAll(kept); err != nil {
+			return err
 		}
 		if len(bodies) > 0 {
 			if err := tx.append(bodies, version); err != nil {

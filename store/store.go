@@ -162,6 +162,9 @@ type Tx struct {
 	// tentative is set by CommitFirst: the operation's records are staged
 	// and written at its end only if it succeeds.
 	tentative bool
+	// diverged is set when a record the gate passed was refused by the
+	// state, which it may have half changed: nothing more is decided on it.
+	diverged error
 }
 
 // CommitFirst applies recs ahead of what the operation decides, so that it
@@ -262,7 +265,10 @@ func (h *Handle) do(mode wal.Mode, fn func(*Tx) error) error {
 			}
 			return err
 		}
-		if mode == wal.Write && err == nil && tx.log != nil {
+		switch {
+		case tx.diverged != nil:
+			h.forget()
+		case mode == wal.Write && err == nil && tx.log != nil:
 			h.refreshCheckpoint(tx)
 		}
 		tx.end()
@@ -504,31 +510,40 @@ func (h *Handle) openError(err error) error {
 }
 
 // Commit stamps each record with its seq, the operation's time and the
-// actor, applies it (so that a record replay would refuse is never written),
-// and appends all of them in one write made durable by one fsync. On failure
-// nothing was appended, and the handle forgets its state, which no longer
+// actor, passes each through the gate (checkEncode), applies them, and
+// appends all of them in one write made durable by one fsync. A record the
+// gate refuses fails the operation alone, before anything of it was applied
+// (a *RefusedRecordError). On any failure nothing was appended; after a
+// failure to apply or write, the handle forgets its state, which no longer
 // matches the WAL.
 func (tx *Tx) Commit(recs []state.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
 	h := tx.h
-	if tx.State.Damage() != nil {
+	switch {
+	case tx.diverged != nil:
+		return ErrNotDecided
+	case tx.State.Damage() != nil:
 		return errArchiveDamaged // decided on answers a damaged archive gave: run again from the WAL
 	}
-	stamped := make([]state.Record, 0, len(recs))
-	bodies := make([][]byte, 0, len(recs))
+	stamped := make([]state.Record, len(recs))
+	bodies := make([][]byte, len(recs))
 	version := 1
-	frame := tx.nextFrame()
-	for _, r := range recs {
-		version = max(version, r.FormatVersion())
-		r.Seq, r.At, r.Actor = tx.State.LastSeq()+1, tx.Now, cmp.Or(tx.Actor, h.opts.Actor)
-		body, err := tx.applyEncode(&r, frame)
+	frame, seq := tx.nextFrame(), tx.State.LastSeq()
+	for i, r := range recs {
+		seq++
+		r.Seq, r.At, r.Actor = seq, tx.Now, cmp.Or(tx.Actor, h.opts.Actor)
+		body, err := tx.checkEncode(&r, frame)
 		if err != nil {
-			return fmt.Errorf("internal error: a decided %w", err)
+			return err
 		}
-		stamped, bodies = append(stamped, r), append(bodies, body)
+		version = max(version, r.FormatVersion())
+		stamped[i], bodies[i] = r, body
 		frame += wal.FrameSize(body)
+	}
+	if err := tx.applyAll(stamped); err != nil {
+		return err
 	}
 	if tx.staging {
 		tx.staged, tx.version = append(tx.staged, bodies...), max(tx.version, version)
@@ -544,12 +559,13 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	return nil
 }
 
-// applyEncode encodes a stamped record, whose frame is to start at frame,
-// and applies it to the state (so that a record replay would refuse is never
-// written); a payload the decision named where the WAL has it (a requeue's)
-// is read into the record first. On failure the handle forgets its state,
-// which the record may have half changed.
-func (tx *Tx) applyEncode(r *state.Record, frame int64) ([]byte, error) {
+// checkEncode is the gate a stamped record passes before anything of its
+// operation is applied: a payload the decision named where the WAL has it (a
+// requeue's) is read into the record, the record is checked against the
+// table of limits, encoded, and the body must fit the WAL and decode again
+// (what replay would read). r.Frame is set to frame, where its frame is to
+// start.
+func (tx *Tx) checkEncode(r *state.Record, frame int64) ([]byte, error) {
 	if ref := r.PayloadAt; ref != nil {
 		text, err := tx.readPayload(ref)
 		if err != nil {
@@ -557,17 +573,37 @@ func (tx *Tx) applyEncode(r *state.Record, frame int64) ([]byte, error) {
 		}
 		r.Payload, r.PayloadAt = text, nil
 	}
+	refused := func(err error) error { return &RefusedRecordError{Seq: r.Seq, Type: r.Type, Err: err} }
+	if err := state.CheckRecord(*r); err != nil {
+		return nil, refused(err)
+	}
 	body, err := state.EncodeRecord(*r)
 	if err != nil {
-		tx.h.cache = nil
-		return nil, fmt.Errorf("record %d does not encode (%w); nothing was written", r.Seq, err)
+		return nil, refused(err)
+	}
+	if len(body) > wal.MaxBodySize {
+		return nil, refused(fmt.Errorf("its body is %d bytes, over the WAL's limit of %d", len(body), wal.MaxBodySize))
+	}
+	if _, err := state.DecodeRecord(body); err != nil {
+		return nil, refused(err)
 	}
 	r.Frame = frame
-	if err := tx.State.Apply(*r); err != nil {
-		tx.h.cache = nil
-		return nil, fmt.Errorf("record %d was refused (%w); nothing was written", r.Seq, err)
-	}
 	return body, nil
+}
+
+// applyAll applies records that passed the gate. A record the state refuses
+// (a decision that broke a rule: a bug) may leave it half changed: the
+// operation, and every later one of its batch, ends (diverged), and the
+// handle forgets the state.
+func (tx *Tx) applyAll(recs []state.Record) error {
+	for _, r := range recs {
+		if err := tx.State.Apply(r); err != nil {
+			tx.h.cache = nil
+			tx.diverged = &RefusedRecordError{Seq: r.Seq, Type: r.Type, Err: err}
+			return tx.diverged
+		}
+	}
+	return nil
 }
 
 // nextFrame is where the frame of the next record the operation commits
@@ -656,9 +692,15 @@ func (tx *Tx) flushStaged() error {
 }
 
 // decideEach runs a batch's fns in order, each deciding against the state
-// that includes the decisions before it, with their commits staged.
+// that includes the decisions before it, with their commits staged. A fn
+// that leaves the state diverged (applyAll) ends the batch: the fns after it
+// are answered ErrNotDecided, and what was staged before it is kept.
 func (tx *Tx) decideEach(fns []func(*Tx) error, errs []error, committed [][]state.Record) error {
 	for i, fn := range fns {
+		if tx.diverged != nil {
+			errs[i] = ErrNotDecided
+			continue
+		}
 		tx.Committed, tx.Actor = nil, ""
 		errs[i] = fn(tx)
 		committed[i] = tx.Committed

@@ -25,6 +25,8 @@ import (
 	"bytes"
 	"fmt"
 	"hash/crc32"
+
+	"leasewal/internal/limits"
 )
 
 // Magic is the first word of the header line.
@@ -38,11 +40,10 @@ const Version = 3
 // start with a base.
 const NewVersion = 2
 
-// MaxBodySize bounds one record body; the scanner checks a frame's length
-// against it before trusting anything else in the frame. It holds the largest
-// record leasewal writes: a 64 KiB payload or reason whose every byte JSON
-// escapes as \u00XX (six bytes), with room to spare.
-const MaxBodySize = 512 << 10
+// MaxBodySize bounds one record body (the table's, internal/limits); the
+// scanner checks a frame's length against it before trusting anything else
+// in the frame.
+const MaxBodySize = limits.RecordBody
 
 // crcHexLen is the width of the checksum field that opens every frame.
 const crcHexLen = 8
