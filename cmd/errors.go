@@ -135,6 +135,7 @@ func classify(err error) class {
 		owned    *store.NodeOwnedError
 		remote   *api.Error
 		history  *store.HistoryError
+		poisoned *store.PoisonedError
 	)
 	switch {
 	case errors.As(err, &remote): // a server's answer: its kind and exit code
@@ -179,6 +180,10 @@ func classify(err error) class {
 		return class{code: ExitDamaged, kind: "NotAWAL"}
 	case errors.As(err, &locked):
 		return class{code: ExitLocked, kind: "LockTimeout"}
+	case errors.As(err, &poisoned):
+		return class{code: ExitInternal, kind: "WriteFailed"}
+	case errors.As(err, &appendE) && !appendE.RolledBack: // its records may be in the WAL, or not
+		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
 	case errors.As(err, &appendE):
 		return class{code: ExitInternal, kind: "WriteFailed"}
 	case errors.As(err, &notFile), errors.Is(err, fs.ErrPermission):

@@ -255,7 +255,7 @@ func (b *Batcher) loop() {
 		began := time.Now()
 		errs, committed, err := b.back.Commit(fns)
 		b.observed(len(batch), began)
-		answer(batch, errs, committed, err)
+		b.answer(batch, errs, committed, err)
 		b.signalWrote()
 	}
 }
@@ -273,9 +273,10 @@ type inFlight struct {
 // that includes N) and written while N's fsync runs; each batch is answered
 // once it is durable, in order. The lock is held while requests keep
 // coming, and given back when none waits, so that local writers get their
-// turn. When an fsync fails, its batch is answered with the failure, the
-// file is cut back to what was durable, and the batches after it are
-// decided again on a new pipe.
+// turn. A batch is answered once, with what became of it (store.Pipe): a
+// failed write or fsync answers the batches it took down with the failure,
+// and the pipe is closed; the requests the pipe refused before deciding
+// them are decided on a new one.
 func (b *Batcher) pipelined(back Piper) {
 	flights := make(chan inFlight, 4096)
 	var outstanding sync.WaitGroup
@@ -285,11 +286,7 @@ func (b *Batcher) pipelined(back Piper) {
 		for x := range flights {
 			err := x.f.Wait()
 			b.observed(len(x.batch), x.written)
-			if errors.Is(err, store.ErrPipeBroken) {
-				b.decideAgain(x.batch)
-			} else {
-				answer(x.batch, x.errs, x.committed, err)
-			}
+			b.answer(x.batch, x.errs, x.committed, err)
 			outstanding.Done()
 		}
 	}()
@@ -333,7 +330,7 @@ func (b *Batcher) pipelined(back Piper) {
 		if pipe == nil {
 			var err error
 			if pipe, err = back.Pipe(); err != nil {
-				answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
+				b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
 				continue
 			}
 		}
@@ -344,18 +341,20 @@ func (b *Batcher) pipelined(back Piper) {
 		written := time.Now()
 		errs, committed, f, err := pipe.Batch(fns)
 		switch {
-		case errors.Is(err, store.ErrPipeBroken):
+		case errors.Is(err, store.ErrPipeStopped): // nothing of it was decided
 			closePipe()
-			b.decideAgain(batch)
+			b.takeFirst(batch)
 		case err != nil: // its own write failed: nothing of it was written
 			closePipe()
-			answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
+			b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
 		default:
 			outstanding.Add(1)
 			flights <- inFlight{written: written, batch: batch, errs: errs, committed: committed, f: f}
 			last = f
 			b.signalWrote()
-			if pipe.Due() { // its Close moves tasks out of memory: under steady load nothing else would close it
+			// A stopped pipe takes no more batches; under steady load nothing
+			// but Due would close a pipe whose Close moves tasks out of memory.
+			if pipe.Stopped() || pipe.Due() {
 				closePipe()
 			}
 		}
@@ -366,23 +365,22 @@ func (b *Batcher) pipelined(back Piper) {
 }
 
 // answer tells each request of a batch its outcome: err, the batch's, voids
-// every answer of it.
-func answer(batch []*pending, errs []error, committed [][]state.Record, err error) {
+// every answer of it. A request the batch never decided (store.ErrNotDecided)
+// is decided again, before anything that arrived since.
+func (b *Batcher) answer(batch []*pending, errs []error, committed [][]state.Record, err error) {
+	var again []*pending
 	for i, p := range batch {
 		p.err, p.committed = errs[i], committed[i]
-		if err != nil {
+		switch {
+		case err != nil:
 			p.err, p.committed = err, nil // nothing of the batch was written
+		case errors.Is(p.err, store.ErrNotDecided):
+			again = append(again, p)
+			continue
 		}
 		close(p.done)
 	}
-}
-
-// decideAgain queues a batch that was decided but not kept to be decided
-// again, before anything that arrived since.
-func (b *Batcher) decideAgain(batch []*pending) {
-	b.againMu.Lock()
-	b.again = append(b.again, batch...)
-	b.againMu.Unlock()
+	b.takeFirst(again)
 }
 
 // next is take, cutting a batch before an exclusive request: that one

@@ -104,10 +104,10 @@ func TestBatcher(t *testing.T) {
 }
 
 // TestPipelinedBatcher: on a WAL, the batcher decides the next batch while
-// the last one's fsync runs; when that fsync fails, its request is answered
-// with the failure, and the request decided after it is decided again, on
-// the WAL as it was cut back: the task it creates takes the id the failed
-// one had, and the WAL holds it alone.
+// the last one's fsync runs; when that fsync fails, its request and every
+// request decided after it on what it wrote (a read among them) are
+// answered with the failure, rolled back, and none is decided again: the
+// WAL is cut back, and the next request decides on it as it is.
 func TestPipelinedBatcher(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
 	submit := func(decided chan<- string) func(tx *store.Tx) error {
@@ -163,15 +163,23 @@ func TestPipelinedBatcher(t *testing.T) {
 	fsys.Gated.Store(false)
 	fsys.Gate <- errors.New("injected: EIO")
 	var failed *store.AppendError
-	if err := <-first; !errors.As(err, &failed) {
+	if err := <-first; !errors.As(err, &failed) || !failed.RolledBack {
 		t.Fatalf("the request whose fsync failed: %v", err)
 	}
-	recs := <-second
-	if secondErr != nil || len(recs) != 1 || recs[0].TaskID != "T2" || <-secondDecided != "T2" {
-		t.Fatalf("the request decided again: %v %+v; want T2, the WAL being cut back", secondErr, recs)
+	if recs := <-second; !errors.As(secondErr, &failed) || !failed.RolledBack || len(recs) != 0 {
+		t.Fatalf("the request decided after it: %v %+v; want the failure, rolled back", secondErr, recs)
 	}
-	if err := <-read; err != nil {
-		t.Fatal(err)
+	if err := <-read; !errors.As(err, &failed) {
+		t.Fatalf("the read that saw both: %v; want the failure", err)
+	}
+	select {
+	case id := <-secondDecided:
+		t.Fatalf("the request was decided again (%s)", id)
+	default:
+	}
+	again := make(chan string, 1)
+	if _, err := b.Run(context.Background(), submit(again)); err != nil || <-again != "T2" {
+		t.Fatalf("a request after the failure: %v; want T2, decided on the WAL cut back", err)
 	}
 	// Nothing in flight, nothing waiting: the pipe has let the WAL go, and
 	// a local writer gets its turn while the batcher runs.

@@ -74,6 +74,18 @@ func (e *RefusedRecordError) Unwrap() error { return e.Err }
 // record that the state refused, a bug). It may be decided again.
 var ErrNotDecided = errors.New("the request was not decided: an earlier request of its batch failed; it may be sent again")
 
+// PoisonedError refuses a write on a handle whose earlier append could not
+// be rolled back: the WAL may hold records that were never acknowledged
+// (their requests were told the outcome is unknown). Nothing is written
+// until the process starts again; its first writer reads the WAL as it is.
+type PoisonedError struct{ Cause error }
+
+func (e *PoisonedError) Error() string {
+	return fmt.Sprintf("nothing was written: an earlier write failed and could not be undone (%v); restart the server, then run 'leasewal verify'", e.Cause)
+}
+
+func (e *PoisonedError) Unwrap() error { return e.Cause }
+
 // ErrNotOpen is returned for an operation on a closed handle.
 var ErrNotOpen = errors.New("the store handle is closed")
 

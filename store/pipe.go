@@ -9,10 +9,10 @@ import (
 	"leasewal/wal"
 )
 
-// ErrPipeBroken is a batch written after one whose fsync failed: its
-// records were cut off with the failed one's and it was never answered, so
-// it may be decided again (on a pipe of its own).
-var ErrPipeBroken = errors.New("an earlier batch's fsync failed: this batch was not kept, and may be decided again")
+// ErrPipeStopped refuses a batch before anything of it is decided: an
+// earlier batch's write or fsync failed, or its decisions left the state
+// unusable. The pipe must be closed; the batch may be decided on a new one.
+var ErrPipeStopped = errors.New("the pipe stopped at an earlier batch: nothing of this batch was decided")
 
 // Pipe holds the WAL's exclusive lock across a run of batches (a resident
 // server's group commit, pipelined): each batch is decided on the state that
@@ -20,6 +20,14 @@ var ErrPipeBroken = errors.New("an earlier batch's fsync failed: this batch was 
 // background fsync while the next is decided. A batch's Flight says when its
 // records are durable; nothing decided in a pipe may be answered before.
 // Local writers wait for the lock as for any writer: Close releases it.
+//
+// A batch is answered once, with what became of it: durable (nil), or not
+// written (its write failed and was rolled back; or the fsync that covered
+// it failed, and the file was cut back to what an earlier fsync made
+// durable). A batch that is durable is never answered as failed, and none
+// is ever decided twice. If the cut itself fails, the batches it should have
+// removed are answered with an unknown outcome and the handle writes
+// nothing more (Poisoned).
 type Pipe struct {
 	h  *Handle
 	tx *Tx
@@ -30,12 +38,12 @@ type Pipe struct {
 
 	mu      sync.Mutex
 	durable wal.Position // what a Sync made durable
-	broken  error        // why the pipe broke: every later batch is refused
-	// syncFailed says the pipe broke at an fsync, whose first batch is
-	// answered with the failure; unanswered are the flights written but not
-	// made durable when it broke: Close answers them, once it has cut the
-	// file back.
-	syncFailed bool
+	// stopped is why no batch may be decided any more (a write that
+	// failed, a state that diverged): the flights before it stand.
+	stopped error
+	// syncFailed is the failed fsync: its flights and every later one are
+	// unanswered until Close has cut the file back to durable.
+	syncFailed error
 	unanswered []*Flight
 	// counted is how many tasks memory held when Due last counted them.
 	counted int
@@ -46,16 +54,15 @@ type Flight struct {
 	end     wal.Position // the WAL up to the batch's last record
 	err     error
 	done    chan struct{}
-	settled chan struct{} // closed once the batch is durable, or the pipe broke before it was
+	settled chan struct{} // closed once the batch is durable, or its fsync failed (then Close answers it)
 }
 
-// Settled is closed once the batch is durable, or the pipe broke before it
-// was (then Close answers it).
+// Settled is closed once the batch is durable, or its fsync failed (then
+// Close answers it).
 func (f *Flight) Settled() <-chan struct{} { return f.settled }
 
 // Wait returns once the batch is durable (nil), or known not to be: the
-// fsync's error for the batch whose fsync failed, ErrPipeBroken for one
-// after it.
+// failure (a *wal.AppendError, rolled back or not).
 func (f *Flight) Wait() error {
 	<-f.done
 	return f.err
@@ -66,6 +73,9 @@ func (f *Flight) Wait() error {
 func (h *Handle) Pipe() (*Pipe, error) {
 	if h.closed {
 		return nil, ErrNotOpen
+	}
+	if h.poisoned != nil {
+		return nil, &PoisonedError{Cause: h.poisoned}
 	}
 	for range maxStartOvers {
 		tx, err := h.begin(wal.Write)
@@ -89,12 +99,14 @@ func (h *Handle) Pipe() (*Pipe, error) {
 
 // Batch decides fns in order, each on the state that includes the ones
 // before it and every earlier batch, writes their records in one write and
-// queues their fsync. errs[i] and committed[i] are fns[i]'s; the batch's
-// own error (a failed write, a pipe broken by an earlier fsync) means none
-// of it was kept, and the pipe must be closed.
+// queues their fsync. errs[i] and committed[i] are fns[i]'s. The batch's own
+// error is ErrPipeStopped (nothing of it was decided: the pipe must be
+// closed) or its write's failure (nothing of it was written: the pipe
+// stops). A batch whose decisions left the state unusable is written up to
+// them (its later fns answer ErrNotDecided) and stops the pipe: Stopped.
 func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.Record, f *Flight, err error) {
-	if p.failed() != nil {
-		return nil, nil, nil, ErrPipeBroken
+	if p.Stopped() {
+		return nil, nil, nil, ErrPipeStopped
 	}
 	tx := p.tx
 	errs, committed = make([]error, len(fns)), make([][]state.Record, len(fns))
@@ -104,15 +116,18 @@ func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.R
 	staged, version := tx.staged, tx.version
 	tx.staged = nil
 	if err != nil {
-		p.breaks(err)
+		p.stop(err)
 		return nil, nil, nil, err
+	}
+	if tx.diverged != nil {
+		p.stop(tx.diverged)
 	}
 	f = &Flight{done: make(chan struct{}), settled: make(chan struct{})}
 	switch {
 	case len(staged) == 0: // nothing to write: durable once what is before it is
 	case tx.log == nil: // a new WAL, created durably (its directory fsynced) at once
 		if err := tx.append(staged, version); err != nil {
-			p.breaks(err)
+			p.stop(err)
 			return nil, nil, nil, err
 		}
 		p.mu.Lock()
@@ -124,7 +139,8 @@ func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.R
 			p.h.warn("cut %d bytes of an unfinished append at offset %d (never acknowledged); they are kept in %s", cut.Length, cut.Offset, cut.SavedAs)
 		}
 		if err != nil {
-			p.breaks(err)
+			p.h.poisonOn(err)
+			p.stop(err)
 			return nil, nil, nil, err
 		}
 	}
@@ -158,26 +174,26 @@ func (p *Pipe) Due() bool {
 	return archive != state.Stay || cold != state.Stay
 }
 
-// failed is the error that broke the pipe, nil while it holds.
-func (p *Pipe) failed() error {
+// Stopped says whether the pipe takes no more batches: it must be closed.
+func (p *Pipe) Stopped() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.broken
+	return p.stopped != nil || p.syncFailed != nil
 }
 
-// breaks marks the pipe broken by err: its state ran ahead of the file.
-func (p *Pipe) breaks(err error) {
+// stop takes no more batches, for err; the flights before stand.
+func (p *Pipe) stop(err error) {
 	p.mu.Lock()
-	if p.broken == nil {
-		p.broken = err
+	if p.stopped == nil {
+		p.stopped = err
 	}
 	p.mu.Unlock()
 }
 
 // sync answers the flights in order: one fsync for every flight queued by
 // the time it starts (the later ones' records lie after the earlier ones'),
-// none for a flight already durable. Once the pipe is broken, the flights
-// wait for Close.
+// none for a flight already durable. Once an fsync has failed, its flights
+// and every later one wait for Close, which cuts the file back.
 func (p *Pipe) sync() {
 	defer close(p.done)
 	for f := range p.flights {
@@ -196,27 +212,27 @@ func (p *Pipe) sync() {
 		}
 		end := run[len(run)-1].end
 		p.mu.Lock()
-		broken, durable := p.broken, p.durable
+		failed, durable := p.syncFailed, p.durable
 		p.mu.Unlock()
-		if broken == nil && end.Count > durable.Count {
+		if failed == nil && end.Count > durable.Count {
 			err := p.tx.log.Sync()
 			p.mu.Lock()
-			if err != nil && p.broken == nil {
-				p.broken, p.syncFailed = err, true
-			} else if err == nil {
+			if err != nil {
+				p.syncFailed = err
+			} else {
 				p.durable = end
 			}
-			broken = p.broken
+			failed = p.syncFailed
 			p.mu.Unlock()
 		}
-		if broken != nil {
+		if failed != nil {
 			p.mu.Lock()
 			p.unanswered = append(p.unanswered, run...)
 			p.mu.Unlock()
 		}
 		for _, g := range run {
 			close(g.settled)
-			if broken == nil {
+			if failed == nil {
 				close(g.done)
 			}
 		}
@@ -225,32 +241,35 @@ func (p *Pipe) sync() {
 
 // Close waits for the flights, and releases the lock. After every batch
 // was made durable, the handle keeps the state and refreshes the
-// checkpoint. After a failure, the file is cut back to what was durable,
-// the handle forgets its state (which ran ahead of the file), the batch
-// whose fsync failed is answered with the failure, and the ones after it
-// with ErrPipeBroken: they may be decided again.
+// checkpoint, unless the pipe stopped (then the state, which ran ahead of
+// the file or is unusable, is forgotten). After a failed fsync, the file is
+// cut back to what was durable, the handle forgets its state, and the
+// batches that fsync covered and every later one are answered with the
+// failure: rolled back, or, when the cut failed too, an unknown outcome,
+// and the handle refuses to write until the process starts again.
 func (p *Pipe) Close() {
 	close(p.flights)
 	<-p.done
 	defer p.tx.end()
-	broken := p.failed()
-	if broken == nil {
+	p.mu.Lock()
+	stopped, failed := p.stopped, p.syncFailed
+	p.mu.Unlock()
+	switch {
+	case failed == nil && stopped == nil:
 		if p.tx.log != nil {
 			p.h.pos = p.tx.log.Position
 			p.h.refreshCheckpoint(p.tx)
 		}
 		return
+	case failed == nil:
+		p.h.forget()
+		return
 	}
-	failure := broken
-	if p.tx.log != nil && p.tx.log.Position != p.durable {
-		failure = p.tx.log.Abandon(p.durable, broken)
-	}
+	cut := p.tx.log.Abandon(p.durable, failed)
+	p.h.poisonOn(cut)
 	p.h.forget()
-	for i, f := range p.unanswered {
-		f.err = ErrPipeBroken
-		if i == 0 && p.syncFailed {
-			f.err = failure
-		}
+	for _, f := range p.unanswered {
+		f.err = cut
 		close(f.done)
 	}
 }

@@ -92,11 +92,12 @@ func TestPipe(t *testing.T) {
 	}
 }
 
-// TestPipeFsyncFails: when a batch's fsync fails, the batch is answered
-// with the failure, the batches written after it are refused with
-// ErrPipeBroken (to be decided again), and closing the pipe cuts the WAL
-// back to what was durable before them: none of their records is left,
-// and the handle decides on the WAL as it is.
+// TestPipeFsyncFails: when a batch's fsync fails, closing the pipe cuts the
+// WAL back to what was durable before it, and the batch and every batch
+// written after it are answered with the failure, rolled back: none of
+// their records is left, none is decided again, and the handle decides on
+// the WAL as it is. The pipe takes no batch after the failure
+// (ErrPipeStopped: nothing of it decided).
 func TestPipeFsyncFails(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
 	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
@@ -122,16 +123,15 @@ func TestPipeFsyncFails(t *testing.T) {
 	fsys.Gated.Store(false) // the rollback's own fsync goes through
 	fsys.Gate <- errors.New("injected: EIO")
 	<-second.Settled()
-	if _, _, _, err := p.Batch([]func(*store.Tx) error{addOne}); !errors.Is(err, store.ErrPipeBroken) {
-		t.Fatalf("a batch after the failed fsync: %v, want ErrPipeBroken", err)
+	if _, _, _, err := p.Batch([]func(*store.Tx) error{addOne}); !errors.Is(err, store.ErrPipeStopped) || !p.Stopped() {
+		t.Fatalf("a batch after the failed fsync: %v, want ErrPipeStopped", err)
 	}
 	p.Close()
-	var failed *store.AppendError
-	if err := first.Wait(); !errors.As(err, &failed) || !failed.RolledBack {
-		t.Fatalf("the batch whose fsync failed: %v, want a rolled-back append error", err)
-	}
-	if err := second.Wait(); !errors.Is(err, store.ErrPipeBroken) {
-		t.Fatalf("the batch after it: %v, want ErrPipeBroken", err)
+	for name, f := range map[string]*store.Flight{"the batch whose fsync failed": first, "the batch written after it": second} {
+		var failed *store.AppendError
+		if err := f.Wait(); !errors.As(err, &failed) || !failed.RolledBack {
+			t.Fatalf("%s: %v, want a rolled-back append error", name, err)
+		}
 	}
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 		t.Fatalf("the WAL was not cut back:\n%s\nwant\n%s", after, before)

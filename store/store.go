@@ -101,6 +101,11 @@ type Handle struct {
 	// payloads reads back the payloads the state holds as where the WAL has
 	// them; it lets the file go when the handle forgets the state.
 	payloads payloadFile
+	// poisoned is an append whose rollback failed: the WAL may hold records
+	// never acknowledged, so the handle writes nothing more (a server
+	// refuses writes until it starts again, and its next writer cuts or
+	// keeps them).
+	poisoned error
 }
 
 // Open returns a handle; nothing is read until the first operation.
@@ -235,6 +240,9 @@ const maxStartOvers = 1000
 func (h *Handle) do(mode wal.Mode, fn func(*Tx) error) error {
 	if h.closed {
 		return ErrNotOpen
+	}
+	if mode == wal.Write && h.poisoned != nil {
+		return &PoisonedError{Cause: h.poisoned}
 	}
 	for range maxStartOvers {
 		tx, err := h.begin(mode)
@@ -728,7 +736,16 @@ func (tx *Tx) append(bodies [][]byte, version int) error {
 	if cut != nil {
 		tx.h.warn("cut %d bytes of an unfinished append at offset %d (never acknowledged); they are kept in %s", cut.Length, cut.Offset, cut.SavedAs)
 	}
+	tx.h.poisonOn(err)
 	return err
+}
+
+// poisonOn stops the handle writing after an append whose rollback failed.
+func (h *Handle) poisonOn(err error) {
+	var failed *wal.AppendError
+	if errors.As(err, &failed) && !failed.RolledBack && h.poisoned == nil {
+		h.poisoned = err
+	}
 }
 
 // CutTorn cuts a torn tail off the WAL (repair), keeping the cut bytes beside
