@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,6 +35,7 @@ var localOnly = map[string]bool{"verify": true, "repair": true, "backup": true, 
 type serveOptions struct {
 	listen        string
 	advertise     string
+	publicHosts   []string
 	tokenFile     string
 	readTokenFile string
 	insecure      bool
@@ -86,10 +88,18 @@ write fails, every request of the batch is answered WriteFailed. Batches are
 pipelined: the next is decided (on the state that includes the last) and
 written while the last one's fsync runs; the WAL stays locked while batches
 keep coming and is let go as soon as none is in flight, so local commands on
-the same WAL keep working beside it. If an fsync fails, its batch is answered
-WriteFailed, the WAL is cut back to what was durable, and the batches after
-it are decided again. A raft node's batches go one at a time. It binds to loopback unless
-told otherwise; SIGTERM finishes the batch under way, answers it, and exits.
+the same WAL keep working beside it. A request refused in a batch is refused
+alone; if an fsync fails, the WAL is cut back to what was durable and the
+batches it covered, and those written after them, are answered WriteFailed;
+nothing is decided twice. A raft node's batches go one at a time. It binds to
+loopback unless told otherwise; SIGTERM finishes the batch under way, answers
+it, and exits.
+
+A POST must send Content-Type: application/json (application/x-ndjson to
+/v1/submit/batch); a request from another Origin, or whose Host names neither
+an IP address, a loopback name, nor --listen's, --advertise's or a
+--public-host, is refused, so that no web page can use the server. GET
+/healthz and /readyz answer anyone.
 
 A single server compacts its WAL as 'leasewal compact' does, keeping
 --keep-finished and --keep-history: once it is larger than --compact-above
@@ -113,6 +123,7 @@ step.`,
 	c.Flags().IntVar(&o.maxBatch, "max-batch", 256, "most requests decided in one batch")
 	c.Flags().BoolVar(&o.pipeline, "pipeline", true, "decide the next batch while the last one's fsync runs (false: one batch at a time)")
 	c.Flags().StringVar(&o.advertise, "advertise", "", "the URL other nodes and clients reach this server at (default: http://<the --listen address>)")
+	c.Flags().StringSliceVar(&o.publicHosts, "public-host", nil, "a host name clients reach this server by, beside its address, --listen's and --advertise's (repeat, or give a comma-separated list): a request naming another is refused")
 	c.Flags().StringVar(&o.raft.ID, "raft-id", "", "run as this node of a raft cluster (with --raft-dir and --raft-bind)")
 	c.Flags().StringVar(&o.raft.Dir, "raft-dir", "", "the node's raft log and snapshots")
 	c.Flags().StringVar(&o.raft.Bind, "raft-bind", "", "the address raft listens on for the other nodes")
@@ -227,7 +238,17 @@ func runServe(e env, o serveOptions) error {
 			back = service.Serial{Backend: back}
 		}
 	}
-	s, batch, svc, kick := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live})
+	hosts := append([]string{o.listen}, o.publicHosts...)
+	ready := func() error { return nil }
+	if node != nil {
+		ready = func() error {
+			if node.Leader() == "" {
+				return errors.New("no leader is known yet")
+			}
+			return nil
+		}
+	}
+	s, batch, svc, kick := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live, Hosts: hosts, Ready: ready})
 	compact := service.LocalCompaction(e.storeOptions(), batch)
 	if node != nil { // the leader proposes it, between two batches, and every node compacts at that record, beside the batches after it
 		compact = func(keep store.CompactOptions) (store.Compaction, error) {

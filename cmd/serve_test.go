@@ -85,6 +85,7 @@ func TestServerGroupCommits(t *testing.T) {
 			defer wg.Done()
 			req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/submit", strings.NewReader(`{"payload":"job","request-id":"r`+string(rune('A'+i%26))+string(rune('a'+i/26))+`"}`))
 			req.Header.Set("Authorization", "Bearer secret")
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)
@@ -315,6 +316,7 @@ func TestServerRefusesRequestsThatDoNotParse(t *testing.T) {
 	post := func(path, body, token string) (int, errorView) {
 		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/"+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -425,7 +427,8 @@ func FuzzServerRequest(f *testing.F) {
 			t.Fatal(stderr)
 		}
 		before, _ := os.ReadFile(walPath)
-		req := httptest.NewRequest(http.MethodPost, "/v1/x", strings.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/v1/x", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		req.URL.Path = "/v1/" + path
 		w := httptest.NewRecorder()
 		returnsBeforeHangGuard(t, "a request", func() { s.ServeHTTP(w, req) })
@@ -451,6 +454,7 @@ func TestTokenHandling(t *testing.T) {
 	for header, want := range map[string]int{"Bearer secret": 200, "bearer secret": 200, "BEARER secret": 200,
 		"Bearer secre": 401, "Bearer secret2": 401, "Basic secret": 401, "secret": 401, "": 401} {
 		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/inspect", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
 		if header != "" {
 			req.Header.Set("Authorization", header)
 		}
@@ -506,6 +510,7 @@ func TestGoneClientGetsNoLease(t *testing.T) {
 	go func() {
 		defer close(done)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/lease", strings.NewReader(`{"worker":"ghost","wait":"1h"}`))
+		req.Header.Set("Content-Type", "application/json")
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 		}

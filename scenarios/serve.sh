@@ -48,8 +48,10 @@ run 2 submit --payload x --now +1s
 echo wrong >"$DIR/wrong"
 chmod 600 "$DIR/wrong"
 LEASEWAL_TOKEN_FILE=$DIR/wrong run 2 inspect
-code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer secret-token" -d 'not json' http://127.0.0.1:$PORT/v1/submit 2>/dev/null || echo none)
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer secret-token" -H 'Content-Type: application/json' -d 'not json' http://127.0.0.1:$PORT/v1/submit 2>/dev/null || echo none)
 [ "$code" = 400 ] || [ "$code" = none ] || fail "a body that is not JSON: HTTP $code"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer secret-token" -d '{"payload":"x"}' http://127.0.0.1:$PORT/v1/submit 2>/dev/null || echo none)
+[ "$code" = 415 ] || [ "$code" = none ] || fail "a body sent as a form: HTTP $code"
 status=$(curl -s -H "Authorization: Bearer secret-token" http://127.0.0.1:$PORT/v1/status 2>/dev/null || echo '"role":"single"')
 printf '%s' "$status" | grep -q '"role":"single"' || fail "status: $status"
 

@@ -22,8 +22,9 @@ import (
 // into the operation's typed request, handed to the service, and its typed
 // answer encoded as JSON with its exit code.
 type route struct {
-	readOnly bool
-	limit    int64 // the most its body may hold; 0 is DefaultLimit
+	readOnly    bool
+	contentType string // what its body must be sent as; "" is application/json
+	limit       int64  // the most its body may hold; 0 is DefaultLimit
 	serve    func(ctx context.Context, body []byte) reply
 }
 
@@ -43,7 +44,7 @@ func routes(svc api.Service, describe func(error) api.Error) map[string]route {
 	answer := func(v any, err error) reply { return encode(v, err, describe) }
 	return map[string]route{
 		"submit": typed(func(ctx context.Context, r api.SubmitRequest) reply { return answer(svc.Submit(ctx, r)) }),
-		"submit/batch": {limit: api.MaxBatchBody, serve: func(ctx context.Context, body []byte) reply {
+		"submit/batch": {contentType: "application/x-ndjson", limit: api.MaxBatchBody, serve: func(ctx context.Context, body []byte) reply {
 			var reqs []api.SubmitRequest
 			var lines []int
 			err := api.ReadBatch(bytes.NewReader(body), api.SubmitRequest{}, func(r api.SubmitRequest, line int) error {

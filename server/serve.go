@@ -90,6 +90,7 @@ func (s *Server) joinCluster(ctx context.Context, base string, req JoinRequest) 
 		if err != nil {
 			return fmt.Errorf("--join %q: %w", base, err)
 		}
+		r.Header.Set("Content-Type", "application/json")
 		if s.o.Token != "" {
 			r.Header.Set("Authorization", "Bearer "+s.o.Token)
 		}

@@ -51,11 +51,20 @@ type Options struct {
 	// Live is the page GET /ui shows, fed as records are committed; nil:
 	// none.
 	Live *report.Live
+	// Hosts are the names, beside URL's, that a request's Host header may
+	// give (--listen's host, --public-host); an IP address and a loopback
+	// name always may (guard.go).
+	Hosts []string
+	// Ready says whether the server can answer requests now (GET
+	// /readyz); nil: always.
+	Ready func() error
 }
 
 // Server answers the HTTP API.
 type Server struct {
 	o        Options
+	hosts    []string // lowercase, for hostAllowed
+	sessions uiSessions
 	stopping chan struct{} // closed by StopWaits: the live page's streams end
 	stopOnce sync.Once
 	routes   map[string]route
@@ -66,7 +75,7 @@ type Server struct {
 // New is a server of svc, its status told by status; node is the raft node
 // behind svc, nil for a single server.
 func New(svc api.Service, status func() (service.Status, error), node *cluster.Node, o Options) *Server {
-	return &Server{o: o, routes: routes(svc, o.Describe), status: status, node: node, stopping: make(chan struct{})}
+	return &Server{o: o, hosts: hostsOf(o.URL, o.Hosts), routes: routes(svc, o.Describe), status: status, node: node, stopping: make(chan struct{})}
 }
 
 // StopWaits ends the open waits at once: each answers what it has, as if
@@ -102,6 +111,18 @@ func (s *Server) readOnly(path string) bool {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+		return
+	case "/readyz":
+		s.readyz(w)
+		return
+	}
+	if !s.guard(w, r) {
+		return
+	}
 	if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") { // a browser's: its token comes in a cookie
 		s.ui(w, r)
 		return
@@ -149,6 +170,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	op, known := s.routes[path]
+	if want := cmp.Or(op.contentType, "application/json"); !sendsJSON(r, want) {
+		Error(w, http.StatusUnsupportedMediaType, api.ExitUsage, "Usage", fmt.Sprintf("POST /v1/%s takes a body of Content-Type: %s", path, want))
+		return
+	}
 	limit := cmp.Or(op.limit, DefaultLimit)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
@@ -188,6 +213,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(a.status)
 	}
 	_, _ = w.Write(a.body) // a client gone away: the decision stands, a retry with its request id gets it
+}
+
+// readyz answers 200 while the server can answer requests (a cluster's
+// node knows a leader), else 503.
+func (s *Server) readyz(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if s.o.Ready != nil {
+		if err := s.o.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, err.Error()+"\n")
+			return
+		}
+	}
+	_, _ = io.WriteString(w, "ready\n")
 }
 
 func (s *Server) statusOf(w http.ResponseWriter) {

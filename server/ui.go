@@ -2,12 +2,15 @@ package server
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/subtle"
 	_ "embed"
+	"encoding/hex"
 	"fmt"
 	"html/template"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"leasewal/report"
@@ -17,12 +20,65 @@ import (
 // server keeps as it commits them (report.Live); /ui/events tells the page,
 // as server-sent events, each time they change, and the page (its one
 // script, /ui/live.js) fetches /ui/page again. A browser cannot send a
-// bearer header: behind a token, /ui asks for it once in a form and keeps
-// it in an HttpOnly, SameSite=Strict cookie scoped to /ui; a read-only
-// token is enough.
+// bearer header: behind a token, /ui asks for it once in a form (posted from
+// the page itself only) and answers with a session: a random id, in an
+// HttpOnly, SameSite=Strict cookie scoped to /ui, that the server maps to
+// the token's rights for uiSessionLife. The cookie never holds the token; a
+// read-only token is enough.
 
-// uiCookie holds the token a browser gave the form.
+// uiCookie holds a browser's session id.
 const uiCookie = "leasewal_ui"
+
+// uiSessionLife is how long a session lasts; maxUISessions how many a
+// server keeps (the oldest go first).
+const (
+	uiSessionLife = 12 * time.Hour
+	maxUISessions = 1024
+)
+
+// uiSessions are the sessions the login form opened: id → when it ends.
+type uiSessions struct {
+	mu      sync.Mutex
+	expires map[string]time.Time
+}
+
+// open starts a session, and returns its id.
+func (u *uiSessions) open(now time.Time) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(b)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.expires == nil {
+		u.expires = map[string]time.Time{}
+	}
+	for old, until := range u.expires {
+		if !now.Before(until) {
+			delete(u.expires, old)
+		}
+	}
+	for len(u.expires) >= maxUISessions {
+		oldest := ""
+		for old, until := range u.expires {
+			if oldest == "" || until.Before(u.expires[oldest]) {
+				oldest = old
+			}
+		}
+		delete(u.expires, oldest)
+	}
+	u.expires[id] = now.Add(uiSessionLife)
+	return id, nil
+}
+
+// valid says whether id is an open session.
+func (u *uiSessions) valid(id string, now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	until, ok := u.expires[id]
+	return ok && now.Before(until)
+}
 
 // uiPolicy lets the page run its own script and reach its own server,
 // and nothing else.
@@ -47,13 +103,11 @@ func (s *Server) uiAllowed(r *http.Request) bool {
 	if s.o.Token == "" {
 		return true
 	}
-	given := ""
-	if c, err := r.Cookie(uiCookie); err == nil {
-		given = c.Value
-	} else if auth := r.Header.Get("Authorization"); auth != "" {
-		return bearerIs(auth, s.o.Token) || (s.o.ReadToken != "" && bearerIs(auth, s.o.ReadToken))
+	if c, err := r.Cookie(uiCookie); err == nil && s.sessions.valid(c.Value, time.Now()) {
+		return true
 	}
-	return s.isToken(given)
+	auth := r.Header.Get("Authorization")
+	return auth != "" && (bearerIs(auth, s.o.Token) || (s.o.ReadToken != "" && bearerIs(auth, s.o.ReadToken)))
 }
 
 func (s *Server) isToken(given string) bool {
@@ -107,14 +161,27 @@ func (s *Server) uiLoginForm(w http.ResponseWriter, status int, msg string) {
 	_ = loginPage.Execute(w, msg)
 }
 
+// uiLogin opens a session for the form's token. The form is posted from
+// the page itself only: the guard refuses another Origin, and a browser that
+// says the post comes from another site (Sec-Fetch-Site) is refused too.
 func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		s.uiLoginForm(w, http.StatusForbidden, "Log in from this server's own page.")
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if !s.isToken(token) {
 		s.uiLoginForm(w, http.StatusUnauthorized, "That is not this server's token.")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: token, Path: "/ui", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	id, err := s.sessions.open(time.Now())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: id, Path: "/ui", MaxAge: int(uiSessionLife / time.Second), HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, "/ui", http.StatusSeeOther)
 }
 

@@ -14,7 +14,9 @@ import (
 )
 
 // Start is a headless Chromium for t, ended with it. A machine without
-// one skips t, unless LEASEWAL_BROWSER_REQUIRED is set (as in CI).
+// one skips t, unless LEASEWAL_BROWSER_REQUIRED is set (as in CI). Every
+// name under .test resolves to 127.0.0.1, so that a test can show the
+// browser a page of another site (or one an attacker's DNS points here).
 func Start(t *testing.T) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
@@ -27,7 +29,8 @@ func Start(t *testing.T) context.Context {
 	// As root (CI) Chromium needs --no-sandbox; the background services it
 	// would reach for are off, the machine's network being closed.
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+		chromedp.Flag("disable-quic", true), chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1"),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)
 	ctx, cancel := chromedp.NewContext(alloc)
