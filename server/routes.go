@@ -25,7 +25,7 @@ type route struct {
 	readOnly    bool
 	contentType string // what its body must be sent as; "" is application/json
 	limit       int64  // the most its body may hold; 0 is DefaultLimit
-	serve    func(ctx context.Context, body []byte) reply
+	serve       func(ctx context.Context, body []byte) reply
 }
 
 // reply is an operation's answer, ready to send.
