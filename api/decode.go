@@ -1,13 +1,15 @@
 package api
 
 import (
-	"fmt"
-
 	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+
+	"leasewal/internal/limits"
 	"leasewal/state"
 )
 
@@ -28,19 +30,26 @@ func DecodeStrict(body []byte, v any) error {
 // ErrTrailing is a body with something after its JSON object.
 var ErrTrailing = errors.New("data after the JSON object")
 
-// The batch door's limits: how many tasks one batch holds, and how long a
-// line may be (a payload at the 64 KiB limit, every byte escaped, and the
-// rest). A server takes at most MaxBatchBody bytes of lines a request.
-const (
-	MaxBatchTasks = 1_000_000
-	MaxBatchLine  = 512 << 10
-	MaxBatchBody  = 256 << 20
+// The batch door's limits: a batch a server takes in one request
+// (internal/limits: the lines and bytes it decides in well under a
+// second), a batch a command line decides on its own WAL, and the longest
+// line (a payload at the 64 KiB limit, every byte escaped, and the rest).
+// A client sends a bigger batch to a server as several requests, each
+// within the server's limits and atomic (BatchParts).
+var (
+	MaxServerBatchTasks = int(limits.BatchLines.Max)
+	MaxServerBatchBody  = limits.BatchBytes.Max
+	MaxBatchLine        = int(limits.BatchLine.Max)
 )
 
+// MaxBatchTasks is the most tasks a batch of the command line holds.
+const MaxBatchTasks = 1_000_000
+
 // ReadBatch reads a batch of submits, one JSON object a line (NDJSON; an
-// empty line is skipped), each over base: it calls each with the request
-// and its line number, from 1.
-func ReadBatch(r io.Reader, base SubmitRequest, each func(req SubmitRequest, line int) error) error {
+// empty line is skipped), each over base, as it reads them: it calls each
+// with the request and its line number, from 1, and stops at the first line
+// that does not parse, or past maxTasks tasks.
+func ReadBatch(r io.Reader, base SubmitRequest, maxTasks int, each func(req SubmitRequest, line int) error) error {
 	scan := bufio.NewScanner(r)
 	scan.Buffer(make([]byte, 64<<10), MaxBatchLine)
 	n, tasks := 0, 0
@@ -50,27 +59,57 @@ func ReadBatch(r io.Reader, base SubmitRequest, each func(req SubmitRequest, lin
 		if len(line) == 0 {
 			continue
 		}
-		if tasks++; tasks > MaxBatchTasks {
-			return Usage("the batch holds more than %d tasks: split it", MaxBatchTasks)
+		if tasks++; tasks > maxTasks {
+			return Usage("the batch holds more than %d tasks, the most one request takes: split it ('leasewal --server URL submit --batch-file' sends a bigger file in parts)", maxTasks)
 		}
 		req := base
 		if err := DecodeStrict(line, &req); err != nil {
+			if scan.Err() != nil { // the line was cut where reading failed
+				break
+			}
 			return Usage("batch line %d: %v; each line is one JSON object such as {\"payload\":\"x\",\"request-id\":\"r1\"}", n, err)
 		}
 		if err := each(req, n); err != nil {
 			return err
 		}
 	}
-	if err := scan.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return Usage("batch line %d is over %d bytes", n+1, MaxBatchLine)
-		}
+	var tooLarge *http.MaxBytesError
+	switch err := scan.Err(); {
+	case err == nil:
+	case errors.Is(err, bufio.ErrTooLong):
+		return Usage("batch line %d is over %d bytes", n+1, MaxBatchLine)
+	case errors.As(err, &tooLarge):
+		return Usage("the batch is over %d bytes, the most one request takes: split it ('leasewal --server URL submit --batch-file' sends a bigger file in parts)", tooLarge.Limit)
+	default:
 		return Usage("reading the batch: %v", err)
 	}
 	if tasks == 0 {
 		return Usage("the batch holds no task: give one JSON object per line")
 	}
 	return nil
+}
+
+// BatchParts cuts a batch into the parts a client sends a server, each
+// within the server's limits: [from, to) of reqs, as encoded by the
+// client.
+func BatchParts(reqs []SubmitRequest) ([][2]int, error) {
+	var parts [][2]int
+	from, size := 0, int64(0)
+	for i, r := range reqs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		n := int64(len(b) + 1)
+		if i > from && (i-from >= MaxServerBatchTasks || size+n > MaxServerBatchBody) {
+			parts, from, size = append(parts, [2]int{from, i}), i, 0
+		}
+		size += n
+	}
+	if len(reqs) > 0 {
+		parts = append(parts, [2]int{from, len(reqs)})
+	}
+	return parts, nil
 }
 
 // BatchRefusal names the line of a batch's refused task: lines[i] is the

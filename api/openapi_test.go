@@ -20,37 +20,40 @@ type route struct {
 	request       any
 	answers       []any // besides api.Error
 	batch         bool  // one request per line in, one answer per line out (NDJSON)
-	lines         bool  // one request in, one answer per line out (NDJSON)
+	// stream is what the lines of a streamed answer (NDJSON, ended by an
+	// api.StreamEnd) may be, when the operation may answer so.
+	stream []any
 }
 
 var routes = []route{
-	{"/v1/submit", "Create a task (TaskCreated); a repeated request id answers the first task", api.SubmitRequest{}, []any{api.Ack{}}, false, false},
-	{"/v1/submit/batch", "Create many tasks in one write, all or none: one submit per line, one answer per line", api.SubmitRequest{}, []any{api.Ack{}}, true, false},
-	{"/v1/lease", "Lease the next eligible task to a worker (LeaseGranted), or EMPTY (exit 4)", api.LeaseRequest{}, []any{api.Lease{}, api.Empty{}}, false, false},
-	{"/v1/extend", "Extend a current lease (LeaseExtended), or CANCELLED (exit 3)", api.ExtendRequest{}, []any{api.Extended{}, api.Cancelled{}}, false, false},
-	{"/v1/complete", "Complete a task under its current lease (TaskCompleted), or CANCELLED (exit 3)", api.CompleteRequest{}, []any{api.Committed{}, api.Cancelled{}}, false, false},
-	{"/v1/fail", "Report a failed attempt (TaskFailed, TaskDead), or CANCELLED (exit 3)", api.FailRequest{}, []any{api.Failed{}, api.Cancelled{}}, false, false},
-	{"/v1/release", "Give the current lease back without using an attempt (LeaseReleased), or CANCELLED (exit 3)", api.ReleaseRequest{}, []any{api.Released{}, api.Cancelled{}}, false, false},
-	{"/v1/pause", "Pause a queue: it leases nothing and its tasks' windows stand still (QueuePaused)", api.PauseRequest{}, []any{api.Paused{}}, false, false},
-	{"/v1/resume", "End a queue's pause (QueueResumed)", api.ResumeRequest{}, []any{api.Resumed{}}, false, false},
-	{"/v1/schedule/add", "Add a periodic task (ScheduleAdded)", api.ScheduleAddRequest{}, []any{api.ScheduleAdded{}}, false, false},
-	{"/v1/schedule/rm", "Remove a periodic task (ScheduleRemoved)", api.ScheduleRemoveRequest{}, []any{api.ScheduleRemoved{}}, false, false},
-	{"/v1/schedule/ls", "Every periodic task, with its last and next slots", api.ScheduleListRequest{}, []any{api.Schedules{}}, false, false},
-	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false, false},
-	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false, false},
-	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false, false},
-	{"/v1/queue/limit", "Set or lift a queue's limit of current leases (QueueLimited)", api.QueueLimitRequest{}, []any{api.QueueLimit{}}, false, false},
-	{"/v1/stats", "The figures an operator watches: queues, their latency, records by type", api.StatsRequest{}, []any{api.Stats{}}, false, false},
-	{"/v1/redact", "Stop serving a task's payload; the next compaction drops it (TaskRedacted)", api.RedactRequest{}, []any{api.Redacted{}}, false, false},
-	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false, false},
-	{"/v1/why", "Why a task is where it is, and when it can run", api.WhyRequest{}, []any{api.Why{}}, false, false},
-	{"/v1/wait", "Wait until every named task is in one of the states (at most five minutes a request), or TIMEOUT / UNREACHABLE (exit 9)", api.WaitRequest{}, []any{api.Wait{}}, false, false},
-	{"/v1/inspect", "Tasks as they stand, or right after record until; the worker registry with workers", api.InspectRequest{}, []any{api.Inspect{}, api.Workers{}}, false, false},
-	{"/v1/log", "The records that match every filter, one per line", api.LogRequest{}, []any{api.Record{}}, false, true},
-	{"/v1/worklease/acquire", "Acquire an offset of a domain under a new fencing token (WorkAcquired), or queue it (WorkEnqueued)", api.WorkAcquireRequest{}, []any{api.Work{}}, false, false},
-	{"/v1/worklease/succeed", "Mark the in-flight offset processed (WorkSucceeded)", api.WorkSucceedRequest{}, []any{api.Work{}}, false, false},
-	{"/v1/worklease/fail", "Report a failed try of the in-flight offset (WorkFailed)", api.WorkFailRequest{}, []any{api.Work{}}, false, false},
-	{"/v1/worklease/inspect", "Every domain's lease, backlog, processed and failed offsets", api.WorkInspectRequest{}, []any{api.WorkInspect{}}, false, false},
+	{"/v1/submit", "Create a task (TaskCreated); a repeated request id answers the first task", api.SubmitRequest{}, []any{api.Ack{}}, false, nil},
+	{"/v1/submit/batch", "Create many tasks in one write, all or none: one submit per line, one answer per line", api.SubmitRequest{}, []any{api.Ack{}}, true, nil},
+	{"/v1/lease", "Lease the next eligible task to a worker (LeaseGranted), or EMPTY (exit 4)", api.LeaseRequest{}, []any{api.Lease{}, api.Empty{}}, false, nil},
+	{"/v1/extend", "Extend a current lease (LeaseExtended), or CANCELLED (exit 3)", api.ExtendRequest{}, []any{api.Extended{}, api.Cancelled{}}, false, nil},
+	{"/v1/complete", "Complete a task under its current lease (TaskCompleted), or CANCELLED (exit 3)", api.CompleteRequest{}, []any{api.Committed{}, api.Cancelled{}}, false, nil},
+	{"/v1/fail", "Report a failed attempt (TaskFailed, TaskDead), or CANCELLED (exit 3)", api.FailRequest{}, []any{api.Failed{}, api.Cancelled{}}, false, nil},
+	{"/v1/release", "Give the current lease back without using an attempt (LeaseReleased), or CANCELLED (exit 3)", api.ReleaseRequest{}, []any{api.Released{}, api.Cancelled{}}, false, nil},
+	{"/v1/pause", "Pause a queue: it leases nothing and its tasks' windows stand still (QueuePaused)", api.PauseRequest{}, []any{api.Paused{}}, false, nil},
+	{"/v1/resume", "End a queue's pause (QueueResumed)", api.ResumeRequest{}, []any{api.Resumed{}}, false, nil},
+	{"/v1/schedule/add", "Add a periodic task (ScheduleAdded)", api.ScheduleAddRequest{}, []any{api.ScheduleAdded{}}, false, nil},
+	{"/v1/schedule/rm", "Remove a periodic task (ScheduleRemoved)", api.ScheduleRemoveRequest{}, []any{api.ScheduleRemoved{}}, false, nil},
+	{"/v1/schedule/ls", "Every periodic task, with its last and next slots", api.ScheduleListRequest{}, []any{api.Schedules{}}, false, nil},
+	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false, nil},
+	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false, nil},
+	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false, nil},
+	{"/v1/queue/limit", "Set or lift a queue's limit of current leases (QueueLimited)", api.QueueLimitRequest{}, []any{api.QueueLimit{}}, false, nil},
+	{"/v1/stats", "The figures an operator watches: queues, their latency, records by type", api.StatsRequest{}, []any{api.Stats{}}, false, nil},
+	{"/v1/redact", "Stop serving a task's payload; the next compaction drops it (TaskRedacted)", api.RedactRequest{}, []any{api.Redacted{}}, false, nil},
+	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false, nil},
+	{"/v1/why", "Why a task is where it is, and when it can run", api.WhyRequest{}, []any{api.Why{}}, false, nil},
+	{"/v1/wait", "Wait until every named task is in one of the states (at most five minutes a request), or TIMEOUT / UNREACHABLE (exit 9)", api.WaitRequest{}, []any{api.Wait{}}, false, nil},
+	{"/v1/inspect", "Tasks as they stand, or right after record until; the worker registry with workers. Every task (none named) is streamed: the head (tasks empty), each task, the end, one a line",
+		api.InspectRequest{}, []any{api.Inspect{}, api.Workers{}}, false, []any{api.Inspect{}, api.Task{}, api.StreamEnd{}}},
+	{"/v1/log", "The records that match every filter, streamed one a line, then the end: where the log stood", api.LogRequest{}, nil, false, []any{api.Record{}, api.StreamEnd{}}},
+	{"/v1/worklease/acquire", "Acquire an offset of a domain under a new fencing token (WorkAcquired), or queue it (WorkEnqueued)", api.WorkAcquireRequest{}, []any{api.Work{}}, false, nil},
+	{"/v1/worklease/succeed", "Mark the in-flight offset processed (WorkSucceeded)", api.WorkSucceedRequest{}, []any{api.Work{}}, false, nil},
+	{"/v1/worklease/fail", "Report a failed try of the in-flight offset (WorkFailed)", api.WorkFailRequest{}, []any{api.Work{}}, false, nil},
+	{"/v1/worklease/inspect", "Every domain's lease, backlog, processed and failed offsets", api.WorkInspectRequest{}, []any{api.WorkInspect{}}, false, nil},
 }
 
 // schemaOf is the JSON Schema of a Go type as encoding/json writes it:
@@ -136,29 +139,31 @@ func document() map[string]any {
 		for _, a := range r.answers {
 			answers = append(answers, schemaOf(reflect.TypeOf(a), schemas, false))
 		}
-		in, out, kind := req, map[string]any{"anyOf": answers}, "application/json"
-		outKind := kind
-		if r.batch || r.lines {
-			out, outKind = map[string]any{"anyOf": []any{errRef, map[string]any{"type": "array", "items": answers[1]}}}, "application/x-ndjson"
+		in, kind := req, "application/json"
+		content := map[string]any{}
+		if len(answers) > 1 {
+			content["application/json"] = map[string]any{"schema": map[string]any{"anyOf": answers}}
 		}
 		if r.batch {
 			in, kind = map[string]any{"type": "array", "items": req}, "application/x-ndjson"
+			content = map[string]any{"application/x-ndjson": map[string]any{"schema": map[string]any{"anyOf": []any{errRef, map[string]any{"type": "array", "items": answers[1]}}}}}
 		}
-		headers := exit
-		if r.lines { // where the log stood (api.LogEnd)
-			headers = map[string]any{"Leasewal-Exit": exit["Leasewal-Exit"],
-				"Leasewal-Log-First-At":  map[string]any{"description": "the time of the first record held, when the request read it (always with from 1, since or until)", "schema": map[string]any{"type": "string"}},
-				"Leasewal-Log-Last-Seq":  map[string]any{"description": "the WAL's last seq when it was read", "schema": map[string]any{"type": "integer"}},
-				"Leasewal-Log-Compacted": map[string]any{"description": "where the records asked for went, when a compaction left them in neither the WAL nor a segment", "schema": map[string]any{"type": "string"}}}
+		if r.stream != nil {
+			var lines []any
+			for _, l := range r.stream {
+				lines = append(lines, schemaOf(reflect.TypeOf(l), schemas, false))
+			}
+			content["application/x-ndjson"] = map[string]any{"schema": map[string]any{"type": "array", "items": map[string]any{"anyOf": lines}}}
 		}
 		paths[r.path] = map[string]any{"post": map[string]any{
 			"summary":     r.summary,
 			"operationId": strings.ReplaceAll(strings.TrimPrefix(r.path, "/v1/"), "/", "_"),
 			"requestBody": map[string]any{"required": true, "content": map[string]any{kind: map[string]any{"schema": in}}},
 			"responses": map[string]any{
-				"200": map[string]any{"description": "the answer (EMPTY and CANCELLED included), its exit code in Leasewal-Exit", "headers": headers,
-					"content": map[string]any{outKind: map[string]any{"schema": out}}},
-				"400": refusal, "401": refusal, "403": refusal, "413": refusal, "503": refusal,
+				"200": map[string]any{"description": "the answer (EMPTY and CANCELLED included), its exit code in Leasewal-Exit", "headers": exit,
+					"content": content},
+				"400": refusal, "401": refusal, "403": refusal, "413": refusal, "415": refusal, "421": refusal, "503": refusal,
+				"429": decided("a long read beyond the most a server runs at once (Busy, exit 6): ask again after Retry-After"),
 				"404": decided("an unknown task, lease or domain (exit 4)"),
 				"409": decided("a request id reused with other options, a fencing token or backlog order that does not hold"),
 				"500": decided("not the request's fault: a damaged or locked WAL, a failed write, an outcome unknown (exit 10)"),

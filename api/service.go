@@ -63,6 +63,19 @@ type Listing struct {
 	Task func(Task) error
 }
 
+// StreamEnd is the last line of a streamed answer of the HTTP API (log,
+// inspect's listing): what the whole read came to. A client reads the
+// stream's lines as they come and trusts them only once this line has
+// come; a stream without it was cut short.
+type StreamEnd struct {
+	End  string  `json:"end"` // OK
+	Exit int     `json:"exit"`
+	Log  *LogEnd `json:"log,omitempty"` // a log's: where it stood
+}
+
+// IsStreamEnd says whether a line of a streamed answer is its StreamEnd.
+func IsStreamEnd(line []byte) bool { return bytes.HasPrefix(line, []byte(`{"end":`)) }
+
 // LogEnd is where the log stood when a Log call read it.
 type LogEnd struct {
 	// FirstAt is the time of the first record the call read: the first

@@ -10,6 +10,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -206,7 +207,7 @@ func (c *Client) call(ctx context.Context, path string, req, out any) error {
 		return err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
+	raw, err := readAnswer(resp.Body)
 	if err != nil {
 		return &UnknownOutcomeError{Server: server, Err: err}
 	}
@@ -236,6 +237,69 @@ func (c *Client) call(ctx context.Context, path string, req, out any) error {
 		return &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that does not decode: %v", err)}
 	}
 	return refusal
+}
+
+// maxAnswer is the longest answer the client reads whole (a streamed one
+// is read a line at a time, each at most maxAnswer): no answer of the API
+// comes near it.
+const maxAnswer = 16 << 20
+
+// readAnswer reads an answer whole, refusing one past maxAnswer.
+func readAnswer(body io.Reader) ([]byte, error) {
+	raw, err := io.ReadAll(io.LimitReader(body, maxAnswer+1))
+	if err == nil && len(raw) > maxAnswer {
+		err = fmt.Errorf("an answer over %d bytes", maxAnswer)
+	}
+	return raw, err
+}
+
+// stream sends req to the streamed operation at path and hands each line
+// of its answer to each as it comes, then returns the stream's end, which
+// must come: a stream without it was cut short. A refusal is an
+// *api.Error.
+func (c *Client) stream(ctx context.Context, path string, req any, each func(line []byte) error) (api.StreamEnd, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return api.StreamEnd{}, err
+	}
+	resp, server, err := c.Send(ctx, http.MethodPost, path, body, http.Header{})
+	if err != nil {
+		return api.StreamEnd{}, err
+	}
+	defer resp.Body.Close()
+	code, err := ExitCode(resp, server)
+	if err != nil {
+		return api.StreamEnd{}, err
+	}
+	if code != api.ExitOK {
+		raw, err := readAnswer(resp.Body)
+		refusal := &api.Error{Exit: code}
+		if err != nil || json.Unmarshal(raw, refusal) != nil {
+			return api.StreamEnd{}, &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that is not JSON: %.200s", raw)}
+		}
+		return api.StreamEnd{}, refusal
+	}
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(make([]byte, 64<<10), maxAnswer)
+	for lines.Scan() {
+		line := lines.Bytes()
+		if !api.IsStreamEnd(line) {
+			if err := each(line); err != nil {
+				return api.StreamEnd{}, err
+			}
+			continue
+		}
+		var end api.StreamEnd
+		if err := json.Unmarshal(line, &end); err != nil || lines.Scan() {
+			return api.StreamEnd{}, &UnknownOutcomeError{Server: server, Err: fmt.Errorf("a stream whose end does not decode, or is not its last line: %.200s", line)}
+		}
+		return end, nil
+	}
+	cause := lines.Err()
+	if cause == nil {
+		cause = errors.New("the stream was cut short: its last line never came")
+	}
+	return api.StreamEnd{}, &UnknownOutcomeError{Server: server, Err: cause}
 }
 
 // callAs is call for an answer of type A.
@@ -387,7 +451,7 @@ func eachLine[A any](ctx context.Context, c *Client, path string, body []byte, c
 		return nil, err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
+	raw, err := readAnswer(resp.Body)
 	if err != nil {
 		return nil, &UnknownOutcomeError{Server: server, Err: err}
 	}
@@ -465,7 +529,15 @@ func (c *Client) Why(ctx context.Context, req api.WhyRequest) (api.Why, error) {
 
 // Inspect shows tasks as they stand (req.Workers: use Workers instead).
 func (c *Client) Inspect(ctx context.Context, req api.InspectRequest) (api.Inspect, error) {
-	return callAs[api.Inspect](ctx, c, "inspect", req)
+	if len(req.Tasks) > 0 {
+		return callAs[api.Inspect](ctx, c, "inspect", req)
+	}
+	var all api.Inspect
+	err := c.List(ctx, req, api.Listing{
+		Head: func(head api.Inspect) error { all = head; return nil },
+		Task: func(t api.Task) error { all.Tasks = append(all.Tasks, t); return nil },
+	})
+	return all, err
 }
 
 // Workers shows the soft worker registry and each worker's current leases.
@@ -529,25 +601,49 @@ func (c *Client) WorkInspect(ctx context.Context, req api.WorkInspectRequest) (a
 // Log hands each record that matches req on to each, in order, and says
 // where the log stood.
 func (c *Client) Log(ctx context.Context, req api.LogRequest, each func(api.Record) error) (api.LogEnd, error) {
-	body, err := json.Marshal(req)
+	end, err := c.stream(ctx, "log", req, func(line []byte) error {
+		var rec api.Record
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return fmt.Errorf("a record of the log does not decode: %w", err)
+		}
+		return each(rec)
+	})
 	if err != nil {
 		return api.LogEnd{}, err
 	}
-	h, err := eachLine(ctx, c, "log", body, "application/json", each)
-	if err != nil {
-		return api.LogEnd{}, err
+	if end.Log == nil {
+		return api.LogEnd{}, errors.New("the log's stream ended without saying where the log stood")
 	}
-	last, _ := strconv.ParseInt(h.Get("Leasewal-Log-Last-Seq"), 10, 64)
-	return api.LogEnd{FirstAt: h.Get("Leasewal-Log-First-At"), LastSeq: last, Compacted: h.Get("Leasewal-Log-Compacted")}, nil
+	return *end.Log, nil
 }
 
-// List hands inspect's listing on one task at a time, its head first.
+// List hands inspect's listing on one task at a time, its head first, as
+// they come from the server.
 func (c *Client) List(ctx context.Context, req api.InspectRequest, into api.Listing) error {
-	v, err := c.Inspect(ctx, req)
-	if err != nil {
-		return err
+	if len(req.Tasks) > 0 || req.Workers {
+		v, err := callAs[api.Inspect](ctx, c, "inspect", req)
+		if err != nil {
+			return err
+		}
+		return into.Hand(v)
 	}
-	return into.Hand(v)
+	headed := false
+	_, err := c.stream(ctx, "inspect", req, func(line []byte) error {
+		if !headed {
+			var head api.Inspect
+			if err := json.Unmarshal(line, &head); err != nil {
+				return fmt.Errorf("a listing's head does not decode: %w", err)
+			}
+			headed = true
+			return into.Head(head)
+		}
+		var t api.Task
+		if err := json.Unmarshal(line, &t); err != nil {
+			return fmt.Errorf("a listing's task does not decode: %w", err)
+		}
+		return into.Task(t)
+	})
+	return err
 }
 
 // Changes signals every PollEvery until ctx is done: a server's WAL cannot

@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
@@ -32,17 +33,44 @@ func runSubmitBatch(e env, o submitOptions) error {
 	base.Actor = e.Actor
 	var reqs []api.SubmitRequest
 	var lines []int
-	err = api.ReadBatch(in, base, func(req api.SubmitRequest, line int) error {
+	err = api.ReadBatch(in, base, api.MaxBatchTasks, func(req api.SubmitRequest, line int) error {
 		reqs, lines = append(reqs, req), append(lines, line)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
+	parts := [][2]int{{0, len(reqs)}}
+	if e.Server != "" { // a server takes a batch of at most its limits a request
+		if parts, err = api.BatchParts(reqs); err != nil {
+			return err
+		}
+	}
 	return call(e, func(ctx context.Context, s api.Service) (batchAcks, error) {
-		acks, err := s.SubmitBatch(ctx, reqs)
-		return acks, api.BatchRefusal(err, lines)
+		var all batchAcks
+		for _, p := range parts {
+			acks, err := s.SubmitBatch(ctx, reqs[p[0]:p[1]])
+			if err != nil {
+				return nil, partRefusal(api.BatchRefusal(err, lines[p[0]:p[1]]), lines, p, len(parts))
+			}
+			all = append(all, acks...)
+		}
+		return all, nil
 	}, batchAcks.table, "send the same batch again: each line with a request-id answers with its task and writes nothing (give every line one)", "")
+}
+
+// partRefusal is the refusal of part p of a batch sent in parts: the parts
+// before it were written, each atomic.
+func partRefusal(err error, lines []int, p [2]int, parts int) error {
+	if parts == 1 {
+		return err
+	}
+	written := "no line before it was written"
+	if p[0] > 0 {
+		written = fmt.Sprintf("lines 1 to %d were written by the requests before it", lines[p[0]-1])
+	}
+	return fmt.Errorf("%w (the server takes a batch in parts of at most %d lines or %d MiB: nothing of lines %d to %d was written; %s)",
+		err, api.MaxServerBatchTasks, api.MaxServerBatchBody>>20, lines[p[0]], lines[p[1]-1], written)
 }
 
 // batchAcks is a batch's answer: one line per task, a JSON object each with

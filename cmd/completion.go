@@ -64,7 +64,7 @@ func (a *app) completion(fn completer) cobra.CompletionFunc {
 		defer h.Close()
 		var cands []string
 		err := h.Read(func(tx *store.Tx) error {
-			cands = fn(completion{st: tx.State, now: tx.Now, workers: h.Workers()}, c)
+			cands = fn(completion{st: tx.State, now: tx.Now, workers: h.Workers(tx.Now)}, c)
 			return nil
 		})
 		if err != nil {

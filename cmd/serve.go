@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -302,6 +303,9 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	}
 	o.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	o.Describe, o.Unknown, o.StopWaits, o.Stop = describe, unknownRoute, stopWaits, batch.Stop
+	if o.SpoolDir == "" {
+		o.SpoolDir = filepath.Dir(e.WAL) // a streamed answer is written on the WAL's disk, not in memory
+	}
 	if o.HTTP == nil {
 		o.HTTP = http.DefaultClient
 	}

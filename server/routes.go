@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,9 +10,9 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 
 	"leasewal/api"
@@ -23,9 +24,13 @@ import (
 // answer encoded as JSON with its exit code.
 type route struct {
 	readOnly    bool
+	stream      bool   // its answer may be long: at most MaxStreams run at once
 	contentType string // what its body must be sent as; "" is application/json
 	limit       int64  // the most its body may hold; 0 is DefaultLimit
-	serve       func(ctx context.Context, body []byte) reply
+	// whole says that serve is handed the whole body, read before (a
+	// typed request); else it reads the body as it goes (the batch door).
+	whole bool
+	serve func(ctx context.Context, body io.Reader) reply
 }
 
 // reply is an operation's answer, ready to send.
@@ -37,17 +42,24 @@ type reply struct {
 	contentType string
 	header      http.Header
 	body        []byte
+	// spooled, instead of body, is a streamed answer written whole to a
+	// file before its first byte is sent (the sender closes it).
+	spooled *os.File
 }
 
-// routes are every operation of svc; describe says what an error is.
-func routes(svc api.Service, describe func(error) api.Error) map[string]route {
+// spooler makes the file a streamed answer is written to.
+type spooler func() (*os.File, error)
+
+// routes are every operation of svc; describe says what an error is, and
+// spool where a streamed answer is written.
+func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[string]route {
 	answer := func(v any, err error) reply { return encode(v, err, describe) }
 	return map[string]route{
 		"submit": typed(func(ctx context.Context, r api.SubmitRequest) reply { return answer(svc.Submit(ctx, r)) }),
-		"submit/batch": {contentType: "application/x-ndjson", limit: api.MaxBatchBody, serve: func(ctx context.Context, body []byte) reply {
+		"submit/batch": {contentType: "application/x-ndjson", limit: api.MaxServerBatchBody, serve: func(ctx context.Context, body io.Reader) reply {
 			var reqs []api.SubmitRequest
 			var lines []int
-			err := api.ReadBatch(bytes.NewReader(body), api.SubmitRequest{}, func(r api.SubmitRequest, line int) error {
+			err := api.ReadBatch(body, api.SubmitRequest{}, api.MaxServerBatchTasks, func(r api.SubmitRequest, line int) error {
 				reqs, lines = append(reqs, r), append(lines, line)
 				return nil
 			})
@@ -85,30 +97,26 @@ func routes(svc api.Service, describe func(error) api.Error) map[string]route {
 		"requeue":     typed(func(ctx context.Context, r api.RequeueRequest) reply { return answer(svc.Requeue(ctx, r)) }),
 		"why":         readOnly(typed(func(ctx context.Context, r api.WhyRequest) reply { return answer(svc.Why(ctx, r)) })),
 		"wait":        readOnly(typed(func(ctx context.Context, r api.WaitRequest) reply { return answer(svc.Wait(ctx, r)) })),
-		"inspect": readOnly(typed(func(ctx context.Context, r api.InspectRequest) reply {
+		"inspect": stream(readOnly(typed(func(ctx context.Context, r api.InspectRequest) reply {
 			switch {
 			case r.Workers:
 				return answer(svc.Workers(ctx))
 			case len(r.Tasks) > 0:
 				return answer(svc.Inspect(ctx, r))
 			}
-			return listing(ctx, svc, r, describe)
-		})),
-		"log": readOnly(typed(func(ctx context.Context, r api.LogRequest) reply {
-			var out bytes.Buffer
-			end, err := svc.Log(ctx, r, func(rec api.Record) error { writeJSON(&out, rec); return nil })
-			if err != nil {
-				return encode(nil, err, describe)
-			}
-			h := http.Header{"Leasewal-Log-Last-Seq": {strconv.FormatInt(end.LastSeq, 10)}}
-			if end.FirstAt != "" {
-				h.Set("Leasewal-Log-First-At", end.FirstAt)
-			}
-			if end.Compacted != "" {
-				h.Set("Leasewal-Log-Compacted", end.Compacted)
-			}
-			return reply{contentType: "application/x-ndjson", header: h, body: out.Bytes()}
-		})),
+			return streamed(spool, describe, func(w io.Writer) (*api.LogEnd, error) {
+				return nil, svc.List(ctx, r, api.Listing{
+					Head: func(head api.Inspect) error { writeJSON(w, head); return nil },
+					Task: func(t api.Task) error { writeJSON(w, t); return nil },
+				})
+			})
+		}))),
+		"log": stream(readOnly(typed(func(ctx context.Context, r api.LogRequest) reply {
+			return streamed(spool, describe, func(w io.Writer) (*api.LogEnd, error) {
+				end, err := svc.Log(ctx, r, func(rec api.Record) error { writeJSON(w, rec); return nil })
+				return &end, err
+			})
+		}))),
 		"worklease/acquire": typed(func(ctx context.Context, r api.WorkAcquireRequest) reply { return answer(svc.WorkAcquire(ctx, r)) }),
 		"worklease/succeed": typed(func(ctx context.Context, r api.WorkSucceedRequest) reply { return answer(svc.WorkSucceed(ctx, r)) }),
 		"worklease/fail":    typed(func(ctx context.Context, r api.WorkFailRequest) reply { return answer(svc.WorkFail(ctx, r)) }),
@@ -118,13 +126,19 @@ func routes(svc api.Service, describe func(error) api.Error) map[string]route {
 
 func readOnly(r route) route { r.readOnly = true; return r }
 
+func stream(r route) route { r.stream = true; return r }
+
 // typed is the route of an operation whose request is R: its body decoded
 // straight into R, every key one of R's, one JSON object and nothing else.
 func typed[R any](serve func(context.Context, R) reply) route {
-	return route{serve: func(ctx context.Context, body []byte) reply {
+	return route{whole: true, serve: func(ctx context.Context, body io.Reader) reply {
+		b, err := io.ReadAll(body) // read already, bounded (ServeHTTP)
+		if err != nil {
+			return reply{refused: err}
+		}
 		var r R
-		if len(bytes.TrimSpace(body)) > 0 {
-			if err := api.DecodeStrict(body, &r); err != nil {
+		if len(bytes.TrimSpace(b)) > 0 {
+			if err := api.DecodeStrict(b, &r); err != nil {
 				return reply{refused: decodeError(err)}
 			}
 		}
@@ -132,16 +146,34 @@ func typed[R any](serve func(context.Context, R) reply) route {
 	}}
 }
 
-// listing is inspect of every task, encoded one task at a time as the
-// service hands them on.
-func listing(ctx context.Context, svc api.Service, r api.InspectRequest, describe func(error) api.Error) reply {
-	var out bytes.Buffer
-	into, end := api.JSONListing(&out)
-	if err := svc.List(ctx, r, into); err != nil {
+// streamed is a streamed answer (a log, inspect's listing): one JSON value
+// a line as read writes them, then its api.StreamEnd. The whole answer is
+// written to a spooled file first, so that the WAL is read under its lock
+// as quickly as any answer, and a client however slow holds only the file
+// (not the lock, nor memory). A read that fails is answered as an error,
+// nothing of it sent.
+func streamed(spool spooler, describe func(error) api.Error, read func(io.Writer) (*api.LogEnd, error)) reply {
+	f, err := spool()
+	if err != nil {
+		return encode(nil, fmt.Errorf("spooling the answer: %w", err), describe)
+	}
+	w := bufio.NewWriterSize(f, 64<<10)
+	end, err := read(w)
+	if err == nil {
+		writeJSON(w, api.StreamEnd{End: "OK", Exit: api.ExitOK, Log: end})
+		err = w.Flush()
+		if err != nil {
+			err = fmt.Errorf("spooling the answer: %w", err)
+		}
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
 		return encode(nil, err, describe)
 	}
-	_ = end() // a bytes.Buffer takes every write
-	return reply{contentType: "application/json", body: out.Bytes()}
+	return reply{contentType: "application/x-ndjson", spooled: f}
 }
 
 // encode is an answer, or the error in its place, as JSON with its exit

@@ -16,6 +16,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,13 +59,23 @@ type Options struct {
 	// Ready says whether the server can answer requests now (GET
 	// /readyz); nil: always.
 	Ready func() error
+	// SpoolDir is where a streamed answer is written before it is sent
+	// (beside the WAL: on its disk, not in memory); "": the system's
+	// temporary directory.
+	SpoolDir string
 }
+
+// MaxStreams is how many streamed answers (log, inspect's listing) a
+// server writes and sends at once; a read beyond is refused with 429 and
+// Retry-After, exit 6 (Busy).
+const MaxStreams = 4
 
 // Server answers the HTTP API.
 type Server struct {
 	o        Options
 	hosts    []string // lowercase, for hostAllowed
 	sessions uiSessions
+	streams  chan struct{} // a place for each streamed answer under way
 	stopping chan struct{} // closed by StopWaits: the live page's streams end
 	stopOnce sync.Once
 	routes   map[string]route
@@ -75,7 +86,20 @@ type Server struct {
 // New is a server of svc, its status told by status; node is the raft node
 // behind svc, nil for a single server.
 func New(svc api.Service, status func() (service.Status, error), node *cluster.Node, o Options) *Server {
-	return &Server{o: o, hosts: hostsOf(o.URL, o.Hosts), routes: routes(svc, o.Describe), status: status, node: node, stopping: make(chan struct{})}
+	s := &Server{o: o, hosts: hostsOf(o.URL, o.Hosts), status: status, node: node, stopping: make(chan struct{}), streams: make(chan struct{}, MaxStreams)}
+	s.routes = routes(svc, o.Describe, s.spool)
+	return s
+}
+
+// spool is a file for a streamed answer, unlinked at once: it is gone
+// with its last handle, whatever becomes of the server.
+func (s *Server) spool() (*os.File, error) {
+	f, err := os.CreateTemp(s.o.SpoolDir, ".leasewal-answer-*")
+	if err != nil {
+		return nil, err
+	}
+	_ = os.Remove(f.Name())
+	return f, nil
 }
 
 // StopWaits ends the open waits at once: each answers what it has, as if
@@ -175,28 +199,52 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	limit := cmp.Or(op.limit, DefaultLimit)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		Error(w, http.StatusRequestEntityTooLarge, api.ExitUsage, "Usage", fmt.Sprintf("the request body is over %d bytes", limit))
-		return
+	body := http.MaxBytesReader(w, r.Body, limit)
+	whole := func() ([]byte, bool) {
+		b, err := io.ReadAll(body)
+		if err != nil {
+			Error(w, http.StatusRequestEntityTooLarge, api.ExitUsage, "Usage", fmt.Sprintf("the request body is over %d bytes", limit))
+		}
+		return b, err == nil
 	}
-	switch path {
-	case "cluster/join":
-		s.join(w, r, body)
+	switch {
+	case path == "cluster/join" || path == "cluster/remove" || (s.node != nil && !s.node.Leading()):
+		b, ok := whole()
+		switch {
+		case !ok:
+		case path == "cluster/join":
+			s.join(w, r, b)
+		case path == "cluster/remove":
+			s.remove(w, r, b)
+		default:
+			s.forward(w, r, b)
+		}
 		return
-	case "cluster/remove":
-		s.remove(w, r, body)
-		return
-	}
-	if s.node != nil && !s.node.Leading() {
-		s.forward(w, r, body)
-		return
-	}
-	if !known {
+	case !known:
 		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", fmt.Sprintf("%s; the operations are %s and GET /v1/openapi.json describes them", s.o.Unknown(path), operationList(s.routes)))
 		return
 	}
+	if op.whole {
+		b, ok := whole()
+		if !ok {
+			return
+		}
+		body = io.NopCloser(bytes.NewReader(b))
+	}
+	if op.stream {
+		select {
+		case s.streams <- struct{}{}:
+			defer func() { <-s.streams }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			Error(w, http.StatusTooManyRequests, api.ExitLocked, "Busy", fmt.Sprintf("%d long reads (log, inspect) are under way, the most this server runs at once: ask again shortly", MaxStreams))
+			return
+		}
+	}
 	a := op.serve(r.Context(), body)
+	if a.spooled != nil {
+		defer a.spooled.Close()
+	}
 	switch {
 	case a.refused != nil:
 		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", a.refused.Error())
@@ -211,6 +259,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", a.contentType)
 	if a.status != 0 {
 		w.WriteHeader(a.status)
+	}
+	if a.spooled != nil {
+		_, _ = io.Copy(w, a.spooled) // a client gone away has what it read
+		return
 	}
 	_, _ = w.Write(a.body) // a client gone away: the decision stands, a retry with its request id gets it
 }
@@ -336,7 +388,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, body []byte) {
 // forwarded are the headers a follower passes on to its leader, and back.
 var (
 	forwardedAsked    = []string{"Authorization", "Content-Type"}
-	forwardedAnswered = []string{"Content-Type", "Leasewal-Exit", "Leasewal-Log-First-At", "Leasewal-Log-Last-Seq", "Leasewal-Log-Compacted"}
+	forwardedAnswered = []string{"Content-Type", "Leasewal-Exit", "Retry-After"}
 )
 
 // forward sends a request that reached a follower to the leader, and its

@@ -274,7 +274,7 @@ func (l *Local) Workers(ctx context.Context) (api.Workers, error) {
 	defer done()
 	var v api.Workers
 	err := h.Read(func(tx *store.Tx) error {
-		reg := h.Workers()
+		reg := h.Workers(tx.Now)
 		leases := CurrentLeases(tx.State, tx.Now)
 		names := map[string]bool{}
 		for w := range reg {
