@@ -434,18 +434,31 @@ type StatsRequest struct {
 // each queue, how long the oldest eligible one has waited, and how many
 // records of each type the WAL's history holds (counters that compaction
 // keeps). Queues lists the MaxStatsQueues busiest queues by name; the rest
-// are summed as "other", so that a monitoring system's series stay bounded.
+// are summed in Others (no queue's name can be taken for it), so that a
+// monitoring system's series stay bounded.
 type Stats struct {
 	Result  state.Outcome    `json:"result"`
 	At      string           `json:"at"`
 	LastSeq int64            `json:"last_seq"`
 	Queues  []QueueStats     `json:"queues"`
+	Others  *OtherQueues     `json:"others"` // null: every queue is named
 	Paused  []PausedQueue    `json:"paused"`
 	Records map[string]int64 `json:"records"`
 }
 
-// MaxStatsQueues is how many queues Stats names; the others are "other".
+// MaxStatsQueues is how many queues Stats names; the others are summed.
 const MaxStatsQueues = 50
+
+// OtherQueues sums the queues Stats does not name.
+type OtherQueues struct {
+	Queues   int `json:"queues"`
+	Waiting  int `json:"waiting"`
+	Eligible int `json:"eligible"`
+	Leased   int `json:"leased"`
+	// OldestEligibleAgeMs is the longest any of them has had a task
+	// eligible.
+	OldestEligibleAgeMs int64 `json:"oldest_eligible_age_ms"`
+}
 
 // QueueStats is one queue's unfinished tasks.
 type QueueStats struct {

@@ -7,15 +7,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"reflect"
+	"strings"
 
 	"leasewal/internal/limits"
 	"leasewal/state"
 )
 
-// DecodeStrict decodes one JSON object into v: unknown fields and anything
-// after it are refused (ErrTrailing).
+// DecodeStrict decodes one JSON object into v: keys are matched exactly
+// (encoding/json alone takes "Payload" for "payload"), a key given twice in
+// an object is refused (encoding/json alone keeps the last), as are unknown
+// fields and anything after the object (ErrTrailing).
 func DecodeStrict(body []byte, v any) error {
+	if err := checkKeys(json.NewDecoder(bytes.NewReader(body)), reflect.TypeOf(v)); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -25,6 +33,103 @@ func DecodeStrict(body []byte, v any) error {
 		return ErrTrailing
 	}
 	return nil
+}
+
+// KeyError is a key of a request's JSON object that is given twice, or is
+// no field's name exactly.
+type KeyError struct {
+	Key       string
+	Duplicate bool
+}
+
+func (e *KeyError) Error() string {
+	if e.Duplicate {
+		return fmt.Sprintf("the key %q is given twice", e.Key)
+	}
+	return fmt.Sprintf("json: unknown field %q", e.Key) // as encoding/json says it: the server names the flag
+}
+
+// checkKeys walks the next JSON value of dec as a value of type t would be
+// read: every object's keys distinct, and a struct's each exactly one of its
+// fields' JSON names. A syntax error is left to the decoder.
+func checkKeys(dec *json.Decoder, t reflect.Type) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != nil && t.Implements(reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()) || t != nil && reflect.PointerTo(t).Implements(reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()) {
+		t = nil // its own reading (List): only its objects' keys are checked
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil
+	}
+	switch tok {
+	case json.Delim('{'):
+		var fields map[string]reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			fields = jsonFields(t)
+		}
+		var elem reflect.Type
+		if t != nil && t.Kind() == reflect.Map {
+			elem = t.Elem()
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return nil
+			}
+			key, _ := k.(string)
+			if seen[key] {
+				return &KeyError{Key: key, Duplicate: true}
+			}
+			seen[key] = true
+			field := elem
+			if fields != nil {
+				ft, ok := fields[key]
+				if !ok {
+					return &KeyError{Key: key}
+				}
+				field = ft
+			}
+			if err := checkKeys(dec, field); err != nil {
+				return err
+			}
+		}
+		_, _ = dec.Token()
+	case json.Delim('['):
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for dec.More() {
+			if err := checkKeys(dec, elem); err != nil {
+				return err
+			}
+		}
+		_, _ = dec.Token()
+	}
+	return nil
+}
+
+// jsonFields is a struct's fields by their JSON names, those of embedded
+// structs included.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || !f.IsExported():
+		case f.Anonymous && name == "":
+			maps.Copy(out, jsonFields(f.Type))
+		case name == "":
+			out[f.Name] = f.Type
+		default:
+			out[name] = f.Type
+		}
+	}
+	return out
 }
 
 // ErrTrailing is a body with something after its JSON object.

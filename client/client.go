@@ -171,6 +171,11 @@ func (c *Client) Send(ctx context.Context, method, path string, body []byte, hea
 				electing, lastErr = true, fmt.Errorf("%s knows no leader yet", base)
 				continue
 			}
+			if resp.StatusCode == http.StatusGone { // a node removed from its cluster: nothing was decided there
+				resp.Body.Close()
+				lastErr = &RemovedError{Server: base}
+				continue
+			}
 			return resp, base, nil
 		}
 		if !electing || time.Now().After(deadline) {
@@ -182,6 +187,14 @@ func (c *Client) Send(ctx context.Context, method, path string, body []byte, hea
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// RemovedError is a server that was removed from its cluster: it decides
+// nothing. The client tries the next URL.
+type RemovedError struct{ Server string }
+
+func (e *RemovedError) Error() string {
+	return fmt.Sprintf("%s was removed from its cluster and decides nothing: give --server another member's URL ('leasewal cluster members' lists them)", e.Server)
 }
 
 // ExitCode is the exit code a response carries (Leasewal-Exit), or an

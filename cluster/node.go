@@ -698,6 +698,23 @@ func (n *Node) Remove(id string) (already bool, err error) {
 	return false, n.propose(memberEntry(id, ""))
 }
 
+// Removed says whether the cluster has taken this node out: the cluster's
+// entries named it as a member (with its URL), and the latest configuration
+// it knows holds it no more, or the entry of its URL says it was removed. A
+// node that has yet to join has no such entry. A removed node serves
+// nothing: no leader will send it entries again.
+func (n *Node) Removed() bool {
+	url, known := n.fsm.member(n.cfg.ID)
+	if !known {
+		return false
+	}
+	if url == "" {
+		return true
+	}
+	in, err := n.voter(n.cfg.ID)
+	return err == nil && !in
+}
+
 func (n *Node) voter(id string) (bool, error) {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {

@@ -136,12 +136,15 @@ func classify(err error) class {
 		remote   *api.Error
 		history  *store.HistoryError
 		poisoned *store.PoisonedError
+		removed  *client.RemovedError
 	)
 	switch {
 	case errors.As(err, &remote): // a server's answer: its kind and exit code
 		return class{code: remote.Exit, kind: remote.Kind, seq: remote.Seq}
 	case errors.As(err, &usage), errors.As(err, &badTrace), errors.As(err, &badFile):
 		return class{code: ExitUsage, kind: "Usage"}
+	case errors.As(err, &removed):
+		return class{code: ExitUnknownSent, kind: "NodeRemoved"}
 	case errors.As(err, &unknown), errors.As(err, &proposal):
 		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
 	case errors.Is(err, cluster.ErrNotLeader):

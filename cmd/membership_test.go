@@ -123,6 +123,12 @@ func TestClusterReplaceDeadNode(t *testing.T) {
 		t.Fatalf("removing the leader %s: exit %d %q", leaving.id, code, out)
 	}
 	testwait.Until(t, "a node other than the removed leader to lead", func() bool { return c.leader() != leaving }, nil)
+	var said string
+	testwait.Until(t, "the removed node to know it", func() bool {
+		code, _, stderr := cli("--server", leaving.http.URL, "submit", "--payload", "to the removed node")
+		said = fmt.Sprint(code, " ", stderr)
+		return code == ExitUnknownSent && strings.Contains(stderr, "was removed from its cluster")
+	}, func() string { return said })
 	c.halt(leaving)
 	var rest []*testNode
 	for _, tn := range c.nodes {

@@ -139,6 +139,7 @@ func (e env) remoteError(err error) error {
 	var (
 		untrusted *client.UntrustedError
 		none      *client.NoServerError
+		removed   *client.RemovedError
 		refused   *api.Error
 	)
 	switch {
@@ -150,6 +151,8 @@ func (e env) remoteError(err error) error {
 		return &api.Error{Result: "ERROR", Kind: refused.Kind, Message: msg, Exit: refused.Exit}
 	case errors.As(err, &untrusted):
 		return usageErr("%v: give the certificate that signs it with --ca FILE (or LEASEWAL_CA)", untrusted)
+	case errors.As(err, &removed):
+		return removed
 	case errors.As(err, &none):
 		return fmt.Errorf("%v: check --server (or LEASEWAL_SERVER) and that 'leasewal serve' runs", none)
 	}

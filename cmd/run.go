@@ -52,8 +52,9 @@ When the lease is lost (CANCELLED: it lapsed, the window closed, an operator
 aborted the task), the child's whole process group gets SIGTERM, SIGKILL after
 --kill-grace, and the task is reported LOST. A child and everything it started
 die with their runner, even a SIGKILLed one. With --server the leases are
-taken through the server and the children get LEASEWAL_SERVER instead of
-LEASEWAL_WAL.
+taken through the server and the children get LEASEWAL_SERVER (with
+LEASEWAL_TOKEN_FILE and LEASEWAL_CA, as absolute paths, when the runner has
+them) instead of LEASEWAL_WAL.
 
 It stops when nothing runs and nothing has become leasable for --wait (default
 0: at once), or after --max-tasks leases have finished; --forever never stops.
@@ -146,14 +147,26 @@ func (o runOptions) plan(e env, argv []string) (runner.Plan, error) {
 	if p.Self, err = os.Executable(); err != nil {
 		return p, fmt.Errorf("finding this leasewal binary to supervise children: %w", err)
 	}
-	// a child's own commands reach the same WAL, or the same server
-	p.Where = "LEASEWAL_SERVER=" + e.Server
+	// a child's own commands reach the same WAL, or the same server with
+	// the same token and certificates
 	if e.Server == "" {
 		walPath, err := filepath.Abs(e.WAL)
 		if err != nil {
 			return p, err
 		}
-		p.Where = "LEASEWAL_WAL=" + walPath
+		p.Where = []string{"LEASEWAL_WAL=" + walPath}
+		return p, nil
+	}
+	p.Where = []string{"LEASEWAL_SERVER=" + e.Server}
+	for name, file := range map[string]string{"LEASEWAL_TOKEN_FILE": e.TokenFile, "LEASEWAL_CA": e.CA} {
+		if file == "" {
+			continue
+		}
+		path, err := filepath.Abs(file)
+		if err != nil {
+			return p, err
+		}
+		p.Where = append(p.Where, name+"="+path)
 	}
 	return p, nil
 }

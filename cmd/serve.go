@@ -249,7 +249,7 @@ func runServe(e env, o serveOptions) error {
 			return nil
 		}
 	}
-	s, batch, svc, kick := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live, Hosts: hosts, Ready: ready})
+	s, batch, svc, kick := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live, Hosts: hosts, Ready: ready, Log: e.stderr})
 	compact := service.LocalCompaction(e.storeOptions(), batch)
 	if node != nil { // the leader proposes it, between two batches, and every node compacts at that record, beside the batches after it
 		compact = func(keep store.CompactOptions) (store.Compaction, error) {

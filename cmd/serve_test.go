@@ -159,10 +159,11 @@ func TestRunThroughServer(t *testing.T) {
 	}
 	// The good child outlives its first lease: it ends once the WAL shows
 	// the lease extended, however long that takes.
-	child := `[ "$(cat)" = good ] && [ "$LEASEWAL_SERVER" = "$1" ] && [ -n "$LEASEWAL_DEADLINE" ] &&
+	// Its own commands would reach the server with the runner's token.
+	child := `[ "$(cat)" = good ] && [ "$LEASEWAL_SERVER" = "$1" ] && [ "$LEASEWAL_TOKEN_FILE" = "$3" ] && [ -n "$LEASEWAL_DEADLINE" ] &&
 		until grep -q LeaseExtended "$2"; do sleep 0.05; done`
 	code, stdout, stderr := cli("--server", ts.URL, "--token-file", tokenFile, "-o", "tsv", "--no-headers",
-		"run", "--worker", "W", "--duration", "3s", "--", "sh", "-c", child, "child", ts.URL, walPath)
+		"run", "--worker", "W", "--duration", "3s", "--", "sh", "-c", child, "child", ts.URL, walPath, tokenFile)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -317,6 +318,9 @@ func TestServerRefusesRequestsThatDoNotParse(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/"+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
+		if path == "submit/batch" {
+			req.Header.Set("Content-Type", "application/x-ndjson")
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -338,6 +342,12 @@ func TestServerRefusesRequestsThatDoNotParse(t *testing.T) {
 		{"verify", "{}", "secret", http.StatusBadRequest, "works on the WAL's own machine only"},
 		{"submit", `{"payload":"` + strings.Repeat("x", server.DefaultLimit) + `"}`, "secret", http.StatusRequestEntityTooLarge, "over"},
 		{"submit", `{"payload":"x"}`, "guess", http.StatusUnauthorized, "token"},
+		{"submit", `{"Payload":"x"}`, "secret", http.StatusBadRequest, "unknown flag: --Payload"},
+		{"submit", `{"Payload":"x","PAYLOAD":"y"}`, "secret", http.StatusBadRequest, "unknown flag: --Payload"},
+		{"submit", `{"payload":"x","payload":"y"}`, "secret", http.StatusBadRequest, `the key "payload" is given twice`},
+		{"complete", `{"task":"T1","lease":"L1","next":{"worker":"W","Worker":"V"}}`, "secret", http.StatusBadRequest, "unknown flag: --Worker"},
+		{"schedule/add", `{"name":"n","every":"1m","task":{"payload":"x","payload":"y"}}`, "secret", http.StatusBadRequest, `the key "payload" is given twice`},
+		{"submit/batch", "{\"payload\":\"x\",\"payload\":\"y\"}\n", "secret", http.StatusBadRequest, `batch line 1: the key "payload" is given twice`},
 	} {
 		status, v := post(c.path, c.body, c.token)
 		if status != c.status || v.Result != "ERROR" || !strings.Contains(v.Message, c.says) {

@@ -22,7 +22,7 @@ cron jobs without a server: per queue the WAITING, eligible and LEASED tasks and
 how long the task eligible longest has waited (the queue's latency); the records
 of each type in the WAL's history (compacted ones included), which count the
 leases granted, extended, lapsed, completed, failed and cancelled; the last seq.
-The 50 busiest queues are named, the rest summed as "other". -o prom prints the
+The 50 busiest queues are named, the rest summed apart ("others" in JSON). -o prom prints the
 Prometheus text format, as /metrics does (for a textfile collector). Writes
 nothing.`,
 		Example: `  leasewal stats
@@ -65,6 +65,15 @@ func statsTable(w io.Writer, p palette, v api.Stats) error {
 	}
 	if p.tsv {
 		return nil
+	}
+	if o := v.Others; o != nil {
+		latency := ""
+		if o.Eligible > 0 {
+			latency = ", oldest eligible " + (time.Duration(o.OldestEligibleAgeMs) * time.Millisecond).String()
+		}
+		if _, err := fmt.Fprintf(w, "and %d other queues: %d waiting, %d eligible, %d leased%s\n", o.Queues, o.Waiting, o.Eligible, o.Leased, latency); err != nil {
+			return err
+		}
 	}
 	n := func(t state.RecordType) string { return fmt.Sprint(v.Records[string(t)]) }
 	if _, err := fmt.Fprintf(w, "leases: %s granted, %s extended, %s lapsed, %s completed, %s failed, %s cancelled, %s released · last seq %d\n",

@@ -2,8 +2,9 @@
 // the same figures `leasewal stats` prints (api.Stats), for a server's GET
 // /metrics and for `stats -o prom`, and what only a server knows (its
 // batches, its raft node). Series are bounded: per queue for at most
-// api.MaxStatsQueues queues (the rest summed as queue="other"), per record
-// type, never per task or worker.
+// api.MaxStatsQueues queues (the rest summed in series of their own, which
+// no queue's name can be taken for), per record type, never per task or
+// worker.
 package metrics
 
 import (
@@ -27,7 +28,13 @@ var (
 	recordsDesc  = prometheus.NewDesc("leasewal_records_total", "Records in the WAL's history by type, compacted ones included.", []string{"type"}, nil)
 	leasesDesc   = prometheus.NewDesc("leasewal_leases_total", "Lease events: granted, extended, lapsed (LeaseExpired), completed, failed, cancelled, released.", []string{"event"}, nil)
 	lastSeqDesc  = prometheus.NewDesc("leasewal_last_seq", "The seq of the WAL's last record.", nil, nil)
-	pausedDesc   = prometheus.NewDesc("leasewal_queue_paused", "1 for each paused queue (at most the first 50 by name; the rest counted under queue=\"other\").", []string{"queue"}, nil)
+	pausedDesc   = prometheus.NewDesc("leasewal_queue_paused", "1 for each paused queue (at most the first 50 by name; leasewal_other_queues_paused counts the rest).", []string{"queue"}, nil)
+
+	otherQueuesDesc   = prometheus.NewDesc("leasewal_other_queues", "Queues with unfinished tasks beyond the 50 busiest, which are summed in the *_other_queues series.", nil, nil)
+	otherTasksDesc    = prometheus.NewDesc("leasewal_other_queues_tasks", "Unfinished tasks of the queues beyond the 50 busiest, by state.", []string{"state"}, nil)
+	otherEligibleDesc = prometheus.NewDesc("leasewal_other_queues_tasks_eligible", "Waiting tasks that could be leased now, of the queues beyond the 50 busiest.", nil, nil)
+	otherLatencyDesc  = prometheus.NewDesc("leasewal_other_queues_oldest_eligible_age_seconds", "The longest wait of an eligible task in the queues beyond the 50 busiest.", nil, nil)
+	otherPausedDesc   = prometheus.NewDesc("leasewal_other_queues_paused", "Paused queues beyond the first 50 by name.", nil, nil)
 )
 
 // leaseEvents names the lease counters by the records that count them.
@@ -49,7 +56,8 @@ func NewStatsCollector(read func(context.Context) (api.Stats, error)) prometheus
 }
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{tasksDesc, eligibleDesc, latencyDesc, recordsDesc, leasesDesc, lastSeqDesc, pausedDesc} {
+	for _, d := range []*prometheus.Desc{tasksDesc, eligibleDesc, latencyDesc, recordsDesc, leasesDesc, lastSeqDesc, pausedDesc,
+		otherQueuesDesc, otherTasksDesc, otherEligibleDesc, otherLatencyDesc, otherPausedDesc} {
 		ch <- d
 	}
 }
@@ -68,6 +76,13 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(eligibleDesc, prometheus.GaugeValue, float64(q.Eligible), q.Queue)
 		ch <- prometheus.MustNewConstMetric(latencyDesc, prometheus.GaugeValue, float64(q.OldestEligibleAgeMs)/1000, q.Queue)
 	}
+	if o := s.Others; o != nil {
+		ch <- prometheus.MustNewConstMetric(otherQueuesDesc, prometheus.GaugeValue, float64(o.Queues))
+		ch <- prometheus.MustNewConstMetric(otherTasksDesc, prometheus.GaugeValue, float64(o.Waiting), string(state.Waiting))
+		ch <- prometheus.MustNewConstMetric(otherTasksDesc, prometheus.GaugeValue, float64(o.Leased), string(state.Leased))
+		ch <- prometheus.MustNewConstMetric(otherEligibleDesc, prometheus.GaugeValue, float64(o.Eligible))
+		ch <- prometheus.MustNewConstMetric(otherLatencyDesc, prometheus.GaugeValue, float64(o.OldestEligibleAgeMs)/1000)
+	}
 	for t, n := range s.Records {
 		ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.CounterValue, float64(n), t)
 	}
@@ -77,7 +92,7 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lastSeqDesc, prometheus.GaugeValue, float64(s.LastSeq))
 	for i, q := range s.Paused {
 		if i == api.MaxStatsQueues {
-			ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, float64(len(s.Paused)-i), "other")
+			ch <- prometheus.MustNewConstMetric(otherPausedDesc, prometheus.GaugeValue, float64(len(s.Paused)-i))
 			break
 		}
 		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, 1, q.Queue)

@@ -33,9 +33,10 @@ type Plan struct {
 	Permanent map[int]bool  // exit codes that fail a task for good
 	Argv      []string      // the command each child runs
 	Self      string        // the leasewal binary: each child's supervisor
-	// Where tells a child's own commands where the tasks are:
-	// LEASEWAL_WAL=… or LEASEWAL_SERVER=….
-	Where       string
+	// Where tells a child's own commands where the tasks are, as
+	// variables of its environment: LEASEWAL_WAL=…, or LEASEWAL_SERVER=…
+	// with the token's file and the certificates to trust.
+	Where       []string
 	ChildStdout io.Writer
 	// ResultFromStdout keeps the first state.MaxResultBytes of a child's
 	// stdout as its task's result when the task completes.
@@ -252,7 +253,7 @@ func (r *runner) start(j *job) {
 	if j.Deadline != 0 {
 		deadline = api.FormatTime(j.Deadline)
 	}
-	cmd.Env = append(os.Environ(), r.p.Where, "LEASEWAL_TASK="+j.TaskID, "LEASEWAL_LEASE="+j.LeaseID,
+	cmd.Env = append(append(os.Environ(), r.p.Where...), "LEASEWAL_TASK="+j.TaskID, "LEASEWAL_LEASE="+j.LeaseID,
 		"LEASEWAL_ATTEMPT="+strconv.Itoa(j.Attempt), "LEASEWAL_WORKER="+r.p.Worker, "LEASEWAL_DEADLINE="+deadline)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	cmd.WaitDelay = r.p.Grace + 5*time.Second

@@ -59,6 +59,9 @@ type Options struct {
 	// Ready says whether the server can answer requests now (GET
 	// /readyz); nil: always.
 	Ready func() error
+	// Log hears what a person running the server should know (that its
+	// node was removed); nil: nothing.
+	Log io.Writer
 	// SpoolDir is where a streamed answer is written before it is sent
 	// (beside the WAL: on its disk, not in memory); "": the system's
 	// temporary directory.
@@ -76,11 +79,13 @@ type Server struct {
 	hosts    []string // lowercase, for hostAllowed
 	sessions uiSessions
 	streams  chan struct{} // a place for each streamed answer under way
-	stopping chan struct{} // closed by StopWaits: the live page's streams end
-	stopOnce sync.Once
-	routes   map[string]route
-	status   func() (service.Status, error)
-	node     *cluster.Node // nil: a single server
+	// removedOnce logs, once, that the node was removed from its cluster.
+	removedOnce sync.Once
+	stopping    chan struct{} // closed by StopWaits: the live page's streams end
+	stopOnce    sync.Once
+	routes      map[string]route
+	status      func() (service.Status, error)
+	node        *cluster.Node // nil: a single server
 }
 
 // New is a server of svc, its status told by status; node is the raft node
@@ -208,6 +213,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return b, err == nil
 	}
 	switch {
+	case s.node != nil && !s.node.Leading() && s.node.Removed():
+		s.removedOnce.Do(func() {
+			if s.o.Log != nil {
+				fmt.Fprintf(s.o.Log, "leasewal: this node was removed from the cluster and serves nothing: stop it (a request to it is answered NodeRemoved)\n")
+			}
+		})
+		Error(w, http.StatusGone, api.ExitUnknownSent, "NodeRemoved", "this node was removed from the cluster: send the request to another member ('leasewal cluster members' lists them)")
+		return
 	case path == "cluster/join" || path == "cluster/remove" || (s.node != nil && !s.node.Leading()):
 		b, ok := whole()
 		switch {

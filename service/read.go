@@ -539,7 +539,7 @@ func (l *Local) Changes(ctx context.Context) (<-chan struct{}, error) {
 }
 
 // Stats is the figures an operator watches: every queue's unfinished tasks
-// (the MaxStatsQueues busiest by name, the rest as "other"; with r.Queue,
+// (the MaxStatsQueues busiest by name, the rest summed; with r.Queue,
 // that queue only) and the records of each type in the history.
 func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error) {
 	if r.Queue != "" {
@@ -562,7 +562,7 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 			}
 			v.Queues = append(v.Queues, qs)
 		}
-		v.Queues = boundQueues(v.Queues)
+		v.Queues, v.Others = boundQueues(v.Queues)
 		v.Paused = pausedList(tx.State, tx.Now, r.Queue)
 		return v, nil
 	})
@@ -573,19 +573,19 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 }
 
 // boundQueues keeps the api.MaxStatsQueues busiest queues (most unfinished
-// tasks, then by name) and sums the rest as "other".
-func boundQueues(qs []api.QueueStats) []api.QueueStats {
+// tasks, then by name) and sums the rest.
+func boundQueues(qs []api.QueueStats) ([]api.QueueStats, *api.OtherQueues) {
 	if len(qs) <= api.MaxStatsQueues {
-		return qs
+		return qs, nil
 	}
 	busy := func(q api.QueueStats) int { return q.Waiting + q.Leased }
 	slices.SortStableFunc(qs, func(a, b api.QueueStats) int { return busy(b) - busy(a) })
-	other := api.QueueStats{Queue: "other"}
+	other := &api.OtherQueues{Queues: len(qs) - api.MaxStatsQueues}
 	for _, q := range qs[api.MaxStatsQueues:] {
 		other.Waiting, other.Eligible, other.Leased = other.Waiting+q.Waiting, other.Eligible+q.Eligible, other.Leased+q.Leased
 		other.OldestEligibleAgeMs = max(other.OldestEligibleAgeMs, q.OldestEligibleAgeMs)
 	}
 	kept := slices.Clone(qs[:api.MaxStatsQueues])
 	slices.SortFunc(kept, func(a, b api.QueueStats) int { return strings.Compare(a.Queue, b.Queue) })
-	return append(kept, other)
+	return kept, other
 }

@@ -207,6 +207,9 @@ func (s *State) DecideRequeue(taskID, requestID string, now int64) (Decision, er
 	if c := t.At(now); c.State != Failed && c.State != Dead {
 		return Decision{}, refuse(NotAllowed, "task", "%s is %s; only a FAILED or DEAD task can be requeued", t.ID, c.State)
 	}
+	if t.Redacted != "" {
+		return Decision{}, refuse(NotAllowed, "task", "%s's payload was redacted (%q), so there is nothing to run again; submit the task anew with its payload", t.ID, t.Redacted)
+	}
 	id := "T" + strconv.FormatInt(s.lastTaskNum+1, 10)
 	for n := s.lastTaskNum + 1; requestID == ""; n++ {
 		taken, err := s.submitted("R" + strconv.FormatInt(n, 10))
