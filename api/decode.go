@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"leasewal/internal/limits"
 	"leasewal/state"
@@ -21,6 +22,9 @@ import (
 // an object is refused (encoding/json alone keeps the last), as are unknown
 // fields and anything after the object (ErrTrailing).
 func DecodeStrict(body []byte, v any) error {
+	if !utf8.Valid(body) { // encoding/json would read its strings as others (U+FFFD)
+		return ErrNotUTF8
+	}
 	if err := checkKeys(json.NewDecoder(bytes.NewReader(body)), reflect.TypeOf(v)); err != nil {
 		return err
 	}
@@ -131,6 +135,9 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	}
 	return out
 }
+
+// ErrNotUTF8 is a body that is not UTF-8, as JSON must be.
+var ErrNotUTF8 = errors.New("the body is not UTF-8 text, as JSON must be: encode binary data (e.g. base64) first")
 
 // ErrTrailing is a body with something after its JSON object.
 var ErrTrailing = errors.New("data after the JSON object")

@@ -133,10 +133,21 @@ func testServer(t *testing.T, token string) (walPath string, s *server.Server) {
 // testServerWith is testServer with the server's options o.
 func testServerWith(t testing.TB, o server.Options) (walPath string, s *server.Server) {
 	t.Helper()
-	walPath = filepath.Join(t.TempDir(), "q.wal")
+	return testServerOn(t, filepath.Join(t.TempDir(), "q.wal"), o)
+}
+
+// testServerAt is a server without a token on the WAL at walPath.
+func testServerAt(t testing.TB, walPath string) (string, *server.Server) {
+	t.Helper()
+	return testServerOn(t, walPath, server.Options{})
+}
+
+// testServerOn is a server with options o on the WAL at walPath.
+func testServerOn(t testing.TB, walPath string, o server.Options) (string, *server.Server) {
+	t.Helper()
 	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
 	h := store.Open(e.storeOptions())
-	s, _, _, _ = newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, o)
+	s, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, o)
 	t.Cleanup(func() { s.Stop(); h.Close() })
 	return walPath, s
 }

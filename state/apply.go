@@ -112,6 +112,9 @@ func (s *State) LastAt() int64 { return s.lastAt }
 
 // Task returns the task as the records left it, or a NotFound error.
 func (s *State) Task(id string) (*Task, error) {
+	if err := limits.TaskID.Text(id); err != nil {
+		return nil, refuse(InvalidInput, "task", "the %v", err)
+	}
 	t, err := s.lookupTask(id)
 	if err == nil && t == nil {
 		err = refuse(NotFound, "task", "unknown task %q", id)

@@ -239,8 +239,8 @@ func ValidateLeaseRequest(c LeaseRequest) error {
 	if err := ValidateID("worker", c.Worker); err != nil {
 		return refuse(InvalidInput, "worker", "%v", err)
 	}
-	if c.Duration <= 0 {
-		return refuse(InvalidInput, "duration", "the lease duration must be positive, got %s", c.Duration)
+	if err := limits.LeaseDuration.Duration(c.Duration); err != nil {
+		return refuse(InvalidInput, "duration", "the lease %v", err)
 	}
 	if c.RequestID != "" {
 		if err := ValidateID("request id", c.RequestID); err != nil {
@@ -353,6 +353,9 @@ func (s *State) findLease(taskID, leaseID string) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := limits.LeaseID.Text(leaseID); err != nil {
+		return nil, refuse(InvalidInput, "lease", "the %v", err)
+	}
 	if _, ok := idNumber(leaseID, 'L'); !ok {
 		return nil, refuse(InvalidInput, "lease", "%q is not a lease id (L<n>)", leaseID)
 	}
@@ -400,8 +403,8 @@ func cancel(t *Task, leaseID, reason string) Decision {
 // DecideExtend moves a current lease's expiry to now+d, capped at the deadline.
 // A lease without authority gets CANCELLED and nothing is written.
 func (s *State) DecideExtend(taskID, leaseID string, d time.Duration, now int64) (Decision, error) {
-	if d <= 0 {
-		return Decision{}, refuse(InvalidInput, "duration", "the lease duration must be positive, got %s", d)
+	if err := limits.LeaseDuration.Duration(d); err != nil {
+		return Decision{}, refuse(InvalidInput, "duration", "the lease %v", err)
 	}
 	t, err := s.findLease(taskID, leaseID)
 	if err != nil {

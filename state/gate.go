@@ -70,6 +70,16 @@ func checkRecord(r *Record, legacy bool) error {
 			return err
 		}
 	}
+	for _, f := range [...]struct {
+		limit limits.Limit
+		value string
+	}{{limits.Cron, r.Cron}, {limits.TZ, r.TZ}, {limits.Domain, r.Domain}, {limits.Schedule, r.Schedule}} {
+		if f.value != "" {
+			if err := f.limit.Text(f.value); err != nil {
+				return err
+			}
+		}
+	}
 	if r.MaxRetries != nil {
 		if err := limits.MaxRetries.Int(int64(*r.MaxRetries)); err != nil {
 			return err

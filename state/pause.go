@@ -158,8 +158,8 @@ func (s *State) DecidePause(queue, reason string, d time.Duration, now int64) (D
 	if err := ValidateQueue(queue); err != nil {
 		return Decision{}, refuse(InvalidInput, "queue", "%v", err)
 	}
-	if d < 0 {
-		return Decision{}, refuse(InvalidInput, "duration", "a pause of %s: give a positive duration, or none to pause until resumed", d)
+	if d != 0 && limits.PauseFor.Duration(d) != nil {
+		return Decision{}, refuse(InvalidInput, "duration", "a pause of %s: give %s, or none to pause until resumed", d, limits.PauseFor.Range())
 	}
 	if err := limits.PauseReason.Text(reason); err != nil {
 		return Decision{}, refuse(InvalidInput, "reason", "the %v", err)

@@ -30,7 +30,7 @@ const (
 
 // MaxCatchUp is the most slots of one schedule that fire at once with
 // --catch-up all: the latest ones; older ones are skipped.
-const MaxCatchUp = 100
+const MaxCatchUp = limits.CatchUp
 
 // catchUpGrace is how late a slot may fire with --catch-up none.
 const catchUpGrace = int64(time.Minute / time.Millisecond)
@@ -224,6 +224,16 @@ func (s *State) DecideScheduleAdd(sp ScheduleSpec, zones Zones, now int64) (Deci
 			return Decision{}, refusal
 		}
 		return Decision{}, refuse(InvalidInput, "schedule", "%v", err)
+	}
+	for _, f := range [...]struct {
+		limit limits.Limit
+		value string
+	}{{limits.Cron, sp.Cron}, {limits.TZ, sp.TZ}} {
+		if f.value != "" {
+			if err := f.limit.Text(f.value); err != nil {
+				return Decision{}, refuse(InvalidInput, "schedule", "the %v", err)
+			}
+		}
 	}
 	if sp.Every != 0 && limits.Every.Duration(time.Duration(sp.Every)) != nil {
 		return Decision{}, refuse(InvalidInput, "schedule", "an interval of %s is too short: a schedule fires at most once a second (give %s)", time.Duration(sp.Every), limits.Every.Range())

@@ -156,6 +156,9 @@ func (s *State) heldLease(domain, token string) (*Domain, error) {
 	if err := ValidateDomain(domain); err != nil {
 		return nil, refuse(InvalidInput, "token", "%v", err)
 	}
+	if err := limits.Token.Text(token); err != nil {
+		return nil, refuse(InvalidInput, "token", "the %v", err)
+	}
 	if _, ok := idNumber(token, 'K'); !ok {
 		return nil, refuse(InvalidInput, "token", "%q is not a work-lease token (K<n>)", token)
 	}

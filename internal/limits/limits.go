@@ -55,6 +55,9 @@ const (
 	// largest record leasewal writes (a 64 KiB text whose every byte JSON
 	// escapes as \u00XX), with room to spare.
 	RecordBody = 512 << 10
+	// CatchUp is the most missed slots of one schedule that fire at once
+	// ("catch_up": "all"): the latest ones.
+	CatchUp = 100
 )
 
 // The fields. Names are checked by Text as well (their kind forbids control
@@ -104,7 +107,7 @@ var (
 	// CatchUpAll is the most firings a schedule's "catch_up": "all" writes
 	// at once; the rest are skipped (a second firing of the same slot is
 	// never written).
-	CatchUpAll = Limit{"catch_up_all", Integer, 1, 100}
+	CatchUpAll = Limit{"catch_up_all", Integer, 1, CatchUp}
 
 	// RecordBytes is the most bytes one record's body takes in the WAL
 	// (the frame's length is checked before anything is allocated).
