@@ -95,7 +95,9 @@ var doors = map[limits.Limit]door{
 		body: func(v string) string { return `{"payload":"p","queue":` + quoted(v) + `}` }, optional: true},
 	limits.Domain: {cli: func(v string) []string { return []string{"worklease", "acquire", "--domain", v, "--offset", "0"} }, path: "worklease/acquire",
 		body: func(v string) string { return `{"domain":` + quoted(v) + `,"offset":0}` }},
-	limits.Schedule: {cli: func(v string) []string { return []string{"schedule", "add", v, "--every", "1m", "--", "--payload", "p"} }, path: "schedule/add",
+	limits.Schedule: {cli: func(v string) []string {
+		return []string{"schedule", "add", v, "--every", "1m", "--", "--payload", "p"}
+	}, path: "schedule/add",
 		body: func(v string) string { return `{"name":` + quoted(v) + `,"every":"1m","task":{"payload":"p"}}` }},
 	limits.TaskID: {cli: func(v string) []string { return []string{"why", v} }, path: "why",
 		body: func(v string) string { return `{"task":` + quoted(v) + `}` }, okExits: []int{4}},
@@ -107,15 +109,21 @@ var doors = map[limits.Limit]door{
 		body: func(v string) string { return `{"payload":"p","actor":` + quoted(v) + `}` }},
 	limits.Cron: {cli: func(v string) []string { return []string{"schedule", "add", "c", "--cron", v, "--", "--payload", "p"} }, path: "schedule/add",
 		body: func(v string) string { return `{"name":"c","cron":` + quoted(v) + `,"task":{"payload":"p"}}` }},
-	limits.TZ: {cli: func(v string) []string { return []string{"schedule", "add", "c", "--cron", "0 7 * * *", "--tz", v, "--", "--payload", "p"} }, path: "schedule/add",
-		body: func(v string) string { return `{"name":"c","cron":"0 7 * * *","tz":` + quoted(v) + `,"task":{"payload":"p"}}` }, noAtLimit: true, optional: true},
+	limits.TZ: {cli: func(v string) []string {
+		return []string{"schedule", "add", "c", "--cron", "0 7 * * *", "--tz", v, "--", "--payload", "p"}
+	}, path: "schedule/add",
+		body: func(v string) string {
+			return `{"name":"c","cron":"0 7 * * *","tz":` + quoted(v) + `,"task":{"payload":"p"}}`
+		}, noAtLimit: true, optional: true},
 	limits.Priority: {cli: func(v string) []string { return []string{"submit", "--payload", "p", "--priority", v} }, path: "submit",
 		body: func(v string) string { return `{"payload":"p","priority":` + v + `}` }},
 	limits.MaxAttempts: {cli: func(v string) []string { return []string{"submit", "--payload", "p", "--max-attempts", v} }, path: "submit",
 		body: func(v string) string { return `{"payload":"p","max-attempts":` + v + `}` }},
 	limits.QueueLimit: {cli: func(v string) []string { return []string{"queue", "limit", "q", v} }, path: "queue/limit",
 		body: func(v string) string { return `{"queue":"q","limit":` + v + `}` }},
-	limits.MaxRetries: {setup: acquired, cli: func(v string) []string { return []string{"worklease", "fail", "--domain", "d", "--token", "K1", "--max-retries", v} }, path: "worklease/fail",
+	limits.MaxRetries: {setup: acquired, cli: func(v string) []string {
+		return []string{"worklease", "fail", "--domain", "d", "--token", "K1", "--max-retries", v}
+	}, path: "worklease/fail",
 		body: func(v string) string { return `{"domain":"d","token":"K1","max-retries":` + v + `}` }},
 	limits.Offset: {cli: func(v string) []string { return []string{"worklease", "acquire", "--domain", "d", "--offset", v} }, path: "worklease/acquire",
 		body: func(v string) string { return `{"domain":"d","offset":` + v + `}` }},
