@@ -10,7 +10,9 @@ import (
 	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"leasewal/internal/limits"
@@ -25,7 +27,7 @@ func DecodeStrict(body []byte, v any) error {
 	if !utf8.Valid(body) { // encoding/json would read its strings as others (U+FFFD)
 		return ErrNotUTF8
 	}
-	if err := checkKeys(json.NewDecoder(bytes.NewReader(body)), reflect.TypeOf(v)); err != nil {
+	if err := checkKeys(body, reflect.TypeOf(v)); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -53,72 +55,184 @@ func (e *KeyError) Error() string {
 	return fmt.Sprintf("json: unknown field %q", e.Key) // as encoding/json says it: the server names the flag
 }
 
-// checkKeys walks the next JSON value of dec as a value of type t would be
-// read: every object's keys distinct, and a struct's each exactly one of its
-// fields' JSON names. A syntax error is left to the decoder.
-func checkKeys(dec *json.Decoder, t reflect.Type) error {
+// checkKeys walks a JSON value as one of type t would be read: every
+// object's keys distinct, and a struct's each exactly one of its fields' JSON
+// names. It reads the bytes itself (a request's hot path: no token
+// allocated); a syntax error stops it, and is left to the decoder.
+func checkKeys(body []byte, t reflect.Type) error {
+	w := keyWalker{b: body}
+	err := w.value(t)
+	if err == errWalkStop {
+		return nil
+	}
+	return err
+}
+
+var errWalkStop = errors.New("not JSON: left to the decoder")
+
+type keyWalker struct {
+	b []byte
+	i int
+}
+
+func (w *keyWalker) ws() {
+	for w.i < len(w.b) && (w.b[w.i] == ' ' || w.b[w.i] == '\t' || w.b[w.i] == '\n' || w.b[w.i] == '\r') {
+		w.i++
+	}
+}
+
+// str reads a string at i, unescaped only when it holds an escape.
+func (w *keyWalker) str() (string, error) {
+	start, escaped := w.i+1, false
+	for w.i++; w.i < len(w.b); w.i++ {
+		switch w.b[w.i] {
+		case '\\':
+			escaped = true
+			w.i++
+		case '"':
+			w.i++
+			raw := w.b[start : w.i-1]
+			if !escaped {
+				return string(raw), nil
+			}
+			var s string
+			if json.Unmarshal(w.b[start-1:w.i], &s) != nil {
+				return "", errWalkStop
+			}
+			return s, nil
+		}
+	}
+	return "", errWalkStop
+}
+
+var unmarshaler = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
+
+func (w *keyWalker) value(t reflect.Type) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t != nil && t.Implements(reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()) || t != nil && reflect.PointerTo(t).Implements(reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()) {
+	if t != nil && (t.Implements(unmarshaler) || reflect.PointerTo(t).Implements(unmarshaler)) {
 		t = nil // its own reading (List): only its objects' keys are checked
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil
+	w.ws()
+	if w.i >= len(w.b) {
+		return errWalkStop
 	}
-	switch tok {
-	case json.Delim('{'):
-		var fields map[string]reflect.Type
-		if t != nil && t.Kind() == reflect.Struct {
-			fields = jsonFields(t)
-		}
-		var elem reflect.Type
-		if t != nil && t.Kind() == reflect.Map {
-			elem = t.Elem()
-		}
-		seen := map[string]bool{}
-		for dec.More() {
-			k, err := dec.Token()
-			if err != nil {
-				return nil
-			}
-			key, _ := k.(string)
-			if seen[key] {
-				return &KeyError{Key: key, Duplicate: true}
-			}
-			seen[key] = true
-			field := elem
-			if fields != nil {
-				ft, ok := fields[key]
-				if !ok {
-					return &KeyError{Key: key}
-				}
-				field = ft
-			}
-			if err := checkKeys(dec, field); err != nil {
-				return err
-			}
-		}
-		_, _ = dec.Token()
-	case json.Delim('['):
+	switch w.b[w.i] {
+	case '{':
+		return w.object(t)
+	case '[':
 		var elem reflect.Type
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			elem = t.Elem()
 		}
-		for dec.More() {
-			if err := checkKeys(dec, elem); err != nil {
+		w.i++
+		for {
+			w.ws()
+			if w.i < len(w.b) && w.b[w.i] == ']' {
+				w.i++
+				return nil
+			}
+			if err := w.value(elem); err != nil {
 				return err
 			}
+			w.ws()
+			if w.i < len(w.b) && w.b[w.i] == ',' {
+				w.i++
+			} else if w.i >= len(w.b) || w.b[w.i] != ']' {
+				return errWalkStop
+			}
 		}
-		_, _ = dec.Token()
+	case '"':
+		_, err := w.str()
+		return err
+	}
+	start := w.i
+	for w.i < len(w.b) && !strings.ContainsRune(",}] \t\n\r", rune(w.b[w.i])) {
+		w.i++
+	}
+	if w.i == start {
+		return errWalkStop
 	}
 	return nil
 }
 
+func (w *keyWalker) object(t reflect.Type) error {
+	var fields map[string]reflect.Type
+	if t != nil && t.Kind() == reflect.Struct {
+		fields = jsonFields(t)
+	}
+	var elem reflect.Type
+	if t != nil && t.Kind() == reflect.Map {
+		elem = t.Elem()
+	}
+	var seen []string
+	var many map[string]bool // past a few keys: a body of many keys is not quadratic
+	w.i++
+	for {
+		w.ws()
+		if w.i >= len(w.b) {
+			return errWalkStop
+		}
+		if w.b[w.i] == '}' {
+			w.i++
+			return nil
+		}
+		if w.b[w.i] != '"' {
+			return errWalkStop
+		}
+		key, err := w.str()
+		if err != nil {
+			return err
+		}
+		if many == nil && len(seen) == 16 {
+			many = map[string]bool{}
+			for _, k := range seen {
+				many[k] = true
+			}
+		}
+		if many != nil && many[key] || many == nil && slices.Contains(seen, key) {
+			return &KeyError{Key: key, Duplicate: true}
+		}
+		if many != nil {
+			many[key] = true
+		} else {
+			seen = append(seen, key)
+		}
+		field := elem
+		if fields != nil {
+			ft, ok := fields[key]
+			if !ok {
+				return &KeyError{Key: key}
+			}
+			field = ft
+		}
+		w.ws()
+		if w.i >= len(w.b) || w.b[w.i] != ':' {
+			return errWalkStop
+		}
+		w.i++
+		if err := w.value(field); err != nil {
+			return err
+		}
+		w.ws()
+		if w.i < len(w.b) && w.b[w.i] == ',' {
+			w.i++
+		} else if w.i >= len(w.b) || w.b[w.i] != '}' {
+			return errWalkStop
+		}
+	}
+}
+
+// fieldsOf caches jsonFields by type.
+var fieldsOf sync.Map
+
 // jsonFields is a struct's fields by their JSON names, those of embedded
 // structs included.
 func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldsOf.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
 	out := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -133,6 +247,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 			out[name] = f.Type
 		}
 	}
+	fieldsOf.Store(t, out)
 	return out
 }
 

@@ -44,6 +44,8 @@ func main() {
 	residentOps := flag.Int("ops", 200000, "with -resident: submits, then as many complete-and-lease-next")
 	residentWork := flag.Int("work", 0, "with -resident: complete-and-lease-next, if not -ops")
 	peerPhase := flag.Duration("peers", 0, "measure leasewal serve beside beanstalkd and redis instead, in phases of this length (both on PATH)")
+	abuse := flag.Int("abuse", 0, "measure a server's bounds instead, on a WAL of this many records: garbage and a log of every record (peak RSS), a batch at the limit beside submits, heartbeats at 10 and 5,000 workers, submits/s (-leasewal may name several binaries: A B A B)")
+	abusePhase := flag.Duration("abuse-phase", 3*time.Second, "with -abuse: how long each submits/s figure runs")
 	flag.Parse()
 	if *generate != "" {
 		generateHistory(*generate, *records, *waiting)
@@ -73,6 +75,12 @@ func main() {
 	}
 	if *batch > 0 {
 		batchBench(dir, *leasewal, *batch)
+		return
+	}
+	if *abuse > 0 {
+		self, err := os.Executable()
+		check(err)
+		abuseBench(dir, *leasewal, self, *abuse, *abusePhase)
 		return
 	}
 	if *resident > 0 {

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"leasewal/api"
 )
 
 // peersBench drives leasewal serve, beanstalkd and redis with the same load
@@ -189,14 +191,22 @@ func init() { nextPort.Store(7700) }
 func (p leasewalPeer) start(filled bool) server {
 	s := p.startOn("")
 	if filled {
-		var lines bytes.Buffer
-		for i := range fill {
-			fmt.Fprintf(&lines, "{\"payload\":\"job-%d\",\"window\":\"1h\"}\n", i)
-		}
-		_, err := s.post("submit/batch", lines.Bytes())
-		check(err)
+		s.fill(fill)
 	}
 	return s
+}
+
+// fill submits n tasks through the batch door, in requests of at most a
+// server's batch.
+func (s *leasewalServer) fill(n int) {
+	for from := 0; from < n; from += api.MaxServerBatchTasks {
+		var lines bytes.Buffer
+		for i := from; i < min(n, from+api.MaxServerBatchTasks); i++ {
+			fmt.Fprintf(&lines, "{\"payload\":\"job-%d\",\"window\":\"1h\"}\n", i)
+		}
+		_, err := s.postAs("submit/batch", "application/x-ndjson", lines.Bytes())
+		check(err)
+	}
 }
 
 // startOn starts serve over wal (a new one named by its port for ""),
@@ -222,7 +232,12 @@ func (s *leasewalServer) stop() {
 // post sends one request and returns its answer; an exit other than 0 is
 // an error.
 func (s *leasewalServer) post(path string, body []byte) ([]byte, error) {
-	resp, err := s.http.Post(s.base+"/v1/"+path, "application/json", bytes.NewReader(body))
+	return s.postAs(path, "application/json", body)
+}
+
+// postAs is post of a body of the content type given.
+func (s *leasewalServer) postAs(path, contentType string, body []byte) ([]byte, error) {
+	resp, err := s.http.Post(s.base+"/v1/"+path, contentType, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
