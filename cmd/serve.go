@@ -311,6 +311,15 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	}
 	o.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	o.Describe, o.Unknown, o.StopWaits, o.Stop = describe, unknownRoute, stopWaits, batch.Stop
+	if e.stderr != nil {
+		o.Describe = func(err error) api.Error {
+			var refused *store.RefusedRecordError
+			if errors.As(err, &refused) { // a record the request path let through and the gate did not: a bug, answered for its request alone
+				fmt.Fprintf(e.stderr, "leasewal: a request was refused at the gate (a bug of leasewal's; nothing of it was written): %v\n", err)
+			}
+			return describe(err)
+		}
+	}
 	if o.SpoolDir == "" {
 		o.SpoolDir = filepath.Dir(e.WAL) // a streamed answer is written on the WAL's disk, not in memory
 	}
