@@ -31,6 +31,9 @@ type route struct {
 	// typed request); else it reads the body as it goes (the batch door).
 	whole bool
 	serve func(ctx context.Context, body io.Reader) reply
+	// check refuses a body serve would refuse before deciding anything: a
+	// follower checks before it forwards, as its leader will again.
+	check func(body []byte) error
 }
 
 // reply is an operation's answer, ready to send.
@@ -56,7 +59,9 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 	answer := func(v any, err error) reply { return encode(v, err, describe) }
 	return map[string]route{
 		"submit": typed(func(ctx context.Context, r api.SubmitRequest) reply { return answer(svc.Submit(ctx, r)) }),
-		"submit/batch": {contentType: "application/x-ndjson", limit: api.MaxServerBatchBody, serve: func(ctx context.Context, body io.Reader) reply {
+		"submit/batch": {contentType: "application/x-ndjson", limit: api.MaxServerBatchBody, check: func(body []byte) error {
+			return api.ReadBatch(bytes.NewReader(body), api.SubmitRequest{}, api.MaxServerBatchTasks, func(api.SubmitRequest, int) error { return nil })
+		}, serve: func(ctx context.Context, body io.Reader) reply {
 			var reqs []api.SubmitRequest
 			var lines []int
 			err := api.ReadBatch(body, api.SubmitRequest{}, api.MaxServerBatchTasks, func(r api.SubmitRequest, line int) error {
@@ -131,7 +136,17 @@ func stream(r route) route { r.stream = true; return r }
 // typed is the route of an operation whose request is R: its body decoded
 // straight into R, every key one of R's, one JSON object and nothing else.
 func typed[R any](serve func(context.Context, R) reply) route {
-	return route{whole: true, serve: func(ctx context.Context, body io.Reader) reply {
+	check := func(b []byte) error {
+		var r R
+		if len(bytes.TrimSpace(b)) == 0 {
+			return nil
+		}
+		if err := api.DecodeStrict(b, &r); err != nil {
+			return decodeError(err)
+		}
+		return nil
+	}
+	return route{whole: true, check: check, serve: func(ctx context.Context, body io.Reader) reply {
 		b, err := io.ReadAll(body) // read already, bounded (ServeHTTP)
 		if err != nil {
 			return reply{refused: err}

@@ -230,6 +230,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case path == "cluster/remove":
 			s.remove(w, r, b)
 		default:
+			if known && op.check != nil {
+				if err := op.check(b); err != nil { // the leader would refuse it too: no hop for it
+					Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", err.Error())
+					return
+				}
+			}
 			s.forward(w, r, b)
 		}
 		return
