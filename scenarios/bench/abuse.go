@@ -40,12 +40,12 @@ func abuseBench(dir, binaries, self string, n int, phase time.Duration) {
 		_, err := s.post("stats", []byte(`{}`)) // the state loaded: what idle holds
 		check(err)
 
-		idle := rssKB(s.pid())
+		idle := statusKB(s.pid(), "VmRSS")
 		resetPeak(s.pid())
 		garbage := postGarbage(s, 100<<20)
 		garbageRSS := peakKB(s.pid()) - idle
 
-		idle = rssKB(s.pid())
+		idle = statusKB(s.pid(), "VmRSS")
 		resetPeak(s.pid())
 		began := time.Now()
 		lines := readLog(s)
@@ -70,20 +70,6 @@ func abuseBench(dir, binaries, self string, n int, phase time.Duration) {
 			os.Remove(path)
 		}
 	}
-}
-
-// rssKB is a process's resident size now (VmRSS) in KiB.
-func rssKB(pid int) int64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	check(err)
-	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			check(err)
-			return kb
-		}
-	}
-	return 0
 }
 
 // postGarbage sends size bytes that are not JSON to the batch door and

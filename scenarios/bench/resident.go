@@ -83,11 +83,14 @@ func resetPeak(pid int) {
 }
 
 // peakKB is a process's peak resident size (VmHWM) in KiB.
-func peakKB(pid int) int64 {
+func peakKB(pid int) int64 { return statusKB(pid, "VmHWM") }
+
+// statusKB is a figure of /proc/PID/status in KiB (VmHWM, VmRSS).
+func statusKB(pid int, field string) int64 {
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	check(err)
 	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			check(err)
 			return kb
