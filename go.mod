@@ -1,4 +1,4 @@
-module leasewal
+module github.com/leasewal/leasewal
 
 go 1.26.8
 

@@ -6,7 +6,7 @@ import (
 	"os"
 	_ "time/tzdata" // schedules' time zones on a machine without zone data
 
-	"leasewal/cmd"
+	"github.com/leasewal/leasewal/cmd"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"leasewal/state"
+	"github.com/leasewal/leasewal/state"
 )
 
 // The exit codes: every command exits with one of these, and every answer

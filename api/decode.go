@@ -15,8 +15,8 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"leasewal/internal/limits"
-	"leasewal/state"
+	"github.com/leasewal/leasewal/internal/limits"
+	"github.com/leasewal/leasewal/state"
 )
 
 // DecodeStrict decodes one JSON object into v: keys are matched exactly

@@ -11,7 +11,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"leasewal/api"
+	"github.com/leasewal/leasewal/api"
 )
 
 // route is one operation of the typed HTTP API.

@@ -5,9 +5,9 @@ import (
 	"reflect"
 	"testing"
 
-	"leasewal/api"
-	"leasewal/state"
-	"leasewal/view"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/answers"
+	"github.com/leasewal/leasewal/state"
 )
 
 // TestRecordRoundTrip: a record as the API writes it reads back as the
@@ -21,7 +21,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Seq: 2, At: 1767225600500, Type: state.LeaseGranted, TaskID: "T1", LeaseID: "L1", WorkerID: "W", Attempt: attempt, Expiry: 1767225630500},
 		{Seq: 3, At: 1767225601000, Type: state.WorkAcquired, Domain: "d", AcquiredAt: 1767225601000},
 	} {
-		b, err := json.Marshal(view.Record(r))
+		b, err := json.Marshal(answers.Record(r))
 		if err != nil {
 			t.Fatal(err)
 		}

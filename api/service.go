@@ -7,7 +7,7 @@ import (
 	"errors"
 	"io"
 
-	"leasewal/state"
+	"github.com/leasewal/leasewal/state"
 )
 
 // Service is every operation of leasewal, whichever side decides it: the

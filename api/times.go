@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"leasewal/state"
+	"github.com/leasewal/leasewal/state"
 )
 
 // UsageError is bad input found before anything is decided: a flag or a

@@ -25,8 +25,8 @@ import (
 	"strings"
 	"time"
 
-	"leasewal/api"
-	"leasewal/state"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/state"
 )
 
 // Options say how a client reaches its servers.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/api"
-	"leasewal/client"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
 )
 
 // TestCalls: each typed call's answer and errors, against a real server:

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/api"
-	"leasewal/client"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
 )
 
 // serverURL is a `leasewal serve` the examples and tests use, started by

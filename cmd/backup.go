@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/state"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
 )
 
 func (a *app) newBackupCmd() *cobra.Command {

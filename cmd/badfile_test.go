@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/wal"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // walOf writes bodies as correctly chained frames and returns the file's bytes.

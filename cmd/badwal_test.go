@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/wal"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // Hand-made WALs that break one invariant each, with valid checksums: verify

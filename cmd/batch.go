@@ -8,7 +8,7 @@ import (
 	"os"
 	"strconv"
 
-	"leasewal/api"
+	"github.com/leasewal/leasewal/api"
 )
 
 // runSubmitBatch is submit --batch-file: every line a submit, decided all or

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/api"
-	"leasewal/client"
-	"leasewal/internal/histgen"
-	"leasewal/server"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
+	"github.com/leasewal/leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/internal/server"
 )
 
 // benchWAL writes a history of n records once per benchmark.

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/api"
-	"leasewal/server"
-	"leasewal/state"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/server"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
 )
 
 // TestTheBatchDoorTakesABoundedBatch: a server takes at most 20,000 lines

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/client"
-	"leasewal/server"
+	"github.com/leasewal/leasewal/client"
+	"github.com/leasewal/leasewal/internal/server"
 )
 
 // The cluster commands talk to a running node over HTTP: the configuration

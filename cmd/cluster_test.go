@@ -19,16 +19,16 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/hashicorp/raft"
 
-	"leasewal/api"
-	"leasewal/cluster"
-	"leasewal/internal/lincheck"
-	"leasewal/internal/nemesis"
-	"leasewal/internal/testwait"
-	"leasewal/server"
-	"leasewal/service"
-	"leasewal/state"
-	"leasewal/store"
-	"leasewal/wal"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/cluster"
+	"github.com/leasewal/leasewal/internal/lincheck"
+	"github.com/leasewal/leasewal/internal/nemesis"
+	"github.com/leasewal/leasewal/internal/server"
+	"github.com/leasewal/leasewal/internal/service"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // testNode is one node of a cluster the tests run in one process: raft over

@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
-	"leasewal/state"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
 )
 
 // The retention a compaction applies unless told otherwise.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/service"
-	"leasewal/state"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/internal/service"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
 )
 
 // completer lists candidates for one flag or argument from the WAL.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/internal/histgen"
-	"leasewal/wal"
+	"github.com/leasewal/leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // realisticWAL returns a WAL of at least n records of every kind (see histgen).

@@ -6,13 +6,13 @@ import (
 	"io/fs"
 	"strings"
 
-	"leasewal/api"
-	"leasewal/client"
-	"leasewal/cluster"
-	"leasewal/expect"
-	"leasewal/service"
-	"leasewal/state"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
+	"github.com/leasewal/leasewal/internal/cluster"
+	"github.com/leasewal/leasewal/internal/service"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/trace"
+	"github.com/leasewal/leasewal/state"
 )
 
 // Exit codes: the scripting contract of SPEC §4.
@@ -126,8 +126,8 @@ func classify(err error) class {
 		appendE  *store.AppendError
 		usage    *api.UsageError
 		notFile  *store.NotRegularError
-		mismatch *expect.MismatchError
-		badTrace *expect.Error
+		mismatch *trace.MismatchError
+		badTrace *trace.Error
 		badFile  *client.FileError
 		lost     *answerLostError
 		unknown  *client.UnknownOutcomeError
@@ -198,5 +198,5 @@ func classify(err error) class {
 // errorView is the JSON shape of every error.
 type errorView struct {
 	api.Error
-	Mismatches []expect.Mismatch `json:"mismatches,omitempty"`
+	Mismatches []trace.Mismatch `json:"mismatches,omitempty"`
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
+	"github.com/leasewal/leasewal/api"
 )
 
 func (a *app) newExpireCmd() *cobra.Command {

@@ -16,9 +16,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"leasewal/internal/testbrowser"
-	"leasewal/internal/testwait"
-	"leasewal/server"
+	"github.com/leasewal/leasewal/internal/server"
+	"github.com/leasewal/leasewal/internal/testbrowser"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // TestTheServerRefusesWhatABrowserWasMadeToSend: a Host that does not name

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // cli runs leasewal in-process and returns its exit code, stdout and stderr.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/cluster"
+	"github.com/leasewal/leasewal/internal/cluster"
 )
 
 // hostileValues are what a hostile client puts in a field: numbers at and

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
-	"leasewal/state"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/state"
 )
 
 type leaseOptions struct {

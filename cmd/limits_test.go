@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/internal/limits"
-	"leasewal/state"
+	"github.com/leasewal/leasewal/internal/limits"
+	"github.com/leasewal/leasewal/state"
 )
 
 // door is how a value for one field of the table of limits is sent: as

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/api"
-	"leasewal/internal/histgen"
-	"leasewal/service"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/internal/service"
+	"github.com/leasewal/leasewal/internal/store"
 )
 
 // TestListingsAreTheViewStreamed: the listings of inspect, streamed task by

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/cluster"
-	"leasewal/internal/testwait"
-	"leasewal/server"
+	"github.com/leasewal/leasewal/internal/cluster"
+	"github.com/leasewal/leasewal/internal/server"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // fastTiming elects a leader within a second of the last one's silence, and

@@ -10,10 +10,10 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"leasewal/cluster"
-	"leasewal/internal/lincheck"
-	"leasewal/internal/nemesis"
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/cluster"
+	"github.com/leasewal/leasewal/internal/lincheck"
+	"github.com/leasewal/leasewal/internal/nemesis"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // TestClusterNemesis: three clients lease, complete and fail through a

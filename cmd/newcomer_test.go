@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/internal/testwait"
-	"leasewal/runner"
-	"leasewal/state"
+	"github.com/leasewal/leasewal/internal/runner"
+	"github.com/leasewal/leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/state"
 )
 
 // The rough edges of issue 22 that need more than a command line to show.

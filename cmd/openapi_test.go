@@ -15,7 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
-	"leasewal/api"
+	"github.com/leasewal/leasewal/api"
 )
 
 func init() {

@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"leasewal/api"
 	"os"
 	"strings"
 	"syscall"
 	"time"
 
-	"leasewal/state"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/api"
+
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
 )
 
 // answer is what a verb decided: its JSON document, how a table draws it, and

@@ -17,8 +17,8 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 	"golang.org/x/sys/unix"
 
-	"leasewal/api"
-	"leasewal/state"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/state"
 )
 
 // isTerminal reports whether w is a terminal: only then is output colored.

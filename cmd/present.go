@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"leasewal/api"
-	"leasewal/client"
-	"leasewal/service"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
+	"github.com/leasewal/leasewal/internal/service"
 )
 
 // session is one invocation's service: the server's (--server) through the

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
+	"github.com/leasewal/leasewal/api"
 )
 
 // The operator's verbs of a queue: abort, requeue, and why.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
+	"github.com/leasewal/leasewal/api"
 )
 
 func (a *app) newQueueCmd() *cobra.Command {

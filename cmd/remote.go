@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
-	"leasewal/client"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
 )
 
 // remote checks a command that is sent to a server (--server): its RunE

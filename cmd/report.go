@@ -5,10 +5,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
-	"leasewal/expect"
-	"leasewal/report"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/report"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/trace"
 )
 
 type reportOptions struct {
@@ -87,10 +87,10 @@ func runReport(e env, o reportOptions) error {
 }
 
 // expectation checks the WAL against a trace as verify --expect does, and
-// says how each step fared; differs is the *expect.MismatchError when any
+// says how each step fared; differs is the *trace.MismatchError when any
 // did not hold (exit 5, after the page is written).
 func expectation(e env, file string) (out *report.Expectation, differs error, err error) {
-	want, err := expect.Read(file)
+	want, err := trace.Read(file)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -105,7 +105,7 @@ func expectation(e env, file string) (out *report.Expectation, differs error, er
 	h := store.Open(opts)
 	defer h.Close()
 	err = h.Read(func(tx *store.Tx) error { return want.Check(tx, tx.Now) })
-	var mismatch *expect.MismatchError
+	var mismatch *trace.MismatchError
 	if err != nil && !errors.As(err, &mismatch) {
 		return nil, nil, err
 	}

@@ -25,11 +25,11 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
-	"leasewal/api"
-	"leasewal/client"
-	"leasewal/expect"
-	"leasewal/runner"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
+	"github.com/leasewal/leasewal/internal/runner"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/trace"
 )
 
 // Config is the resolved global configuration (flag > env > file > default).
@@ -460,7 +460,7 @@ func (a *app) finish(err error) int {
 	c := classify(err)
 	msg := withAdvice(err)
 	view := errorView{Error: api.Error{Result: "ERROR", Kind: c.kind, Message: msg, Seq: c.seq}}
-	var mm *expect.MismatchError
+	var mm *trace.MismatchError
 	if errors.As(err, &mm) { // every difference, one line each
 		view.Mismatches = mm.Mismatches
 		msg = fmt.Sprintf("%d %s against %s:", len(mm.Mismatches), api.Plural(len(mm.Mismatches), "difference", "differences"), mm.File)

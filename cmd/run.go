@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"leasewal/api"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,12 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasewal/leasewal/api"
+
 	"github.com/spf13/cobra"
 
-	"leasewal/runner"
-	"leasewal/service"
-	"leasewal/state"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/internal/runner"
+	"github.com/leasewal/leasewal/internal/service"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
 )
 
 type runOptions struct {

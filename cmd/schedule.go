@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"leasewal/api"
-	"leasewal/state"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/state"
 )
 
 func (a *app) newScheduleCmd() *cobra.Command {

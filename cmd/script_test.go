@@ -11,9 +11,9 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"leasewal/internal/testwait"
-	"leasewal/state"
-	"leasewal/wal"
+	"github.com/leasewal/leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
 )
 
 func TestMain(m *testing.M) {

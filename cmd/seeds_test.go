@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/api"
+	"github.com/leasewal/leasewal/api"
 )
 
 // The seed traces are acceptance tests. Each golden WAL in testdata/seeds is

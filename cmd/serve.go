@@ -18,15 +18,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
-	"leasewal/client"
-	"leasewal/cluster"
-	"leasewal/metrics"
-	"leasewal/report"
-	"leasewal/server"
-	"leasewal/service"
-	"leasewal/state"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
+	"github.com/leasewal/leasewal/internal/cluster"
+	"github.com/leasewal/leasewal/internal/metrics"
+	"github.com/leasewal/leasewal/internal/report"
+	"github.com/leasewal/leasewal/internal/server"
+	"github.com/leasewal/leasewal/internal/service"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
 )
 
 // The verbs a server does not run for a client: they read or repair the file

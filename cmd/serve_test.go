@@ -24,15 +24,15 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"leasewal/api"
-	"leasewal/client"
-	"leasewal/internal/testwait"
-	"leasewal/runner"
-	"leasewal/server"
-	"leasewal/service"
-	"leasewal/state"
-	"leasewal/store"
-	"leasewal/wal"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
+	"github.com/leasewal/leasewal/internal/runner"
+	"github.com/leasewal/leasewal/internal/server"
+	"github.com/leasewal/leasewal/internal/service"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // syncCounter counts the fsyncs of the WAL.

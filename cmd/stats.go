@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
-	"leasewal/metrics"
-	"leasewal/state"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/metrics"
+	"github.com/leasewal/leasewal/state"
 )
 
 func (a *app) newStatsCmd() *cobra.Command {

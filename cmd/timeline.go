@@ -12,9 +12,9 @@ import (
 	"github.com/fatih/color"
 	"golang.org/x/sys/unix"
 
-	"leasewal/api"
-	"leasewal/state"
-	"leasewal/view"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/answers"
+	"github.com/leasewal/leasewal/state"
 )
 
 // glyphs are the characters a timeline is drawn with: plain ASCII when the
@@ -29,8 +29,8 @@ var asciiGlyphs = glyphs{start: "[", fill: "=", ext: "+", rest: "-", current: ">
 
 // Every mark is distinct, as in the ASCII form: an expiry (✕), a failure
 // (✘), a death (†) and a cancelled late completion (!) read apart.
-var unicodeGlyphs = glyphs{start: "├", fill: "━", ext: "╋", rest: "┄", current: view.MarkCurrent, mark: view.MarkCancelled, deadline: view.MarkDeadline,
-	rule: "─", tick: "┼", end: view.EndMarks}
+var unicodeGlyphs = glyphs{start: "├", fill: "━", ext: "╋", rest: "┄", current: answers.MarkCurrent, mark: answers.MarkCancelled, deadline: answers.MarkDeadline,
+	rule: "─", tick: "┼", end: answers.EndMarks}
 
 // timeline draws one task's life on a time axis.
 type timeline struct {

@@ -3,7 +3,7 @@ package cmd
 import (
 	"fmt"
 
-	"leasewal/api"
+	"github.com/leasewal/leasewal/api"
 )
 
 // formatTime renders unix ms as RFC 3339 UTC with milliseconds, the one time

@@ -12,11 +12,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"leasewal/internal/testbrowser"
-	"leasewal/internal/testwait"
-	"leasewal/server"
-	"leasewal/service"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/internal/server"
+	"github.com/leasewal/leasewal/internal/service"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/testbrowser"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // TestLivePageInABrowser: serve's /ui behind a token, in headless

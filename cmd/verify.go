@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/expect"
-	"leasewal/state"
-	"leasewal/store"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/trace"
+	"github.com/leasewal/leasewal/state"
 )
 
 func (a *app) newVerifyCmd() *cobra.Command {
@@ -58,10 +58,10 @@ type verifyView struct {
 }
 
 func runVerify(e env, expectFile string, history bool) error {
-	var want *expect.Expectation
+	var want *trace.Expectation
 	if expectFile != "" {
 		var err error
-		if want, err = expect.Read(expectFile); err != nil {
+		if want, err = trace.Read(expectFile); err != nil {
 			return err
 		}
 	}
@@ -102,7 +102,7 @@ func runVerify(e env, expectFile string, history bool) error {
 
 // verifyWAL replays the WAL through opts' Verifier and checks want (if
 // any) against the state it leads to.
-func verifyWAL(opts store.Options, want *expect.Expectation, expectFile string) (verifyView, error) {
+func verifyWAL(opts store.Options, want *trace.Expectation, expectFile string) (verifyView, error) {
 	h := store.Open(opts)
 	defer h.Close()
 	var out verifyView
@@ -137,7 +137,7 @@ func verifyWAL(opts store.Options, want *expect.Expectation, expectFile string) 
 // checkedBy has the replay opts drives check want as it goes. A trace is
 // checked against the whole story: the records a compaction sealed are read
 // from their segments first.
-func checkedBy(opts *store.Options, want *expect.Expectation) error {
+func checkedBy(opts *store.Options, want *trace.Expectation) error {
 	want.Hooks(opts)
 	last, _, err := store.ReadSegments(*opts, 1, nil)
 	if err != nil {

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"leasewal/api"
-	"leasewal/service"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/service"
 )
 
 type waitOptions struct {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // TestLockTimeout: a writer holding the exclusive lock (paused after its

@@ -16,8 +16,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"leasewal/internal/lincheck"
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/lincheck"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // TestLinearizable runs several client processes at once against one WAL,

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // binDir holds the leasewal binary built for this test run.

@@ -18,9 +18,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"leasewal/internal/lincheck"
-	"leasewal/internal/nemesis"
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/lincheck"
+	"github.com/leasewal/leasewal/internal/nemesis"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // procNode is one `leasewal serve` process of a cluster, behind a nemesis

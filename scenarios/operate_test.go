@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // TestServeFiresOnTime: a resident server writes a schedule's firings by

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // TestWaitersInterrupted: wait and lease --wait stopped by SIGINT or SIGTERM

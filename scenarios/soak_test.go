@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/api"
-	"leasewal/client"
-	"leasewal/internal/testwait"
-	"leasewal/store"
-	"leasewal/wal"
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // diskOf is what a WAL costs on disk: the WAL, its caches and its history,

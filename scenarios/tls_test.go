@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"testing"
 
-	"leasewal/internal/testcert"
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/testcert"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // startServe starts leasewal serve with args and returns it once it says

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"unicode/utf8"
 
-	"leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // Limits on what a record may carry (the table is internal/limits).

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // Outcome is the answer a command gives (the JSON "result").

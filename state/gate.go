@@ -5,7 +5,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // The gate. Every record passes CheckRecord before it is applied, appended

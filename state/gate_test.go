@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // FuzzGate: a record the gate lets through (CheckRecord, and the WAL's

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // Paused queues (format version 3): a paused queue leases nothing, and while

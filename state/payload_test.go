@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"leasewal/internal/refmodel"
+	"github.com/leasewal/leasewal/internal/refmodel"
 )
 
 // fakeWAL stands for the file a store reads records from: each record's

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"leasewal/internal/refmodel"
+	"github.com/leasewal/leasewal/internal/refmodel"
 )
 
 // TestRandomHistories runs thousands of random command sequences (several

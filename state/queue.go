@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // The queue features of revision 2: priorities and named queues, delayed

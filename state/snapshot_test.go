@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"leasewal/internal/refmodel"
+	"github.com/leasewal/leasewal/internal/refmodel"
 )
 
 // TestSnapshotPlusTailEqualsReplay: for random histories of tasks and work

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // The work-lease record types (seed 003, SPEC §3). Each record carries its own

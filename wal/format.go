@@ -26,7 +26,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
-	"leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // Magic is the first word of the header line.

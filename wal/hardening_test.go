@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/internal/testwait"
 )
 
 // TestLongZeroTailIsReadInBoundedMemory: a crash can leave zeros of any

@@ -6,8 +6,8 @@ package gatedfs
 import (
 	"sync/atomic"
 
-	"leasewal/store"
-	"leasewal/wal"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // FS holds every fsync of the WAL while Gated is set: it says so on

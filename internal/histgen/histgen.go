@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"leasewal/state"
-	"leasewal/wal"
+	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // Start is the time of the first record: 2026-01-01T00:00:00Z.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"leasewal/internal/refmodel"
+	"github.com/leasewal/leasewal/internal/refmodel"
 )
 
 // Input is one client call. Its time is Offset after the WAL's last record,

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/internal/histgen"
 )
 
 // backlog prints per-command latency (median of reps, each command a process

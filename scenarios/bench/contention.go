@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/internal/histgen"
 )
 
 // contention prints two measurements of the lock, each interleaved A B A B in

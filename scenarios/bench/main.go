@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/internal/histgen"
 )
 
 func main() {

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"leasewal/api"
+	"github.com/leasewal/leasewal/api"
 )
 
 // peersBench drives leasewal serve, beanstalkd and redis with the same load
@@ -57,7 +57,7 @@ func peersBench(dir, leasewal string, phase time.Duration) {
 	} else {
 		fmt.Println("(strace is not on PATH: the fsync counts are not shown; apt-get install -y strace)")
 	}
-	fmt.Printf("%-8s %-34s %12s %12s %12s %12s\n", "clients", "operation", "leasewal/s", "beanstalkd/s", "redis/s", "serial/s")
+	fmt.Printf("%-8s %-34s %12s %12s %12s %12s\n", "clients", "operation", "github.com/leasewal/leasewal/s", "beanstalkd/s", "redis/s", "serial/s")
 	for _, clients := range []int{1, 8, 32} {
 		for _, work := range []string{"submit", "take", "take-separate"} {
 			rates := map[string][]float64{}

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"leasewal/store"
+	"github.com/leasewal/leasewal/internal/store"
 )
 
 // residentBench prints what a resident server costs over a big backlog: a

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/internal/histgen"
 )
 
 // workers prints two measurements of 'leasewal run':

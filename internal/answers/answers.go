@@ -1,0 +1,121 @@
+// Package answers turns state's values into the API's answers (leasewal/api):
+// a task as it stands at a time, a work-lease domain, a record with its
+// times written out. What a command prints, the HTTP API answers and verify
+// --expect compares is what these say.
+package answers
+
+import (
+	"fmt"
+
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/state"
+)
+
+// Payloads reads a payload the state holds as where the WAL has it
+// (store.Tx.Payload).
+type Payloads func(state.Payload) (string, error)
+
+// Task is t as it stands at time at (lapses of time applied).
+func Task(t *state.Task, at int64, payloads Payloads) (api.Task, error) {
+	payload, err := payloads(t.Payload)
+	if err != nil {
+		return api.Task{}, fmt.Errorf("%s: %w", t.ID, err)
+	}
+	c := t.At(at)
+	v := api.Task{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
+		Deadline: api.FormatTime(c.DeadlineAt(at)), CreatedAt: api.FormatTime(c.CreatedAt), Payload: payload, Reason: c.EndReason,
+		Queue: c.Queue, Priority: c.Priority, AvailableAt: api.FormatTime(c.AvailableAt), Requeued: c.RequeuedFrom, Redacted: c.Redacted, Result: c.Result}
+	if c.Lease != nil {
+		v.LeaseID, v.WorkerID, v.Expiry = Null(c.Lease.ID), Null(c.Lease.Worker), Null(api.FormatTime(c.Lease.Expiry))
+	}
+	if c.State == state.Waiting {
+		v.NotBefore = Null(api.FormatTime(c.NotBefore))
+	}
+	return v, nil
+}
+
+// Lease is a LEASED decision.
+func Lease(d state.Decision, payloads Payloads) (api.Lease, error) {
+	payload, err := payloads(d.Payload)
+	if err != nil {
+		return api.Lease{}, fmt.Errorf("%s: %w", d.TaskID, err)
+	}
+	return api.Lease{Result: d.Outcome, TaskID: d.TaskID, LeaseID: d.LeaseID, WorkerID: d.Worker, Attempt: d.Attempt,
+		Expiry: api.FormatTime(d.Expiry), Deadline: api.FormatTime(d.Deadline), Payload: payload, Duplicate: d.Duplicate}, nil
+}
+
+// Domain is a work-lease domain: its lease, backlog, processed and failed
+// offsets.
+func Domain(d *state.Domain) api.Domain {
+	v := api.Domain{Domain: d.Name, Backlog: append([]int64{}, d.Backlog...), Processed: d.Processed.Sorted(), Failed: d.Failed.Sorted()}
+	if l := d.Lease; l != nil {
+		v.Lease = &api.WorkLease{Offset: l.Offset, Token: l.Token, AcquiredAt: api.FormatTime(l.AcquiredAt), RetryCount: l.RetryCount}
+	}
+	return v
+}
+
+// Record is r with its times written out.
+func Record(r state.Record) api.Record {
+	v := api.Record{Record: r, At: api.FormatTime(r.At), Expiry: Stamp(r.Expiry), AcquiredAt: Stamp(r.AcquiredAt)}
+	if r.NotBefore != nil {
+		v.NotBefore = api.FormatTime(*r.NotBefore)
+	}
+	if r.Until != nil {
+		v.Until = api.FormatTime(*r.Until)
+	}
+	if r.Slot != nil {
+		v.Slot = api.FormatTime(*r.Slot)
+	}
+	return v
+}
+
+// Stamp writes a time that may be unset (0: "").
+func Stamp(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return api.FormatTime(ms)
+}
+
+// Null is s, or null for "".
+func Null(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Pause is a queue's pause as the answers show it.
+func Pause(queue string, sp state.PauseSpan) api.PausedQueue {
+	v := api.PausedQueue{Queue: queue, Since: api.FormatTime(sp.From), Reason: sp.Reason}
+	if !sp.Open() {
+		until := api.FormatTime(sp.To)
+		v.Until = &until
+	}
+	return v
+}
+
+// Schedule is a schedule as the answers show it, with its next slot (0:
+// none).
+func Schedule(sc state.Schedule, next int64) api.Schedule {
+	t := sc.Template
+	v := api.Schedule{Name: sc.Name, Cron: sc.Cron, TZ: sc.TZ, CatchUp: sc.CatchUp, Payload: t.Payload, Queue: t.Queue, Priority: t.Priority,
+		Window: t.Window.String(), MaxAttempts: t.Policy.MaxAttempts, AddedAt: api.FormatTime(sc.AddedAt),
+		LastSlot: Null(Stamp(sc.LastSlot)), NextSlot: Null(Stamp(next))}
+	if sc.Every > 0 {
+		v.Every = sc.Every.String()
+	}
+	return v
+}
+
+// EndMarks is the mark of each way an attempt ends, as the terminal's
+// timeline (in color) and the HTML report draw it: one legend for both.
+var EndMarks = map[string]string{state.EndCompleted: "✔", state.EndExpired: "✕", state.EndFailed: "✘", state.EndRetry: "↻",
+	state.EndDead: "†", state.EndAborted: "⊘", state.EndReleased: "↩"}
+
+// The other marks both draw.
+const (
+	MarkCancelled = "!" // a late completion, cancelled
+	MarkDeadline  = "┃"
+	MarkCurrent   = "▷" // a lease still current
+)

@@ -1,0 +1,443 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasewal/leasewal/internal/cluster"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
+)
+
+// ErrClientGone is a request whose client went away (or, on the command
+// line, whose wait a signal ended) before it was decided: nothing was
+// decided.
+var ErrClientGone = errors.New("the client went away before the request was decided: nothing was decided")
+
+// ErrStopping is a request that reached a server after it began to stop:
+// nothing was decided, and it may be sent again (to another node).
+var ErrStopping = errors.New("the server is stopping: nothing was decided; send the request again (to another node of a cluster)")
+
+// Backend is where a server's batches are decided and made durable: the WAL
+// itself (a single server), or a raft cluster through this node.
+type Backend interface {
+	Commit(fns []func(*store.Tx) error) (errs []error, committed [][]state.Record, err error)
+	Status() (Status, error)
+}
+
+// Status is GET /v1/status.
+type Status struct {
+	Role    string `json:"role"`
+	Leader  string `json:"leader"`
+	LastSeq int64  `json:"last_seq"`
+}
+
+// Piper is a backend whose batches may be pipelined: a WAL this process
+// holds the lock of across a run of batches (see store.Pipe). A raft node
+// is not one: its leader would need a speculative state apart from the
+// applied one, so a cluster's batches go one after the other.
+type Piper interface {
+	// Pipe takes the WAL's lock for a run of batches; Unpipe ends it.
+	Pipe() (*store.Pipe, error)
+	Unpipe(*store.Pipe)
+}
+
+// Serial is a backend's batches one after the other, never pipelined
+// (serve --pipeline=false).
+type Serial struct{ Backend }
+
+// WALBackend is a single server's: one resident handle, shared by the
+// batches and the status under mu; while a pipe holds the WAL, the status
+// is the pipe's.
+type WALBackend struct {
+	mu   sync.Mutex
+	h    *store.Handle
+	url  string
+	pipe atomic.Pointer[store.Pipe]
+}
+
+// NewWALBackend decides on h; url is the server's, which its status names
+// as the leader.
+func NewWALBackend(h *store.Handle, url string) *WALBackend { return &WALBackend{h: h, url: url} }
+
+func (b *WALBackend) Commit(fns []func(*store.Tx) error) ([]error, [][]state.Record, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.h.WriteBatch(fns)
+}
+
+// Pipe takes the WAL's lock for a run of batches; the handle is the pipe's
+// until Unpipe.
+func (b *WALBackend) Pipe() (*store.Pipe, error) {
+	b.mu.Lock()
+	p, err := b.h.Pipe()
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	b.pipe.Store(p)
+	return p, nil
+}
+
+// Unpipe closes p and gives the handle back.
+func (b *WALBackend) Unpipe(p *store.Pipe) {
+	p.Close()
+	b.pipe.Store(nil)
+	b.mu.Unlock()
+}
+
+func (b *WALBackend) Status() (Status, error) {
+	if p := b.pipe.Load(); p != nil { // the WAL is the pipe's: its durable end is the last record
+		return Status{Role: "single", Leader: b.url, LastSeq: p.LastSeq()}, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var last int64
+	err := b.h.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil })
+	return Status{Role: "single", Leader: b.url, LastSeq: last}, err
+}
+
+// NodeBackend is a raft node's: the leader decides and proposes.
+type NodeBackend struct{ Node *cluster.Node }
+
+func (b NodeBackend) Commit(fns []func(*store.Tx) error) ([]error, [][]state.Record, error) {
+	return b.Node.Commit(fns)
+}
+
+func (b NodeBackend) Status() (Status, error) {
+	last, err := b.Node.LastSeq()
+	return Status{Role: b.Node.Role(), Leader: b.Node.Leader(), LastSeq: last}, err
+}
+
+// Batcher decides operations in batches (group commit): the requests that
+// arrive together are decided one after the other in arrival order, each
+// against the state that includes the earlier ones, their records appended
+// in one write with one fsync, and only then answered.
+type Batcher struct {
+	back  Backend
+	queue chan *pending
+	max   int
+	done  chan struct{}
+	// mu guards stopped: a request queues under the read lock, and Stop
+	// closes the queue under the write lock, so that no request is ever
+	// sent on the closed queue (a request still under way when a server
+	// stops, past Shutdown's patience, is refused instead).
+	mu      sync.RWMutex
+	stopped bool
+	// received counts the requests ever handed to the batcher.
+	received atomic.Int64
+	// again holds the requests of batches decided but not kept (an
+	// earlier batch's fsync failed), to be decided again first.
+	againMu sync.Mutex
+	again   []*pending
+	// wrote is signalled (without blocking) after each batch written.
+	wrote chan struct{}
+	// observe, if set, hears each batch's size and how long it took from
+	// its write to its records being durable.
+	observe func(size int, durable time.Duration)
+}
+
+type pending struct {
+	decide func(tx *store.Tx) error
+	// exclusive, when set instead of decide, runs alone between two
+	// batches, with nothing in flight and the WAL's lock let go (Exclusive).
+	exclusive func() error
+	committed []state.Record
+	err       error
+	done      chan struct{}
+}
+
+// NewBatcher starts a batcher of at most max requests a batch on back; Stop
+// ends it. observe, if set, hears each batch's size and how long it took
+// from its write to its records being durable.
+func NewBatcher(back Backend, max int, observe func(size int, durable time.Duration)) *Batcher {
+	b := &Batcher{back: back, queue: make(chan *pending, 4096), max: max, done: make(chan struct{}), wrote: make(chan struct{}, 1), observe: observe}
+	go func() { b.loop(); close(b.done) }()
+	return b
+}
+
+// observed tells observe of a batch written at began and durable now.
+func (b *Batcher) observed(size int, began time.Time) {
+	if b.observe != nil {
+		b.observe(size, time.Since(began))
+	}
+}
+
+// Wrote is signalled after a batch was written (a compactor looks then).
+func (b *Batcher) Wrote() <-chan struct{} { return b.wrote }
+
+func (b *Batcher) signalWrote() {
+	select {
+	case b.wrote <- struct{}{}:
+	default:
+	}
+}
+
+// Received is how many requests were ever handed to the batcher.
+func (b *Batcher) Received() int64 { return b.received.Load() }
+
+// Run queues decide for the next batch and waits until its batch is
+// durable: the records it committed, or why nothing of it was. Nothing is
+// decided for a request whose client has gone (ctx done): the check stands
+// immediately before the decision, in the batch.
+func (b *Batcher) Run(ctx context.Context, decide func(tx *store.Tx) error) ([]state.Record, error) {
+	p := &pending{decide: func(tx *store.Tx) error {
+		if ctx.Err() != nil {
+			return ErrClientGone
+		}
+		return decide(tx)
+	}, done: make(chan struct{})}
+	b.mu.RLock()
+	if b.stopped {
+		b.mu.RUnlock()
+		return nil, ErrStopping
+	}
+	b.queue <- p
+	b.mu.RUnlock()
+	b.received.Add(1)
+	<-p.done
+	return p.committed, p.err
+}
+
+// Exclusive runs fn between two batches, with nothing in flight and the
+// WAL's lock let go, so that fn may take the lock itself: a compaction's
+// last step. The requests that come meanwhile wait for it.
+func (b *Batcher) Exclusive(fn func() error) error {
+	p := &pending{exclusive: fn, done: make(chan struct{})}
+	b.mu.RLock()
+	if b.stopped {
+		b.mu.RUnlock()
+		return ErrStopping
+	}
+	b.queue <- p
+	b.mu.RUnlock()
+	<-p.done
+	return p.err
+}
+
+// Stop refuses new requests, and returns once the batches under way are
+// answered.
+func (b *Batcher) Stop() {
+	b.mu.Lock()
+	if !b.stopped {
+		b.stopped = true
+		close(b.queue)
+	}
+	b.mu.Unlock()
+	<-b.done
+}
+
+// loop takes what has queued, decides it as one batch, and answers it,
+// until the queue is closed: pipelined on a backend that can be.
+func (b *Batcher) loop() {
+	if p, ok := b.back.(Piper); ok {
+		b.pipelined(p)
+		return
+	}
+	for {
+		batch, exclusive, open := b.next(true)
+		switch {
+		case !open:
+			return
+		case exclusive != nil:
+			exclusive.err = exclusive.exclusive()
+			close(exclusive.done)
+			continue
+		}
+		fns := make([]func(*store.Tx) error, len(batch))
+		for i, p := range batch {
+			fns[i] = p.decide
+		}
+		began := time.Now()
+		errs, committed, err := b.back.Commit(fns)
+		b.observed(len(batch), began)
+		b.answer(batch, errs, committed, err)
+		b.signalWrote()
+	}
+}
+
+// inFlight is a batch decided and written in a pipe, waiting for its fsync.
+type inFlight struct {
+	written   time.Time
+	batch     []*pending
+	errs      []error
+	committed [][]state.Record
+	f         *store.Flight
+}
+
+// pipelined is loop on a WAL of its own: batch N+1 is decided (on the state
+// that includes N) and written while N's fsync runs; each batch is answered
+// once it is durable, in order. The lock is held while requests keep
+// coming, and given back when none waits, so that local writers get their
+// turn. A batch is answered once, with what became of it (store.Pipe): a
+// failed write or fsync answers the batches it took down with the failure,
+// and the pipe is closed; the requests the pipe refused before deciding
+// them are decided on a new one.
+func (b *Batcher) pipelined(back Piper) {
+	flights := make(chan inFlight, 4096)
+	var outstanding sync.WaitGroup
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		for x := range flights {
+			err := x.f.Wait()
+			b.observed(len(x.batch), x.written)
+			b.answer(x.batch, x.errs, x.committed, err)
+			outstanding.Done()
+		}
+	}()
+	var (
+		pipe *store.Pipe
+		last *store.Flight // the latest batch written in the pipe
+	)
+	closePipe := func() {
+		if pipe != nil {
+			back.Unpipe(pipe)
+			pipe, last = nil, nil
+			outstanding.Wait() // what must be decided again is queued before anything new
+		}
+	}
+	for {
+		batch, exclusive, open := b.next(pipe == nil)
+		if !open {
+			break
+		}
+		if exclusive != nil {
+			closePipe()
+			exclusive.err = exclusive.exclusive()
+			close(exclusive.done)
+			continue
+		}
+		if len(batch) == 0 && last != nil { // nothing waits yet: the next request may come while the last fsync runs
+			select {
+			case p, ok := <-b.queue:
+				if ok && p.exclusive != nil {
+					b.takeFirst([]*pending{p}) // alone, once what is in flight has settled
+				} else if ok {
+					batch = append(batch, p)
+				}
+			case <-last.Settled():
+			}
+		}
+		if len(batch) == 0 { // nothing waits and nothing is in flight: the lock goes back to local writers
+			closePipe()
+			continue
+		}
+		if pipe == nil {
+			var err error
+			if pipe, err = back.Pipe(); err != nil {
+				b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
+				continue
+			}
+		}
+		fns := make([]func(*store.Tx) error, len(batch))
+		for i, p := range batch {
+			fns[i] = p.decide
+		}
+		written := time.Now()
+		errs, committed, f, err := pipe.Batch(fns)
+		switch {
+		case errors.Is(err, store.ErrPipeStopped): // nothing of it was decided
+			closePipe()
+			b.takeFirst(batch)
+		case err != nil: // its own write failed: nothing of it was written
+			closePipe()
+			b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
+		default:
+			outstanding.Add(1)
+			flights <- inFlight{written: written, batch: batch, errs: errs, committed: committed, f: f}
+			last = f
+			b.signalWrote()
+			// A stopped pipe takes no more batches; under steady load nothing
+			// but Due would close a pipe whose Close moves tasks out of memory.
+			if pipe.Stopped() || pipe.Due() {
+				closePipe()
+			}
+		}
+	}
+	closePipe()
+	close(flights)
+	<-answered
+}
+
+// answer tells each request of a batch its outcome: err, the batch's, voids
+// every answer of it. A request the batch never decided (store.ErrNotDecided)
+// is decided again, before anything that arrived since.
+func (b *Batcher) answer(batch []*pending, errs []error, committed [][]state.Record, err error) {
+	var again []*pending
+	for i, p := range batch {
+		p.err, p.committed = errs[i], committed[i]
+		switch {
+		case err != nil:
+			p.err, p.committed = err, nil // nothing of the batch was written
+		case errors.Is(p.err, store.ErrNotDecided):
+			again = append(again, p)
+			continue
+		}
+		close(p.done)
+	}
+	b.takeFirst(again)
+}
+
+// next is take, cutting a batch before an exclusive request: that one
+// comes alone, and what was taken after it is taken first next time.
+func (b *Batcher) next(block bool) (batch []*pending, exclusive *pending, open bool) {
+	batch, open = b.take(block)
+	for i, p := range batch {
+		switch {
+		case p.exclusive == nil:
+			continue
+		case i == 0:
+			b.takeFirst(batch[1:])
+			return nil, p, open
+		}
+		b.takeFirst(batch[i:])
+		return batch[:i], nil, open
+	}
+	return batch, nil, open
+}
+
+// takeFirst puts requests back at the head of what take takes.
+func (b *Batcher) takeFirst(ps []*pending) {
+	if len(ps) == 0 {
+		return
+	}
+	b.againMu.Lock()
+	b.again = append(slices.Clone(ps), b.again...)
+	b.againMu.Unlock()
+}
+
+// take is the next batch: what waits to be decided again first, then what
+// queued, at most max. It waits for a first request when block is set;
+// else an empty batch says nothing waits. open is false once the queue is
+// closed and nothing is left.
+func (b *Batcher) take(block bool) (batch []*pending, open bool) {
+	b.againMu.Lock()
+	n := min(len(b.again), b.max)
+	batch = append(batch, b.again[:n]...)
+	b.again = b.again[n:]
+	b.againMu.Unlock()
+	if len(batch) == 0 && block {
+		p, ok := <-b.queue
+		if !ok {
+			return nil, false
+		}
+		batch = append(batch, p)
+	}
+	for len(batch) < b.max {
+		select {
+		case p, ok := <-b.queue:
+			if !ok {
+				return batch, len(batch) > 0 || !block
+			}
+			batch = append(batch, p)
+		default:
+			return batch, true
+		}
+	}
+	return batch, true
+}

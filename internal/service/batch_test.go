@@ -1,0 +1,198 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasewal/leasewal/internal/gatedfs"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/testwait"
+	"github.com/leasewal/leasewal/state"
+)
+
+// fakeBackend runs a batch's functions in order, as a WAL would, and
+// counts the batches; it blocks each batch until release is closed.
+type fakeBackend struct {
+	entered chan struct{} // a batch reached Commit
+	mu      sync.Mutex
+	batches [][]int
+	release chan struct{}
+	fail    error
+}
+
+func (b *fakeBackend) Commit(fns []func(*store.Tx) error) ([]error, [][]state.Record, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	errs, committed := make([]error, len(fns)), make([][]state.Record, len(fns))
+	var sizes []int
+	for i, fn := range fns {
+		errs[i] = fn(nil)
+		sizes = append(sizes, i)
+	}
+	b.mu.Lock()
+	b.batches = append(b.batches, sizes)
+	b.mu.Unlock()
+	return errs, committed, b.fail
+}
+
+func (b *fakeBackend) Status() (Status, error) { return Status{Role: "single"}, nil }
+
+// TestBatcher: requests that queue while a batch is under way are decided
+// together in the next one, in arrival order; a request whose client has
+// gone is not decided; a batch's write error voids every answer of it; once
+// stopped, a request is refused with ErrStopping and nothing is decided.
+func TestBatcher(t *testing.T) {
+	back := &fakeBackend{entered: make(chan struct{}, 16), release: make(chan struct{})}
+	b := NewBatcher(back, 64, nil)
+	var mu sync.Mutex
+	var order []int
+	decide := func(i int) func(*store.Tx) error {
+		return func(*store.Tx) error {
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			return nil
+		}
+	}
+	first := make(chan error, 1)
+	go func() { _, err := b.Run(context.Background(), decide(0)); first <- err }()
+	<-back.entered // the first batch is taken, and held in Commit
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	results := make(chan error, 4)
+	for i := 1; i <= 3; i++ {
+		ctx := context.Background()
+		if i == 2 {
+			ctx = gone
+		}
+		go func() { _, err := b.Run(ctx, decide(i)); results <- err }()
+		testwait.Until(t, "the request to queue before the next: in arrival order", func() bool { return b.Received() == int64(i+1) },
+			func() string { return fmt.Sprint(b.Received(), " received") })
+	}
+	close(back.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	var goneErrs int
+	for range 3 {
+		if err := <-results; errors.Is(err, ErrClientGone) {
+			goneErrs++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if goneErrs != 1 || len(order) != 3 || order[0] != 0 || order[1] != 1 || order[2] != 3 {
+		t.Fatalf("decided %v, %d gone; want 0, 1, 3 and one gone", order, goneErrs)
+	}
+	if len(back.batches) != 2 || len(back.batches[1]) != 3 {
+		t.Fatalf("batches %v; want the first alone, then the three queued behind it together", back.batches)
+	}
+	back.fail = errors.New("injected: the write failed")
+	if _, err := b.Run(context.Background(), decide(4)); !errors.Is(err, back.fail) {
+		t.Fatalf("a failed write answered %v", err)
+	}
+	b.Stop()
+	b.Stop() // a second stop is harmless
+	if _, err := b.Run(context.Background(), decide(5)); !errors.Is(err, ErrStopping) || len(order) != 4 {
+		t.Fatalf("after Stop: %v, decided %v", err, order)
+	}
+}
+
+// TestPipelinedBatcher: on a WAL, the batcher decides the next batch while
+// the last one's fsync runs; when that fsync fails, its request and every
+// request decided after it on what it wrote (a read among them) are
+// answered with the failure, rolled back, and none is decided again: the
+// WAL is cut back, and the next request decides on it as it is.
+func TestPipelinedBatcher(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	submit := func(decided chan<- string) func(tx *store.Tx) error {
+		return func(tx *store.Tx) error {
+			d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+			if err != nil {
+				return err
+			}
+			decided <- d.TaskID
+			return tx.Commit(d.Records)
+		}
+	}
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second})
+	if err := plain.Write(submit(make(chan string, 1))); err != nil { // T1: the WAL exists
+		t.Fatal(err)
+	}
+	plain.Close()
+	fsys := gatedfs.New()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, FS: fsys, Resident: true})
+	defer h.Close()
+	b := NewBatcher(NewWALBackend(h, "http://test"), 64, nil)
+	defer b.Stop()
+	firstDecided, secondDecided := make(chan string, 4), make(chan string, 4)
+	first, second := make(chan error, 1), make(chan []state.Record, 1)
+	go func() { _, err := b.Run(context.Background(), submit(firstDecided)); first <- err }()
+	if id := <-firstDecided; id != "T2" {
+		t.Fatalf("the first request created %s", id)
+	}
+	<-fsys.Syncing // the first batch's fsync runs, held
+	var secondErr error
+	go func() {
+		recs, err := b.Run(context.Background(), submit(secondDecided))
+		secondErr = err
+		second <- recs
+	}()
+	if id := <-secondDecided; id != "T3" {
+		t.Fatalf("the second request, decided while the first's fsync runs, created %s; want T3", id)
+	}
+	// A read decided now sees both, and is answered only once they are durable.
+	seen, read := make(chan int64, 2), make(chan error, 1)
+	go func() {
+		_, err := b.Run(context.Background(), func(tx *store.Tx) error { seen <- tx.State.LastSeq(); return nil })
+		read <- err
+	}()
+	if last := <-seen; last != 3 {
+		t.Fatalf("a read decided during the held fsync saw %d records; want 3", last)
+	}
+	select {
+	case err := <-read:
+		t.Fatalf("a read was answered (%v) before the records it saw were durable", err)
+	default:
+	}
+	fsys.Gated.Store(false)
+	fsys.Gate <- errors.New("injected: EIO")
+	var failed *store.AppendError
+	if err := <-first; !errors.As(err, &failed) || !failed.RolledBack {
+		t.Fatalf("the request whose fsync failed: %v", err)
+	}
+	if recs := <-second; !errors.As(secondErr, &failed) || !failed.RolledBack || len(recs) != 0 {
+		t.Fatalf("the request decided after it: %v %+v; want the failure, rolled back", secondErr, recs)
+	}
+	if err := <-read; !errors.As(err, &failed) {
+		t.Fatalf("the read that saw both: %v; want the failure", err)
+	}
+	select {
+	case id := <-secondDecided:
+		t.Fatalf("the request was decided again (%s)", id)
+	default:
+	}
+	again := make(chan string, 1)
+	if _, err := b.Run(context.Background(), submit(again)); err != nil || <-again != "T2" {
+		t.Fatalf("a request after the failure: %v; want T2, decided on the WAL cut back", err)
+	}
+	// Nothing in flight, nothing waiting: the pipe has let the WAL go, and
+	// a local writer gets its turn while the batcher runs.
+	local := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer local.Close()
+	if err := local.Write(submit(make(chan string, 1))); err != nil {
+		t.Fatalf("a local writer beside an idle server: %v", err)
+	}
+	b.Stop()
+	check := store.Open(store.Options{Path: path, LockTimeout: time.Second, Verifier: state.NewVerifier()})
+	defer check.Close()
+	var last int64
+	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 3 {
+		t.Fatalf("the WAL: %v, %d records; want the first, the one decided again and the local one", err, last)
+	}
+}

@@ -1,0 +1,282 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
+)
+
+// ErrPipeStopped refuses a batch before anything of it is decided: an
+// earlier batch's write or fsync failed, or its decisions left the state
+// unusable. The pipe must be closed; the batch may be decided on a new one.
+var ErrPipeStopped = errors.New("the pipe stopped at an earlier batch: nothing of this batch was decided")
+
+// Pipe holds the WAL's exclusive lock across a run of batches (a resident
+// server's group commit, pipelined): each batch is decided on the state that
+// includes every batch before it, written at once, and made durable by a
+// background fsync while the next is decided. A batch's Flight says when its
+// records are durable; nothing decided in a pipe may be answered before.
+// Local writers wait for the lock as for any writer: Close releases it.
+//
+// A batch is answered once, with what became of it: durable (nil), or not
+// written (its write failed and was rolled back; or the fsync that covered
+// it failed, and the file was cut back to what an earlier fsync made
+// durable). A batch that is durable is never answered as failed, and none
+// is ever decided twice. If the cut itself fails, the batches it should have
+// removed are answered with an unknown outcome and the handle writes
+// nothing more (Poisoned).
+type Pipe struct {
+	h  *Handle
+	tx *Tx
+	// flights queue the batches written, in order, to the syncer; done is
+	// closed when it has answered the last.
+	flights chan *Flight
+	done    chan struct{}
+
+	mu      sync.Mutex
+	durable wal.Position // what a Sync made durable
+	// stopped is why no batch may be decided any more (a write that
+	// failed, a state that diverged): the flights before it stand.
+	stopped error
+	// syncFailed is the failed fsync: its flights and every later one are
+	// unanswered until Close has cut the file back to durable.
+	syncFailed error
+	unanswered []*Flight
+	// counted is how many tasks memory held when Due last counted them.
+	counted int
+}
+
+// Flight is a batch in the pipe, written and waiting for its fsync.
+type Flight struct {
+	end     wal.Position // the WAL up to the batch's last record
+	err     error
+	done    chan struct{}
+	settled chan struct{} // closed once the batch is durable, or its fsync failed (then Close answers it)
+}
+
+// Settled is closed once the batch is durable, or its fsync failed (then
+// Close answers it).
+func (f *Flight) Settled() <-chan struct{} { return f.settled }
+
+// Wait returns once the batch is durable (nil), or known not to be: the
+// failure (a *wal.AppendError, rolled back or not).
+func (f *Flight) Wait() error {
+	<-f.done
+	return f.err
+}
+
+// Pipe takes the WAL's exclusive lock for a run of batches and catches up
+// with it; Close releases it.
+func (h *Handle) Pipe() (*Pipe, error) {
+	if h.closed {
+		return nil, ErrNotOpen
+	}
+	if h.poisoned != nil {
+		return nil, &PoisonedError{Cause: h.poisoned}
+	}
+	for range maxStartOvers {
+		tx, err := h.begin(wal.Write)
+		if errors.Is(err, wal.ErrReplaced) {
+			h.forget()
+			continue
+		}
+		if err != nil {
+			h.forget()
+			return nil, err
+		}
+		p := &Pipe{h: h, tx: tx, flights: make(chan *Flight, 1024), done: make(chan struct{})}
+		if tx.log != nil {
+			p.durable = tx.log.Position
+		}
+		go p.sync()
+		return p, nil
+	}
+	return nil, fmt.Errorf("the WAL %s kept being replaced while the server waited for it; retry", h.opts.Path)
+}
+
+// Batch decides fns in order, each on the state that includes the ones
+// before it and every earlier batch, writes their records in one write and
+// queues their fsync. errs[i] and committed[i] are fns[i]'s. The batch's own
+// error is ErrPipeStopped (nothing of it was decided: the pipe must be
+// closed) or its write's failure (nothing of it was written: the pipe
+// stops). A batch whose decisions left the state unusable is written up to
+// them (its later fns answer ErrNotDecided) and stops the pipe: Stopped.
+func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.Record, f *Flight, err error) {
+	if p.Stopped() {
+		return nil, nil, nil, ErrPipeStopped
+	}
+	tx := p.tx
+	errs, committed = make([]error, len(fns)), make([][]state.Record, len(fns))
+	tx.staging = true
+	err = tx.decideEach(fns, errs, committed)
+	tx.staging = false
+	staged, version := tx.staged, tx.version
+	tx.staged = nil
+	if err != nil {
+		p.stop(err)
+		return nil, nil, nil, err
+	}
+	if tx.diverged != nil {
+		p.stop(tx.diverged)
+	}
+	f = &Flight{done: make(chan struct{}), settled: make(chan struct{})}
+	switch {
+	case len(staged) == 0: // nothing to write: durable once what is before it is
+	case tx.log == nil: // a new WAL, created durably (its directory fsynced) at once
+		if err := tx.append(staged, version); err != nil {
+			p.stop(err)
+			return nil, nil, nil, err
+		}
+		p.mu.Lock()
+		p.durable = tx.log.Position
+		p.mu.Unlock()
+	default:
+		cut, err := tx.log.Write(staged, version)
+		if cut != nil {
+			p.h.warn("cut %d bytes of an unfinished append at offset %d (never acknowledged); they are kept in %s", cut.Length, cut.Offset, cut.SavedAs)
+		}
+		if err != nil {
+			p.h.poisonOn(err)
+			p.stop(err)
+			return nil, nil, nil, err
+		}
+	}
+	if tx.log != nil {
+		f.end = tx.log.Position
+	}
+	p.flights <- f
+	return errs, committed, f, nil
+}
+
+// Due reports whether Close would write a checkpoint that moves tasks out
+// of memory (refreshCheckpoint, movesDue), or one that many bytes of
+// records follow: a server under steady load closes the pipe then, since
+// it would otherwise never close it, and hold every task it decided and
+// every payload. It counts the tasks in memory at most once per 256 more
+// (it reads them all). Only the goroutine that calls Batch may call it.
+func (p *Pipe) Due() bool {
+	h, st, log := p.h, p.tx.State, p.tx.log
+	if log == nil || !h.checkpointDueAt(st, log.Position) {
+		return false
+	}
+	if log.End-h.checkpointedEnd >= h.spillBytes() {
+		return true
+	}
+	n := st.InMemoryCount()
+	if n < p.counted+archiveBatch {
+		return false
+	}
+	p.counted = n
+	archive, cold := h.movesDue(st, log.Position)
+	return archive != state.Stay || cold != state.Stay
+}
+
+// Stopped says whether the pipe takes no more batches: it must be closed.
+func (p *Pipe) Stopped() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopped != nil || p.syncFailed != nil
+}
+
+// stop takes no more batches, for err; the flights before stand.
+func (p *Pipe) stop(err error) {
+	p.mu.Lock()
+	if p.stopped == nil {
+		p.stopped = err
+	}
+	p.mu.Unlock()
+}
+
+// sync answers the flights in order: one fsync for every flight queued by
+// the time it starts (the later ones' records lie after the earlier ones'),
+// none for a flight already durable. Once an fsync has failed, its flights
+// and every later one wait for Close, which cuts the file back.
+func (p *Pipe) sync() {
+	defer close(p.done)
+	for f := range p.flights {
+		run := []*Flight{f}
+	gather:
+		for {
+			select {
+			case g, ok := <-p.flights:
+				if !ok {
+					break gather
+				}
+				run = append(run, g)
+			default:
+				break gather
+			}
+		}
+		end := run[len(run)-1].end
+		p.mu.Lock()
+		failed, durable := p.syncFailed, p.durable
+		p.mu.Unlock()
+		if failed == nil && end.Count > durable.Count {
+			err := p.tx.log.Sync()
+			p.mu.Lock()
+			if err != nil {
+				p.syncFailed = err
+			} else {
+				p.durable = end
+			}
+			failed = p.syncFailed
+			p.mu.Unlock()
+		}
+		if failed != nil {
+			p.mu.Lock()
+			p.unanswered = append(p.unanswered, run...)
+			p.mu.Unlock()
+		}
+		for _, g := range run {
+			close(g.settled)
+			if failed == nil {
+				close(g.done)
+			}
+		}
+	}
+}
+
+// Close waits for the flights, and releases the lock. After every batch
+// was made durable, the handle keeps the state and refreshes the
+// checkpoint, unless the pipe stopped (then the state, which ran ahead of
+// the file or is unusable, is forgotten). After a failed fsync, the file is
+// cut back to what was durable, the handle forgets its state, and the
+// batches that fsync covered and every later one are answered with the
+// failure: rolled back, or, when the cut failed too, an unknown outcome,
+// and the handle refuses to write until the process starts again.
+func (p *Pipe) Close() {
+	close(p.flights)
+	<-p.done
+	defer p.tx.end()
+	p.mu.Lock()
+	stopped, failed := p.stopped, p.syncFailed
+	p.mu.Unlock()
+	switch {
+	case failed == nil && stopped == nil:
+		if p.tx.log != nil {
+			p.h.pos = p.tx.log.Position
+			p.h.refreshCheckpoint(p.tx)
+		}
+		return
+	case failed == nil:
+		p.h.forget()
+		return
+	}
+	cut := p.tx.log.Abandon(p.durable, failed)
+	p.h.poisonOn(cut)
+	p.h.forget()
+	for _, f := range p.unanswered {
+		f.err = cut
+		close(f.done)
+	}
+}
+
+// LastSeq is the last record made durable through the pipe.
+func (p *Pipe) LastSeq() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int64(p.durable.Count)
+}

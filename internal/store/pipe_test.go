@@ -1,0 +1,204 @@
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/leasewal/leasewal/internal/gatedfs"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
+)
+
+// leaseOne and addOne are a batch's decisions: lease the next task to W,
+// submit a task.
+func leaseOne(leased *[]string) func(tx *store.Tx) error {
+	return func(tx *store.Tx) error {
+		d, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute}, tx.Now)
+		if err != nil {
+			return err
+		}
+		*leased = append(*leased, d.TaskID)
+		return tx.Commit(d.Records)
+	}
+}
+
+func addOne(tx *store.Tx) error {
+	d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+	if err != nil {
+		return err
+	}
+	return tx.Commit(d.Records)
+}
+
+// TestPipe: in a pipe, a batch is decided on the state that includes the
+// batches before it while their fsync has not returned; each flight ends
+// once its batch is durable; the WAL stays locked until the pipe closes,
+// and then holds every batch.
+func TestPipe(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	submit(t, plain, "first") // T1
+	fsys := gatedfs.New()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
+	defer h.Close()
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leased []string
+	_, committed, first, err := p.Batch([]func(*store.Tx) error{leaseOne(&leased), addOne})
+	if err != nil || len(committed[0]) != 1 || len(committed[1]) != 1 {
+		t.Fatalf("the first batch: %v %v", err, committed)
+	}
+	<-fsys.Syncing // its fsync is under way, and held
+	_, _, second, err := p.Batch([]func(*store.Tx) error{leaseOne(&leased)})
+	if err != nil || len(leased) != 2 || leased[1] != "T2" {
+		t.Fatalf("the second batch, decided while the first's fsync runs: %v, leased %v (want T1, then the T2 the first created)", err, leased)
+	}
+	select {
+	case <-first.Settled():
+		t.Fatal("the first batch settled before its fsync returned")
+	default:
+	}
+	var locked *store.LockTimeoutError
+	if err := store.Open(store.Options{Path: path, LockTimeout: 10 * time.Millisecond}).Read(func(*store.Tx) error { return nil }); !errors.As(err, &locked) {
+		t.Fatalf("a reader while the pipe holds the WAL: %v, want a lock timeout", err)
+	}
+	fsys.Gate <- nil // the first fsync returns
+	if err := first.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Gated.Store(false)
+	select {
+	case <-fsys.Syncing: // the second's, begun before the gate opened
+		fsys.Gate <- nil
+	case <-second.Settled():
+	}
+	if err := second.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	submit(t, plain, "after") // a local writer gets the lock back
+	plain.Close()
+	var last int64
+	check := store.Open(store.Options{Path: path, LockTimeout: time.Second, Verifier: state.NewVerifier()})
+	defer check.Close()
+	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 5 {
+		t.Fatalf("the WAL after the pipe: %v, %d records, want 5", err, last)
+	}
+}
+
+// TestPipeFsyncFails: when a batch's fsync fails, closing the pipe cuts the
+// WAL back to what was durable before it, and the batch and every batch
+// written after it are answered with the failure, rolled back: none of
+// their records is left, none is decided again, and the handle decides on
+// the WAL as it is. The pipe takes no batch after the failure
+// (ErrPipeStopped: nothing of it decided).
+func TestPipeFsyncFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	submit(t, plain, "first") // T1
+	plain.Close()
+	before, _ := os.ReadFile(path)
+	fsys := gatedfs.New()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
+	defer h.Close()
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, first, err := p.Batch([]func(*store.Tx) error{addOne})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-fsys.Syncing
+	_, _, second, err := p.Batch([]func(*store.Tx) error{addOne})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.Gated.Store(false) // the rollback's own fsync goes through
+	fsys.Gate <- errors.New("injected: EIO")
+	<-second.Settled()
+	if _, _, _, err := p.Batch([]func(*store.Tx) error{addOne}); !errors.Is(err, store.ErrPipeStopped) || !p.Stopped() {
+		t.Fatalf("a batch after the failed fsync: %v, want ErrPipeStopped", err)
+	}
+	p.Close()
+	for name, f := range map[string]*store.Flight{"the batch whose fsync failed": first, "the batch written after it": second} {
+		var failed *store.AppendError
+		if err := f.Wait(); !errors.As(err, &failed) || !failed.RolledBack {
+			t.Fatalf("%s: %v, want a rolled-back append error", name, err)
+		}
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatalf("the WAL was not cut back:\n%s\nwant\n%s", after, before)
+	}
+	submit(t, h, "again") // decided on the WAL as it is: T2, seq 2
+	var last int64
+	if err := h.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 2 {
+		t.Fatalf("after the failure: %v, %d records, want 2", err, last)
+	}
+}
+
+// TestAPipeSaysWhenToMoveOut: a server under steady load never finds its
+// pipe idle, so it closes it when Due says the checkpoint Close writes would
+// move tasks out of memory; without that, it held every task it decided.
+// Due comes once a batch's worth waits (not before, not again at once), and
+// after each Close the handle holds less than two batches.
+func TestAPipeSaysWhenToMoveOut(t *testing.T) {
+	const batch = 300 // SpillAfter: what a resident handle lets wait for a run
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), Resident: true, SpillAfter: batch})
+	defer h.Close()
+	fns := make([]func(*store.Tx) error, 50)
+	for i := range fns {
+		fns[i] = addOne
+	}
+	inMemory := func() (n int) {
+		if err := h.Read(func(tx *store.Tx) error { n = tx.State.InMemoryCount(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	closes, batches := 0, 0
+	for closes < 4 {
+		p, err := h.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, _, f, err := p.Batch(fns)
+			if err == nil {
+				err = f.Wait()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if batches++; batches > 1000 {
+				t.Fatal("1000 batches of 50 submits and the pipe never said it was due")
+			}
+			if p.Due() {
+				break
+			}
+		}
+		p.Close()
+		closes++
+		if n := inMemory(); n >= 2*batch {
+			t.Fatalf("after the pipe's close %d: %d tasks in memory (a batch is %d)", closes, n, batch)
+		}
+	}
+	if total := batches * len(fns); total < 4*batch {
+		t.Fatalf("the pipe was due %d times in %d submits: before a batch waited", closes, total)
+	}
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, _, _, err := p.Batch(fns); err != nil || p.Due() {
+		t.Fatalf("due again at once after a close (%v)", err)
+	}
+}

@@ -1,0 +1,84 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/testwait"
+)
+
+// TestWaitersShareOneInotify: fifty waiters on a WAL hold one inotify
+// instance between them, an append wakes every one, and the instance is
+// closed with the last of them.
+func TestWaitersShareOneInotify(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer h.Close()
+	before := testwait.InotifyCount(os.Getpid())
+	var watchers []*store.Watcher
+	for range 50 {
+		w, err := h.Watch()
+		if err != nil {
+			t.Fatal(err)
+		}
+		watchers = append(watchers, w)
+	}
+	if got := testwait.InotifyCount(os.Getpid()) - before; got != 1 {
+		t.Fatalf("50 waiters hold %d inotify instances, want 1", got)
+	}
+	submit(t, h, "p")
+	var wg sync.WaitGroup
+	for _, w := range watchers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if changed, err := w.Wait(time.Now().Add(testwait.HangGuard)); !changed || err != nil {
+				t.Errorf("a waiter was not woken by the append: %v %v", changed, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, w := range watchers {
+		w.Close()
+	}
+	testwait.Until(t, "the instance to close with the last waiter", func() bool { return testwait.InotifyCount(os.Getpid()) == before },
+		func() string {
+			return fmt.Sprint(testwait.InotifyCount(os.Getpid()), " instances, ", before, " before")
+		})
+}
+
+// TestWatchFallsBackToPolling: where inotify cannot be had, a waiter looks
+// at the WAL instead, says so once, and is still woken by an append and by
+// Interrupt.
+func TestWatchFallsBackToPolling(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	var warnings []string
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Warn: func(m string) { warnings = append(warnings, m) }})
+	defer h.Close()
+	w, err := h.WatchWithoutInotify()
+	if err != nil {
+		t.Fatalf("no inotify is an error: %v", err)
+	}
+	defer w.Close()
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "looking at it every") {
+		t.Fatalf("warnings: %q", warnings)
+	}
+	if changed, _ := w.Wait(time.Now().Add(2 * store.PollEvery)); changed {
+		t.Fatal("woken with nothing appended")
+	}
+	submit(t, h, "p")
+	if changed, err := w.Wait(time.Now().Add(testwait.HangGuard)); !changed || err != nil {
+		t.Fatalf("the append was not seen: %v %v", changed, err)
+	}
+	w.Interrupt()
+	if _, err := w.Wait(time.Time{}); !errors.Is(err, store.ErrInterrupted) {
+		t.Fatalf("Interrupt: %v", err)
+	}
+}
