@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/leasewal/leasewal/state"
 )
 
 // The exit codes: every command exits with one of these, and every answer
@@ -31,6 +29,37 @@ const (
 	ExitAnswerLost  = 8
 	ExitWaitedOut   = 9
 	ExitUnknownSent = 10
+)
+
+// Outcome is an answer's result (its JSON "result").
+type Outcome string
+
+// The outcomes of the answers.
+const (
+	ResultAck         Outcome = "ACK"
+	ResultLeased      Outcome = "LEASED"
+	ResultEmpty       Outcome = "EMPTY"
+	ResultExtended    Outcome = "EXTENDED"
+	ResultCancelled   Outcome = "CANCELLED"
+	ResultCommitted   Outcome = "COMMITTED"
+	ResultRetry       Outcome = "RETRY"
+	ResultFailed      Outcome = "FAILED"
+	ResultOK          Outcome = "OK"
+	ResultReleased    Outcome = "RELEASED"
+	ResultTimeout     Outcome = "TIMEOUT"
+	ResultUnreachable Outcome = "UNREACHABLE"
+	ResultInterrupted Outcome = "INTERRUPTED"
+	// A work lease's outcomes.
+	ResultAcquired         Outcome = "ACQUIRED"
+	ResultAlreadyAcquired  Outcome = "ALREADY_ACQUIRED"
+	ResultEnqueued         Outcome = "ENQUEUED"
+	ResultAlreadyProcessed Outcome = "ALREADY_PROCESSED"
+	ResultAlreadyFailed    Outcome = "ALREADY_FAILED"
+	ResultNoBacklog        Outcome = "NO_BACKLOG"
+	ResultNextHint         Outcome = "NEXT_HINT"
+	ResultRetryScheduled   Outcome = "RETRY_SCHEDULED"
+	ResultGiveUpNoBacklog  Outcome = "GIVE_UP_NO_BACKLOG"
+	ResultGiveUpNextHint   Outcome = "GIVE_UP_NEXT_HINT"
 )
 
 // SubmitRequest creates a task (submit).
@@ -158,10 +187,10 @@ type QueueLimitRequest struct {
 // QueueLimit is a queue's limit set or lifted (OK), or found as asked
 // already (Duplicate).
 type QueueLimit struct {
-	Result    state.Outcome `json:"result"`
-	Queue     string        `json:"queue"`
-	Limit     *int          `json:"limit"` // null: none
-	Duplicate bool          `json:"duplicate"`
+	Result    Outcome `json:"result"`
+	Queue     string  `json:"queue"`
+	Limit     *int    `json:"limit"` // null: none
+	Duplicate bool    `json:"duplicate"`
 }
 
 // PauseRequest pauses a queue (pause): it leases nothing, and its tasks'
@@ -191,14 +220,14 @@ type PausedQueue struct {
 // Paused answers a pause (OK): the queue's pause as it stands, a
 // Duplicate when the queue was paused already.
 type Paused struct {
-	Result state.Outcome `json:"result"`
+	Result Outcome `json:"result"`
 	PausedQueue
 	Duplicate bool `json:"duplicate"`
 }
 
 // Resumed answers a resume (OK): the pause that ended.
 type Resumed struct {
-	Result state.Outcome `json:"result"`
+	Result Outcome `json:"result"`
 	PausedQueue
 	ResumedAt string `json:"resumed_at"`
 }
@@ -245,22 +274,22 @@ type Schedule struct {
 // ScheduleAdded answers a schedule add (OK), a Duplicate when the same
 // schedule exists.
 type ScheduleAdded struct {
-	Result state.Outcome `json:"result"`
+	Result Outcome `json:"result"`
 	Schedule
 	Duplicate bool `json:"duplicate"`
 }
 
 // ScheduleRemoved answers a schedule rm (OK).
 type ScheduleRemoved struct {
-	Result state.Outcome `json:"result"`
-	Name   string        `json:"name"`
+	Result Outcome `json:"result"`
+	Name   string  `json:"name"`
 }
 
 // Schedules lists every schedule (OK), by name.
 type Schedules struct {
-	Result    state.Outcome `json:"result"`
-	At        string        `json:"at"`
-	Schedules []Schedule    `json:"schedules"`
+	Result    Outcome    `json:"result"`
+	At        string     `json:"at"`
+	Schedules []Schedule `json:"schedules"`
 }
 
 // RequeueRequest runs a FAILED or DEAD task again, as a new task (requeue);
@@ -279,40 +308,40 @@ type WhyRequest struct {
 // Ack is the answer of a submit (or a requeue): the task it created, or
 // the one its request id created before (Duplicate).
 type Ack struct {
-	Result       state.Outcome `json:"result"`
-	TaskID       string        `json:"task_id"`
-	RequestID    string        `json:"request_id"`
-	Duplicate    bool          `json:"duplicate"`
-	Queue        string        `json:"queue"`
-	Priority     int           `json:"priority"`
-	AvailableAt  string        `json:"available_at"`
-	Deadline     string        `json:"deadline"`
-	RequeuedFrom string        `json:"requeued_from,omitempty"`
-	Window       string        `json:"window"` // the execution window, such as 5m0s
-	MaxAttempts  int           `json:"max_attempts"`
+	Result       Outcome `json:"result"`
+	TaskID       string  `json:"task_id"`
+	RequestID    string  `json:"request_id"`
+	Duplicate    bool    `json:"duplicate"`
+	Queue        string  `json:"queue"`
+	Priority     int     `json:"priority"`
+	AvailableAt  string  `json:"available_at"`
+	Deadline     string  `json:"deadline"`
+	RequeuedFrom string  `json:"requeued_from,omitempty"`
+	Window       string  `json:"window"` // the execution window, such as 5m0s
+	MaxAttempts  int     `json:"max_attempts"`
 }
 
 // Lease is a lease granted (LEASED).
 type Lease struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	LeaseID   string        `json:"lease_id"`
-	WorkerID  string        `json:"worker_id"`
-	Attempt   int           `json:"attempt"`
-	Expiry    string        `json:"expiry"`
-	Deadline  string        `json:"deadline"` // the task's: its window closes then, whatever the lease
-	Payload   string        `json:"payload"`
-	Duplicate bool          `json:"duplicate"`
+	Result    Outcome `json:"result"`
+	TaskID    string  `json:"task_id"`
+	LeaseID   string  `json:"lease_id"`
+	WorkerID  string  `json:"worker_id"`
+	Attempt   int     `json:"attempt"`
+	Expiry    string  `json:"expiry"`
+	Deadline  string  `json:"deadline"` // the task's: its window closes then, whatever the lease
+	Payload   string  `json:"payload"`
+	Duplicate bool    `json:"duplicate"`
 }
 
 // Empty is a lease that found no task (EMPTY, exit 4). The Go client
 // returns it as the error of Lease.
 type Empty struct {
-	Result         state.Outcome `json:"result"`
-	TaskID         string        `json:"task_id,omitempty"`
-	Reason         string        `json:"reason"`
-	NextEligibleAt *string       `json:"next_eligible_at"` // when a task becomes eligible, if known
-	Live           int           `json:"live"`             // tasks not yet ended
+	Result         Outcome `json:"result"`
+	TaskID         string  `json:"task_id,omitempty"`
+	Reason         string  `json:"reason"`
+	NextEligibleAt *string `json:"next_eligible_at"` // when a task becomes eligible, if known
+	Live           int     `json:"live"`             // tasks not yet ended
 }
 
 func (e *Empty) Error() string { return "EMPTY: " + e.Reason }
@@ -321,11 +350,11 @@ func (e *Empty) Error() string { return "EMPTY: " + e.Reason }
 // more (CANCELLED, exit 3): what it reported was recorded as cancelled. The
 // Go client returns it as the error of Extend, Complete and Fail.
 type Cancelled struct {
-	Result  state.Outcome `json:"result"`
-	TaskID  string        `json:"task_id"`
-	LeaseID string        `json:"lease_id"`
-	Reason  string        `json:"reason"`
-	Next    *Next         `json:"next,omitempty"` // a completion's that asked for it
+	Result  Outcome `json:"result"`
+	TaskID  string  `json:"task_id"`
+	LeaseID string  `json:"lease_id"`
+	Reason  string  `json:"reason"`
+	Next    *Next   `json:"next,omitempty"` // a completion's that asked for it
 }
 
 func (e *Cancelled) Error() string {
@@ -334,43 +363,43 @@ func (e *Cancelled) Error() string {
 
 // Extended is a lease extended (EXTENDED).
 type Extended struct {
-	Result  state.Outcome `json:"result"`
-	TaskID  string        `json:"task_id"`
-	LeaseID string        `json:"lease_id"`
-	Expiry  string        `json:"expiry"`
+	Result  Outcome `json:"result"`
+	TaskID  string  `json:"task_id"`
+	LeaseID string  `json:"lease_id"`
+	Expiry  string  `json:"expiry"`
 }
 
 // Committed is a task completed (COMMITTED).
 type Committed struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	LeaseID   string        `json:"lease_id"`
-	Duplicate bool          `json:"duplicate"`
-	Next      *Next         `json:"next,omitempty"` // when the request asked for it
+	Result    Outcome `json:"result"`
+	TaskID    string  `json:"task_id"`
+	LeaseID   string  `json:"lease_id"`
+	Duplicate bool    `json:"duplicate"`
+	Next      *Next   `json:"next,omitempty"` // when the request asked for it
 }
 
 // Failed is a failed attempt recorded (RETRY: the task waits for another
 // attempt; FAILED: it has none left).
 type Failed struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	LeaseID   string        `json:"lease_id"`
-	State     string        `json:"state"`
-	Attempt   int           `json:"attempt"`
-	NotBefore string        `json:"not_before,omitempty"`
-	Duplicate bool          `json:"duplicate"`
+	Result    Outcome `json:"result"`
+	TaskID    string  `json:"task_id"`
+	LeaseID   string  `json:"lease_id"`
+	State     string  `json:"state"`
+	Attempt   int     `json:"attempt"`
+	NotBefore string  `json:"not_before,omitempty"`
+	Duplicate bool    `json:"duplicate"`
 }
 
 // Released is the answer to a release: the task is WAITING from NotBefore,
 // with Attempt attempts counted so far.
 type Released struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	LeaseID   string        `json:"lease_id"`
-	State     string        `json:"state"`
-	Attempt   int           `json:"attempt"`
-	NotBefore string        `json:"not_before"`
-	Duplicate bool          `json:"duplicate"`
+	Result    Outcome `json:"result"`
+	TaskID    string  `json:"task_id"`
+	LeaseID   string  `json:"lease_id"`
+	State     string  `json:"state"`
+	Attempt   int     `json:"attempt"`
+	NotBefore string  `json:"not_before"`
+	Duplicate bool    `json:"duplicate"`
 }
 
 // HeldLease is a lease a worker holds.
@@ -382,10 +411,10 @@ type HeldLease struct {
 
 // Heartbeat is a heartbeat noted (OK), with the leases the worker holds.
 type Heartbeat struct {
-	Result   state.Outcome `json:"result"`
-	WorkerID string        `json:"worker_id"`
-	At       string        `json:"at"`
-	Leases   []HeldLease   `json:"leases"`
+	Result   Outcome     `json:"result"`
+	WorkerID string      `json:"worker_id"`
+	At       string      `json:"at"`
+	Leases   []HeldLease `json:"leases"`
 }
 
 // Transition is a record expire wrote: a lease that lapsed, a task whose
@@ -400,28 +429,28 @@ type Transition struct {
 
 // Expired is expire's answer (OK): what it wrote, perhaps nothing.
 type Expired struct {
-	Result      state.Outcome `json:"result"`
-	Transitions []Transition  `json:"transitions"`
+	Result      Outcome      `json:"result"`
+	Transitions []Transition `json:"transitions"`
 }
 
 // Aborted is a task aborted (OK), or found aborted already (Duplicate).
 type Aborted struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	State     string        `json:"state"`
-	Reason    string        `json:"reason"`
-	LeaseID   *string       `json:"lease_id"` // the lease that stopped counting, if any
-	Duplicate bool          `json:"duplicate"`
+	Result    Outcome `json:"result"`
+	TaskID    string  `json:"task_id"`
+	State     string  `json:"state"`
+	Reason    string  `json:"reason"`
+	LeaseID   *string `json:"lease_id"` // the lease that stopped counting, if any
+	Duplicate bool    `json:"duplicate"`
 }
 
 // Redacted is a task's payload redacted (OK), or found redacted already
 // (Duplicate, with the first reason).
 type Redacted struct {
-	Result    state.Outcome `json:"result"`
-	TaskID    string        `json:"task_id"`
-	State     string        `json:"state"`
-	Reason    string        `json:"reason"`
-	Duplicate bool          `json:"duplicate"`
+	Result    Outcome `json:"result"`
+	TaskID    string  `json:"task_id"`
+	State     string  `json:"state"`
+	Reason    string  `json:"reason"`
+	Duplicate bool    `json:"duplicate"`
 }
 
 // StatsRequest asks for the figures an operator watches (stats, GET
@@ -437,7 +466,7 @@ type StatsRequest struct {
 // are summed in Others (no queue's name can be taken for it), so that a
 // monitoring system's series stay bounded.
 type Stats struct {
-	Result  state.Outcome    `json:"result"`
+	Result  Outcome          `json:"result"`
 	At      string           `json:"at"`
 	LastSeq int64            `json:"last_seq"`
 	Queues  []QueueStats     `json:"queues"`
@@ -473,16 +502,16 @@ type QueueStats struct {
 
 // Why says why a task is where it is (OK): in a sentence, and in fields.
 type Why struct {
-	Result     state.Outcome `json:"result"`
-	TaskID     string        `json:"task_id"`
-	State      string        `json:"state"`
-	Eligible   bool          `json:"eligible"`
-	EligibleAt *string       `json:"eligible_at"`
-	Ahead      int           `json:"ahead"`   // tasks a lease would take first
-	Because    string        `json:"because"` // a word: eligible, delayed, leased, …
-	Queue      string        `json:"queue"`
-	Priority   int           `json:"priority"`
-	Sentence   string        `json:"sentence"`
+	Result     Outcome `json:"result"`
+	TaskID     string  `json:"task_id"`
+	State      string  `json:"state"`
+	Eligible   bool    `json:"eligible"`
+	EligibleAt *string `json:"eligible_at"`
+	Ahead      int     `json:"ahead"`   // tasks a lease would take first
+	Because    string  `json:"because"` // a word: eligible, delayed, leased, …
+	Queue      string  `json:"queue"`
+	Priority   int     `json:"priority"`
+	Sentence   string  `json:"sentence"`
 }
 
 // Error is a refusal or a failure: what the command line prints as JSON on
@@ -604,9 +633,49 @@ type Task struct {
 }
 
 // Record is a WAL record as log and inspect show it: every field of the
-// record, its times as RFC 3339 instead of unix milliseconds.
+// record (docs/wal-format.md), its times as RFC 3339 instead of unix
+// milliseconds.
 type Record struct {
-	state.Record
+	ChainFrom    string       `json:"chain_from,omitempty"`
+	Seq          int64        `json:"seq"`
+	Type         string       `json:"type"`
+	Actor        string       `json:"actor,omitempty"`
+	TaskID       string       `json:"task_id,omitempty"`
+	Payload      string       `json:"payload,omitempty"`
+	Window       string       `json:"window,omitempty"`
+	RetryPolicy  *RetryPolicy `json:"retry_policy,omitempty"`
+	RequestID    string       `json:"request_id,omitempty"`
+	LeaseID      string       `json:"lease_id,omitempty"`
+	WorkerID     string       `json:"worker_id,omitempty"`
+	Attempt      int          `json:"attempt,omitempty"`
+	Reason       string       `json:"reason,omitempty"`
+	Permanent    bool         `json:"permanent,omitempty"`
+	Queue        string       `json:"queue,omitempty"`
+	Priority     *int         `json:"priority,omitempty"`
+	RequeuedFrom string       `json:"requeued_from,omitempty"`
+	Domain       string       `json:"domain,omitempty"`
+	Offset       *int64       `json:"offset,omitempty"`
+	Token        string       `json:"token,omitempty"`
+	RetryCount   int          `json:"retry_count,omitempty"`
+	Outcome      string       `json:"outcome,omitempty"`
+	Hint         *int64       `json:"hint,omitempty"`
+	MaxRetries   *int         `json:"max_retries,omitempty"`
+	Result       string       `json:"result,omitempty"`
+	Limit        *int         `json:"limit,omitempty"`
+	Schedule     string       `json:"schedule,omitempty"`
+	Every        string       `json:"every,omitempty"`
+	Cron         string       `json:"cron,omitempty"`
+	TZ           string       `json:"tz,omitempty"`
+	CatchUp      string       `json:"catch_up,omitempty"`
+	Parts        int          `json:"parts,omitempty"`
+	KeptFrom     *int64       `json:"kept_from,omitempty"`
+	History      string       `json:"history,omitempty"`
+	Cut          bool         `json:"cut,omitempty"`
+	Part         int          `json:"part,omitempty"`
+	Data         string       `json:"data,omitempty"`
+	Digest       string       `json:"digest,omitempty"`
+	Hash         string       `json:"hash,omitempty"`
+
 	At         string `json:"at"`
 	Expiry     string `json:"expiry,omitempty"`
 	AcquiredAt string `json:"acquired_at,omitempty"`
@@ -615,9 +684,19 @@ type Record struct {
 	Slot       string `json:"slot,omitempty"`
 }
 
+// RetryPolicy is a task's retry policy as a record holds it.
+type RetryPolicy struct {
+	MaxAttempts int    `json:"max_attempts"`
+	Backoff     string `json:"backoff"`
+	BackoffMax  string `json:"backoff_max"`
+}
+
+// AtMs is the record's time in unix milliseconds.
+func (r Record) AtMs() int64 { return ParseTime(r.At) }
+
 // Inspect is inspect's answer (OK): the tasks shown, counted by state.
 type Inspect struct {
-	Result  state.Outcome   `json:"result"`
+	Result  Outcome         `json:"result"`
 	At      string          `json:"at"`
 	Counts  map[string]int  `json:"counts"`
 	Summary *InspectSummary `json:"summary,omitempty"` // when every task is listed
@@ -646,13 +725,13 @@ type OldestWaiting struct {
 // Wait is wait's answer: OK, TIMEOUT or UNREACHABLE (exit 9), INTERRUPTED,
 // with each task as inspect shows it.
 type Wait struct {
-	Result state.Outcome `json:"result"`
-	Tasks  []Task        `json:"tasks"`
-	At     string        `json:"at"` // when it last looked
+	Result Outcome `json:"result"`
+	Tasks  []Task  `json:"tasks"`
+	At     string  `json:"at"` // when it last looked
 }
 
 // Outcome is the wait's result, which picks its exit code.
-func (w Wait) Outcome() state.Outcome { return w.Result }
+func (w Wait) Outcome() Outcome { return w.Result }
 
 // Worker is a worker in the soft registry, with the leases it holds.
 type Worker struct {
@@ -664,23 +743,23 @@ type Worker struct {
 
 // Workers is inspect --workers' answer (OK).
 type Workers struct {
-	Result  state.Outcome `json:"result"`
-	At      string        `json:"at"`
-	Note    string        `json:"note"`
-	Workers []Worker      `json:"workers"`
+	Result  Outcome  `json:"result"`
+	At      string   `json:"at"`
+	Note    string   `json:"note"`
+	Workers []Worker `json:"workers"`
 }
 
 // Work is the answer of worklease acquire, succeed and fail; for succeed
 // and fail, Offset is the backlog's head (a hint) and the finished offset is
 // Processed or Failed.
 type Work struct {
-	Result     state.Outcome `json:"result"`
-	Domain     string        `json:"domain"`
-	Offset     *int64        `json:"offset,omitempty"`
-	Token      string        `json:"token,omitempty"`
-	RetryCount int           `json:"retry_count,omitempty"`
-	Processed  *int64        `json:"processed,omitempty"`
-	Failed     *int64        `json:"failed,omitempty"`
+	Result     Outcome `json:"result"`
+	Domain     string  `json:"domain"`
+	Offset     *int64  `json:"offset,omitempty"`
+	Token      string  `json:"token,omitempty"`
+	RetryCount int     `json:"retry_count,omitempty"`
+	Processed  *int64  `json:"processed,omitempty"`
+	Failed     *int64  `json:"failed,omitempty"`
 }
 
 // WorkLease is a domain's in-flight offset.
@@ -703,8 +782,8 @@ type Domain struct {
 
 // WorkInspect is worklease inspect's answer (OK).
 type WorkInspect struct {
-	Result  state.Outcome `json:"result"`
-	Domains []Domain      `json:"domains"`
+	Result  Outcome  `json:"result"`
+	Domains []Domain `json:"domains"`
 }
 
 // timeLayout is how every time of the API is written: RFC 3339 in UTC,
@@ -722,21 +801,4 @@ func ParseTime(text string) int64 {
 		return 0
 	}
 	return t.UnixMilli()
-}
-
-// UnmarshalJSON reads a record as the API writes it: its times, written
-// out, are the embedded record's unix milliseconds again.
-func (r *Record) UnmarshalJSON(b []byte) error {
-	type plain Record // without this method
-	var v plain
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*r = Record(v)
-	r.Record.At, r.Record.Expiry, r.Record.AcquiredAt = ParseTime(r.At), ParseTime(r.Expiry), ParseTime(r.AcquiredAt)
-	if r.NotBefore != "" {
-		ms := ParseTime(r.NotBefore)
-		r.Record.NotBefore = &ms
-	}
-	return nil
 }

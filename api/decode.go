@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasewal/leasewal/internal/limits"
-	"github.com/leasewal/leasewal/state"
 )
 
 // DecodeStrict decodes one JSON object into v: keys are matched exactly
@@ -337,14 +336,4 @@ func BatchParts(reqs []SubmitRequest) ([][2]int, error) {
 		parts = append(parts, [2]int{from, len(reqs)})
 	}
 	return parts, nil
-}
-
-// BatchRefusal names the line of a batch's refused task: lines[i] is the
-// line of the batch's i-th task.
-func BatchRefusal(err error, lines []int) error {
-	var refused *state.BatchError
-	if errors.As(err, &refused) && refused.Index < len(lines) {
-		return fmt.Errorf("batch line %d: %w; nothing of the batch was written", lines[refused.Index], refused.Err)
-	}
-	return err
 }

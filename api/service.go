@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-
-	"github.com/leasewal/leasewal/state"
 )
 
 // Service is every operation of leasewal, whichever side decides it: the
@@ -92,22 +90,22 @@ type LogEnd struct {
 // OutcomeOf is an answer's result where it picks an exit code of its own
 // (a wait's TIMEOUT or UNREACHABLE), else OK: every other answer exits 0,
 // and EMPTY and CANCELLED are errors of their own.
-func OutcomeOf(answer any) state.Outcome {
-	if r, ok := answer.(interface{ Outcome() state.Outcome }); ok {
+func OutcomeOf(answer any) Outcome {
+	if r, ok := answer.(interface{ Outcome() Outcome }); ok {
 		return r.Outcome()
 	}
-	return state.ResultOK
+	return ResultOK
 }
 
 // OutcomeExit is the exit code of each answer that is not an error: EMPTY
 // 4, CANCELLED 3, a wait's TIMEOUT or UNREACHABLE 9, every other 0.
-func OutcomeExit(o state.Outcome) int {
+func OutcomeExit(o Outcome) int {
 	switch o {
-	case state.ResultCancelled:
+	case ResultCancelled:
 		return ExitCancelled
-	case state.ResultEmpty:
+	case ResultEmpty:
 		return ExitNotFound
-	case state.ResultTimeout, state.ResultUnreachable:
+	case ResultTimeout, ResultUnreachable:
 		return ExitWaitedOut
 	}
 	return ExitOK

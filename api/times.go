@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // UsageError is bad input found before anything is decided: a flag or a
@@ -56,7 +56,7 @@ func ParseTimeFlag(flag, text string, lastAt, wall int64) (int64, error) {
 }
 
 func inRange(flag, text string, ms int64) (int64, error) {
-	if ms < state.MinTime || ms > state.MaxTime {
+	if ms < limits.MinTime || ms > limits.MaxTime {
 		return 0, Usage("%s %q is outside the years 0001 to 9999", flag, text)
 	}
 	return ms, nil

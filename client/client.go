@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/leasewal/leasewal/api"
-	"github.com/leasewal/leasewal/state"
 )
 
 // Options say how a client reaches its servers.
@@ -229,7 +228,7 @@ func (c *Client) call(ctx context.Context, path string, req, out any) error {
 		return err
 	}
 	var head struct {
-		Result state.Outcome `json:"result"`
+		Result api.Outcome `json:"result"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
 		return &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that is not JSON: %.200s", raw)}
@@ -239,10 +238,10 @@ func (c *Client) call(ctx context.Context, path string, req, out any) error {
 	case head.Result == "ERROR":
 		e := &api.Error{Exit: code}
 		refusal, out = e, e
-	case head.Result == state.ResultEmpty:
+	case head.Result == api.ResultEmpty:
 		e := &api.Empty{}
 		refusal, out = e, e
-	case head.Result == state.ResultCancelled:
+	case head.Result == api.ResultCancelled:
 		e := &api.Cancelled{}
 		refusal, out = e, e
 	}
@@ -581,7 +580,7 @@ func (c *Client) Wait(ctx context.Context, req api.WaitRequest) (api.Wait, error
 		req.Timeout = slice.String()
 		var v api.Wait
 		err := c.call(ctx, "wait", req, &v) // TIMEOUT and UNREACHABLE (exit 9) are answers, not errors
-		if err != nil || v.Result != state.ResultTimeout || ctx.Err() != nil || (!forever && !time.Now().Before(deadline)) {
+		if err != nil || v.Result != api.ResultTimeout || ctx.Err() != nil || (!forever && !time.Now().Before(deadline)) {
 			return v, err
 		}
 	}

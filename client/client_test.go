@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -180,5 +181,23 @@ func workCalls(ctx context.Context, t *testing.T, c *client.Client) {
 	view, err := c.WorkInspect(ctx, api.WorkInspectRequest{Domain: "orders"})
 	if err != nil || len(view.Domains) != 1 || len(view.Domains[0].Backlog) != 1 || view.Domains[0].Failed[0] != 7 {
 		t.Fatalf("inspect the domain: %+v %v", view, err)
+	}
+}
+
+// TestTheClientImportsOnlyTheAPI: a program that imports the client
+// compiles the API's types and the table of limits, and none of leasewal's
+// rules, storage or server.
+func TestTheClientImportsOnlyTheAPI(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		switch {
+		case !strings.HasPrefix(pkg, "github.com/leasewal/leasewal"):
+		case pkg == "github.com/leasewal/leasewal/client", pkg == "github.com/leasewal/leasewal/api", pkg == "github.com/leasewal/leasewal/internal/limits":
+		default:
+			t.Errorf("the client depends on %s", pkg)
+		}
 	}
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/store"
-	"github.com/leasewal/leasewal/state"
 )
 
 func (a *app) newBackupCmd() *cobra.Command {
@@ -41,11 +41,11 @@ the WAL while nothing runs); 'leasewal --wal DEST verify' checks it.`,
 }
 
 type backupView struct {
-	Result  state.Outcome `json:"result"`
-	Path    string        `json:"path"`
-	Records int           `json:"records"`
-	Bytes   int64         `json:"bytes"`
-	Caches  []string      `json:"caches"`
+	Result  api.Outcome `json:"result"`
+	Path    string      `json:"path"`
+	Records int         `json:"records"`
+	Bytes   int64       `json:"bytes"`
+	Caches  []string    `json:"caches"`
 }
 
 func runBackup(e env, dest string, caches bool) error {
@@ -63,7 +63,7 @@ func runBackup(e env, dest string, caches bool) error {
 	case err != nil:
 		return err
 	}
-	v := backupView{Result: state.ResultOK, Path: b.Path, Records: b.Records, Bytes: b.Bytes, Caches: b.Caches}
+	v := backupView{Result: api.ResultOK, Path: b.Path, Records: b.Records, Bytes: b.Bytes, Caches: b.Caches}
 	if v.Caches == nil {
 		v.Caches = []string{}
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/service"
 )
 
 // runSubmitBatch is submit --batch-file: every line a submit, decided all or
@@ -51,7 +52,7 @@ func runSubmitBatch(e env, o submitOptions) error {
 		for _, p := range parts {
 			acks, err := s.SubmitBatch(ctx, reqs[p[0]:p[1]])
 			if err != nil {
-				return nil, partRefusal(api.BatchRefusal(err, lines[p[0]:p[1]]), lines, p, len(parts))
+				return nil, partRefusal(service.BatchRefusal(err, lines[p[0]:p[1]]), lines, p, len(parts))
 			}
 			all = append(all, acks...)
 		}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/store"
-	"github.com/leasewal/leasewal/state"
 )
 
 // The retention a compaction applies unless told otherwise.
@@ -95,18 +94,18 @@ leasewal older than 2026-11-25 refuses it (see docs/wal-format.md).`,
 }
 
 type compactView struct {
-	Result       state.Outcome `json:"result"`
-	Seq          int64         `json:"seq"`
-	At           string        `json:"at"`
-	KeptFrom     string        `json:"kept_from"`
-	Records      int           `json:"records"`
-	BytesBefore  int64         `json:"bytes_before"`
-	BytesAfter   int64         `json:"bytes_after"`
-	TasksKept    int           `json:"tasks_kept"`
-	TasksDropped int           `json:"tasks_dropped"`
-	Segment      string        `json:"segment"`
-	Expired      []string      `json:"expired"`
-	HistoryFrom  int64         `json:"history_from"` // the first record the history holds (0: none)
+	Result       api.Outcome `json:"result"`
+	Seq          int64       `json:"seq"`
+	At           string      `json:"at"`
+	KeptFrom     string      `json:"kept_from"`
+	Records      int         `json:"records"`
+	BytesBefore  int64       `json:"bytes_before"`
+	BytesAfter   int64       `json:"bytes_after"`
+	TasksKept    int         `json:"tasks_kept"`
+	TasksDropped int         `json:"tasks_dropped"`
+	Segment      string      `json:"segment"`
+	Expired      []string    `json:"expired"`
+	HistoryFrom  int64       `json:"history_from"` // the first record the history holds (0: none)
 }
 
 func runCompact(e env, opts store.CompactOptions) error {
@@ -126,7 +125,7 @@ func runCompact(e env, opts store.CompactOptions) error {
 		fmt.Fprintf(e.stderr, "leasewal: note: the WAL holds no redacted payload now, but the history in %s may still hold those of %s: delete the segments, or compact with --drop, to remove them from disk\n",
 			store.HistoryDir(e.WAL), fmt.Sprintf("%d redacted %s", c.Redacted, api.Plural(c.Redacted, "task", "tasks")))
 	}
-	v := compactView{Result: state.ResultOK, Seq: c.Seq, At: formatTime(c.At), KeptFrom: formatTime(c.KeptFrom), Records: c.Records,
+	v := compactView{Result: api.ResultOK, Seq: c.Seq, At: formatTime(c.At), KeptFrom: formatTime(c.KeptFrom), Records: c.Records,
 		BytesBefore: c.BytesBefore, BytesAfter: c.BytesAfter, TasksKept: c.TasksKept, TasksDropped: c.TasksDropped,
 		Segment: c.Segment, Expired: c.Expired, HistoryFrom: c.HistoryFrom}
 	if v.Expired == nil {

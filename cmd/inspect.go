@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/answers"
 	"github.com/leasewal/leasewal/state"
 )
 
@@ -82,7 +83,7 @@ func runInspect(e env, r api.InspectRequest) error {
 			return func(w io.Writer, p palette) error {
 				records := make([]state.Record, len(v.Tasks[0].Records))
 				for i, rec := range v.Tasks[0].Records {
-					records[i] = rec.Record
+					records[i] = answers.StateRecord(rec)
 				}
 				t, err := state.TaskOf(records)
 				if err != nil {
@@ -176,7 +177,7 @@ func renderInspect(w io.Writer, p palette, v api.Inspect) error {
 		return err
 	}
 	if len(v.Tasks) == 1 && len(v.Tasks[0].Records) > 0 && !p.tsv {
-		return renderLog(w, p, v.Tasks[0].Records, v.Tasks[0].Records[0].Record.At)
+		return renderLog(w, p, v.Tasks[0].Records, v.Tasks[0].Records[0].AtMs())
 	}
 	return nil
 }

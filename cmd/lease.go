@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasewal/leasewal/api"
-	"github.com/leasewal/leasewal/state"
 )
 
 type leaseOptions struct {
@@ -113,8 +112,8 @@ func leaseTable(v api.Lease) func(io.Writer, palette) error {
 // nothing was leased.
 func interruptedLease(sig os.Signal) answer {
 	v := struct {
-		Result state.Outcome `json:"result"`
-		Reason string        `json:"reason"`
+		Result api.Outcome `json:"result"`
+		Reason string      `json:"reason"`
 	}{resultInterrupted, "stopped by " + signalName(sig) + " while waiting; nothing was leased"}
 	return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
 		return fields(w, p, "result", string(v.Result), "reason", v.Reason)

@@ -72,7 +72,7 @@ func TestLogHoldsItsLinesUntilTheEnd(t *testing.T) {
 	}
 	for _, p := range []palette{{tsv: true}, {}} {
 		var want bytes.Buffer
-		if err := renderLog(&want, p, recs, recs[0].Record.At); err != nil {
+		if err := renderLog(&want, p, recs, recs[0].AtMs()); err != nil {
 			t.Fatal(err)
 		}
 		format := map[bool]string{true: "tsv", false: "wide"}[p.tsv]

@@ -118,7 +118,7 @@ func runLog(e env, o logOptions) error {
 	if o.absolute {
 		base = -1
 	}
-	err = e.print(answer{doc: lines, outcome: state.ResultOK, table: func(w io.Writer, p palette) error {
+	err = e.print(answer{doc: lines, outcome: api.ResultOK, table: func(w io.Writer, p palette) error {
 		if o.follow && !p.tsv { // a box cannot grow: the whole stream is aligned lines
 			stream := newLogStream(p, o.absolute)
 			stream.header(w)
@@ -149,7 +149,7 @@ func (e env) firstAt(s *session, end api.LogEnd) (int64, error) {
 		return api.ParseTime(end.FirstAt), nil
 	}
 	var first int64
-	_, err := s.svc.Log(e.context(), api.LogRequest{From: 1, To: 1}, func(r api.Record) error { first = r.Record.At; return nil })
+	_, err := s.svc.Log(e.context(), api.LogRequest{From: 1, To: 1}, func(r api.Record) error { first = r.AtMs(); return nil })
 	return first, e.remoteError(err)
 }
 
@@ -172,7 +172,7 @@ func (e env) follow(s *session, req api.LogRequest, base, last int64) error {
 		turn.From = max(last+1, req.From)
 		end, err := s.svc.Log(ctx, turn, func(r api.Record) error {
 			if base == 0 { // the log was empty: offsets count from its first record
-				base = r.Record.At
+				base = r.AtMs()
 			}
 			switch e.Output {
 			case "json":
@@ -248,7 +248,7 @@ func (s logStream) line(w io.Writer, e api.Record, base int64) { s.write(w, logC
 func logCells(e api.Record, base int64) []string {
 	at := e.At
 	if base >= 0 {
-		at = offset(e.Record.At - base)
+		at = offset(e.AtMs() - base)
 	}
 	return []string{fmt.Sprint(e.Seq), at, string(e.Type), escape(e.TaskID), escape(e.LeaseID), escape(e.WorkerID), escape(details(e)), escape(e.Actor)}
 }
@@ -265,10 +265,10 @@ type heldLog struct {
 
 func (l *heldLog) add(e api.Record) {
 	if l.n == 0 {
-		l.firstAt = e.Record.At
+		l.firstAt = e.AtMs()
 	}
 	l.n++
-	writeJSON(&l.rows, append([]string{strconv.FormatInt(e.Record.At, 10)}, logCells(e, -1)...))
+	writeJSON(&l.rows, append([]string{strconv.FormatInt(e.AtMs(), 10)}, logCells(e, -1)...))
 }
 
 // each hands fn every record's cells, as logCells gives them for base.
@@ -335,13 +335,13 @@ func details(e api.Record) string {
 			parts = append(parts, k+"="+v)
 		}
 	}
-	if e.Type == state.TaskCreated {
+	if e.Type == string(state.TaskCreated) {
 		add("payload", fmt.Sprintf("%q", e.Payload))
-		add("window", e.Window.String())
+		add("window", e.Window)
 		if p := e.RetryPolicy; p != nil {
 			add("max_attempts", fmt.Sprint(p.MaxAttempts))
-			add("backoff", p.Backoff.String())
-			add("backoff_max", p.BackoffMax.String())
+			add("backoff", p.Backoff)
+			add("backoff_max", p.BackoffMax)
 		}
 		add("queue", e.Queue)
 		if e.Priority != nil && *e.Priority != 0 {
@@ -352,13 +352,13 @@ func details(e api.Record) string {
 		}
 		add("requeued_from", e.RequeuedFrom)
 	}
-	if e.Type == state.LeaseReleased && e.NotBefore != e.At {
+	if e.Type == string(state.LeaseReleased) && e.NotBefore != e.At {
 		add("not_before", e.NotBefore)
 	}
-	if e.Type == state.ScheduleAdded {
+	if e.Type == string(state.ScheduleAdded) {
 		add("payload", fmt.Sprintf("%q", e.Payload))
-		if e.Every > 0 {
-			add("every", e.Every.String())
+		if e.Every != "" {
+			add("every", e.Every)
 		}
 		add("cron", e.Cron)
 		add("tz", e.TZ)
@@ -367,8 +367,15 @@ func details(e api.Record) string {
 	}
 	add("schedule", e.Schedule)
 	add("slot", e.Slot)
-	if e.Type == state.QueuePaused || e.Type == state.QueueResumed || e.Type == state.QueueLimited {
+	if e.Type == string(state.QueuePaused) || e.Type == string(state.QueueResumed) || e.Type == string(state.QueueLimited) {
 		add("queue", e.Queue)
+	}
+	if e.Type == string(state.QueueLimited) {
+		limit := "none"
+		if e.Limit != nil {
+			limit = strconv.Itoa(*e.Limit)
+		}
+		add("limit", limit)
 	}
 	add("until", e.Until)
 	add("request", e.RequestID)

@@ -22,7 +22,7 @@ import (
 type answer struct {
 	doc     any                                // the JSON document; a jsonStreamer is streamed
 	table   func(w io.Writer, p palette) error // the human form
-	outcome state.Outcome
+	outcome api.Outcome
 	advice  string // one stderr line after the answer (what a CANCELLED caller should do)
 	// recovery says how to get the answer again if it cannot be printed after
 	// its records were written (exit 8).
@@ -75,7 +75,7 @@ func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx)
 }
 
 // resultInterrupted is the answer of a wait ended by SIGINT or SIGTERM.
-const resultInterrupted state.Outcome = "INTERRUPTED"
+const resultInterrupted api.Outcome = "INTERRUPTED"
 
 // interrupted prints a's answer as INTERRUPTED and exits as a shell does
 // after the signal: 130 for SIGINT, 143 for SIGTERM.

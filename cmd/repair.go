@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/store"
-	"github.com/leasewal/leasewal/state"
 )
 
 func (a *app) newRepairCmd() *cobra.Command {
@@ -26,11 +26,11 @@ last record is refused with exit 5: acknowledged records are never dropped.`,
 }
 
 type repairView struct {
-	Result   state.Outcome `json:"result"`
-	CutBytes int64         `json:"cut_bytes"`
-	Offset   int64         `json:"offset,omitempty"`
-	SavedAs  string        `json:"saved_as,omitempty"`
-	Records  int           `json:"records"`
+	Result   api.Outcome `json:"result"`
+	CutBytes int64       `json:"cut_bytes"`
+	Offset   int64       `json:"offset,omitempty"`
+	SavedAs  string      `json:"saved_as,omitempty"`
+	Records  int         `json:"records"`
 }
 
 func runRepair(e env) error {
@@ -42,7 +42,7 @@ func runRepair(e env) error {
 		if err != nil {
 			return answer{}, err
 		}
-		v := repairView{Result: state.ResultOK, Records: tx.Records()}
+		v := repairView{Result: api.ResultOK, Records: tx.Records()}
 		if cut != nil {
 			v.CutBytes, v.Offset, v.SavedAs = cut.Length, cut.Offset, cut.SavedAs
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/internal/trace"
 	"github.com/leasewal/leasewal/state"
@@ -47,7 +48,7 @@ WAL itself from working.`,
 }
 
 type verifyView struct {
-	Result    state.Outcome  `json:"result"`
+	Result    api.Outcome    `json:"result"`
 	Records   int            `json:"records"`
 	Tasks     int            `json:"tasks"`
 	Counts    map[string]int `json:"counts"`
@@ -116,7 +117,7 @@ func verifyWAL(opts store.Options, want *trace.Expectation, expectFile string) (
 		if err != nil {
 			return err
 		}
-		out = verifyView{Result: state.ResultOK, Records: opts.Verifier.Records, Tasks: tasks, Counts: counts, TornBytes: tx.TornBytes()}
+		out = verifyView{Result: api.ResultOK, Records: opts.Verifier.Records, Tasks: tasks, Counts: counts, TornBytes: tx.TornBytes()}
 		if b := tx.State.Base(); b != nil {
 			out.Base = b.Compacted()
 		}

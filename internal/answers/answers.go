@@ -6,6 +6,7 @@ package answers
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/state"
@@ -40,7 +41,7 @@ func Lease(d state.Decision, payloads Payloads) (api.Lease, error) {
 	if err != nil {
 		return api.Lease{}, fmt.Errorf("%s: %w", d.TaskID, err)
 	}
-	return api.Lease{Result: d.Outcome, TaskID: d.TaskID, LeaseID: d.LeaseID, WorkerID: d.Worker, Attempt: d.Attempt,
+	return api.Lease{Result: api.Outcome(d.Outcome), TaskID: d.TaskID, LeaseID: d.LeaseID, WorkerID: d.Worker, Attempt: d.Attempt,
 		Expiry: api.FormatTime(d.Expiry), Deadline: api.FormatTime(d.Deadline), Payload: payload, Duplicate: d.Duplicate}, nil
 }
 
@@ -56,7 +57,22 @@ func Domain(d *state.Domain) api.Domain {
 
 // Record is r with its times written out.
 func Record(r state.Record) api.Record {
-	v := api.Record{Record: r, At: api.FormatTime(r.At), Expiry: Stamp(r.Expiry), AcquiredAt: Stamp(r.AcquiredAt)}
+	v := api.Record{ChainFrom: r.ChainFrom, Seq: r.Seq, Type: string(r.Type), Actor: r.Actor, TaskID: r.TaskID, Payload: r.Payload,
+		RequestID: r.RequestID, LeaseID: r.LeaseID, WorkerID: r.WorkerID, Attempt: r.Attempt, Reason: r.Reason, Permanent: r.Permanent,
+		Queue: r.Queue, Priority: r.Priority, RequeuedFrom: r.RequeuedFrom, Domain: r.Domain, Offset: r.Offset, Token: r.Token,
+		RetryCount: r.RetryCount, Outcome: r.Outcome, Hint: r.Hint, MaxRetries: r.MaxRetries, Result: r.Result, Limit: r.Limit,
+		Schedule: r.Schedule, Cron: r.Cron, TZ: r.TZ, CatchUp: r.CatchUp, Parts: r.Parts, KeptFrom: r.KeptFrom, History: r.History,
+		Cut: r.Cut, Part: r.Part, Data: r.Data, Digest: r.Digest, Hash: r.Hash,
+		At: api.FormatTime(r.At), Expiry: Stamp(r.Expiry), AcquiredAt: Stamp(r.AcquiredAt)}
+	if r.Window != 0 {
+		v.Window = r.Window.String()
+	}
+	if r.Every != 0 {
+		v.Every = r.Every.String()
+	}
+	if p := r.RetryPolicy; p != nil {
+		v.RetryPolicy = &api.RetryPolicy{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff.String(), BackoffMax: p.BackoffMax.String()}
+	}
 	if r.NotBefore != nil {
 		v.NotBefore = api.FormatTime(*r.NotBefore)
 	}
@@ -67,6 +83,38 @@ func Record(r state.Record) api.Record {
 		v.Slot = api.FormatTime(*r.Slot)
 	}
 	return v
+}
+
+// StateRecord is the record an api.Record shows (Record's inverse): what a
+// client replays to draw a task it read from a server.
+func StateRecord(v api.Record) state.Record {
+	r := state.Record{ChainFrom: v.ChainFrom, Seq: v.Seq, Type: state.RecordType(v.Type), Actor: v.Actor, TaskID: v.TaskID, Payload: v.Payload,
+		RequestID: v.RequestID, LeaseID: v.LeaseID, WorkerID: v.WorkerID, Attempt: v.Attempt, Reason: v.Reason, Permanent: v.Permanent,
+		Queue: v.Queue, Priority: v.Priority, RequeuedFrom: v.RequeuedFrom, Domain: v.Domain, Offset: v.Offset, Token: v.Token,
+		RetryCount: v.RetryCount, Outcome: v.Outcome, Hint: v.Hint, MaxRetries: v.MaxRetries, Result: v.Result, Limit: v.Limit,
+		Schedule: v.Schedule, Cron: v.Cron, TZ: v.TZ, CatchUp: v.CatchUp, Parts: v.Parts, KeptFrom: v.KeptFrom, History: v.History,
+		Cut: v.Cut, Part: v.Part, Data: v.Data, Digest: v.Digest, Hash: v.Hash,
+		At: api.ParseTime(v.At), Expiry: api.ParseTime(v.Expiry), AcquiredAt: api.ParseTime(v.AcquiredAt),
+		Window: duration(v.Window), Every: duration(v.Every)}
+	if p := v.RetryPolicy; p != nil {
+		r.RetryPolicy = &state.RetryPolicy{MaxAttempts: p.MaxAttempts, Backoff: duration(p.Backoff), BackoffMax: duration(p.BackoffMax)}
+	}
+	for _, t := range []struct {
+		text string
+		dst  **int64
+	}{{v.NotBefore, &r.NotBefore}, {v.Until, &r.Until}, {v.Slot, &r.Slot}} {
+		if t.text != "" {
+			ms := api.ParseTime(t.text)
+			*t.dst = &ms
+		}
+	}
+	return r
+}
+
+// duration reads a duration as a record writes it ("": none).
+func duration(text string) state.Duration {
+	d, _ := time.ParseDuration(text)
+	return state.Duration(d)
 }
 
 // Stamp writes a time that may be unset (0: "").

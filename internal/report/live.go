@@ -86,7 +86,7 @@ func (l *Live) Add(recs []state.Record) {
 		if r.Type == state.TaskRedacted {
 			for i := range l.recs {
 				if l.recs[i].TaskID == r.TaskID {
-					l.recs[i].Record.Payload = ""
+					l.recs[i].Payload = ""
 				}
 			}
 		}

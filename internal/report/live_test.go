@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/answers"
 	"github.com/leasewal/leasewal/internal/report"
 	"github.com/leasewal/leasewal/state"
 )
@@ -24,7 +25,7 @@ func TestLiveKeepsEachRecordOnceInOrder(t *testing.T) {
 	l.Add([]state.Record{rec(5)})
 	l.Add([]state.Record{rec(4)})
 	l.Add([]state.Record{rec(5), rec(6)})
-	l.Load([]api.Record{{Record: rec(1)}, {Record: rec(2)}, {Record: rec(3)}, {Record: rec(4)}}, 4)
+	l.Load([]api.Record{answers.Record(rec(1)), answers.Record(rec(2)), answers.Record(rec(3)), answers.Record(rec(4))}, 4)
 	p, _ := l.Page()
 	var got []string
 	for _, tv := range p.Tasks {
@@ -46,7 +47,7 @@ func TestLiveTakesNothingUntilLookedAt(t *testing.T) {
 	loads := 0
 	l.LoadFrom(func() ([]api.Record, int64, error) {
 		loads++
-		return []api.Record{{Record: rec(1)}, {Record: rec(2)}, {Record: rec(3)}}, 3, nil
+		return []api.Record{answers.Record(rec(1)), answers.Record(rec(2)), answers.Record(rec(3))}, 3, nil
 	})
 	l.Add([]state.Record{rec(1)})
 	l.Add([]state.Record{rec(2), rec(3)})

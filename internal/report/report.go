@@ -201,15 +201,15 @@ func newCollector(o Options) *collector {
 
 func (c *collector) add(r api.Record) {
 	if c.records == 0 {
-		c.first, c.firstSeq = r.Record.At, r.Seq
+		c.first, c.firstSeq = r.AtMs(), r.Seq
 	}
 	c.records++
-	c.lastAt = r.Record.At
-	pt := point{at: r.Record.At}
+	c.lastAt = r.AtMs()
+	pt := point{at: r.AtMs()}
 	switch r.Type {
-	case state.TaskCreated:
+	case string(state.TaskCreated):
 		pt.delta = 1
-	case state.TaskCompleted:
+	case string(state.TaskCompleted):
 		pt.completed = true
 	}
 	id := r.TaskID
@@ -227,18 +227,18 @@ func (c *collector) add(r api.Record) {
 		return
 	}
 	own, open := c.open[id]
-	if !open && r.Type == state.TaskCreated && len(c.drawn) < MaxTasks {
+	if !open && r.Type == string(state.TaskCreated) && len(c.drawn) < MaxTasks {
 		c.drawn = append(c.drawn, id)
 		c.kept[id] = []api.Record{r}
 		c.points = append(c.points, pt)
 		return
 	}
-	if !open && r.Type != state.TaskCreated {
+	if !open && r.Type != string(state.TaskCreated) {
 		c.earlier, c.isEarlier[id] = append(c.earlier, id), true
 		c.points = append(c.points, pt)
 		return
 	}
-	own = append(own, r.Record)
+	own = append(own, answers.StateRecord(r))
 	c.open[id] = own
 	pt = c.ended(pt, own)
 	c.points = append(c.points, pt)
@@ -254,7 +254,7 @@ func (c *collector) add(r api.Record) {
 func (c *collector) recordsOf(id string) []state.Record {
 	own := make([]state.Record, len(c.kept[id]))
 	for i, r := range c.kept[id] {
-		own[i] = r.Record
+		own[i] = answers.StateRecord(r)
 	}
 	return own
 }

@@ -57,10 +57,10 @@ func IsRefusal(err error) bool {
 
 // cancelledOr is the outcome of a call under a lease: CANCELLED is an
 // answer, not an error.
-func cancelledOr(outcome state.Outcome, err error) (state.Outcome, error) {
+func cancelledOr(outcome api.Outcome, err error) (api.Outcome, error) {
 	var cancelled *api.Cancelled
 	if errors.As(err, &cancelled) {
-		return state.ResultCancelled, nil
+		return api.ResultCancelled, nil
 	}
 	return outcome, err
 }
@@ -90,7 +90,7 @@ func (c *Coordinator) Lease(req state.LeaseRequest) (*Lease, int64, error) {
 	return c.leased(l), 0, nil
 }
 
-func (c *Coordinator) Extend(l *Lease, d time.Duration) (state.Outcome, error) {
+func (c *Coordinator) Extend(l *Lease, d time.Duration) (api.Outcome, error) {
 	ext, err := c.s.Extend(c.ctx, api.ExtendRequest{Task: l.TaskID, Lease: l.LeaseID, Duration: d.String(), Actor: c.actor})
 	if err == nil {
 		l.Expiry = api.ParseTime(ext.Expiry)
@@ -103,18 +103,18 @@ func (c *Coordinator) Heartbeat(worker string) error {
 	return err
 }
 
-func (c *Coordinator) Complete(l *Lease, result string) (state.Outcome, error) {
+func (c *Coordinator) Complete(l *Lease, result string) (api.Outcome, error) {
 	done, err := c.s.Complete(c.ctx, api.CompleteRequest{Task: l.TaskID, Lease: l.LeaseID, Result: result, Actor: c.actor})
 	return cancelledOr(done.Result, err)
 }
 
-func (c *Coordinator) CompleteAndLease(l *Lease, result string, next state.LeaseRequest) (state.Outcome, *Lease, int64, error) {
+func (c *Coordinator) CompleteAndLease(l *Lease, result string, next state.LeaseRequest) (api.Outcome, *Lease, int64, error) {
 	done, err := c.s.Complete(c.ctx, api.CompleteRequest{Task: l.TaskID, Lease: l.LeaseID, Result: result, Actor: c.actor,
 		Next: &api.NextLease{Worker: next.Worker, Duration: next.Duration.String(), Queue: api.List(strings.Join(next.Queues, ","))}})
 	answer := done.Next
 	var cancelled *api.Cancelled
 	if errors.As(err, &cancelled) {
-		done.Result, answer, err = state.ResultCancelled, cancelled.Next, nil
+		done.Result, answer, err = api.ResultCancelled, cancelled.Next, nil
 	}
 	if err != nil {
 		return "", nil, 0, err
@@ -135,14 +135,14 @@ func (c *Coordinator) leased(l api.Lease) *Lease {
 		Expiry: api.ParseTime(l.Expiry), Deadline: api.ParseTime(l.Deadline)}
 }
 
-func (c *Coordinator) Fail(l *Lease, reason string, permanent bool) (state.Outcome, error) {
+func (c *Coordinator) Fail(l *Lease, reason string, permanent bool) (api.Outcome, error) {
 	failed, err := c.s.Fail(c.ctx, api.FailRequest{Task: l.TaskID, Lease: l.LeaseID, Reason: reason, Permanent: permanent, Actor: c.actor})
 	return cancelledOr(failed.Result, err)
 }
 
 // Release gives a lease back without using its attempt: a stopped runner's
 // unfinished work goes to another worker at once.
-func (c *Coordinator) Release(l *Lease) (state.Outcome, error) {
+func (c *Coordinator) Release(l *Lease) (api.Outcome, error) {
 	released, err := c.s.Release(c.ctx, api.ReleaseRequest{Task: l.TaskID, Lease: l.LeaseID, Actor: c.actor})
 	return cancelledOr(released.Result, err)
 }

@@ -320,7 +320,7 @@ func (r *runner) extendDue() {
 		}
 		outcome, err := r.c.Extend(&j.Lease, r.p.Duration)
 		switch {
-		case err == nil && outcome == state.ResultExtended:
+		case err == nil && outcome == api.ResultExtended:
 			j.nextExtend = now.Add(r.p.Duration / 3)
 		case err == nil: // CANCELLED
 			r.lose(j, "its lease is no longer the authority")
@@ -391,7 +391,7 @@ func (r *runner) finish(end jobEnd) {
 	case line.Exit != nil && *line.Exit == 0 && r.wantsLease():
 		// the completion and the next lease in one request and one fsync
 		var next *Lease
-		line.Outcome = r.verdict(j, func() (state.Outcome, error) {
+		line.Outcome = r.verdict(j, func() (api.Outcome, error) {
 			outcome, l, when, err := r.c.CompleteAndLease(&j.Lease, j.result(), r.leaseRequest())
 			next, r.next = l, when
 			return outcome, err
@@ -403,15 +403,15 @@ func (r *runner) finish(end jobEnd) {
 			}
 		}()
 	case line.Exit != nil && *line.Exit == 0:
-		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.Complete(&j.Lease, j.result()) })
+		line.Outcome = r.verdict(j, func() (api.Outcome, error) { return r.c.Complete(&j.Lease, j.result()) })
 	case r.res.Stopped != nil:
 		// stopped, not failed: the work was cut short, so it goes back
 		// without using an attempt
-		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.Release(&j.Lease) })
+		line.Outcome = r.verdict(j, func() (api.Outcome, error) { return r.c.Release(&j.Lease) })
 	default:
-		line.Outcome = r.verdict(j, func() (state.Outcome, error) { return r.c.Fail(&j.Lease, reason, permanent) })
+		line.Outcome = r.verdict(j, func() (api.Outcome, error) { return r.c.Fail(&j.Lease, reason, permanent) })
 	}
-	if line.Outcome == "LOST" || line.Outcome == string(state.ResultCancelled) {
+	if line.Outcome == "LOST" || line.Outcome == string(api.ResultCancelled) {
 		r.res.Unsettled++
 	}
 	r.print(line)
@@ -421,7 +421,7 @@ func (r *runner) finish(end jobEnd) {
 // the lease lasts. A child that finished after its lease stopped being the
 // authority is CANCELLED, as the late completion itself is; a lease that
 // lapsed while the write kept failing is LOST.
-func (r *runner) verdict(j *job, settle func() (state.Outcome, error)) string {
+func (r *runner) verdict(j *job, settle func() (api.Outcome, error)) string {
 	for {
 		outcome, err := settle()
 		if err == nil {

@@ -73,7 +73,7 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 			}
 			acks, err := svc.SubmitBatch(ctx, reqs)
 			if err != nil {
-				return encode(nil, api.BatchRefusal(err, lines), describe)
+				return encode(nil, service.BatchRefusal(err, lines), describe)
 			}
 			var out bytes.Buffer
 			for _, a := range acks {

@@ -171,7 +171,7 @@ func required(op string, fields ...string) error {
 
 // cancelledErr is a CANCELLED decision as the error the interface returns.
 func cancelledErr(d state.Decision) *api.Cancelled {
-	return &api.Cancelled{Result: state.ResultCancelled, TaskID: d.TaskID, LeaseID: d.LeaseID, Reason: d.Reason}
+	return &api.Cancelled{Result: api.ResultCancelled, TaskID: d.TaskID, LeaseID: d.LeaseID, Reason: d.Reason}
 }
 
 // stopped says whether the server this runs in is stopping.

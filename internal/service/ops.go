@@ -3,6 +3,7 @@ package service
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -69,7 +70,7 @@ func SubmitOf(r api.SubmitRequest) (state.Submit, error) {
 // ackOf is the answer of a submit or a requeue that created (or names) task
 // t, at now.
 func ackOf(d state.Decision, t *state.Task, now int64) api.Ack {
-	return api.Ack{Result: d.Outcome, TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
+	return api.Ack{Result: api.Outcome(d.Outcome), TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
 		AvailableAt: api.FormatTime(t.AvailableAt), Deadline: api.FormatTime(t.DeadlineAt(now)), RequeuedFrom: t.RequeuedFrom,
 		Window: time.Duration(t.Window).String(), MaxAttempts: t.Policy.MaxAttempts}
 }
@@ -187,7 +188,7 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 			if wait > 0 {
 				next = nextEvent(tx) // it reads every unfinished task: only when the lease will wait
 			}
-			return &api.Empty{Result: dec.Outcome, TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: answers.Null(answers.Stamp(dec.NextEligibleAt)), Live: dec.Live}, nil
+			return &api.Empty{Result: api.Outcome(dec.Outcome), TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: answers.Null(answers.Stamp(dec.NextEligibleAt)), Live: dec.Live}, nil
 		case state.ResultCancelled:
 			return cancelledErr(dec), nil
 		}
@@ -266,7 +267,7 @@ func (l *Local) Extend(ctx context.Context, r api.ExtendRequest) (api.Extended, 
 		return st.DecideExtend(r.Task, r.Lease, d, now)
 	},
 		func(dec state.Decision) api.Extended {
-			return api.Extended{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Expiry: api.FormatTime(dec.Expiry)}
+			return api.Extended{Result: api.Outcome(dec.Outcome), TaskID: dec.TaskID, LeaseID: dec.LeaseID, Expiry: api.FormatTime(dec.Expiry)}
 		})
 }
 
@@ -338,7 +339,7 @@ func completion(dec state.Decision, next *api.Next) any {
 		c.Next = next
 		return c
 	}
-	return api.Committed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate, Next: next}
+	return api.Committed{Result: api.Outcome(dec.Outcome), TaskID: dec.TaskID, LeaseID: dec.LeaseID, Duplicate: dec.Duplicate, Next: next}
 }
 
 func (l *Local) Fail(ctx context.Context, r api.FailRequest) (api.Failed, error) {
@@ -358,7 +359,7 @@ func (l *Local) Fail(ctx context.Context, r api.FailRequest) (api.Failed, error)
 				return nil, err
 			}
 		}
-		return api.Failed{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
+		return api.Failed{Result: api.Outcome(dec.Outcome), TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
 			NotBefore: answers.Stamp(dec.NotBefore), Duplicate: dec.Duplicate}, nil
 	}))
 }
@@ -377,7 +378,7 @@ func (l *Local) Release(ctx context.Context, r api.ReleaseRequest) (api.Released
 		return st.DecideRelease(r.Task, r.Lease, d, now)
 	},
 		func(dec state.Decision) api.Released {
-			return api.Released{Result: dec.Outcome, TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
+			return api.Released{Result: api.Outcome(dec.Outcome), TaskID: dec.TaskID, LeaseID: dec.LeaseID, State: string(dec.State), Attempt: dec.Attempt,
 				NotBefore: api.FormatTime(dec.NotBefore), Duplicate: dec.Duplicate}
 		})
 }
@@ -396,7 +397,7 @@ func (l *Local) Heartbeat(ctx context.Context, r api.HeartbeatRequest) (api.Hear
 	defer done()
 	var v api.Heartbeat
 	err := h.Read(func(tx *store.Tx) error {
-		v = api.Heartbeat{Result: state.ResultOK, WorkerID: r.Worker, At: api.FormatTime(tx.Now), Leases: CurrentLeases(tx.State, tx.Now)[r.Worker]}
+		v = api.Heartbeat{Result: api.ResultOK, WorkerID: r.Worker, At: api.FormatTime(tx.Now), Leases: CurrentLeases(tx.State, tx.Now)[r.Worker]}
 		if v.Leases == nil {
 			v.Leases = []api.HeldLease{}
 		}
@@ -436,7 +437,7 @@ func (l *Local) Expire(ctx context.Context, r api.ExpireRequest) (api.Expired, e
 		if err := tx.Commit(dec.Records); err != nil {
 			return nil, err
 		}
-		v := api.Expired{Result: dec.Outcome, Transitions: []api.Transition{}}
+		v := api.Expired{Result: api.Outcome(dec.Outcome), Transitions: []api.Transition{}}
 		for i, r := range tx.Committed {
 			st := state.Waiting
 			if i >= fired {
@@ -457,7 +458,7 @@ func (l *Local) QueueLimit(ctx context.Context, r api.QueueLimitRequest) (api.Qu
 		if err != nil {
 			return nil, err
 		}
-		return api.QueueLimit{Result: d.Outcome, Queue: r.Queue, Limit: r.Limit, Duplicate: d.Duplicate}, nil
+		return api.QueueLimit{Result: api.Outcome(d.Outcome), Queue: r.Queue, Limit: r.Limit, Duplicate: d.Duplicate}, nil
 	}))
 }
 
@@ -481,7 +482,7 @@ func (l *Local) Pause(ctx context.Context, r api.PauseRequest) (api.Paused, erro
 			return nil, err
 		}
 		sp, _ := tx.State.PausedAt(r.Queue, tx.Now)
-		return api.Paused{Result: dec.Outcome, PausedQueue: answers.Pause(r.Queue, sp), Duplicate: dec.Duplicate}, nil
+		return api.Paused{Result: api.Outcome(dec.Outcome), PausedQueue: answers.Pause(r.Queue, sp), Duplicate: dec.Duplicate}, nil
 	}))
 }
 
@@ -494,7 +495,7 @@ func (l *Local) Resume(ctx context.Context, r api.ResumeRequest) (api.Resumed, e
 		if _, err := committer(tx)(tx.State.DecideResume(r.Queue, tx.Now)); err != nil {
 			return nil, err
 		}
-		return api.Resumed{Result: state.ResultOK, PausedQueue: answers.Pause(r.Queue, sp), ResumedAt: api.FormatTime(tx.Now)}, nil
+		return api.Resumed{Result: api.ResultOK, PausedQueue: answers.Pause(r.Queue, sp), ResumedAt: api.FormatTime(tx.Now)}, nil
 	}))
 }
 
@@ -507,7 +508,7 @@ func (l *Local) Redact(ctx context.Context, r api.RedactRequest) (api.Redacted, 
 		if err != nil {
 			return nil, err
 		}
-		return api.Redacted{Result: d.Outcome, TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, Duplicate: d.Duplicate}, nil
+		return api.Redacted{Result: api.Outcome(d.Outcome), TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, Duplicate: d.Duplicate}, nil
 	}))
 }
 
@@ -520,7 +521,7 @@ func (l *Local) Abort(ctx context.Context, r api.AbortRequest) (api.Aborted, err
 		if err != nil {
 			return nil, err
 		}
-		return api.Aborted{Result: d.Outcome, TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, LeaseID: answers.Null(d.LeaseID), Duplicate: d.Duplicate}, nil
+		return api.Aborted{Result: api.Outcome(d.Outcome), TaskID: d.TaskID, State: string(d.State), Reason: d.Reason, LeaseID: answers.Null(d.LeaseID), Duplicate: d.Duplicate}, nil
 	}))
 }
 
@@ -543,7 +544,7 @@ func (l *Local) Why(ctx context.Context, r api.WhyRequest) (api.Why, error) {
 			return nil, err
 		}
 		t := w.Task
-		v := api.Why{Result: state.ResultOK, TaskID: t.ID, State: string(t.State), Eligible: w.Eligible, Ahead: w.Ahead,
+		v := api.Why{Result: api.ResultOK, TaskID: t.ID, State: string(t.State), Eligible: w.Eligible, Ahead: w.Ahead,
 			Because: w.Because, Queue: t.Queue, Priority: t.Priority, Sentence: whySentence(w, tx.Now)}
 		switch {
 		case w.Eligible:
@@ -586,7 +587,7 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 	defer done()
 	var next int64
 	look := func(tx *store.Tx) (api.Wait, error) {
-		v := api.Wait{Result: state.ResultOK, At: api.FormatTime(tx.Now)}
+		v := api.Wait{Result: api.ResultOK, At: api.FormatTime(tx.Now)}
 		for _, id := range r.Tasks {
 			t, err := tx.State.Task(id)
 			if err != nil {
@@ -601,9 +602,9 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 			switch {
 			case slices.Contains(want, st):
 			case st.Terminal():
-				v.Result = state.ResultUnreachable
-			case v.Result == state.ResultOK:
-				v.Result = state.ResultTimeout // not yet: the final answer only if time runs out
+				v.Result = api.ResultUnreachable
+			case v.Result == api.ResultOK:
+				v.Result = api.ResultTimeout // not yet: the final answer only if time runs out
 			}
 		}
 		next = nextEvent(tx)
@@ -620,7 +621,7 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 		if err != nil {
 			return api.Wait{}, err
 		}
-		if v.Result != state.ResultTimeout || (!deadline.IsZero() && !time.Now().Before(deadline)) || l.stopped() {
+		if v.Result != api.ResultTimeout || (!deadline.IsZero() && !time.Now().Before(deadline)) || l.stopped() {
 			return v, nil
 		}
 		if ctx.Err() != nil {
@@ -642,7 +643,7 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 // workView is a work-lease decision as its answer; for succeed and fail,
 // offset is the hint and the finished offset is named processed or failed.
 func workView(d state.WorkDecision) api.Work {
-	v := api.Work{Result: d.Outcome, Domain: d.Domain, Offset: &d.Offset, Token: d.Token}
+	v := api.Work{Result: api.Outcome(d.Outcome), Domain: d.Domain, Offset: &d.Offset, Token: d.Token}
 	switch d.Outcome {
 	case state.ResultNoBacklog, state.ResultNextHint:
 		v.Processed, v.Offset = &d.Offset, d.Hint
@@ -691,7 +692,7 @@ func (l *Local) WorkFail(ctx context.Context, r api.WorkFailRequest) (api.Work, 
 
 func (l *Local) WorkInspect(ctx context.Context, r api.WorkInspectRequest) (api.WorkInspect, error) {
 	return as[api.WorkInspect](l.read(ctx, func(tx *store.Tx) (any, error) {
-		v := api.WorkInspect{Result: state.ResultOK, Domains: []api.Domain{}}
+		v := api.WorkInspect{Result: api.ResultOK, Domains: []api.Domain{}}
 		for _, d := range tx.State.Domains() {
 			if r.Domain == "" || d.Name == r.Domain {
 				v.Domains = append(v.Domains, answers.Domain(d))
@@ -734,7 +735,7 @@ func (l *Local) ScheduleAdd(ctx context.Context, r api.ScheduleAddRequest) (api.
 		}
 		for _, sc := range tx.State.Schedules() {
 			if sc.Name == r.Name {
-				return api.ScheduleAdded{Result: d.Outcome, Schedule: answers.Schedule(sc, tx.State.NextSlot(sc, Zones, tx.Now)), Duplicate: d.Duplicate}, nil
+				return api.ScheduleAdded{Result: api.Outcome(d.Outcome), Schedule: answers.Schedule(sc, tx.State.NextSlot(sc, Zones, tx.Now)), Duplicate: d.Duplicate}, nil
 			}
 		}
 		return nil, fmt.Errorf("internal error: schedule %q was added but is not in the state", r.Name)
@@ -750,16 +751,26 @@ func (l *Local) ScheduleRemove(ctx context.Context, r api.ScheduleRemoveRequest)
 		if err != nil {
 			return nil, err
 		}
-		return api.ScheduleRemoved{Result: d.Outcome, Name: r.Name}, nil
+		return api.ScheduleRemoved{Result: api.Outcome(d.Outcome), Name: r.Name}, nil
 	}))
 }
 
 func (l *Local) ScheduleList(ctx context.Context, _ api.ScheduleListRequest) (api.Schedules, error) {
 	return as[api.Schedules](l.read(ctx, func(tx *store.Tx) (any, error) {
-		v := api.Schedules{Result: state.ResultOK, At: api.FormatTime(tx.Now), Schedules: []api.Schedule{}}
+		v := api.Schedules{Result: api.ResultOK, At: api.FormatTime(tx.Now), Schedules: []api.Schedule{}}
 		for _, sc := range tx.State.Schedules() {
 			v.Schedules = append(v.Schedules, answers.Schedule(sc, tx.State.NextSlot(sc, Zones, tx.Now)))
 		}
 		return v, nil
 	}))
+}
+
+// BatchRefusal names the line of a batch's refused task: lines[i] is the
+// line of the batch's i-th task.
+func BatchRefusal(err error, lines []int) error {
+	var refused *state.BatchError
+	if errors.As(err, &refused) && refused.Index < len(lines) {
+		return fmt.Errorf("batch line %d: %w; nothing of the batch was written", lines[refused.Index], refused.Err)
+	}
+	return err
 }

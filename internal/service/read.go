@@ -131,7 +131,7 @@ func (l *Local) Inspect(ctx context.Context, r api.InspectRequest) (api.Inspect,
 		return v, err
 	}
 	return as[api.Inspect](l.inspectOn(ctx, in, func(tx *store.Tx, at int64, records []state.Record) (any, error) {
-		v := api.Inspect{Result: state.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Tasks: []api.Task{}}
+		v := api.Inspect{Result: api.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Tasks: []api.Task{}}
 		for _, id := range in.ids {
 			t, err := tx.State.Task(id)
 			if err != nil {
@@ -176,7 +176,7 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 		// Two passes, one to count and one to hand out, each reading the
 		// tasks one at a time: a listing never holds the backlog.
 		live := in.only.state == state.Waiting || in.only.state == state.Leased // a finished task never waits or holds a lease again: the archive is not read
-		head := api.Inspect{Result: state.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at), Tasks: []api.Task{}}
+		head := api.Inspect{Result: api.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at), Tasks: []api.Task{}}
 		err := st.EachTaskInAnyOrder(live, func(t *state.Task) bool {
 			if in.only.showsAt(t, at) {
 				head.Counts[string(t.At(at).State)]++
@@ -283,7 +283,7 @@ func (l *Local) Workers(ctx context.Context) (api.Workers, error) {
 		for w := range leases {
 			names[w] = true
 		}
-		v = api.Workers{Result: state.ResultOK, At: api.FormatTime(tx.Now), Note: RegistryNote, Workers: []api.Worker{}}
+		v = api.Workers{Result: api.ResultOK, At: api.FormatTime(tx.Now), Note: RegistryNote, Workers: []api.Worker{}}
 		for _, w := range slices.Sorted(maps.Keys(names)) {
 			wv := api.Worker{WorkerID: w, Leases: leases[w]}
 			if wv.Leases == nil {
@@ -548,7 +548,7 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 		}
 	}
 	out, err := l.operate(ctx, l.o.Store, false, "", func(tx *store.Tx) (any, error) {
-		v := api.Stats{Result: state.ResultOK, At: api.FormatTime(tx.Now), LastSeq: tx.State.LastSeq(), Queues: []api.QueueStats{}, Records: map[string]int64{}}
+		v := api.Stats{Result: api.ResultOK, At: api.FormatTime(tx.Now), LastSeq: tx.State.LastSeq(), Queues: []api.QueueStats{}, Records: map[string]int64{}}
 		for t, n := range tx.State.RecordCounts() {
 			v.Records[string(t)] = n
 		}
