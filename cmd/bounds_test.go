@@ -193,7 +193,7 @@ func TestLongReadsAreStreamedAndBounded(t *testing.T) {
 	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Leasewal-Exit", "0")
 		w.Header().Set("Content-Type", "application/x-ndjson")
-		io.WriteString(w, string(whole[:len(whole)-len(last)]))
+		w.Write(whole[:len(whole)-len(last)])
 	}))
 	defer cut.Close()
 	if code, _, stderr := cli("--server", cut.URL, "log", "-o", "json"); code == 0 || !strings.Contains(stderr, "cut short") {

@@ -73,8 +73,9 @@ reads it); segments whose last record is older than --keep-history (default
 
 Writers wait only for the last step (the records appended during the copy, the
 base, the rename): the history is read and copied without the lock. A crash at
-any point leaves the old WAL or the new one. The new WAL has format version 3: a
-leasewal older than 2026-11-25 refuses it (see docs/wal-format.md).`,
+any point leaves the old WAL or the new one. The new WAL has format version 3,
+which every release reads, 0.1.0 on ('leasewal version' says which formats a
+binary reads; docs/wal-format.md).`,
 		Example: `  leasewal compact
   leasewal compact --keep-finished 1d --keep-history 7d
   leasewal compact --drop`,

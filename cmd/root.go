@@ -139,7 +139,7 @@ func (a *app) newRoot() *cobra.Command {
 		Long: `leasewal hands tasks to workers under leases, one command per invocation.
 Every invocation locks the WAL, replays it, decides one operation at --now,
 appends its checksummed records with one fsync, prints the outcome and exits.`,
-		Version:                    version(),
+		Version:                    build().Version,
 		SilenceErrors:              true,
 		SilenceUsage:               true,
 		SuggestionsMinimumDistance: 2,
@@ -218,9 +218,10 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 		a.newCompleteCmd(), a.newFailCmd(), a.newReleaseCmd(), a.newExpireCmd(),
 		a.newAbortCmd(), a.newRedactCmd(), a.newRequeueCmd(), a.newQueueCmd(), a.newPauseCmd(), a.newResumeCmd(), a.newScheduleCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
 		a.newInspectCmd(), a.newLogCmd(), a.newReportCmd(), a.newVerifyCmd(), a.newStatsCmd(), a.newRepairCmd(), a.newBackupCmd(), a.newCompactCmd(),
-		a.newWorkleaseCmd(),
+		a.newWorkleaseCmd(), a.newVersionCmd(),
 	)
 	a.registerCompletions(root)
+	root.SetVersionTemplate(build().text()) // --version says what 'leasewal version' says
 	return root
 }
 
@@ -505,16 +506,3 @@ func (a *app) outputBeforeResolve() string {
 
 // version is this build's module version, its VCS revision when the build
 // recorded one, and the Go release.
-func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := info.Main.Version
-	for _, setting := range info.Settings {
-		if setting.Key == "vcs.revision" && len(setting.Value) >= 12 {
-			v += " rev " + setting.Value[:12]
-		}
-	}
-	return v + ", " + info.GoVersion
-}
