@@ -66,12 +66,12 @@ const (
 type SubmitRequest struct {
 	Payload     string `json:"payload"`
 	Window      string `json:"window,omitempty"`       // a duration such as 5m (default 5m)
-	MaxAttempts *int   `json:"max-attempts,omitempty"` // default 3
+	MaxAttempts *int   `json:"max_attempts,omitempty"` // default 3
 	Backoff     string `json:"backoff,omitempty"`
-	BackoffMax  string `json:"backoff-max,omitempty"`
-	RequestID   string `json:"request-id,omitempty"` // idempotency key
+	BackoffMax  string `json:"backoff_max,omitempty"`
+	RequestID   string `json:"request_id,omitempty"` // idempotency key
 	Delay       string `json:"delay,omitempty"`
-	NotBefore   string `json:"not-before,omitempty"` // RFC 3339 or unix ms
+	NotBefore   string `json:"not_before,omitempty"` // RFC 3339 or unix ms
 	Queue       string `json:"queue,omitempty"`
 	Priority    int    `json:"priority,omitempty"`
 	Actor       string `json:"actor,omitempty"` // recorded for audit only
@@ -83,7 +83,7 @@ type LeaseRequest struct {
 	Duration  string `json:"duration,omitempty"` // default 30s
 	Queue     List   `json:"queue,omitempty"`    // the queues to take from (default: all)
 	Task      string `json:"task,omitempty"`     // this task rather than the next eligible one
-	RequestID string `json:"request-id,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
 	// Wait, if set, waits up to this long for a task; the server waits at
 	// most five minutes a request, and the client repeats it until Wait
 	// has run out.
@@ -239,7 +239,7 @@ type ScheduleAddRequest struct {
 	Every   string        `json:"every,omitempty"`
 	Cron    string        `json:"cron,omitempty"`
 	TZ      string        `json:"tz,omitempty"`
-	CatchUp string        `json:"catch-up,omitempty"` // none, last (default) or all
+	CatchUp string        `json:"catch_up,omitempty"` // none, last (default) or all
 	Task    SubmitRequest `json:"task"`
 	Actor   string        `json:"actor,omitempty"`
 }
@@ -296,7 +296,7 @@ type Schedules struct {
 // its answer is an Ack.
 type RequeueRequest struct {
 	Task      string `json:"task"`
-	RequestID string `json:"request-id,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
 	Actor     string `json:"actor,omitempty"`
 }
 
@@ -600,7 +600,7 @@ type WorkSucceedRequest struct {
 type WorkFailRequest struct {
 	Domain     string `json:"domain"`
 	Token      string `json:"token"`
-	MaxRetries *int   `json:"max-retries,omitempty"` // default: the server's worklease.max_retries (3)
+	MaxRetries *int   `json:"max_retries,omitempty"` // default: the server's worklease.max_retries (3)
 	Actor      string `json:"actor,omitempty"`
 }
 

@@ -21,24 +21,41 @@ import (
 // DecodeStrict decodes one JSON object into v: keys are matched exactly
 // (encoding/json alone takes "Payload" for "payload"), a key given twice in
 // an object is refused (encoding/json alone keeps the last), as are unknown
-// fields and anything after the object (ErrTrailing).
-func DecodeStrict(body []byte, v any) error {
+// fields and anything after the object (ErrTrailing). A key of a request as
+// older versions spelled it (request-id for request_id) is read as the
+// field's, and returned in old; an object holding both spellings of one
+// field is refused.
+func DecodeStrict(body []byte, v any) (old []string, err error) {
 	if !utf8.Valid(body) { // encoding/json would read its strings as others (U+FFFD)
-		return ErrNotUTF8
+		return nil, ErrNotUTF8
 	}
-	if err := checkKeys(body, reflect.TypeOf(v)); err != nil {
-		return err
+	w := keyWalker{b: body}
+	switch err := w.value(reflect.TypeOf(v)); {
+	case err == errWalkStop:
+	case err != nil:
+		return nil, err
+	}
+	if len(w.renames) > 0 {
+		body = w.renamed()
+		for _, r := range w.renames {
+			old = append(old, r.from)
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return err
+		return old, err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return ErrTrailing
+		return old, ErrTrailing
 	}
-	return nil
+	return old, nil
 }
+
+// OldSpelling is a key as versions before 0.2 spelled it, which
+// DecodeStrict reads as the field's: the flag's name (request-id for
+// request_id).
+func OldSpelling(field string) string { return strings.ReplaceAll(field, "_", "-") }
 
 // KeyError is a key of a request's JSON object that is given twice, or is
 // no field's name exactly.
@@ -49,29 +66,40 @@ type KeyError struct {
 
 func (e *KeyError) Error() string {
 	if e.Duplicate {
-		return fmt.Sprintf("the key %q is given twice", e.Key)
+		return fmt.Sprintf("the key %q is given twice (or also as %q)", e.Key, OldSpelling(e.Key))
 	}
 	return fmt.Sprintf("json: unknown field %q", e.Key) // as encoding/json says it: the server names the flag
 }
 
-// checkKeys walks a JSON value as one of type t would be read: every
-// object's keys distinct, and a struct's each exactly one of its fields' JSON
-// names. It reads the bytes itself (a request's hot path: no token
-// allocated); a syntax error stops it, and is left to the decoder.
-func checkKeys(body []byte, t reflect.Type) error {
-	w := keyWalker{b: body}
-	err := w.value(t)
-	if err == errWalkStop {
-		return nil
-	}
-	return err
-}
+// The key walk (DecodeStrict) reads a JSON value as one of a type would be
+// read: every object's keys distinct, and a struct's each exactly one of its
+// fields' JSON names. It reads the bytes itself (a request's hot path: no
+// token allocated); a syntax error stops it, and is left to the decoder.
 
 var errWalkStop = errors.New("not JSON: left to the decoder")
 
 type keyWalker struct {
 	b []byte
 	i int
+	// renames are the keys spelled the old way, to be read as the new.
+	renames []rename
+}
+
+// rename is a key at b[at:at+len(from)] (inside its quotes) to be read as to.
+type rename struct {
+	at       int
+	from, to string
+}
+
+// renamed is the body with each old spelling of a key replaced by the new.
+func (w *keyWalker) renamed() []byte {
+	out := make([]byte, 0, len(w.b))
+	last := 0
+	for _, r := range w.renames {
+		out = append(append(out, w.b[last:r.at]...), r.to...)
+		last = r.at + len(r.from)
+	}
+	return append(out, w.b[last:]...)
 }
 
 func (w *keyWalker) ws() {
@@ -180,9 +208,18 @@ func (w *keyWalker) object(t reflect.Type) error {
 		if w.b[w.i] != '"' {
 			return errWalkStop
 		}
+		at := w.i + 1
 		key, err := w.str()
 		if err != nil {
 			return err
+		}
+		if fields != nil {
+			if _, ok := fields[key]; !ok && strings.Contains(key, "-") && w.i-at-1 == len(key) {
+				if _, isOld := fields[strings.ReplaceAll(key, "-", "_")]; isOld {
+					w.renames = append(w.renames, rename{at: at, from: key, to: strings.ReplaceAll(key, "-", "_")})
+					key = strings.ReplaceAll(key, "-", "_")
+				}
+			}
 		}
 		if many == nil && len(seen) == 16 {
 			many = map[string]bool{}
@@ -191,7 +228,7 @@ func (w *keyWalker) object(t reflect.Type) error {
 			}
 		}
 		if many != nil && many[key] || many == nil && slices.Contains(seen, key) {
-			return &KeyError{Key: key, Duplicate: true}
+			return &KeyError{Key: key, Duplicate: true} // twice, or in both spellings
 		}
 		if many != nil {
 			many[key] = true
@@ -274,8 +311,9 @@ const MaxBatchTasks = 1_000_000
 // ReadBatch reads a batch of submits, one JSON object a line (NDJSON; an
 // empty line is skipped), each over base, as it reads them: it calls each
 // with the request and its line number, from 1, and stops at the first line
-// that does not parse, or past maxTasks tasks.
-func ReadBatch(r io.Reader, base SubmitRequest, maxTasks int, each func(req SubmitRequest, line int) error) error {
+// that does not parse, or past maxTasks tasks. deprecated, if set, hears
+// of each line that spells a key the old way.
+func ReadBatch(r io.Reader, base SubmitRequest, maxTasks int, deprecated func(line int, old []string), each func(req SubmitRequest, line int) error) error {
 	scan := bufio.NewScanner(r)
 	scan.Buffer(make([]byte, 64<<10), MaxBatchLine)
 	n, tasks := 0, 0
@@ -289,11 +327,15 @@ func ReadBatch(r io.Reader, base SubmitRequest, maxTasks int, each func(req Subm
 			return Usage("the batch holds more than %d tasks, the most one request takes: split it ('leasewal --server URL submit --batch-file' sends a bigger file in parts)", maxTasks)
 		}
 		req := base
-		if err := DecodeStrict(line, &req); err != nil {
+		old, err := DecodeStrict(line, &req)
+		if len(old) > 0 && deprecated != nil {
+			deprecated(n, old)
+		}
+		if err != nil {
 			if scan.Err() != nil { // the line was cut where reading failed
 				break
 			}
-			return Usage("batch line %d: %v; each line is one JSON object such as {\"payload\":\"x\",\"request-id\":\"r1\"}", n, err)
+			return Usage("batch line %d: %v; each line is one JSON object such as {\"payload\":\"x\",\"request_id\":\"r1\"}", n, err)
 		}
 		if err := each(req, n); err != nil {
 			return err

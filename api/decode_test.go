@@ -97,17 +97,23 @@ func FuzzDecodeStrict(f *testing.F) {
 		`{"payload":"x","request-id":"r1","priority":3}`, `{"payload":"x","payload":"y"}`, `{"Payload":"x"}`,
 		`{"task":"T1","lease":"L1","next":{"worker":"W","Worker":"V"}}`, `{"name":"n","every":"1m","task":{"payload":"x","queue":"q"}}`,
 		`{"payload":"a\u0062","queue":["a","b"]}`, `{"pay\u006coad":"x","payload":"y"}`, `{"payload":"x"} {}`, `[{"a":1,"a":2}]`, `{"payload":`,
+		`{"payload":"x","request-id":"r"}`, `{"request_id":"r","request-id":"r"}`, `{"name":"n","catch-up":"all","task":{"payload":"p","max-attempts":2}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, v := range []any{&SubmitRequest{}, &CompleteRequest{}, &ScheduleAddRequest{}, &InspectRequest{}} {
-			err := DecodeStrict(body, v)
-			if err == nil && badKey(body, reflect.TypeOf(v)) {
-				t.Fatalf("took %q, which gives a key twice or one that is no field's exactly", body)
-			}
+			old, err := DecodeStrict(body, v)
 			if err != nil {
 				continue
+			}
+			if len(old) > 0 { // read as the body with today's spellings
+				for _, k := range old {
+					body = bytes.ReplaceAll(body, []byte(`"`+k+`"`), []byte(`"`+strings.ReplaceAll(k, "-", "_")+`"`))
+				}
+			}
+			if badKey(body, reflect.TypeOf(v)) {
+				t.Fatalf("took %q, which gives a key twice or one that is no field's exactly", body)
 			}
 			ref := reflect.New(reflect.TypeOf(v).Elem()).Interface()
 			dec := json.NewDecoder(bytes.NewReader(body))

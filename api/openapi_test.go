@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -23,37 +24,40 @@ type route struct {
 	// stream is what the lines of a streamed answer (NDJSON, ended by an
 	// api.StreamEnd) may be, when the operation may answer so.
 	stream []any
+	// example is a request body the document shows (a batch's: an array
+	// of its lines), which TestEveryDocumentedExampleIsTaken sends.
+	example string
 }
 
 var routes = []route{
-	{"/v1/submit", "Create a task (TaskCreated); a repeated request id answers the first task", api.SubmitRequest{}, []any{api.Ack{}}, false, nil},
-	{"/v1/submit/batch", "Create many tasks in one write, all or none: one submit per line, one answer per line", api.SubmitRequest{}, []any{api.Ack{}}, true, nil},
-	{"/v1/lease", "Lease the next eligible task to a worker (LeaseGranted), or EMPTY (exit 4)", api.LeaseRequest{}, []any{api.Lease{}, api.Empty{}}, false, nil},
-	{"/v1/extend", "Extend a current lease (LeaseExtended), or CANCELLED (exit 3)", api.ExtendRequest{}, []any{api.Extended{}, api.Cancelled{}}, false, nil},
-	{"/v1/complete", "Complete a task under its current lease (TaskCompleted), or CANCELLED (exit 3)", api.CompleteRequest{}, []any{api.Committed{}, api.Cancelled{}}, false, nil},
-	{"/v1/fail", "Report a failed attempt (TaskFailed, TaskDead), or CANCELLED (exit 3)", api.FailRequest{}, []any{api.Failed{}, api.Cancelled{}}, false, nil},
-	{"/v1/release", "Give the current lease back without using an attempt (LeaseReleased), or CANCELLED (exit 3)", api.ReleaseRequest{}, []any{api.Released{}, api.Cancelled{}}, false, nil},
-	{"/v1/pause", "Pause a queue: it leases nothing and its tasks' windows stand still (QueuePaused)", api.PauseRequest{}, []any{api.Paused{}}, false, nil},
-	{"/v1/resume", "End a queue's pause (QueueResumed)", api.ResumeRequest{}, []any{api.Resumed{}}, false, nil},
-	{"/v1/schedule/add", "Add a periodic task (ScheduleAdded)", api.ScheduleAddRequest{}, []any{api.ScheduleAdded{}}, false, nil},
-	{"/v1/schedule/rm", "Remove a periodic task (ScheduleRemoved)", api.ScheduleRemoveRequest{}, []any{api.ScheduleRemoved{}}, false, nil},
-	{"/v1/schedule/ls", "Every periodic task, with its last and next slots", api.ScheduleListRequest{}, []any{api.Schedules{}}, false, nil},
-	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false, nil},
-	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false, nil},
-	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false, nil},
-	{"/v1/queue/limit", "Set or lift a queue's limit of current leases (QueueLimited)", api.QueueLimitRequest{}, []any{api.QueueLimit{}}, false, nil},
-	{"/v1/stats", "The figures an operator watches: queues, their latency, records by type", api.StatsRequest{}, []any{api.Stats{}}, false, nil},
-	{"/v1/redact", "Stop serving a task's payload; the next compaction drops it (TaskRedacted)", api.RedactRequest{}, []any{api.Redacted{}}, false, nil},
-	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false, nil},
-	{"/v1/why", "Why a task is where it is, and when it can run", api.WhyRequest{}, []any{api.Why{}}, false, nil},
-	{"/v1/wait", "Wait until every named task is in one of the states (at most five minutes a request), or TIMEOUT / UNREACHABLE (exit 9)", api.WaitRequest{}, []any{api.Wait{}}, false, nil},
+	{"/v1/submit", "Create a task (TaskCreated); a repeated request id answers the first task", api.SubmitRequest{}, []any{api.Ack{}}, false, nil, `{"payload":"resize img-42","window":"5m","max_attempts":3,"backoff":"1s","request_id":"job-42","queue":"img","priority":5}`},
+	{"/v1/submit/batch", "Create many tasks in one write, all or none: one submit per line, one answer per line", api.SubmitRequest{}, []any{api.Ack{}}, true, nil, `[{"payload":"resize img-1","request_id":"img-1"},{"payload":"resize img-2","request_id":"img-2","delay":"10m"}]`},
+	{"/v1/lease", "Lease the next eligible task to a worker (LeaseGranted), or EMPTY (exit 4)", api.LeaseRequest{}, []any{api.Lease{}, api.Empty{}}, false, nil, `{"worker":"W1","duration":"30s","queue":["default","img"],"request_id":"W1-poll-3"}`},
+	{"/v1/extend", "Extend a current lease (LeaseExtended), or CANCELLED (exit 3)", api.ExtendRequest{}, []any{api.Extended{}, api.Cancelled{}}, false, nil, `{"task":"T1","lease":"L1","duration":"1m"}`},
+	{"/v1/complete", "Complete a task under its current lease (TaskCompleted), or CANCELLED (exit 3)", api.CompleteRequest{}, []any{api.Committed{}, api.Cancelled{}}, false, nil, `{"task":"T1","lease":"L1","result":"done","next":{"worker":"W1","duration":"30s"}}`},
+	{"/v1/fail", "Report a failed attempt (TaskFailed, TaskDead), or CANCELLED (exit 3)", api.FailRequest{}, []any{api.Failed{}, api.Cancelled{}}, false, nil, `{"task":"T1","lease":"L1","reason":"upstream timeout"}`},
+	{"/v1/release", "Give the current lease back without using an attempt (LeaseReleased), or CANCELLED (exit 3)", api.ReleaseRequest{}, []any{api.Released{}, api.Cancelled{}}, false, nil, `{"task":"T1","lease":"L1","delay":"30s"}`},
+	{"/v1/pause", "Pause a queue: it leases nothing and its tasks' windows stand still (QueuePaused)", api.PauseRequest{}, []any{api.Paused{}}, false, nil, `{"queue":"mail","for":"30m","reason":"smtp relay down"}`},
+	{"/v1/resume", "End a queue's pause (QueueResumed)", api.ResumeRequest{}, []any{api.Resumed{}}, false, nil, `{"queue":"mail"}`},
+	{"/v1/schedule/add", "Add a periodic task (ScheduleAdded)", api.ScheduleAddRequest{}, []any{api.ScheduleAdded{}}, false, nil, `{"name":"tick","every":"10m","catch_up":"last","task":{"payload":"check the mirrors","queue":"default"}}`},
+	{"/v1/schedule/rm", "Remove a periodic task (ScheduleRemoved)", api.ScheduleRemoveRequest{}, []any{api.ScheduleRemoved{}}, false, nil, `{"name":"digest"}`},
+	{"/v1/schedule/ls", "Every periodic task, with its last and next slots", api.ScheduleListRequest{}, []any{api.Schedules{}}, false, nil, `{}`},
+	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false, nil, `{"worker":"W1"}`},
+	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false, nil, `{}`},
+	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false, nil, `{"task":"T1","reason":"bad batch"}`},
+	{"/v1/queue/limit", "Set or lift a queue's limit of current leases (QueueLimited)", api.QueueLimitRequest{}, []any{api.QueueLimit{}}, false, nil, `{"queue":"img","limit":2}`},
+	{"/v1/stats", "The figures an operator watches: queues, their latency, records by type", api.StatsRequest{}, []any{api.Stats{}}, false, nil, `{"queue":"default"}`},
+	{"/v1/redact", "Stop serving a task's payload; the next compaction drops it (TaskRedacted)", api.RedactRequest{}, []any{api.Redacted{}}, false, nil, `{"task":"T1","reason":"a password was pasted"}`},
+	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false, nil, `{"task":"T2","request_id":"rerun-T2"}`},
+	{"/v1/why", "Why a task is where it is, and when it can run", api.WhyRequest{}, []any{api.Why{}}, false, nil, `{"task":"T1"}`},
+	{"/v1/wait", "Wait until every named task is in one of the states (at most five minutes a request), or TIMEOUT / UNREACHABLE (exit 9)", api.WaitRequest{}, []any{api.Wait{}}, false, nil, `{"tasks":["T2"],"for":"FAILED","timeout":"0s"}`},
 	{"/v1/inspect", "Tasks as they stand, or right after record until; the worker registry with workers. Every task (none named) is streamed: the head (tasks empty), each task, the end, one a line",
-		api.InspectRequest{}, []any{api.Inspect{}, api.Workers{}}, false, []any{api.Inspect{}, api.Task{}, api.StreamEnd{}}},
-	{"/v1/log", "The records that match every filter, streamed one a line, then the end: where the log stood", api.LogRequest{}, nil, false, []any{api.Record{}, api.StreamEnd{}}},
-	{"/v1/worklease/acquire", "Acquire an offset of a domain under a new fencing token (WorkAcquired), or queue it (WorkEnqueued)", api.WorkAcquireRequest{}, []any{api.Work{}}, false, nil},
-	{"/v1/worklease/succeed", "Mark the in-flight offset processed (WorkSucceeded)", api.WorkSucceedRequest{}, []any{api.Work{}}, false, nil},
-	{"/v1/worklease/fail", "Report a failed try of the in-flight offset (WorkFailed)", api.WorkFailRequest{}, []any{api.Work{}}, false, nil},
-	{"/v1/worklease/inspect", "Every domain's lease, backlog, processed and failed offsets", api.WorkInspectRequest{}, []any{api.WorkInspect{}}, false, nil},
+		api.InspectRequest{}, []any{api.Inspect{}, api.Workers{}}, false, []any{api.Inspect{}, api.Task{}, api.StreamEnd{}}, `{"tasks":["T1"]}`},
+	{"/v1/log", "The records that match every filter, streamed one a line, then the end: where the log stood", api.LogRequest{}, nil, false, []any{api.Record{}, api.StreamEnd{}}, `{"task":"T1","from":1}`},
+	{"/v1/worklease/acquire", "Acquire an offset of a domain under a new fencing token (WorkAcquired), or queue it (WorkEnqueued)", api.WorkAcquireRequest{}, []any{api.Work{}}, false, nil, `{"domain":"img","offset":1}`},
+	{"/v1/worklease/succeed", "Mark the in-flight offset processed (WorkSucceeded)", api.WorkSucceedRequest{}, []any{api.Work{}}, false, nil, `{"domain":"img","token":"K1"}`},
+	{"/v1/worklease/fail", "Report a failed try of the in-flight offset (WorkFailed)", api.WorkFailRequest{}, []any{api.Work{}}, false, nil, `{"domain":"img","token":"K1","max_retries":3}`},
+	{"/v1/worklease/inspect", "Every domain's lease, backlog, processed and failed offsets", api.WorkInspectRequest{}, []any{api.WorkInspect{}}, false, nil, `{"domain":"img"}`},
 }
 
 // schemaOf is the JSON Schema of a Go type as encoding/json writes it:
@@ -158,7 +162,7 @@ func document() map[string]any {
 		paths[r.path] = map[string]any{"post": map[string]any{
 			"summary":     r.summary,
 			"operationId": strings.ReplaceAll(strings.TrimPrefix(r.path, "/v1/"), "/", "_"),
-			"requestBody": map[string]any{"required": true, "content": map[string]any{kind: map[string]any{"schema": in}}},
+			"requestBody": map[string]any{"required": true, "content": map[string]any{kind: map[string]any{"schema": in, "example": json.RawMessage(r.example)}}},
 			"responses": map[string]any{
 				"200": map[string]any{"description": "the answer (EMPTY and CANCELLED included), its exit code in Leasewal-Exit", "headers": exit,
 					"content": content},
@@ -173,7 +177,7 @@ func document() map[string]any {
 	return map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "leasewal", "version": "1",
-			"description": "The typed operations of leasewal serve. A key is a command-line flag's name; a bearer token when the server has one."},
+			"description": "The typed operations of leasewal serve. Every key is snake_case: a command-line flag's name with _ for - (request_id for --request-id); the old spelling (request-id) is still read, answered with a Deprecation header, until 0.2. A bearer token when the server has one."},
 		"components": map[string]any{"schemas": schemas,
 			"securitySchemes": map[string]any{"token": map[string]any{"type": "http", "scheme": "bearer"}}},
 		"security": []any{map[string]any{"token": []any{}}, map[string]any{}},
@@ -205,5 +209,52 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("the document is not valid OpenAPI: %v", err)
+	}
+}
+
+// TestEveryNameIsSnakeCase: every property of every schema, and every
+// example's key, is snake_case: one JSON vocabulary for requests and
+// answers.
+func TestEveryNameIsSnakeCase(t *testing.T) {
+	snake := regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, schema := range doc.Components.Schemas {
+		for prop := range schema.Properties {
+			if !snake.MatchString(prop) {
+				t.Errorf("%s.%s is not snake_case", name, prop)
+			}
+		}
+	}
+	var keys func(v any)
+	keys = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				if !snake.MatchString(k) {
+					t.Errorf("an example's key %q is not snake_case", k)
+				}
+				keys(e)
+			}
+		case []any:
+			for _, e := range v {
+				keys(e)
+			}
+		}
+	}
+	for _, r := range routes {
+		var v any
+		if err := json.Unmarshal([]byte(r.example), &v); err != nil || r.example == "" {
+			t.Errorf("%s: no example, or one that is not JSON: %v", r.path, err)
+		}
+		keys(v)
 	}
 }

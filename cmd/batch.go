@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/service"
@@ -34,7 +35,15 @@ func runSubmitBatch(e env, o submitOptions) error {
 	base.Actor = e.Actor
 	var reqs []api.SubmitRequest
 	var lines []int
-	err = api.ReadBatch(in, base, api.MaxBatchTasks, func(req api.SubmitRequest, line int) error {
+	warned := false
+	deprecated := func(line int, old []string) {
+		if !warned {
+			warned = true
+			fmt.Fprintf(e.stderr, "leasewal: note: batch line %d spells %s as versions before 0.2 did: write %s (the old spelling is read until then)\n",
+				line, strings.Join(old, ", "), strings.ReplaceAll(strings.Join(old, ", "), "-", "_"))
+		}
+	}
+	err = api.ReadBatch(in, base, api.MaxBatchTasks, deprecated, func(req api.SubmitRequest, line int) error {
 		reqs, lines = append(reqs, req), append(lines, line)
 		return nil
 	})

@@ -41,7 +41,7 @@ func TestTheBatchDoorTakesABoundedBatch(t *testing.T) {
 	lines := func(n int, from int) string {
 		var b strings.Builder
 		for i := range n {
-			fmt.Fprintf(&b, `{"payload":"p%d","request-id":"r%d"}`+"\n", from+i, from+i)
+			fmt.Fprintf(&b, `{"payload":"p%d","request_id":"r%d"}`+"\n", from+i, from+i)
 		}
 		return b.String()
 	}
@@ -75,7 +75,7 @@ func TestTheBatchDoorTakesABoundedBatch(t *testing.T) {
 	if code, _, stderr := cli("--server", ts.URL, "submit", "--batch-file", file); code != 2 || !strings.Contains(stderr, "batch line 20002") {
 		t.Fatalf("a bad line read before anything is sent: exit %d, %s", code, stderr)
 	}
-	bad = lines(api.MaxServerBatchTasks+1, 200_000) + `{"payload":"x","request-id":"r200000"}` + "\n"
+	bad = lines(api.MaxServerBatchTasks+1, 200_000) + `{"payload":"x","request_id":"r200000"}` + "\n"
 	if err := os.WriteFile(file, []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}

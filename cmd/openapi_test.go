@@ -98,3 +98,67 @@ func routesIn(t *testing.T) []string {
 	}
 	return paths
 }
+
+// TestEveryDocumentedExampleIsTaken: every request body the OpenAPI document
+// shows as an example is taken by a server, each on a WAL where what it
+// names exists (T1 leased under L1, T2 FAILED, domain img's offset 0
+// acquired under K1, queue mail paused, schedule digest added), its answer
+// is exit 0 and what the document says, and it spells no key the old way.
+func TestEveryDocumentedExampleIsTaken(t *testing.T) {
+	var doc struct {
+		Paths map[string]struct {
+			Post struct {
+				RequestBody struct {
+					Content map[string]struct {
+						Example json.RawMessage `json:"example"`
+					} `json:"content"`
+				} `json:"requestBody"`
+			} `json:"post"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var checked sync.Map
+	for path, op := range doc.Paths {
+		for contentType, c := range op.Post.RequestBody.Content {
+			t.Run(path, func(t *testing.T) {
+				walPath, s := testServer(t, "")
+				for _, args := range [][]string{{"submit", "--payload", "p"}, {"lease", "--worker", "W1"}, {"submit", "--payload", "q", "--max-attempts", "1"},
+					{"lease", "--task", "T2", "--worker", "W2"}, {"fail", "--task", "T2", "--lease", "L2", "--reason", "r"},
+					{"worklease", "acquire", "--domain", "img", "--offset", "0"}, {"pause", "mail"},
+					{"schedule", "add", "digest", "--every", "1h", "--", "--payload", "d"}} {
+					if code, _, stderr := cli(append([]string{"--wal", walPath}, args...)...); code != 0 {
+						t.Fatal(stderr)
+					}
+				}
+				ts := httptest.NewServer(openAPIChecked(t, s, &checked))
+				defer ts.Close()
+				body := []byte(c.Example)
+				if contentType == "application/x-ndjson" { // an array of its lines
+					var lines []json.RawMessage
+					if err := json.Unmarshal(body, &lines); err != nil {
+						t.Fatal(err)
+					}
+					body = nil
+					for _, l := range lines {
+						var line bytes.Buffer
+						if err := json.Compact(&line, l); err != nil {
+							t.Fatal(err)
+						}
+						body = append(append(body, line.Bytes()...), '\n')
+					}
+				}
+				resp, err := http.Post(ts.URL+path, contentType, bytes.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				answer, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || resp.Header.Get("Leasewal-Exit") != "0" || resp.Header.Get("Deprecation") != "" {
+					t.Errorf("POST %s %s: HTTP %d, exit %s, Deprecation %q: %s", path, body, resp.StatusCode, resp.Header.Get("Leasewal-Exit"), resp.Header.Get("Deprecation"), answer)
+				}
+			})
+		}
+	}
+}

@@ -75,7 +75,8 @@ func (a *app) newServeCmd() *cobra.Command {
 		Short: "Answer the same operations over HTTP, with group commit",
 		Long: `A long-lived process that answers every operation over HTTP: POST /v1/<command>
 (/v1/worklease/acquire for a subcommand) with the request as a JSON object
-whose keys are the flags' names, positional arguments as named fields, e.g.
+whose keys are the flags' names in snake_case (request_id for --request-id),
+positional arguments as named fields, e.g.
 {"payload":"x","window":"5m"} or {"task":"T1"}; GET /v1/openapi.json describes
 every request and answer. The answer is the JSON document the command prints
 with -o json, its exit code in the header Leasewal-Exit: HTTP 200 for every

@@ -83,7 +83,7 @@ func TestServerGroupCommits(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/submit", strings.NewReader(`{"payload":"job","request-id":"r`+string(rune('A'+i%26))+string(rune('a'+i/26))+`"}`))
+			req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/submit", strings.NewReader(`{"payload":"job","request_id":"r`+string(rune('A'+i%26))+string(rune('a'+i/26))+`"}`))
 			req.Header.Set("Authorization", "Bearer secret")
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
@@ -349,14 +349,14 @@ func TestServerRefusesRequestsThatDoNotParse(t *testing.T) {
 		{"submit", "not json", "secret", http.StatusBadRequest, "not a JSON object"},
 		{"frobnicate", "{}", "secret", http.StatusBadRequest, `"frobnicate" is not a command`},
 		{"worklease", "{}", "secret", http.StatusBadRequest, `"worklease" is not a command`},
-		{"submit", `{"payload":"x","bogus":"1"}`, "secret", http.StatusBadRequest, "unknown flag: --bogus"},
+		{"submit", `{"payload":"x","bogus":"1"}`, "secret", http.StatusBadRequest, `unknown field "bogus"`},
 		{"verify", "{}", "secret", http.StatusBadRequest, "works on the WAL's own machine only"},
 		{"submit", `{"payload":"` + strings.Repeat("x", server.DefaultLimit) + `"}`, "secret", http.StatusRequestEntityTooLarge, "over"},
 		{"submit", `{"payload":"x"}`, "guess", http.StatusUnauthorized, "token"},
-		{"submit", `{"Payload":"x"}`, "secret", http.StatusBadRequest, "unknown flag: --Payload"},
-		{"submit", `{"Payload":"x","PAYLOAD":"y"}`, "secret", http.StatusBadRequest, "unknown flag: --Payload"},
+		{"submit", `{"Payload":"x"}`, "secret", http.StatusBadRequest, `unknown field "Payload"`},
+		{"submit", `{"Payload":"x","PAYLOAD":"y"}`, "secret", http.StatusBadRequest, `unknown field "Payload"`},
 		{"submit", `{"payload":"x","payload":"y"}`, "secret", http.StatusBadRequest, `the key "payload" is given twice`},
-		{"complete", `{"task":"T1","lease":"L1","next":{"worker":"W","Worker":"V"}}`, "secret", http.StatusBadRequest, "unknown flag: --Worker"},
+		{"complete", `{"task":"T1","lease":"L1","next":{"worker":"W","Worker":"V"}}`, "secret", http.StatusBadRequest, `unknown field "Worker"`},
 		{"schedule/add", `{"name":"n","every":"1m","task":{"payload":"x","payload":"y"}}`, "secret", http.StatusBadRequest, `the key "payload" is given twice`},
 		{"submit/batch", "{\"payload\":\"x\",\"payload\":\"y\"}\n", "secret", http.StatusBadRequest, `batch line 1: the key "payload" is given twice`},
 	} {
@@ -411,7 +411,7 @@ func TestRequestsAskOnlyForWhatTheOperationTakes(t *testing.T) {
 		{"log", `{"follow":true}`, "the client's loop"},
 		{"submit", `{"payload":"a"} {"wal":"x"}`, "more than one JSON object"},
 		{"submit", `{"payload":"a"} trailing`, "more than one JSON object"},
-		{"submit", `{"payloda":"a"}`, "unknown flag"},
+		{"submit", `{"payloda":"a"}`, "unknown field"},
 	} {
 		status, exit, body := post(c.path, c.body)
 		if status != http.StatusBadRequest || exit != "2" || !strings.Contains(body, c.want) || strings.Contains(body, "secret\"") {
@@ -777,15 +777,15 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		}
 	}
 	for path, c := range map[string]struct{ body, want string }{
-		"submit":            {`{"payload":"x","priority":"5"}`, `flag \"priority\" must be a number, not a JSON string`},
-		"fail":              {`{"task":"T1","lease":"L1","reason":"x","permanent":"yes"}`, `flag \"permanent\" must be true or false`},
+		"submit":            {`{"payload":"x","priority":"5"}`, `field \"priority\" must be a number, not a JSON string`},
+		"fail":              {`{"task":"T1","lease":"L1","reason":"x","permanent":"yes"}`, `field \"permanent\" must be true or false`},
 		"release":           {`{"task":"T1","lease":"L1","delay":"soon"}`, `--delay`},
-		"pause":             {`{"queue":"mail","for":5}`, `flag \"for\" must be`},
-		"schedule/add":      {`{"name":"n","every":"1m","task":{"payload":"p","priority":"high"}}`, `flag \"task.priority\" must be a number`},
+		"pause":             {`{"queue":"mail","for":5}`, `field \"for\" must be`},
+		"schedule/add":      {`{"name":"n","every":"1m","task":{"payload":"p","priority":"high"}}`, `field \"task.priority\" must be a number`},
 		"abort":             {`{"task":"T1"}`, `required flag(s) \"reason\" not set`},
 		"why":               {`{"args":["T1"]}`, `named fields now (\"task\" for why`},
 		"wait":              {`{"tasks":[]}`, "needs at least one task id"},
-		"inspect":           {`{"until":"3"}`, `flag \"until\" must be a number`},
+		"inspect":           {`{"until":"3"}`, `field \"until\" must be a number`},
 		"log":               {`{"from":1,"follow":true}`, "the client's loop"},
 		"worklease/acquire": {`{"domain":"d"}`, `required flag(s) \"offset\" not set`},
 	} {
@@ -862,5 +862,50 @@ func TestLongPayloadsThroughServer(t *testing.T) {
 	ask(&lease, "lease", "--worker", "W")
 	if lease.TaskID != requeued.TaskID || lease.Payload != payloads["T3"] {
 		t.Fatalf("the lease on the requeue of T3 answered %s with a payload of %d bytes", lease.TaskID, len(lease.Payload))
+	}
+}
+
+// TestOldSpellingsAreReadAndFlagged: a key spelled as versions before 0.2
+// spelled it (request-id for request_id) is read as the field's and answered
+// with a Deprecation header that names it; both spellings of one field in
+// one object are refused; a batch file that spells one so is read, with a
+// note.
+func TestOldSpellingsAreReadAndFlagged(t *testing.T) {
+	walPath, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	post := func(path, contentType, body string) (*http.Response, string) {
+		resp, err := http.Post(ts.URL+"/v1/"+path, contentType, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, body := post("submit", "application/json", `{"payload":"x","request-id":"r1","max-attempts":2}`)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"request_id":"r1"`) || !strings.Contains(body, `"max_attempts":2`) ||
+		!strings.HasPrefix(resp.Header.Get("Deprecation"), "@") || !strings.Contains(resp.Header.Get("Leasewal-Deprecated"), "request-id is request_id") {
+		t.Fatalf("old spellings: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	resp, body = post("submit", "application/json", `{"payload":"x","request_id":"r2","request-id":"r2"}`)
+	if resp.StatusCode != 400 || !strings.Contains(body, `the key \"request_id\" is given twice (or also as \"request-id\")`) {
+		t.Fatalf("both spellings: %d %s", resp.StatusCode, body)
+	}
+	resp, body = post("submit", "application/json", `{"payload":"x","request_id":"r3"}`)
+	if resp.StatusCode != 200 || resp.Header.Get("Deprecation") != "" {
+		t.Fatalf("today's spelling: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	resp, body = post("submit/batch", "application/x-ndjson", "{\"payload\":\"y\",\"not-before\":\"2026-01-01T00:00:00Z\"}\n")
+	if resp.StatusCode != 200 || resp.Header.Get("Leasewal-Deprecated") != "not-before is not_before" {
+		t.Fatalf("a batch's old spelling: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	file := filepath.Join(t.TempDir(), "old.ndjson")
+	if err := os.WriteFile(file, []byte(`{"payload":"z","request-id":"r4"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := cli("--wal", walPath, "submit", "--batch-file", file, "-o", "json"); code != 0 || !strings.Contains(out, `"request_id":"r4"`) ||
+		!strings.Contains(stderr, "batch line 1 spells request-id as versions before 0.2 did: write request_id") {
+		t.Fatalf("a batch file's old spelling: exit %d %s %s", code, out, stderr)
 	}
 }

@@ -41,13 +41,13 @@ payload, policy, queue and priority writes nothing and answers with the first
 task id (and its first time).
 
 --batch-file submits many tasks in one write and one fsync, all or nothing:
-each line is a JSON object with the flags' names as keys ("payload",
-"window", "max-attempts", "request-id", "queue", "priority", …), the other
+each line is a JSON object with the flags' names in snake_case as keys
+("payload", "window", "max_attempts", "request_id", "queue", "priority", …), the other
 flags given being every line's defaults; if any line is refused, none is
 written. It answers one line per task (-o json: one JSON object per line).`,
 		Example: `  leasewal submit --payload 'resize img-42' --window 5m --max-attempts 3 --request-id job-42
   leasewal submit --payload 'send digest' --delay 10m --queue mail --priority 5
-  printf '{"payload":"a","request-id":"a"}\n{"payload":"b","request-id":"b","priority":5}\n' | leasewal submit --batch-file - --queue mail`,
+  printf '{"payload":"a","request_id":"a"}\n{"payload":"b","request_id":"b","priority":5}\n' | leasewal submit --batch-file - --queue mail`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runSubmit(a.env, *o) },
 	}

@@ -60,11 +60,19 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 	return map[string]route{
 		"submit": typed(func(ctx context.Context, r api.SubmitRequest) reply { return answer(svc.Submit(ctx, r)) }),
 		"submit/batch": {contentType: "application/x-ndjson", limit: api.MaxServerBatchBody, check: func(body []byte) error {
-			return api.ReadBatch(bytes.NewReader(body), api.SubmitRequest{}, api.MaxServerBatchTasks, func(api.SubmitRequest, int) error { return nil })
+			return api.ReadBatch(bytes.NewReader(body), api.SubmitRequest{}, api.MaxServerBatchTasks, nil, func(api.SubmitRequest, int) error { return nil })
 		}, serve: func(ctx context.Context, body io.Reader) reply {
 			var reqs []api.SubmitRequest
 			var lines []int
-			err := api.ReadBatch(body, api.SubmitRequest{}, api.MaxServerBatchTasks, func(r api.SubmitRequest, line int) error {
+			var old []string
+			deprecated := func(_ int, keys []string) {
+				for _, k := range keys {
+					if !slices.Contains(old, k) {
+						old = append(old, k)
+					}
+				}
+			}
+			err := api.ReadBatch(body, api.SubmitRequest{}, api.MaxServerBatchTasks, deprecated, func(r api.SubmitRequest, line int) error {
 				reqs, lines = append(reqs, r), append(lines, line)
 				return nil
 			})
@@ -79,7 +87,7 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 			for _, a := range acks {
 				writeJSON(&out, a)
 			}
-			return reply{contentType: "application/x-ndjson", body: out.Bytes()}
+			return deprecating(reply{contentType: "application/x-ndjson", body: out.Bytes()}, old)
 		}},
 		"lease":        typed(func(ctx context.Context, r api.LeaseRequest) reply { return answer(svc.Lease(ctx, r)) }),
 		"extend":       typed(func(ctx context.Context, r api.ExtendRequest) reply { return answer(svc.Extend(ctx, r)) }),
@@ -141,7 +149,7 @@ func typed[R any](serve func(context.Context, R) reply) route {
 		if len(bytes.TrimSpace(b)) == 0 {
 			return nil
 		}
-		if err := api.DecodeStrict(b, &r); err != nil {
+		if _, err := api.DecodeStrict(b, &r); err != nil {
 			return decodeError(err)
 		}
 		return nil
@@ -152,13 +160,37 @@ func typed[R any](serve func(context.Context, R) reply) route {
 			return reply{refused: err}
 		}
 		var r R
+		var old []string
 		if len(bytes.TrimSpace(b)) > 0 {
-			if err := api.DecodeStrict(b, &r); err != nil {
+			if old, err = api.DecodeStrict(b, &r); err != nil {
 				return reply{refused: decodeError(err)}
 			}
 		}
-		return serve(ctx, r)
+		return deprecating(serve(ctx, r), old)
 	}}
+}
+
+// deprecation is the Deprecation header (RFC 9745) of an answer to a
+// request that spelled a key as versions before 0.2 did: the date of the
+// version that changed the spelling, 0.1.0.
+const deprecation = "@1795737600" // 2026-11-27T00:00:00Z
+
+// deprecating adds to an answer the Deprecation header, and which keys it
+// is for, when the request spelled any the old way.
+func deprecating(a reply, old []string) reply {
+	if len(old) == 0 {
+		return a
+	}
+	if a.header == nil {
+		a.header = http.Header{}
+	}
+	a.header.Set("Deprecation", deprecation)
+	var now []string
+	for _, k := range old {
+		now = append(now, k+" is "+strings.ReplaceAll(k, "-", "_"))
+	}
+	a.header.Set("Leasewal-Deprecated", strings.Join(now, ", "))
+	return a
 }
 
 // streamed is a streamed answer (a log, inspect's listing): one JSON value
@@ -242,7 +274,7 @@ func decodeError(err error) error {
 	var syntax *json.SyntaxError
 	switch {
 	case errors.Is(err, api.ErrTrailing):
-		return errors.New("the body holds more than one JSON object: send one object of flags")
+		return errors.New("the body holds more than one JSON object: send one object of the request's fields")
 	case errors.As(err, &typ):
 		want := "a string"
 		switch typ.Type.Kind() {
@@ -251,28 +283,29 @@ func decodeError(err error) error {
 		case reflect.Bool:
 			want = "true or false"
 		}
-		return fmt.Errorf("flag %q must be %s, not a JSON %s (the API is typed: GET /v1/openapi.json)", typ.Field, want, typ.Value)
+		return fmt.Errorf("field %q must be %s, not a JSON %s (the API is typed: GET /v1/openapi.json)", typ.Field, want, typ.Value)
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("the body is not a JSON object of flags: %v", err)
+		return fmt.Errorf("the body is not a JSON object of the request's fields: %v", err)
 	}
 	name, unknown := strings.CutPrefix(err.Error(), "json: unknown field ")
 	if !unknown {
-		return fmt.Errorf("the body is not a JSON object of flags: %v", err)
+		return fmt.Errorf("the body is not a JSON object of the request's fields: %v", err)
 	}
 	name = strings.Trim(name, `"`)
+	flag := api.OldSpelling(name)
 	switch {
 	case name == "args":
 		return fmt.Errorf(`"args" is gone: the API is typed, and what were positional arguments are named fields now ("task" for why, "tasks" for wait and inspect); see GET /v1/openapi.json`)
 	case name == "follow": // a request that never ends would hold the server's resources for ever
 		return errors.New(`"follow" is the client's loop: ask again for the records "from" the one after the last you have`)
-	case clientFiles[name]:
-		err = fmt.Errorf("--%s names a file, which the client reads: a server opens no file for a request", name)
-	case serverSettings[name]:
-		err = fmt.Errorf("--%s is the server's to set, not a request's", name)
+	case clientFiles[flag]:
+		err = fmt.Errorf("%q (--%s) names a file, which the client reads: a server opens no file for a request", name, flag)
+	case serverSettings[flag]:
+		err = fmt.Errorf("%q (--%s) is the server's to set, not a request's", name, flag)
 	default:
-		err = fmt.Errorf("unknown flag: --%s", name)
+		err = fmt.Errorf("unknown field %q", name)
 	}
-	return fmt.Errorf("%v; see 'leasewal help' for the commands and their flags", err)
+	return fmt.Errorf("%v; a request's fields are its command's flags, snake_case (request_id for --request-id): GET /v1/openapi.json", err)
 }
 
 // clientFiles name files, which a client reads on its own machine

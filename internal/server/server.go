@@ -383,7 +383,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, body []byte) {
 	case !s.node.Leading():
 		s.forward(w, r, body)
 		return
-	case api.DecodeStrict(body, &req) != nil || req.ID == "":
+	case decodes(body, &req) != nil || req.ID == "":
 		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", `the body is not {"id":"<node id>"}`)
 		return
 	}
@@ -481,4 +481,10 @@ func writeJSON(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the types here always encode; a client gone away is not the server's error
+}
+
+// decodes is api.DecodeStrict's error alone.
+func decodes(body []byte, v any) error {
+	_, err := api.DecodeStrict(body, v)
+	return err
 }
