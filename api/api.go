@@ -300,6 +300,37 @@ type RequeueRequest struct {
 	Actor     string `json:"actor,omitempty"`
 }
 
+// CompactRequest compacts the WAL (compact): the finished tasks that ended
+// within KeepFinished stay (default 7d), the history segments older than
+// KeepHistory are deleted (default 30d), Drop keeps no history at all.
+type CompactRequest struct {
+	KeepFinished string `json:"keep_finished,omitempty"`
+	KeepHistory  string `json:"keep_history,omitempty"`
+	Drop         bool   `json:"drop,omitempty"`
+	Actor        string `json:"actor,omitempty"`
+}
+
+// Compacted is a compaction's answer (OK): the records it replaced (0:
+// nothing followed the last one), the bytes and tasks before and after,
+// the history segment it sealed and those it deleted.
+type Compacted struct {
+	Result       Outcome  `json:"result"`
+	Seq          int64    `json:"seq"`
+	At           string   `json:"at"`
+	KeptFrom     string   `json:"kept_from"`
+	Records      int      `json:"records"`
+	BytesBefore  int64    `json:"bytes_before"`
+	BytesAfter   int64    `json:"bytes_after"`
+	TasksKept    int      `json:"tasks_kept"`
+	TasksDropped int      `json:"tasks_dropped"`
+	Segment      string   `json:"segment"`
+	Expired      []string `json:"expired"`
+	HistoryFrom  int64    `json:"history_from"` // the first record the history holds (0: none)
+	// Redacted counts the redacted tasks whose payloads the history may
+	// still hold.
+	Redacted int `json:"redacted"`
+}
+
 // WhyRequest asks why a task is where it is, and when it can run (why).
 type WhyRequest struct {
 	Task string `json:"task"`

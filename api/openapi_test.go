@@ -54,6 +54,7 @@ var routes = []route{
 	{"/v1/inspect", "Tasks as they stand, or right after record until; the worker registry with workers. Every task (none named) is streamed: the head (tasks empty), each task, the end, one a line",
 		api.InspectRequest{}, []any{api.Inspect{}, api.Workers{}}, false, []any{api.Inspect{}, api.Task{}, api.StreamEnd{}}, `{"tasks":["T1"]}`},
 	{"/v1/log", "The records that match every filter, streamed one a line, then the end: where the log stood", api.LogRequest{}, nil, false, []any{api.Record{}, api.StreamEnd{}}, `{"task":"T1","from":1}`},
+	{"/v1/compact", "Compact the WAL (a base, the records replaced sealed in the history): the server's own, beside its batches", api.CompactRequest{}, []any{api.Compacted{}}, false, nil, `{"keep_finished":"7d","keep_history":"30d"}`},
 	{"/v1/worklease/acquire", "Acquire an offset of a domain under a new fencing token (WorkAcquired), or queue it (WorkEnqueued)", api.WorkAcquireRequest{}, []any{api.Work{}}, false, nil, `{"domain":"img","offset":1}`},
 	{"/v1/worklease/succeed", "Mark the in-flight offset processed (WorkSucceeded)", api.WorkSucceedRequest{}, []any{api.Work{}}, false, nil, `{"domain":"img","token":"K1"}`},
 	{"/v1/worklease/fail", "Report a failed try of the in-flight offset (WorkFailed)", api.WorkFailRequest{}, []any{api.Work{}}, false, nil, `{"domain":"img","token":"K1","max_retries":3}`},

@@ -48,6 +48,9 @@ type Service interface {
 	// context is done: a follower of the log, or a worker waiting for a
 	// task, looks again then.
 	Changes(context.Context) (<-chan struct{}, error)
+	// Compact compacts the WAL: a server compacts its own (beside its
+	// batches; a cluster's every node at the same record).
+	Compact(context.Context, CompactRequest) (Compacted, error)
 	WorkAcquire(context.Context, WorkAcquireRequest) (Work, error)
 	WorkSucceed(context.Context, WorkSucceedRequest) (Work, error)
 	WorkFail(context.Context, WorkFailRequest) (Work, error)

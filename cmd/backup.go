@@ -1,17 +1,11 @@
 package cmd
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/leasewal/leasewal/api"
-	"github.com/leasewal/leasewal/internal/store"
 )
 
 func (a *app) newBackupCmd() *cobra.Command {
@@ -40,32 +34,10 @@ the WAL while nothing runs); 'leasewal --wal DEST verify' checks it.`,
 	return c
 }
 
-type backupView struct {
-	Result  api.Outcome `json:"result"`
-	Path    string      `json:"path"`
-	Records int         `json:"records"`
-	Bytes   int64       `json:"bytes"`
-	Caches  []string    `json:"caches"`
-}
-
 func runBackup(e env, dest string, caches bool) error {
-	if _, err := os.Stat(e.WAL); err != nil {
-		return usageErr("no WAL to back up at %s: %v; check --wal", e.WAL, unwrapPathErr(err))
-	}
-	h := store.Open(e.storeOptions())
-	defer h.Close()
-	b, err := h.Backup(dest, caches)
-	switch {
-	case errors.Is(err, store.ErrBackupExists):
-		return usageErr("%s exists: a backup never overwrites; give a new path", dest)
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
-		return usageErr("cannot write the backup %s: %v", dest, unwrapPathErr(errors.Unwrap(err)))
-	case err != nil:
+	v, err := e.local().Backup(e.context(), dest, caches)
+	if err != nil {
 		return err
-	}
-	v := backupView{Result: api.ResultOK, Path: b.Path, Records: b.Records, Bytes: b.Bytes, Caches: b.Caches}
-	if v.Caches == nil {
-		v.Caches = []string{}
 	}
 	return e.print(answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
 		return fields(w, p, "result", string(v.Result), "backup", v.Path, "records", fmt.Sprint(v.Records),

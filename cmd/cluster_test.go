@@ -173,7 +173,7 @@ func (c *testCluster) start(tn *testNode, join bool) {
 	if c.step > 0 {
 		maxBatch = 1
 	}
-	s, _, _, _ := newServer(e, service.NodeBackend{Node: node}, node, maxBatch, server.Options{Token: c.token})
+	s, _, _, _, _ := newServer(e, service.NodeBackend{Node: node}, node, maxBatch, server.Options{Token: c.token})
 	tn.node, tn.stop = node, s.Stop
 	tn.srv.Store(s)
 }

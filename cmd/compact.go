@@ -1,41 +1,29 @@
 package cmd
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/leasewal/leasewal/api"
-	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/service"
 )
 
 // The retention a compaction applies unless told otherwise.
 const (
-	defaultKeepFinished = "7d"
-	defaultKeepHistory  = "30d"
+	defaultKeepFinished = service.DefaultKeepFinished
+	defaultKeepHistory  = service.DefaultKeepHistory
 	defaultCompactAbove = "1GiB" // serve's
 )
 
 // compactOptions reads the retention flags.
-func compactOptions(keepFinished, keepHistory string, drop bool) (store.CompactOptions, error) {
-	finished, err := api.ParseDuration("keep-finished", keepFinished)
-	if err != nil {
-		return store.CompactOptions{}, err
-	}
-	history, err := api.ParseDuration("keep-history", keepHistory)
-	if err != nil {
-		return store.CompactOptions{}, err
-	}
-	if finished < 0 || history < 0 {
-		return store.CompactOptions{}, usageErr("--keep-finished and --keep-history are durations of 0 or more, e.g. 7d")
-	}
-	return store.CompactOptions{KeepFinished: finished, KeepHistory: history, Drop: drop}, nil
+func compactOptions(keepFinished, keepHistory string, drop bool) (service.CompactOptions, error) {
+	return service.CompactOptionsOf(api.CompactRequest{KeepFinished: keepFinished, KeepHistory: keepHistory, Drop: drop})
 }
 
 // parseSize reads a size in bytes: a number, optionally with KiB, MiB or GiB.
@@ -75,17 +63,14 @@ Writers wait only for the last step (the records appended during the copy, the
 base, the rename): the history is read and copied without the lock. A crash at
 any point leaves the old WAL or the new one. The new WAL has format version 3,
 which every release reads, 0.1.0 on ('leasewal version' says which formats a
-binary reads; docs/wal-format.md).`,
+binary reads; docs/wal-format.md). With --server, the server compacts its own
+WAL, beside its batches (a cluster's every node at the same record).`,
 		Example: `  leasewal compact
   leasewal compact --keep-finished 1d --keep-history 7d
   leasewal compact --drop`,
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
-			opts, err := compactOptions(keepFinished, keepHistory, drop)
-			if err != nil {
-				return err
-			}
-			return runCompact(a.env, opts)
+			return runCompact(a.env, api.CompactRequest{KeepFinished: keepFinished, KeepHistory: keepHistory, Drop: drop, Actor: a.env.Actor})
 		},
 	}
 	c.Flags().StringVar(&keepFinished, "keep-finished", defaultKeepFinished, "keep the finished tasks that ended within this")
@@ -94,54 +79,32 @@ binary reads; docs/wal-format.md).`,
 	return c
 }
 
-type compactView struct {
-	Result       api.Outcome `json:"result"`
-	Seq          int64       `json:"seq"`
-	At           string      `json:"at"`
-	KeptFrom     string      `json:"kept_from"`
-	Records      int         `json:"records"`
-	BytesBefore  int64       `json:"bytes_before"`
-	BytesAfter   int64       `json:"bytes_after"`
-	TasksKept    int         `json:"tasks_kept"`
-	TasksDropped int         `json:"tasks_dropped"`
-	Segment      string      `json:"segment"`
-	Expired      []string    `json:"expired"`
-	HistoryFrom  int64       `json:"history_from"` // the first record the history holds (0: none)
+func runCompact(e env, r api.CompactRequest) error {
+	return call(e, func(ctx context.Context, s api.Service) (api.Compacted, error) {
+		v, err := s.Compact(ctx, r)
+		if err == nil && v.Records == 0 { // a nightly compaction of an idle WAL did its job
+			fmt.Fprintf(e.stderr, "leasewal: note: nothing to compact: no record follows the last compaction\n")
+		}
+		if err == nil && v.Redacted > 0 {
+			fmt.Fprintf(e.stderr, "leasewal: note: the WAL holds no redacted payload now, but the history in %s may still hold those of %s: delete the segments, or compact with --drop, to remove them from disk\n",
+				service.HistoryDir(e.WAL), fmt.Sprintf("%d redacted %s", v.Redacted, api.Plural(v.Redacted, "task", "tasks")))
+		}
+		return v, err
+	}, compactTable, "", "")
 }
 
-func runCompact(e env, opts store.CompactOptions) error {
-	if _, err := os.Stat(e.WAL); err != nil {
-		return usageErr("no WAL to compact at %s: %v; check --wal", e.WAL, unwrapPathErr(err))
-	}
-	h := store.Open(e.storeOptions())
-	defer h.Close()
-	c, err := h.Compact(opts)
-	switch {
-	case errors.Is(err, store.ErrNothingToCompact): // a nightly compaction of an idle WAL did its job
-		fmt.Fprintf(e.stderr, "leasewal: note: %v\n", err)
-	case err != nil:
-		return err
-	}
-	if c.Redacted > 0 {
-		fmt.Fprintf(e.stderr, "leasewal: note: the WAL holds no redacted payload now, but the history in %s may still hold those of %s: delete the segments, or compact with --drop, to remove them from disk\n",
-			store.HistoryDir(e.WAL), fmt.Sprintf("%d redacted %s", c.Redacted, api.Plural(c.Redacted, "task", "tasks")))
-	}
-	v := compactView{Result: api.ResultOK, Seq: c.Seq, At: formatTime(c.At), KeptFrom: formatTime(c.KeptFrom), Records: c.Records,
-		BytesBefore: c.BytesBefore, BytesAfter: c.BytesAfter, TasksKept: c.TasksKept, TasksDropped: c.TasksDropped,
-		Segment: c.Segment, Expired: c.Expired, HistoryFrom: c.HistoryFrom}
-	if v.Expired == nil {
-		v.Expired = []string{}
-	}
+// compactTable draws a compaction's answer.
+func compactTable(v api.Compacted) func(io.Writer, palette) error {
 	segment := v.Segment
 	if segment == "" {
 		segment = "none (--drop)"
 	}
-	return e.print(answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+	return func(w io.Writer, p palette) error {
 		return fields(w, p, "result", string(v.Result), "compacted", fmt.Sprintf("%d records, up to seq %d", v.Records, v.Seq),
 			"bytes", fmt.Sprintf("%d -> %d", v.BytesBefore, v.BytesAfter),
 			"tasks", fmt.Sprintf("%d kept, %d dropped (finished before %s)", v.TasksKept, v.TasksDropped, v.KeptFrom),
 			"history", segment, "expired", strings.Join(v.Expired, " "), "history from", historyFrom(v.HistoryFrom))
-	}}, written{})
+	}
 }
 
 // historyFrom says where the history kept starts.

@@ -3,14 +3,11 @@ package cmd
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/client"
-	"github.com/leasewal/leasewal/internal/cluster"
 	"github.com/leasewal/leasewal/internal/service"
-	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/internal/trace"
 	"github.com/leasewal/leasewal/state"
 )
@@ -113,84 +110,32 @@ type class struct {
 	seq  *int64
 }
 
-// classify maps every error a command can return to its documented exit code.
-// It is the only place exit codes for errors are chosen.
+// classify maps every error a command can return to its documented exit
+// code: a server's answer, the client's and the command line's own errors
+// here, the local service's by service.Classify. The two are the only
+// places exit codes for errors are chosen.
 func classify(err error) class {
 	var (
-		refusal  *state.Error
-		recErr   *state.RecordError
-		dmg      *store.DamageError
-		walDmg   *store.FrameDamageError
-		format   *store.FormatError
-		locked   *store.LockTimeoutError
-		appendE  *store.AppendError
-		usage    *api.UsageError
-		notFile  *store.NotRegularError
-		mismatch *trace.MismatchError
-		badTrace *trace.Error
-		badFile  *client.FileError
-		lost     *answerLostError
-		unknown  *client.UnknownOutcomeError
-		proposal *cluster.UnknownOutcomeError
-		owned    *store.NodeOwnedError
-		remote   *api.Error
-		history  *store.HistoryError
-		poisoned *store.PoisonedError
-		removed  *client.RemovedError
+		remote  *api.Error
+		badFile *client.FileError
+		lost    *answerLostError
+		unknown *client.UnknownOutcomeError
+		removed *client.RemovedError
 	)
 	switch {
 	case errors.As(err, &remote): // a server's answer: its kind and exit code
 		return class{code: remote.Exit, kind: remote.Kind, seq: remote.Seq}
-	case errors.As(err, &usage), errors.As(err, &badTrace), errors.As(err, &badFile):
+	case errors.As(err, &badFile):
 		return class{code: ExitUsage, kind: "Usage"}
 	case errors.As(err, &removed):
 		return class{code: ExitUnknownSent, kind: "NodeRemoved"}
-	case errors.As(err, &unknown), errors.As(err, &proposal):
+	case errors.As(err, &unknown):
 		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
-	case errors.Is(err, cluster.ErrNotLeader):
-		return class{code: ExitUnknownSent, kind: "NotLeader"}
-	case errors.Is(err, service.ErrStopping):
-		return class{code: ExitUnknownSent, kind: "Stopping"}
-	case errors.As(err, &owned):
-		return class{code: ExitUsage, kind: "NodeOwned"}
 	case errors.As(err, &lost):
 		return class{code: ExitAnswerLost, kind: "AnswerLost", seq: &lost.first}
-	case errors.As(err, &refusal):
-		switch refusal.Kind {
-		case state.NotFound:
-			return class{code: ExitNotFound, kind: string(refusal.Kind)}
-		case state.BacklogOrdering, state.TokenMismatch, state.LeaseNotFound:
-			return class{code: ExitContract, kind: string(refusal.Kind)}
-		default:
-			return class{code: ExitUsage, kind: string(refusal.Kind)}
-		}
-	case errors.As(err, &history):
-		return class{code: ExitDamaged, kind: "DamagedHistory"}
-	case errors.Is(err, store.ErrCompactedMeanwhile):
-		return class{code: ExitLocked, kind: "CompactedMeanwhile"}
-	case errors.As(err, &walDmg):
-		seq := int64(walDmg.Index)
-		return class{code: ExitDamaged, kind: "DamagedWAL", seq: &seq}
-	case errors.As(err, &dmg):
-		c := class{code: ExitDamaged, kind: "DamagedWAL", seq: &dmg.Seq}
-		if errors.As(err, &recErr) && recErr.Invariant != "" {
-			c.kind = "InvariantViolation"
-		}
-		return c
-	case errors.As(err, &mismatch):
-		return class{code: ExitDamaged, kind: "ExpectMismatch"}
-	case errors.As(err, &format), errors.Is(err, store.ErrEmptyFile):
-		return class{code: ExitDamaged, kind: "NotAWAL"}
-	case errors.As(err, &locked):
-		return class{code: ExitLocked, kind: "LockTimeout"}
-	case errors.As(err, &poisoned):
-		return class{code: ExitInternal, kind: "WriteFailed"}
-	case errors.As(err, &appendE) && !appendE.RolledBack: // its records may be in the WAL, or not
-		return class{code: ExitUnknownSent, kind: "OutcomeUnknown"}
-	case errors.As(err, &appendE):
-		return class{code: ExitInternal, kind: "WriteFailed"}
-	case errors.As(err, &notFile), errors.Is(err, fs.ErrPermission):
-		return class{code: ExitUsage, kind: "BadWALPath"}
+	}
+	if c, ok := service.Classify(err); ok {
+		return class{code: c.Code, kind: c.Kind, seq: c.Seq}
 	}
 	return class{code: ExitInternal, kind: "Internal"}
 }

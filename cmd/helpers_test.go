@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/internal/testwait"
 )
 
@@ -27,4 +28,10 @@ func returnsBeforeHangGuard(t testing.TB, what string, fn func()) {
 	case <-time.After(testwait.HangGuard):
 		t.Fatalf("hang guard: %s did not return in %s", what, testwait.HangGuard)
 	}
+}
+
+// storeOptions are the store's options for e's WAL, for the tests that open
+// a handle themselves.
+func (e env) storeOptions() store.Options {
+	return store.Options{Path: e.WAL, LockTimeout: e.LockTimeout, Actor: e.Actor, Clock: e.clock, Fault: e.Fault}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/answers"
+	"github.com/leasewal/leasewal/internal/service"
 	"github.com/leasewal/leasewal/state"
 )
 
@@ -49,7 +50,7 @@ Writes nothing. An unknown task: exit 4.`,
 			}
 			return runInspect(a.env, req)
 		},
-		ValidArgsFunction: a.completion(completeTasks),
+		ValidArgsFunction: a.completion(service.CandidateTasks),
 	}
 	c.Flags().StringVar(&o.state, "state", "", "only tasks in this state (WAITING, LEASED, COMPLETED, FAILED, DEAD)")
 	c.Flags().StringVar(&o.queue, "queue", "", "only tasks of this queue")

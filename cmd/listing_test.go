@@ -12,7 +12,6 @@ import (
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/histgen"
 	"github.com/leasewal/leasewal/internal/service"
-	"github.com/leasewal/leasewal/internal/store"
 )
 
 // TestListingsAreTheViewStreamed: the listings of inspect, streamed task by
@@ -24,7 +23,7 @@ func TestListingsAreTheViewStreamed(t *testing.T) {
 		t.Fatal(out, errOut)
 	}
 	const at = "2026-11-01T00:00:00Z"
-	svc := service.New(service.Options{Store: store.Options{Path: walPath, LockTimeout: time.Second,
+	svc := service.New(service.Options{WAL: service.WAL{Path: walPath, LockTimeout: time.Second,
 		Clock: func(int64) (int64, error) { return api.ParseTime("2026-11-01T00:00:00.000Z"), nil }}})
 	for _, only := range []api.InspectRequest{{}, {State: "WAITING"}, {State: "LEASED"}, {State: "COMPLETED"}, {State: "FAILED"}, {State: "DEAD"}, {Queue: "default"}, {Queue: "none"}, {State: "DEAD", Queue: "default"}} {
 		v, err := svc.Inspect(context.Background(), only)
@@ -66,7 +65,7 @@ func TestLogHoldsItsLinesUntilTheEnd(t *testing.T) {
 	}
 	// The table and TSV hold their rows the same way, then draw them.
 	var recs []api.Record
-	svc := service.New(service.Options{Store: store.Options{Path: walPath, LockTimeout: time.Second}})
+	svc := service.New(service.Options{WAL: service.WAL{Path: walPath, LockTimeout: time.Second}})
 	if _, err := svc.Log(context.Background(), api.LogRequest{}, func(r api.Record) error { recs = append(recs, r); return nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/service"
 
-	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/state"
 )
 
@@ -34,9 +34,10 @@ type answer struct {
 // jsonStreamer is a document too large to build whole (a listing of every task).
 type jsonStreamer interface{ streamJSON(w io.Writer) error }
 
-// storeOptions are the store options every operation of this invocation uses.
-func (e env) storeOptions() store.Options {
-	return store.Options{
+// wal is where and how every operation of this invocation works on the
+// WAL.
+func (e env) wal() service.WAL {
+	return service.WAL{
 		Path:        e.WAL,
 		LockTimeout: e.LockTimeout,
 		Actor:       e.Actor,
@@ -47,31 +48,10 @@ func (e env) storeOptions() store.Options {
 	}
 }
 
-// write runs decide as one writing operation and prints its answer.
-func (e env) write(decide func(tx *store.Tx) (answer, error)) error {
-	return e.operate(e.storeOptions(), true, decide)
-}
-
-// operate opens a handle with opts, runs decide once in it, and prints the
-// answer once the lock is released (verify and repair, which read the file
-// themselves; every other verb goes through the service).
-func (e env) operate(opts store.Options, writing bool, decide func(tx *store.Tx) (answer, error)) error {
-	h := store.Open(opts)
-	defer h.Close()
-	var (
-		a answer
-		w written
-	)
-	err := h.Run(writing, func(tx *store.Tx) error {
-		var err error
-		a, err = decide(tx)
-		w.add(tx.Committed)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return e.print(a, w)
+// local is the local service on this invocation's WAL, for the operations
+// that work on the WAL's own file (verify, repair, backup, report's trace).
+func (e env) local() *service.Local {
+	return service.New(service.Options{WAL: e.wal(), MaxRetries: e.MaxRetries})
 }
 
 // resultInterrupted is the answer of a wait ended by SIGINT or SIGTERM.

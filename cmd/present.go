@@ -35,7 +35,7 @@ func (e env) session() (*session, error) {
 		s.svc = c
 		return s, nil
 	}
-	s.svc = service.New(service.Options{Store: e.storeOptions(), MaxRetries: e.MaxRetries,
+	s.svc = service.New(service.Options{WAL: e.wal(), MaxRetries: e.MaxRetries,
 		Committed: s.written.add})
 	return s, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/service"
 )
 
 // The operator's verbs of a queue: abort, requeue, and why.
@@ -25,7 +26,7 @@ reason answers again (duplicate) and writes nothing. A task already COMPLETED,
 FAILED or DEAD otherwise: exit 2; an unknown task: exit 4.`,
 		Example:           `  leasewal abort T7 --reason 'bad batch'`,
 		Args:              exactlyOneTask,
-		ValidArgsFunction: a.completion(completeTasks),
+		ValidArgsFunction: a.completion(service.CandidateTasks),
 		RunE: func(_ *cobra.Command, args []string) error {
 			req := api.AbortRequest{Task: args[0], Reason: reason, Actor: a.env.Actor}
 			return call(a.env, func(ctx context.Context, s api.Service) (api.Aborted, error) { return s.Abort(ctx, req) },
@@ -51,7 +52,7 @@ it from disk. Redacting a task again answers again (duplicate, with the first
 reason) and writes nothing. An unknown task: exit 4.`,
 		Example:           `  leasewal redact T7 --reason 'an API key was pasted into it'`,
 		Args:              exactlyOneTask,
-		ValidArgsFunction: a.completion(completeTasks),
+		ValidArgsFunction: a.completion(service.CandidateTasks),
 		RunE: func(_ *cobra.Command, args []string) error {
 			req := api.RedactRequest{Task: args[0], Reason: reason, Actor: a.env.Actor}
 			return call(a.env, func(ctx context.Context, s api.Service) (api.Redacted, error) { return s.Redact(ctx, req) },
@@ -97,7 +98,7 @@ repeat answers with the same new task; request ids of submit and requeue share
 one name space. A live task: exit 2; an unknown task: exit 4.`,
 		Example:           `  leasewal requeue T7 --request-id rerun-T7`,
 		Args:              exactlyOneTask,
-		ValidArgsFunction: a.completion(completeTasks),
+		ValidArgsFunction: a.completion(service.CandidateTasks),
 		RunE: func(_ *cobra.Command, args []string) error {
 			req := api.RequeueRequest{Task: args[0], RequestID: requestID, Actor: a.env.Actor}
 			return call(a.env, func(ctx context.Context, s api.Service) (api.Ack, error) { return s.Requeue(ctx, req) },
@@ -119,7 +120,7 @@ with what to do where there is something to do. Writes nothing. An unknown task:
 exit 4.`,
 		Example:           `  leasewal why T7`,
 		Args:              exactlyOneTask,
-		ValidArgsFunction: a.completion(completeTasks),
+		ValidArgsFunction: a.completion(service.CandidateTasks),
 		RunE: func(_ *cobra.Command, args []string) error {
 			req := api.WhyRequest{Task: args[0]}
 			return call(a.env, func(ctx context.Context, s api.Service) (api.Why, error) { return s.Why(ctx, req) },

@@ -3,12 +3,8 @@ package cmd
 import (
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
-
-	"github.com/leasewal/leasewal/api"
-	"github.com/leasewal/leasewal/internal/store"
 )
 
 func (a *app) newRepairCmd() *cobra.Command {
@@ -25,34 +21,17 @@ last record is refused with exit 5: acknowledged records are never dropped.`,
 	}
 }
 
-type repairView struct {
-	Result   api.Outcome `json:"result"`
-	CutBytes int64       `json:"cut_bytes"`
-	Offset   int64       `json:"offset,omitempty"`
-	SavedAs  string      `json:"saved_as,omitempty"`
-	Records  int         `json:"records"`
-}
-
 func runRepair(e env) error {
-	if _, err := os.Stat(e.WAL); err != nil {
-		return usageErr("no WAL to repair at %s: %v; check --wal", e.WAL, unwrapPathErr(err))
+	v, err := e.local().Repair(e.context())
+	if err != nil {
+		return err
 	}
-	return e.write(func(tx *store.Tx) (answer, error) {
-		cut, err := tx.CutTorn()
-		if err != nil {
-			return answer{}, err
-		}
-		v := repairView{Result: api.ResultOK, Records: tx.Records()}
-		if cut != nil {
-			v.CutBytes, v.Offset, v.SavedAs = cut.Length, cut.Offset, cut.SavedAs
-		}
-		return answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
-			if cut == nil {
-				_, err := fmt.Fprintf(w, "nothing to repair: %d records, no torn tail\n", v.Records)
-				return err
-			}
-			_, err := fmt.Fprintf(w, "cut %d bytes at offset %d (never acknowledged), saved as %s; %d records kept\n", v.CutBytes, v.Offset, escape(v.SavedAs), v.Records)
+	return e.print(answer{doc: v, outcome: v.Result, table: func(w io.Writer, p palette) error {
+		if v.CutBytes == 0 {
+			_, err := fmt.Fprintf(w, "nothing to repair: %d records, no torn tail\n", v.Records)
 			return err
-		}}, nil
-	})
+		}
+		_, err := fmt.Fprintf(w, "cut %d bytes at offset %d (never acknowledged), saved as %s; %d records kept\n", v.CutBytes, v.Offset, escape(v.SavedAs), v.Records)
+		return err
+	}}, written{})
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/report"
-	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/internal/trace"
 )
 
@@ -98,13 +97,7 @@ func expectation(e env, file string) (out *report.Expectation, differs error, er
 		return nil, nil, usageErr("--expect %s is an 'inspect -o json' document; a report draws a trace's steps: give a list of steps (after:, at:, final:)", file)
 	}
 	outline := want.Outline() // before the check, which consumes the steps
-	opts := e.storeOptions()
-	if err := checkedBy(&opts, want); err != nil {
-		return nil, nil, err
-	}
-	h := store.Open(opts)
-	defer h.Close()
-	err = h.Read(func(tx *store.Tx) error { return want.Check(tx, tx.Now) })
+	err = e.local().CheckTrace(e.context(), want)
 	var mismatch *trace.MismatchError
 	if err != nil && !errors.As(err, &mismatch) {
 		return nil, nil, err

@@ -28,7 +28,7 @@ import (
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/client"
 	"github.com/leasewal/leasewal/internal/runner"
-	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/service"
 	"github.com/leasewal/leasewal/internal/trace"
 )
 
@@ -42,7 +42,7 @@ type Config struct {
 	LockTimeout time.Duration
 	Actor       string
 	Now         string // --now or LEASEWAL_NOW, unparsed: it is read against the WAL's last record
-	Fault       *store.Fault
+	Fault       *service.Fault
 	MaxRetries  int    // worklease fail's --max-retries, which the config file may set too
 	Server      string // --server: the commands go to these servers
 	TokenFile   string
@@ -331,7 +331,7 @@ func (a *app) resolve() error {
 		return usageErr("LEASEWAL_TEST_CLOCK is a hook for tests and is honoured only beside LEASEWAL_TESTING=1: unset it")
 	}
 	if spec := a.env.getenv("LEASEWAL_FAILPOINT"); spec != "" {
-		if c.Fault, err = store.ParseFault(spec); err != nil {
+		if c.Fault, err = service.ParseFault(spec); err != nil {
 			return usageErr("LEASEWAL_FAILPOINT: %v", err)
 		}
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/leasewal/leasewal/internal/runner"
 	"github.com/leasewal/leasewal/internal/service"
-	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/state"
 )
 
@@ -211,11 +210,9 @@ func runRun(e env, o runOptions, argv []string) error {
 			return err
 		}
 	} else { // one handle for the runner's life: each turn reads only what was appended since the last
-		opts := e.storeOptions()
-		opts.Resident = true
-		h := store.Open(opts)
-		defer h.Close()
-		svc = service.New(service.Options{Store: opts, Handle: h, MaxRetries: e.MaxRetries})
+		local := service.New(service.Options{WAL: e.wal(), Resident: true, MaxRetries: e.MaxRetries})
+		defer local.Close()
+		svc = local
 	}
 	c, err := runner.NewCoordinator(e.context(), svc, e.Actor)
 	if err != nil {

@@ -25,7 +25,6 @@ import (
 	"github.com/leasewal/leasewal/internal/report"
 	"github.com/leasewal/leasewal/internal/server"
 	"github.com/leasewal/leasewal/internal/service"
-	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/state"
 )
 
@@ -232,18 +231,16 @@ func runServe(e env, o serveOptions) error {
 			}
 			cfg.TLS = &cluster.TLS{Cert: tlsConfig.Certificates[0], CA: pool}
 		}
-		if node, err = cluster.Start(cfg, e.storeOptions()); err != nil {
+		if node, err = service.StartNode(cfg, e.wal()); err != nil {
 			return usageErr("%v", err)
 		}
 		defer node.Shutdown()
 		back, life.Failed = service.NodeBackend{Node: node}, node.Failed()
 		life.JoinAs = server.JoinRequest{ID: o.raft.ID, RaftAddr: node.RaftAddr(), URL: url}
 	} else {
-		opts := e.storeOptions()
-		opts.Resident = true
-		h := store.Open(opts)
-		defer h.Close()
-		back = service.NewWALBackend(h, url)
+		wal := service.OpenWALBackend(e.wal(), url)
+		defer wal.Close()
+		back = wal
 		if !o.pipeline {
 			back = service.Serial{Backend: back}
 		}
@@ -258,20 +255,9 @@ func runServe(e env, o serveOptions) error {
 			return nil
 		}
 	}
-	s, batch, svc, kick := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live, Hosts: hosts, Ready: ready, Log: e.stderr})
-	compact := service.LocalCompaction(e.storeOptions(), batch)
-	if node != nil { // the leader proposes it, between two batches, and every node compacts at that record, beside the batches after it
-		compact = func(keep store.CompactOptions) (store.Compaction, error) {
-			var wait func() (store.Compaction, error)
-			err := batch.Exclusive(func() (err error) { wait, err = node.ProposeCompaction(keep); return err })
-			if err != nil {
-				return store.Compaction{}, err
-			}
-			return wait()
-		}
-	}
+	s, batch, svc, kick, compact := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live, Hosts: hosts, Ready: ready, Log: e.stderr})
 	compacting, stopCompacting := context.WithCancel(context.Background())
-	compactor := service.StartCompactor(compacting, compaction, e.storeOptions(), batch, compact, func(line string) { fmt.Fprintf(e.stderr, "leasewal: %s\n", line) })
+	compactor := service.StartCompactor(compacting, compaction, e.wal(), batch, compact, func(line string) { fmt.Fprintf(e.stderr, "leasewal: %s\n", line) })
 	defer func() { stopCompacting(); compactor.Wait() }()
 	firing, stopFiring := context.WithCancel(context.Background())
 	firer := service.StartFirer(firing, svc, kick, func(line string) { fmt.Fprintf(e.stderr, "leasewal: %s\n", line) })
@@ -287,17 +273,31 @@ func runServe(e env, o serveOptions) error {
 
 // newServer is the HTTP API of the service deciding on back, in batches of
 // at most maxBatch (group commit); node is the raft node behind back, nil
-// for a single server.
-func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o server.Options) (*server.Server, *service.Batcher, *service.Local, <-chan struct{}) {
+// for a single server. compact is how it compacts its WAL: beside its
+// batches, or (a cluster's leader) as a proposal between two, which every
+// node compacts at the same record.
+func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o server.Options) (s *server.Server, batch *service.Batcher, svc *service.Local, kick <-chan struct{},
+	compact func(service.CompactOptions) (service.Compaction, error)) {
 	own := metrics.NewServer()
-	batch := service.NewBatcher(back, maxBatch, own.Observe)
+	batch = service.NewBatcher(back, maxBatch, own.Observe)
+	compact = service.LocalCompaction(e.wal(), batch)
+	if node != nil {
+		compact = func(keep service.CompactOptions) (service.Compaction, error) {
+			var wait func() (service.Compaction, error)
+			err := batch.Exclusive(func() (err error) { wait, err = node.ProposeCompaction(keep); return err })
+			if err != nil {
+				return service.Compaction{}, err
+			}
+			return wait()
+		}
+	}
 	stopping, stopWaits := context.WithCancel(context.Background())
 	kick, scheduled := service.Kicker()
 	live := o.Live
 	if live == nil {
 		live = report.NewLive("leasewal serve: " + e.WAL)
 	}
-	svc := service.New(service.Options{Store: e.storeOptions(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries,
+	svc = service.New(service.Options{WAL: e.wal(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries, Compact: compact,
 		Committed: func(recs []state.Record) { own.Records(recs); scheduled(recs); live.Add(recs) }})
 	live.LoadFrom(func() ([]api.Record, int64, error) { return latest(svc) }) // when the page is first looked at
 	o.Live = live
@@ -314,8 +314,7 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	o.Describe, o.Unknown, o.StopWaits, o.Stop = describe, unknownRoute, stopWaits, batch.Stop
 	if e.stderr != nil {
 		o.Describe = func(err error) api.Error {
-			var refused *store.RefusedRecordError
-			if errors.As(err, &refused) { // a record the request path let through and the gate did not: a bug, answered for its request alone
+			if service.RefusedAtTheGate(err) { // a record the request path let through and the gate did not: a bug, answered for its request alone
 				fmt.Fprintf(e.stderr, "leasewal: a request was refused at the gate (a bug of leasewal's; nothing of it was written): %v\n", err)
 			}
 			return describe(err)
@@ -327,7 +326,7 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	if o.HTTP == nil {
 		o.HTTP = http.DefaultClient
 	}
-	return server.New(svc, back.Status, node, o), batch, svc, kick
+	return server.New(svc, back.Status, node, o), batch, svc, kick, compact
 }
 
 // latest is the WAL's latest records, as many as a live page keeps, and

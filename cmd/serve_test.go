@@ -71,7 +71,7 @@ func TestServerGroupCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, batch, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret"})
+	s, batch, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret"})
 	stop := s.Stop
 	ts := httptest.NewServer(s)
 	defer ts.Close()
@@ -147,7 +147,7 @@ func testServerOn(t testing.TB, walPath string, o server.Options) (string, *serv
 	t.Helper()
 	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: time.Minute, Actor: "test"}}
 	h := store.Open(e.storeOptions())
-	s, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, o)
+	s, _, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, o)
 	t.Cleanup(func() { s.Stop(); h.Close() })
 	return walPath, s
 }
@@ -714,7 +714,7 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 	ts := httptest.NewServer(openAPIChecked(t, s, &checked))
 	defer ts.Close()
 	batch := filepath.Join(t.TempDir(), "jobs.jsonl")
-	if err := os.WriteFile(batch, []byte("{\"payload\":\"b1\",\"request-id\":\"b1\"}\n{\"payload\":\"b2\",\"request-id\":\"b2\"}\n"), 0o600); err != nil {
+	if err := os.WriteFile(batch, []byte("{\"payload\":\"b1\",\"request_id\":\"b1\"}\n{\"payload\":\"b2\",\"request_id\":\"b2\"}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	steps := []struct {
@@ -758,6 +758,7 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"inspect", "--until", "2", "--state", "LEASED"}, 0, "T1"},
 		{[]string{"log", "--task", "T1", "--type", "LeaseGranted,TaskFailed", "-o", "json"}, 0, `"type":"TaskFailed"`},
 		{[]string{"log", "--from", "99"}, 0, "no records match"},
+		{[]string{"compact", "-o", "json"}, 0, `"result":"OK"`},
 		{[]string{"report", "-o", "html", "--task", "T1"}, 0, `<section class="task" id="task-T1" data-state="FAILED">`},
 		{[]string{"worklease", "acquire", "--domain", "d", "--offset", "4", "-o", "json"}, 0, `"token":"K1"`},
 		{[]string{"worklease", "fail", "--domain", "d", "--token", "K1", "--max-retries", "0", "-o", "json"}, 0, `"result":"GIVE_UP_NO_BACKLOG"`},
@@ -907,5 +908,36 @@ func TestOldSpellingsAreReadAndFlagged(t *testing.T) {
 	if code, out, stderr := cli("--wal", walPath, "submit", "--batch-file", file, "-o", "json"); code != 0 || !strings.Contains(out, `"request_id":"r4"`) ||
 		!strings.Contains(stderr, "batch line 1 spells request-id as versions before 0.2 did: write request_id") {
 		t.Fatalf("a batch file's old spelling: exit %d %s %s", code, out, stderr)
+	}
+}
+
+// TestCompactThroughAServer: 'leasewal --server URL compact' has the server
+// compact its own WAL (beside its batches), and leaves the local WAL that
+// --wal names as it was.
+func TestCompactThroughAServer(t *testing.T) {
+	walPath, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	local := filepath.Join(t.TempDir(), "local.wal")
+	for _, wal := range []string{walPath, local} {
+		for _, args := range [][]string{{"submit", "--payload", "p"}, {"lease", "--worker", "W"}, {"complete", "--task", "T1", "--lease", "L1"}} {
+			if code, _, stderr := cli(append([]string{"--wal", wal, "--now", "2026-01-01T00:00:00Z"}, args...)...); code != 0 {
+				t.Fatal(stderr)
+			}
+		}
+	}
+	before, _ := os.ReadFile(local)
+	code, out, stderr := cli("--server", ts.URL, "--wal", local, "compact", "--keep-finished", "0s", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"records":3`) || !strings.Contains(out, `"tasks_dropped":1`) {
+		t.Fatalf("compact through the server: exit %d %s %s", code, out, stderr)
+	}
+	if after, _ := os.ReadFile(local); !bytes.Equal(before, after) {
+		t.Fatal("compact through a server changed the local WAL")
+	}
+	if b, _ := os.ReadFile(walPath); !bytes.Contains(b, []byte(`"type":"BaseBegin"`)) {
+		t.Fatalf("the server's WAL was not compacted:\n%s", b)
+	}
+	if code, out, _ := cli("--server", ts.URL, "compact", "-o", "json"); code != 0 || !strings.Contains(out, `"records":0`) {
+		t.Fatalf("a second compaction, with nothing to compact: exit %d %s", code, out)
 	}
 }

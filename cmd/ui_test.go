@@ -41,7 +41,7 @@ func TestLivePageInABrowser(t *testing.T) {
 	opts.Resident = true
 	h := store.Open(opts)
 	defer h.Close()
-	s, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret", ReadToken: "viewer"})
+	s, _, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret", ReadToken: "viewer"})
 	ts := httptest.NewServer(s)
 	defer func() { s.Stop(); ts.Close() }() // as serve stops: the page's event stream ends first
 

@@ -35,7 +35,7 @@ task: exit 4.`,
 			}
 			return nil
 		},
-		ValidArgsFunction: a.completion(completeTasks),
+		ValidArgsFunction: a.completion(service.CandidateTasks),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return runWait(a.env, api.WaitRequest{Tasks: args, For: api.List(o.states), Timeout: o.timeout})
 		},

@@ -130,6 +130,7 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 				return &end, err
 			})
 		}))),
+		"compact":           typed(func(ctx context.Context, r api.CompactRequest) reply { return answer(svc.Compact(ctx, r)) }),
 		"worklease/acquire": typed(func(ctx context.Context, r api.WorkAcquireRequest) reply { return answer(svc.WorkAcquire(ctx, r)) }),
 		"worklease/succeed": typed(func(ctx context.Context, r api.WorkSucceedRequest) reply { return answer(svc.WorkSucceed(ctx, r)) }),
 		"worklease/fail":    typed(func(ctx context.Context, r api.WorkFailRequest) reply { return answer(svc.WorkFail(ctx, r)) }),

@@ -64,6 +64,26 @@ type WALBackend struct {
 // as the leader.
 func NewWALBackend(h *store.Handle, url string) *WALBackend { return &WALBackend{h: h, url: url} }
 
+// OpenWALBackend is a single server's backend on the WAL w names, with a
+// resident handle of its own, which Close releases.
+func OpenWALBackend(w WAL, url string) *WALBackend {
+	opts := w.store()
+	opts.Resident = true
+	return NewWALBackend(store.Open(opts), url)
+}
+
+// Close releases the backend's handle: once nothing decides on it.
+func (b *WALBackend) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.h.Close()
+}
+
+// StartNode starts a raft node on the WAL w names (cluster.Start).
+func StartNode(cfg cluster.Config, w WAL) (*cluster.Node, error) {
+	return cluster.Start(cfg, w.store())
+}
+
 func (b *WALBackend) Commit(fns []func(*store.Tx) error) ([]error, [][]state.Record, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

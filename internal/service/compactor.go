@@ -46,9 +46,9 @@ type Compactor struct {
 // Wait returns once it has. note receives one line per compaction, or per
 // failure. A compaction that fails with ErrNotLeader (a raft follower's) is
 // not one.
-func StartCompactor(ctx context.Context, policy AutoCompact, opts store.Options, batch *Batcher,
+func StartCompactor(ctx context.Context, policy AutoCompact, w WAL, batch *Batcher,
 	compact func(store.CompactOptions) (store.Compaction, error), note func(string)) *Compactor {
-	c := &Compactor{policy: policy, store: opts, batch: batch, compact: compact, note: note, done: make(chan struct{})}
+	c := &Compactor{policy: policy, store: w.store(), batch: batch, compact: compact, note: note, done: make(chan struct{})}
 	go c.run(ctx)
 	return c
 }
@@ -56,9 +56,9 @@ func StartCompactor(ctx context.Context, policy AutoCompact, opts store.Options,
 // LocalCompaction compacts the WAL of opts, which batch writes: the first
 // step (the history read and copied) beside the batches, the last between
 // two of them (Batcher.Exclusive).
-func LocalCompaction(opts store.Options, batch *Batcher) func(store.CompactOptions) (store.Compaction, error) {
+func LocalCompaction(w WAL, batch *Batcher) func(store.CompactOptions) (store.Compaction, error) {
 	return func(keep store.CompactOptions) (store.Compaction, error) {
-		h := store.Open(opts)
+		h := store.Open(w.store())
 		defer h.Close()
 		p, err := h.PrepareCompaction(keep)
 		if err != nil {

@@ -18,16 +18,42 @@ import (
 	"github.com/leasewal/leasewal/state"
 )
 
+// WAL says where a local service finds the WAL and how it works on it.
+type WAL struct {
+	Path        string
+	LockTimeout time.Duration
+	Actor       string // stamped into every record, for audit only
+	// Clock resolves an operation's time from the last record's (nil: the
+	// wall clock, never before the last record).
+	Clock func(lastAt int64) (int64, error)
+	Fault *Fault       // a failpoint for the crash tests (LEASEWAL_FAILPOINT)
+	Warn  func(string) // hears each warning (a torn tail cut …); nil drops them
+	// Progress hears how far a long read has come: bytes done of total.
+	Progress func(done, total int64)
+}
+
+// Fault is a failure injected into appends, for the crash tests.
+type Fault = store.Fault
+
+// ParseFault reads a LEASEWAL_FAILPOINT specification.
+func ParseFault(spec string) (*Fault, error) { return store.ParseFault(spec) }
+
+// store is the store's options for w.
+func (w WAL) store() store.Options {
+	return store.Options{Path: w.Path, LockTimeout: w.LockTimeout, Actor: w.Actor, Clock: store.Clock(w.Clock), Fault: w.Fault,
+		Warn: w.Warn, Progress: w.Progress}
+}
+
 // Options configure a Local service; they are read once, by New.
 type Options struct {
-	Store store.Options
+	WAL WAL
 	// Batch, inside a resident server, is the group committer every
 	// decision joins (nil: each operation opens a handle of its own).
 	Batch *Batcher
-	// Handle, if set, is a handle the caller holds for its life (the
-	// runner's): operations decide on it, reading only what was appended
-	// since the last, instead of opening one each.
-	Handle *store.Handle
+	// Resident has the service hold one handle for its life (the runner's,
+	// until Close): operations decide on it, reading only what was
+	// appended since the last, instead of opening one each.
+	Resident bool
 	// Stopping is done once the server this runs in stops: its waits end
 	// at once and answer what they have (nil: never).
 	Stopping context.Context
@@ -35,6 +61,9 @@ type Options struct {
 	WaitCap time.Duration
 	// MaxRetries is worklease fail's limit when a request gives none.
 	MaxRetries int
+	// Compact, if set, is how the server this runs in compacts its WAL
+	// (beside its batches; a cluster's proposal): a compact request asks it.
+	Compact func(CompactOptions) (Compaction, error)
 	// Committed, if set, is told of the records each write appended,
 	// before its answer is returned: a caller that cannot deliver the
 	// answer says which records were written (exit 8).
@@ -42,22 +71,41 @@ type Options struct {
 }
 
 // Local is api.Service on a WAL of this machine.
-type Local struct{ o Options }
+type Local struct {
+	o     Options
+	store store.Options
+	held  *store.Handle // Options.Resident's
+}
 
 var _ api.Service = (*Local)(nil)
 
-// New is the service o describes.
-func New(o Options) *Local { return &Local{o: o} }
+// New is the service o describes; Close releases what it holds.
+func New(o Options) *Local {
+	l := &Local{o: o, store: o.WAL.store()}
+	if o.Resident {
+		opts := l.store
+		opts.Resident = true
+		l.held = store.Open(opts)
+	}
+	return l
+}
+
+// Close releases the handle a resident service holds.
+func (l *Local) Close() {
+	if l.held != nil {
+		l.held.Close()
+	}
+}
 
 // write decides one writing operation: in the server's next batch, or on
 // a handle of its own. actor, if set, is stamped into its records.
 func (l *Local) write(ctx context.Context, actor string, decide func(tx *store.Tx) (any, error)) (any, error) {
-	return l.operate(ctx, l.o.Store, true, actor, decide)
+	return l.operate(ctx, l.store, true, actor, decide)
 }
 
 // read decides an operation that writes nothing.
 func (l *Local) read(ctx context.Context, decide func(tx *store.Tx) (any, error)) (any, error) {
-	return l.operate(ctx, l.o.Store, false, "", decide)
+	return l.operate(ctx, l.store, false, "", decide)
 }
 
 // operate runs decide once: inside a server in its next batch (unless
@@ -133,8 +181,8 @@ func (l *Local) told(committed []state.Record, err error) error {
 // handle is the handle an operation on opts decides on: the service's own,
 // or one opened for it; done releases it.
 func (l *Local) handle(opts store.Options) (h *store.Handle, done func()) {
-	if l.o.Handle != nil && opts.OnRecord == nil && !opts.FullReplay && opts.Actor == l.o.Store.Actor {
-		return l.o.Handle, func() {}
+	if l.held != nil && opts.OnRecord == nil && !opts.FullReplay && opts.Actor == l.store.Actor {
+		return l.held, func() {}
 	}
 	h = store.Open(opts)
 	return h, h.Close
@@ -212,7 +260,7 @@ type watching struct {
 func (l *Local) watch(ctx context.Context, h *store.Handle) (*watching, error) {
 	w, err := h.Watch()
 	if err != nil {
-		return nil, fmt.Errorf("watching %s for changes: %w", l.o.Store.Path, err)
+		return nil, fmt.Errorf("watching %s for changes: %w", l.store.Path, err)
 	}
 	stopCtx := context.AfterFunc(ctx, w.Interrupt)
 	stopServer := func() bool { return false }
@@ -249,7 +297,7 @@ func waitUntil(next int64, deadline time.Time) time.Time {
 }
 
 // actorOf is the actor a request names, else the service's.
-func (l *Local) actorOf(given string) string { return cmp.Or(given, l.o.Store.Actor) }
+func (l *Local) actorOf(given string) string { return cmp.Or(given, l.store.Actor) }
 
 // checkActor refuses a writing operation's actor, given or the service's
 // own, that the table of limits does not allow: it is stamped into every
@@ -258,7 +306,12 @@ func (l *Local) checkActor(writing bool, given string) error {
 	if !writing {
 		return nil
 	}
-	if err := limits.Actor.Text(l.actorOf(given)); err != nil {
+	return limitsActor(l.actorOf(given))
+}
+
+// limitsActor refuses an actor the table of limits does not allow.
+func limitsActor(actor string) error {
+	if err := limits.Actor.Text(actor); err != nil {
 		return api.Usage("the %v; give --actor (or LEASEWAL_ACTOR) a name of %s without control characters", err, limits.Actor.Range())
 	}
 	return nil

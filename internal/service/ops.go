@@ -215,7 +215,7 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 	if wait == 0 {
 		return leased(l.write(ctx, r.Actor, decide))
 	}
-	opts := l.o.Store
+	opts := l.store
 	opts.Actor = l.actorOf(r.Actor)
 	h, done := l.handle(opts)
 	defer done()
@@ -393,7 +393,7 @@ func (l *Local) Heartbeat(ctx context.Context, r api.HeartbeatRequest) (api.Hear
 	if err := state.ValidateID("--worker", r.Worker); err != nil {
 		return api.Heartbeat{}, api.Usage("%v", err)
 	}
-	h, done := l.handle(l.o.Store)
+	h, done := l.handle(l.store)
 	defer done()
 	var v api.Heartbeat
 	err := h.Read(func(tx *store.Tx) error {
@@ -401,8 +401,8 @@ func (l *Local) Heartbeat(ctx context.Context, r api.HeartbeatRequest) (api.Hear
 		if v.Leases == nil {
 			v.Leases = []api.HeldLease{}
 		}
-		if err := h.Heartbeat(r.Worker, tx.Now); err != nil && l.o.Store.Warn != nil {
-			l.o.Store.Warn(fmt.Sprintf("the worker registry was not updated (%v); it is advisory only", err))
+		if err := h.Heartbeat(r.Worker, tx.Now); err != nil && l.store.Warn != nil {
+			l.store.Warn(fmt.Sprintf("the worker registry was not updated (%v); it is advisory only", err))
 		}
 		return nil
 	})
@@ -583,7 +583,7 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 	if !forever {
 		deadline = time.Now().Add(wait)
 	}
-	h, done := l.handle(l.o.Store)
+	h, done := l.handle(l.store)
 	defer done()
 	var next int64
 	look := func(tx *store.Tx) (api.Wait, error) {

@@ -52,7 +52,7 @@ func readInspect(r api.InspectRequest) (inspection, error) {
 // inspectOn reads the state inspect shows: now, or right after record
 // in.until (at its time); with one task named, its records too.
 func (l *Local) inspectOn(ctx context.Context, in inspection, decide func(tx *store.Tx, at int64, records []state.Record) (any, error)) (any, error) {
-	opts := l.o.Store
+	opts := l.store
 	var taskRecords []state.Record // the records about the one task named
 	if len(in.ids) == 1 || in.until != 0 {
 		// A state of the past shows no payload redacted since: only then is
@@ -270,7 +270,7 @@ const RegistryNote = "the registry is advisory soft state: heartbeats never gran
 
 // Workers shows every worker that heartbeated or holds a lease.
 func (l *Local) Workers(ctx context.Context) (api.Workers, error) {
-	h, done := l.handle(l.o.Store)
+	h, done := l.handle(l.store)
 	defer done()
 	var v api.Workers
 	err := h.Read(func(tx *store.Tx) error {
@@ -413,7 +413,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		return api.LogEnd{}, err
 	}
 	var end api.LogEnd
-	opts := l.o.Store
+	opts := l.store
 	opts.FullReplay = true
 	if r.From > 1 && !strings.HasPrefix(r.Since, "+") && !strings.HasPrefix(r.Until, "+") {
 		// Only a time after the first record reads that record: else a
@@ -482,7 +482,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 // WAL stands: a reader of records, or of a past state, shows none of their
 // payloads.
 func (l *Local) redactedTasks(ctx context.Context) (map[string]string, error) {
-	out, err := l.operate(ctx, l.o.Store, false, "", func(tx *store.Tx) (any, error) { return redactedIn(tx.State), nil })
+	out, err := l.operate(ctx, l.store, false, "", func(tx *store.Tx) (any, error) { return redactedIn(tx.State), nil })
 	if err != nil {
 		return nil, err
 	}
@@ -514,11 +514,11 @@ func masked(rec state.Record, redacted map[string]string) state.Record {
 // ctx is done: a reader that follows the log, or a worker waiting for a
 // task, looks again then.
 func (l *Local) Changes(ctx context.Context) (<-chan struct{}, error) {
-	h := store.Open(l.o.Store)
+	h := store.Open(l.store)
 	w, err := h.Watch()
 	if err != nil {
 		h.Close()
-		return nil, fmt.Errorf("watching %s for changes: %w", l.o.Store.Path, err)
+		return nil, fmt.Errorf("watching %s for changes: %w", l.store.Path, err)
 	}
 	stop := context.AfterFunc(ctx, w.Interrupt)
 	changed := make(chan struct{}, 1)
@@ -547,7 +547,7 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 			return api.Stats{}, api.Usage("--queue %q: %v", r.Queue, err)
 		}
 	}
-	out, err := l.operate(ctx, l.o.Store, false, "", func(tx *store.Tx) (any, error) {
+	out, err := l.operate(ctx, l.store, false, "", func(tx *store.Tx) (any, error) {
 		v := api.Stats{Result: api.ResultOK, At: api.FormatTime(tx.Now), LastSeq: tx.State.LastSeq(), Queues: []api.QueueStats{}, Records: map[string]int64{}}
 		for t, n := range tx.State.RecordCounts() {
 			v.Records[string(t)] = n

@@ -101,7 +101,7 @@ func TestHistoryKeepsItsRetentionAndEachBaseOnce(t *testing.T) {
 			t.Fatalf("hour %d: compact: exit %d %s %s", hour, code, compacted, errOut)
 		}
 		segs := store.Segments(b + store.HistorySuffix)
-		if !strings.Contains(compacted, fmt.Sprintf(`"history_from":%d}`, segs[0].First)) {
+		if !strings.Contains(compacted, fmt.Sprintf(`"history_from":%d,`, segs[0].First)) {
 			t.Fatalf("hour %d: compact says %s; the history starts at seq %d", hour, compacted, segs[0].First)
 		}
 		for i, s := range segs {
