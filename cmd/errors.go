@@ -12,7 +12,7 @@ import (
 	"github.com/leasewal/leasewal/state"
 )
 
-// Exit codes: the scripting contract of SPEC §4.
+// Exit codes: the scripting contract (docs/reference.md#exit-codes).
 const (
 	ExitOK          = api.ExitOK
 	ExitInternal    = api.ExitInternal

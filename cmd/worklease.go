@@ -14,7 +14,7 @@ import (
 func (a *app) newWorkleaseCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "worklease",
-		Short: "Per-domain FIFO work leases with fencing tokens (seed 003)",
+		Short: "Per-domain FIFO work leases with fencing tokens",
 		Long: `One in-flight offset per domain under a fencing token, a FIFO backlog without
 duplicates, and terminal sets of processed and failed offsets, kept in the same
 WAL under the same lock as the tasks. The orchestrator that calls these owns

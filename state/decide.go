@@ -14,7 +14,7 @@ import (
 // Outcome is the answer a command gives (the JSON "result").
 type Outcome string
 
-// Outcomes of the task commands (SPEC §2).
+// Outcomes of the task commands (docs/reference.md#commands).
 const (
 	ResultAck       Outcome = "ACK"
 	ResultLeased    Outcome = "LEASED"
@@ -26,7 +26,7 @@ const (
 	ResultFailed    Outcome = "FAILED"
 	ResultOK        Outcome = "OK"
 	ResultReleased  Outcome = "RELEASED"
-	// wait (SPEC §6): the time ran out, or a task ended in a state not asked for.
+	// wait: the time ran out, or a task ended in a state not asked for.
 	ResultTimeout     Outcome = "TIMEOUT"
 	ResultUnreachable Outcome = "UNREACHABLE"
 )
@@ -419,7 +419,7 @@ func (s *State) DecideExtend(taskID, leaseID string, d time.Duration, now int64)
 }
 
 // DecideComplete commits a task under its current lease, or records that the
-// caller's lease had no authority (seed 000, step 7).
+// caller's lease had no authority (docs/guarantees.md#task-semantics).
 func (s *State) DecideComplete(taskID, leaseID, result string, now int64) (Decision, error) {
 	if err := ValidateResult(result); err != nil {
 		return Decision{}, refuse(InvalidInput, "result", "%v", err)

@@ -17,7 +17,7 @@ const (
 	// NotAllowed: the task is in a state where the command means nothing.
 	NotAllowed Kind = "NotAllowed"
 	// BacklogOrdering, TokenMismatch, LeaseNotFound: a work-lease caller
-	// broke seed 003's contract (its exceptions).
+	// broke the work lease's contract (its exceptions).
 	BacklogOrdering Kind = "BacklogOrdering"
 	TokenMismatch   Kind = "TokenMismatch"
 	LeaseNotFound   Kind = "LeaseNotFound"
@@ -46,7 +46,7 @@ func refuse(kind Kind, subject, format string, args ...any) error {
 type RecordError struct {
 	Seq       int64
 	Type      RecordType
-	Invariant string // the invariant the record would break, when it is one of SPEC's
+	Invariant string // the invariant the record would break, when it is one of docs/guarantees.md's
 	Msg       string
 }
 
@@ -58,7 +58,7 @@ func (e *RecordError) Error() string {
 	return s
 }
 
-// The invariants of SPEC §2, named as RecordError reports them.
+// The invariants of a task (docs/guarantees.md#task-semantics), named as RecordError reports them.
 const (
 	InvOneLease     = "invariant 1: a task has at most one current lease; a lease refers to exactly one task"
 	InvLeaseByState = "invariant 2: WAITING has no lease, LEASED has exactly one"

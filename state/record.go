@@ -14,7 +14,7 @@ import (
 // RecordType names one kind of WAL record; each is one event of the seeds.
 type RecordType string
 
-// The task record types (seed 004 §4, SPEC §2).
+// The task record types (docs/wal-format.md).
 const (
 	TaskCreated     RecordType = "TaskCreated"
 	LeaseGranted    RecordType = "LeaseGranted"
@@ -67,7 +67,7 @@ func ParseRecordType(name string) (RecordType, bool) {
 }
 
 // The range of every time leasewal keeps, in unix ms: the years 0001 to 9999
-// (SPEC §1). Computed times saturate at these bounds, never wrap.
+// (internal/limits). Computed times saturate at these bounds, never wrap.
 const (
 	MinTime int64 = -62135596800000 // 0001-01-01T00:00:00Z
 	MaxTime int64 = 253402300799999 // 9999-12-31T23:59:59.999Z

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TaskState is one of the five states of seed 004.
+// TaskState is one of the five states of a task (docs/guarantees.md#task-semantics).
 type TaskState string
 
 // The task states. COMPLETED, FAILED and DEAD are terminal.
@@ -202,7 +202,7 @@ func (t *Task) windowClosedBy(at int64) bool { return !t.State.Terminal() && at 
 func (t *Task) lapsesBy(at int64) bool { return t.leaseLapsedBy(at) || t.windowClosedBy(at) }
 
 // lapse applies what the passage of time does without any record: a lease
-// expires at its expiry (seed 000), and a window closes at the deadline. These
+// expires at its expiry, and a window closes at the deadline. These
 // are the LeaseExpired and TaskDead rules, applied at the moment they happened.
 func (t *Task) lapse(at int64) {
 	if t.leaseLapsedBy(at) {

@@ -8,7 +8,7 @@ import (
 )
 
 // Verifier replays records like any command does and, after every record,
-// checks SPEC's invariants against counts it keeps itself, so that a bug in
+// checks the invariants (docs/guarantees.md) against counts it keeps itself, so that a bug in
 // Apply cannot hide behind Apply's own bookkeeping.
 type Verifier struct {
 	State   *State
@@ -302,7 +302,7 @@ func (v *Verifier) fail(r Record, invariant, format string, args ...any) error {
 	return &RecordError{Seq: r.Seq, Type: r.Type, Invariant: invariant, Msg: fmt.Sprintf(format, args...)}
 }
 
-// checkDomain checks seed 003's invariants for the domain a record touched.
+// checkDomain checks the work lease's invariants for the domain a record touched.
 func (v *Verifier) checkDomain(r Record, d *Domain) error {
 	queued := append(v.backlog[:0], d.Backlog...)
 	slices.Sort(queued)

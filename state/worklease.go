@@ -8,7 +8,7 @@ import (
 	"github.com/leasewal/leasewal/internal/limits"
 )
 
-// The work-lease record types (seed 003, SPEC §3). Each record carries its own
+// The work-lease record types (docs/guarantees.md#work-lease). Each record carries its own
 // outcome (the hint returned, retry or give-up), so replay never reads
 // configuration.
 const (
@@ -38,7 +38,7 @@ const (
 	FailGiveUp = "give_up"
 )
 
-// The six invariants of seed 003, per domain, as RecordError reports them.
+// The work lease's six invariants, per domain, as RecordError reports them.
 const (
 	WorkInvSingle      = "work invariant 1: at most one in-flight offset per domain"
 	WorkInvDisjoint    = "work invariant 2: the current offset, the backlog and the terminal sets are disjoint; no duplicates in the backlog"
@@ -118,7 +118,7 @@ func ptr[T any](v T) *T { return &v }
 // ValidateDomain checks a domain name: any non-empty text without control characters.
 func ValidateDomain(name string) error { return ValidateID("domain", name) }
 
-// DecideAcquire is seed 003's tryAcquire, in its order of checks.
+// DecideAcquire is the work lease's tryAcquire, in its order of checks.
 func (s *State) DecideAcquire(domain string, offset int64) (WorkDecision, error) {
 	if err := ValidateDomain(domain); err != nil {
 		return WorkDecision{}, refuse(InvalidInput, "domain", "%v", err)
@@ -172,7 +172,7 @@ func (s *State) heldLease(domain, token string) (*Domain, error) {
 	return d, nil
 }
 
-// DecideSucceed is seed 003's succeed: the offset becomes processed, the lease
+// DecideSucceed is the work lease's succeed: the offset becomes processed, the lease
 // is cleared, and the backlog's head is returned as a hint, not handed off.
 func (s *State) DecideSucceed(domain, token string) (WorkDecision, error) {
 	d, err := s.heldLease(domain, token)
@@ -188,7 +188,7 @@ func (s *State) DecideSucceed(domain, token string) (WorkDecision, error) {
 	return answer, nil
 }
 
-// DecideWorkFail is seed 003's fail: give up once retry_count has reached
+// DecideWorkFail is the work lease's fail: give up once retry_count has reached
 // maxRetries, otherwise keep the lease and count the retry.
 func (s *State) DecideWorkFail(domain, token string, maxRetries int) (WorkDecision, error) {
 	if limits.MaxRetries.Int(int64(maxRetries)) != nil {

@@ -1,5 +1,5 @@
 // Package cluster runs one node of a leasewal cluster on hashicorp/raft
-// (SPEC §9). The leader decides a batch against its WAL (store.DecideBatch),
+// (docs/serving.md#a-raft-cluster). The leader decides a batch against its WAL (store.DecideBatch),
 // stamps its records and proposes them as one raft entry; every node,
 // the leader included, applies committed entries through the same
 // state.Apply and appends their records to its own leasewal WAL

@@ -1,7 +1,7 @@
 // Package lincheck is the sequential specification the linearizability
 // checks give porcupine: one client call (Input), what the client saw
 // (Output), and Model, which answers each call with the reference model
-// (internal/refmodel, written from SPEC §2 and sharing no code with package
+// (internal/refmodel, written from docs/guarantees.md and sharing no code with package
 // state). The local check (scenarios) and the cluster's (cmd) both use it.
 package lincheck
 

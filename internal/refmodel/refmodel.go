@@ -1,5 +1,5 @@
 // Package refmodel is a reference model of the task coordinator, written
-// from SPEC §2 (revision 2) and nothing else: it shares no code and no types
+// from docs/guarantees.md and nothing else: it shares no code and no types
 // with package state, so that tests which compare the two (the property test
 // of state, the linearizability check of concurrent processes) can catch a
 // wrong rule in state, which comparing state with itself never could.
@@ -173,7 +173,7 @@ func (m *Model) tentative(call func() Answer) Answer {
 	return a
 }
 
-// forever is the last time there is (SPEC §1: the year 9999): the deadline
+// forever is the last time there is (the year 9999): the deadline
 // of a task whose queue is paused until a resume.
 const forever int64 = 253402300799999
 

@@ -24,7 +24,7 @@ import (
 	"github.com/leasewal/leasewal/state"
 )
 
-// An expectation trace (verify --expect, SPEC §8) is a list of steps, each
+// An expectation trace (verify --expect, docs/reference.md#verifying-a-recorded-path) is a list of steps, each
 // naming a point of the replay and what should hold there, any subset of
 // fields:
 //
