@@ -856,14 +856,26 @@ func (s *State) applyAborted(r Record) error {
 // reader that has only a task's records (inspect's timeline, drawn by a
 // client) needs of its history. The records' seqs are renumbered for the
 // replay; the task's Seqs are the records' own.
+//
+// What the task's records name beyond it is not among them: a requeued
+// task's first run (its requeued_from is kept, not checked), a firing's
+// schedule, and a payload redacted since (a reader of records is served it
+// empty: the task is replayed with a stand-in, and holds none).
 func TaskOf(recs []Record) (*Task, error) {
 	if len(recs) == 0 {
 		return nil, invalid("no records to replay a task from")
 	}
 	s := New()
+	requeuedFrom, masked := "", false
 	for i, r := range recs {
 		r.Seq, r.Frame = int64(i+1), 0 // its records are at hand: the task holds their payloads
 		r.Schedule, r.Slot = "", nil   // a firing alone: its schedule is not among the records
+		if r.Type == TaskCreated {
+			requeuedFrom, r.RequeuedFrom = r.RequeuedFrom, ""
+			if r.Payload == "" {
+				masked, r.Payload = true, "(redacted)"
+			}
+		}
 		if err := s.Apply(r); err != nil {
 			return nil, err
 		}
@@ -874,6 +886,10 @@ func TaskOf(recs []Record) (*Task, error) {
 	}
 	for i, seq := range t.Seqs { // back from the replay's numbering to the records' own
 		t.Seqs[i] = recs[seq-1].Seq
+	}
+	t.RequeuedFrom = requeuedFrom
+	if masked {
+		t.Payload = Payload{}
 	}
 	return t, nil
 }

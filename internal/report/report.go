@@ -150,6 +150,11 @@ func Build(ctx context.Context, svc api.Service, o Options) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
+	for _, id := range o.Tasks {
+		if _, seen := c.kept[id]; !seen && !c.isEarlier[id] && c.open[id] == nil && !c.counted[id] {
+			return Page{}, &state.Error{Kind: state.NotFound, Subject: "task", Msg: fmt.Sprintf("no record of task %q among those the report reads", id)}
+		}
+	}
 	return c.page(end.LastSeq), nil
 }
 
@@ -200,6 +205,9 @@ func newCollector(o Options) *collector {
 }
 
 func (c *collector) add(r api.Record) {
+	if len(c.o.Tasks) > 0 && !slices.Contains(c.o.Tasks, r.TaskID) {
+		return // the page is of those tasks alone: their records, their chart
+	}
 	if c.records == 0 {
 		c.first, c.firstSeq = r.AtMs(), r.Seq
 	}
@@ -213,7 +221,7 @@ func (c *collector) add(r api.Record) {
 		pt.completed = true
 	}
 	id := r.TaskID
-	if id == "" || (len(c.o.Tasks) > 0 && !slices.Contains(c.o.Tasks, id)) {
+	if id == "" {
 		c.points = append(c.points, pt)
 		return
 	}
