@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -312,6 +314,12 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	}
 	o.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	o.Describe, o.Unknown, o.StopWaits, o.Stop = describe, unknownRoute, stopWaits, batch.Stop
+	if node == nil { // a raft node's page is fed what it applies: every write goes through raft
+		following, stopFollowing := context.WithCancel(context.Background())
+		followed := make(chan struct{})
+		go func() { defer close(followed); follow(following, svc, live, e.stderr) }()
+		o.Stop = func() { stopFollowing(); <-followed; batch.Stop() }
+	}
 	if e.stderr != nil {
 		o.Describe = func(err error) api.Error {
 			if service.RefusedAtTheGate(err) { // a record the request path let through and the gate did not: a bug, answered for its request alone
@@ -340,6 +348,54 @@ func latest(svc *service.Local) ([]api.Record, int64, error) {
 	end, err := svc.Log(context.Background(), api.LogRequest{From: max(1, stats.LastSeq-report.LiveRecords+1)},
 		func(r api.Record) error { recs = append(recs, r); return nil })
 	return recs, end.LastSeq, err
+}
+
+// followEvery is how often at most a live page reads what others wrote.
+const followEvery = 500 * time.Millisecond
+
+// follow keeps live up with the WAL whoever writes it (local commands
+// beside a server are supported): from the page's first look until ctx
+// ends, at each change of the WAL (at most every followEvery) it reads
+// the records after the page's last, as many as the page keeps.
+func follow(ctx context.Context, svc *service.Local, live *report.Live, log io.Writer) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-live.Looked():
+	}
+	changes, err := svc.Changes(ctx)
+	if err != nil {
+		if log != nil {
+			fmt.Fprintf(log, "leasewal: the live page shows this server's own writes only: %v\n", err)
+		}
+		return
+	}
+	pause := time.NewTimer(followEvery)
+	defer pause.Stop()
+	for { // what was written before the watch began is read first
+		last, _ := live.Last()
+		var recs []api.Record
+		_, err := svc.Log(ctx, api.LogRequest{From: last + 1}, func(r api.Record) error {
+			if recs = append(recs, r); len(recs) >= 2*report.LiveRecords {
+				recs = append(recs[:0], recs[len(recs)-report.LiveRecords:]...)
+			}
+			return nil
+		})
+		if err == nil {
+			live.Follow(recs)
+		}
+		pause.Reset(followEvery)
+		select { // at most every followEvery: a change meanwhile is kept in changes
+		case <-ctx.Done():
+			return
+		case <-pause.C:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		}
+	}
 }
 
 // unknownRoute says why a POST path is no operation.

@@ -1,7 +1,9 @@
 package cmd
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -104,4 +106,75 @@ func TestLivePageInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("a screenshot in %s", filepath.Join(dir, "live.png"))
+}
+
+// TestLivePageFollowsOtherWriters: a local command beside serve writes
+// the WAL; the live page, once looked at, shows its record too (and its
+// redaction), told through /ui/events like the server's own.
+func TestLivePageFollowsOtherWriters(t *testing.T) {
+	t.Parallel()
+	walPath := filepath.Join(t.TempDir(), "q.wal")
+	if code, _, stderr := cli("--wal", walPath, "submit", "--payload", "first"); code != 0 {
+		t.Fatal(stderr)
+	}
+	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: 2 * time.Minute, Actor: "test"}}
+	opts := e.storeOptions()
+	opts.Resident = true
+	h := store.Open(opts)
+	defer h.Close()
+	s, _, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret", ReadToken: "viewer"})
+	ts := httptest.NewServer(s)
+	defer func() { s.Stop(); ts.Close() }()
+	guard, cancel := context.WithTimeout(context.Background(), testwait.HangGuard) // a hang guard, not a deadline of the story
+	defer cancel()
+	get := func(path string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(guard, "GET", ts.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer viewer")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %v %v", path, resp, err)
+		}
+		return resp
+	}
+	page := func() string {
+		t.Helper()
+		resp := get("/ui/page")
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if p := page(); !strings.Contains(p, `id="task-T1"`) || strings.Contains(p, `id="task-T2"`) {
+		t.Fatal("the first look does not show T1 alone")
+	}
+	events := get("/ui/events")
+	defer events.Body.Close()
+	lines := bufio.NewScanner(events.Body)
+	waitFor := func(seq string) {
+		t.Helper()
+		for lines.Scan() {
+			if lines.Text() == "data: "+seq {
+				return
+			}
+		}
+		t.Fatalf("waited for the live page to show seq %s: %v", seq, lines.Err())
+	}
+	waitFor("1")
+	if code, _, stderr := cli("--wal", walPath, "submit", "--payload", "written beside"); code != 0 {
+		t.Fatal(stderr)
+	}
+	waitFor("2")
+	if p := page(); !strings.Contains(p, `id="task-T2"`) || !strings.Contains(p, "written beside") {
+		t.Fatal("a task written beside the server is not on its live page")
+	}
+	if code, _, stderr := cli("--wal", walPath, "redact", "T2", "--reason", "pii"); code != 0 {
+		t.Fatal(stderr)
+	}
+	waitFor("3")
+	if p := page(); strings.Contains(p, "written beside") {
+		t.Fatal("a payload redacted beside the server is still on its live page")
+	}
 }

@@ -28,12 +28,19 @@ type Live struct {
 	next  chan struct{} // closed at the next change, then replaced
 	// looked is set at the first look: until then a page that reads the
 	// WAL then (LoadFrom) takes no record as it is committed, since the
-	// load reads it.
-	looked bool
+	// load reads it. firstLook is closed then.
+	looked    bool
+	firstLook chan struct{}
 }
 
 // NewLive is a live page with no record yet.
-func NewLive(title string) *Live { return &Live{title: title, next: make(chan struct{})} }
+func NewLive(title string) *Live {
+	return &Live{title: title, next: make(chan struct{}), firstLook: make(chan struct{})}
+}
+
+// Looked is closed when the page is first looked at: a server follows
+// the WAL for it from then on, not before.
+func (l *Live) Looked() <-chan struct{} { return l.firstLook }
 
 // LoadFrom has the page read the WAL's latest records (and its last seq)
 // with load once, when it is first looked at, so that a server no one
@@ -46,6 +53,7 @@ func (l *Live) loaded() {
 		l.mu.Lock()
 		l.looked = true // what is committed from now on is added, and what the load reads too: Add keeps each once
 		l.mu.Unlock()
+		defer close(l.firstLook)
 		if l.load == nil {
 			return
 		}
@@ -77,13 +85,35 @@ func (l *Live) Add(recs []state.Record) {
 	if len(recs) == 0 {
 		return
 	}
+	read := make([]api.Record, len(recs))
+	for i, r := range recs {
+		read[i] = answers.Record(r)
+	}
+	l.add(read, false)
+}
+
+// Follow takes records read from the WAL after the page's last (Last),
+// which someone else may have written: a local command beside a server.
+// Records that do not follow the page's last (more were written than it
+// keeps) take the place of those it has, which would leave a gap.
+func (l *Live) Follow(recs []api.Record) {
+	if len(recs) > 0 {
+		l.add(recs, true)
+	}
+}
+
+func (l *Live) add(recs []api.Record, read bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.load != nil && !l.looked { // no one has looked: the first look reads these from the WAL
 		return
 	}
+	if read && recs[0].Seq > l.last+1 {
+		l.recs = nil
+	}
+	changed := false
 	for _, r := range recs {
-		if r.Type == state.TaskRedacted {
+		if r.Type == string(state.TaskRedacted) {
 			for i := range l.recs {
 				if l.recs[i].TaskID == r.TaskID {
 					l.recs[i].Payload = ""
@@ -91,14 +121,20 @@ func (l *Live) Add(recs []state.Record) {
 			}
 		}
 		// Requests are told of their records as each is answered, so two of
-		// one batch may come in either order, and a raft leader is told of a
-		// record twice (its commit, then its apply): keep each once, in order.
+		// one batch may come in either order, a raft leader is told of a
+		// record twice (its commit, then its apply), and a server's own
+		// records are read again when it follows the WAL: keep each once,
+		// in order.
 		i, found := slices.BinarySearchFunc(l.recs, r.Seq, func(k api.Record, seq int64) int { return cmp.Compare(k.Seq, seq) })
 		if found || (i == 0 && len(l.recs) >= LiveRecords) { // told again, or older than the page keeps
 			continue
 		}
-		l.recs = slices.Insert(l.recs, i, answers.Record(r))
+		l.recs = slices.Insert(l.recs, i, r)
 		l.last = max(l.last, r.Seq)
+		changed = true
+	}
+	if !changed { // a redaction is a record too: nothing new is nothing changed
+		return
 	}
 	l.keep(nil)
 	close(l.next)
