@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -285,6 +287,69 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	}
 	fieldsOf.Store(t, out)
 	return out
+}
+
+// NotUTF8 refuses a request holding a string that is not UTF-8 text, naming
+// it by its JSON path (payload, ops[3].reason): encoding/json would send
+// such a string as another, each bad byte made U+FFFD, so a client refuses
+// it before sending, as a local command does.
+func NotUTF8(req any) error {
+	if path := notUTF8(reflect.ValueOf(req), ""); path != "" {
+		return Usage("%s is not UTF-8 text: encode binary data (e.g. base64) first", path)
+	}
+	return nil
+}
+
+func notUTF8(v reflect.Value, path string) string {
+	switch v.Kind() {
+	case reflect.String:
+		if !utf8.ValidString(v.String()) {
+			return cmp.Or(path, "the request")
+		}
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			return notUTF8(v.Elem(), path)
+		}
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() == reflect.Uint8 { // []byte: base64 in JSON
+			return ""
+		}
+		for i := range v.Len() {
+			if bad := notUTF8(v.Index(i), fmt.Sprintf("%s[%d]", path, i)); bad != "" {
+				return bad
+			}
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			key := fmt.Sprint(it.Key().Interface())
+			if !utf8.ValidString(key) {
+				return cmp.Or(path, "the request") + "'s key " + strconv.QuoteToASCII(key)
+			}
+			if bad := notUTF8(it.Value(), path+"."+key); bad != "" {
+				return bad
+			}
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			if name == "" && !f.Anonymous {
+				name = f.Name
+			}
+			inner := path
+			if name != "" {
+				inner = strings.TrimPrefix(path+"."+name, ".")
+			}
+			if bad := notUTF8(v.Field(i), inner); bad != "" {
+				return bad
+			}
+		}
+	}
+	return ""
 }
 
 // ErrNotUTF8 is a body that is not UTF-8, as JSON must be.

@@ -210,7 +210,7 @@ func ExitCode(resp *http.Response, server string) (int, error) {
 // a refusal is an *api.Error, EMPTY an *api.Empty, CANCELLED an
 // *api.Cancelled.
 func (c *Client) call(ctx context.Context, path string, req, out any) error {
-	body, err := json.Marshal(req)
+	body, err := encode(req)
 	if err != nil {
 		return err
 	}
@@ -251,6 +251,15 @@ func (c *Client) call(ctx context.Context, path string, req, out any) error {
 	return refusal
 }
 
+// encode is a request's body; a string in it that is not UTF-8 is refused
+// (an *api.UsageError), which JSON would send mangled.
+func encode(req any) ([]byte, error) {
+	if err := api.NotUTF8(req); err != nil {
+		return nil, err
+	}
+	return json.Marshal(req)
+}
+
 // maxAnswer is the longest answer the client reads whole (a streamed one
 // is read a line at a time, each at most maxAnswer): no answer of the API
 // comes near it.
@@ -270,7 +279,7 @@ func readAnswer(body io.Reader) ([]byte, error) {
 // must come: a stream without it was cut short. A refusal is an
 // *api.Error.
 func (c *Client) stream(ctx context.Context, path string, req any, each func(line []byte) error) (api.StreamEnd, error) {
-	body, err := json.Marshal(req)
+	body, err := encode(req)
 	if err != nil {
 		return api.StreamEnd{}, err
 	}

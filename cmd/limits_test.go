@@ -199,7 +199,8 @@ func valuesOf(l limits.Limit) (taken, refused []string) {
 }
 
 // TestEveryLimitAtEveryDoor walks the table of limits: for every field, the
-// values at its limits are taken through the command line and HTTP, and the
+// values at its limits are taken through the command line, HTTP and the
+// command line through a server (the Go client), and the
 // WAL verifies; one past them, numbers far past them (2^31, 2^63-1, 2^63,
 // 1e99), text that is not UTF-8 and names with a control character are
 // refused, exit 2 or HTTP 400, with the WAL byte for byte as it was. A limit
@@ -223,7 +224,7 @@ func TestEveryLimitAtEveryDoor(t *testing.T) {
 			}
 			ok := append([]int{0}, d.okExits...)
 			for _, v := range taken {
-				for _, via := range []string{"cli", "http"} {
+				for _, via := range []string{"cli", "http", "client"} {
 					code, out, wal := send(t, d, via, v)
 					if !slices.Contains(ok, code) {
 						t.Errorf("%s %s %.40q: exit %d, want one of %v\n%.400s", via, l.Field, v, code, ok, out)
@@ -237,7 +238,7 @@ func TestEveryLimitAtEveryDoor(t *testing.T) {
 				}
 			}
 			for _, v := range refused {
-				for _, via := range []string{"cli", "http"} {
+				for _, via := range []string{"cli", "http", "client"} {
 					code, out, _ := send(t, d, via, v)
 					if code != ExitUsage {
 						t.Errorf("%s %s %.40q: exit %d, want 2 (refused, nothing written)\n%.400s", via, l.Field, v, code, out)
@@ -264,6 +265,13 @@ func send(t *testing.T, d door, via, v string) (int, string, string) {
 	case "cli":
 		var stdout, stderr string
 		code, stdout, stderr = cli(append([]string{"--wal", wal, "--actor", "tester", "-o", "json"}, d.cli(v)...)...)
+		out = stdout + stderr
+	case "client": // the command line through a server: what it refuses locally, it refuses before sending
+		_, s := testServerAt(t, wal)
+		ts := httptest.NewServer(s)
+		var stdout, stderr string
+		code, stdout, stderr = cli(append([]string{"--server", ts.URL, "--actor", "tester", "-o", "json"}, d.cli(v)...)...)
+		ts.Close()
 		out = stdout + stderr
 	case "http":
 		_, s := testServerAt(t, wal)
