@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -158,8 +159,11 @@ func (e env) firstAt(s *session, end api.LogEnd) (int64, error) {
 // or SIGTERM: it looks again whenever the service says the WAL may have
 // changed (inotify on this machine, a poll of a server).
 func (e env) follow(s *session, req api.LogRequest, base, last int64) error {
-	_, ctx, stop := e.catchInterrupts()
+	_, interrupted, stop := e.catchInterrupts()
 	defer stop()
+	ctx, cancel := context.WithCancel(interrupted)
+	defer cancel()
+	gone := readerGone(ctx, e.stdout)
 	changes, err := s.svc.Changes(ctx)
 	if err != nil {
 		return err
@@ -202,6 +206,8 @@ func (e env) follow(s *session, req api.LogRequest, base, last int64) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-gone:
+			return nil // the reader went away with nothing more to print
 		case <-changes:
 		}
 	}

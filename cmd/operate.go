@@ -115,12 +115,12 @@ func (e env) print(a answer, w written) error {
 		switch {
 		case w.first > 0:
 			return &answerLostError{first: w.first, last: w.last, hint: a.recoveryHint(), err: err}
-		case errors.Is(err, syscall.EPIPE):
-			return nil
+		case !errors.Is(err, syscall.EPIPE):
+			return fmt.Errorf("writing the answer to stdout: %w", err)
 		}
-		return fmt.Errorf("writing the answer to stdout: %w", err)
-	}
-	if a.advice != "" {
+		// The reader went away ('leasewal wait … | head -1'): a command that
+		// wrote nothing exits with its outcome's code, quietly.
+	} else if a.advice != "" {
 		fmt.Fprintf(e.stderr, "leasewal: %s\n", a.advice)
 	}
 	if code := api.OutcomeExit(a.outcome); code != ExitOK {

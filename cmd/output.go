@@ -3,6 +3,7 @@ package cmd
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,6 +30,32 @@ func isTerminal(w io.Writer) bool {
 	}
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// readerGone is closed when w is a pipe or a socket whose reader went away,
+// watched until ctx ends (and never closed for another writer): a command
+// that waits for more to print stops then, not at its next line
+// ('leasewal log --follow | head -3' once head has its three).
+func readerGone(ctx context.Context, w io.Writer) <-chan struct{} {
+	gone := make(chan struct{})
+	f, ok := w.(*os.File)
+	if !ok {
+		return gone
+	}
+	if info, err := f.Stat(); err != nil || info.Mode()&(os.ModeNamedPipe|os.ModeSocket) == 0 {
+		return gone
+	}
+	fd := int32(f.Fd())
+	go func() {
+		for ctx.Err() == nil {
+			fds := []unix.PollFd{{Fd: fd}} // no event asked: POLLERR (a pipe without readers) and POLLHUP come anyway
+			if n, err := unix.Poll(fds, 250); err == nil && n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+				close(gone)
+				return
+			}
+		}
+	}()
+	return gone
 }
 
 // writeJSON prints one compact JSON document and a newline.

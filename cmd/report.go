@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"errors"
+	"fmt"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -79,8 +81,8 @@ func runReport(e env, o reportOptions) error {
 	if err != nil {
 		return e.remoteError(err)
 	}
-	if err := report.Render(e.stdout, page); err != nil {
-		return err
+	if err := report.Render(e.stdout, page); err != nil && !errors.Is(err, syscall.EPIPE) { // the reader went away: 'report | head'
+		return fmt.Errorf("writing the report: %w", err)
 	}
 	return differs
 }
