@@ -65,7 +65,7 @@ const (
 // SubmitRequest creates a task (submit).
 type SubmitRequest struct {
 	Payload     string `json:"payload"`
-	Window      string `json:"window,omitempty"`       // a duration such as 5m (default 5m)
+	Window      string `json:"window,omitempty"`       // a duration such as 5m; default none: no deadline
 	MaxAttempts *int   `json:"max_attempts,omitempty"` // default 3
 	Backoff     string `json:"backoff,omitempty"`
 	BackoffMax  string `json:"backoff_max,omitempty"`
@@ -346,9 +346,9 @@ type Ack struct {
 	Queue        string  `json:"queue"`
 	Priority     int     `json:"priority"`
 	AvailableAt  string  `json:"available_at"`
-	Deadline     string  `json:"deadline"`
+	Deadline     *string `json:"deadline"` // null: the task has no window
 	RequeuedFrom string  `json:"requeued_from,omitempty"`
-	Window       string  `json:"window"` // the execution window, such as 5m0s
+	Window       string  `json:"window"` // the execution window, such as 5m0s, or none
 	MaxAttempts  int     `json:"max_attempts"`
 }
 
@@ -360,7 +360,7 @@ type Lease struct {
 	WorkerID  string  `json:"worker_id"`
 	Attempt   int     `json:"attempt"`
 	Expiry    string  `json:"expiry"`
-	Deadline  string  `json:"deadline"` // the task's: its window closes then, whatever the lease
+	Deadline  *string `json:"deadline"` // the task's: its window closes then, whatever the lease (null: no window)
 	Payload   string  `json:"payload"`
 	Duplicate bool    `json:"duplicate"`
 }
@@ -649,7 +649,7 @@ type Task struct {
 	LeaseID     *string  `json:"lease_id"`
 	WorkerID    *string  `json:"worker_id"`
 	Expiry      *string  `json:"expiry"`
-	Deadline    string   `json:"deadline"`
+	Deadline    *string  `json:"deadline"` // null: the task has no window
 	NotBefore   *string  `json:"not_before"`
 	CreatedAt   string   `json:"created_at"`
 	Queue       string   `json:"queue"`

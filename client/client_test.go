@@ -39,7 +39,7 @@ func TestCalls(t *testing.T) {
 		t.Fatalf("a lease waiting for a task: %v", err)
 	}
 
-	if _, err := c.Submit(ctx, api.SubmitRequest{Payload: "flaky", Queue: "calls"}); err != nil {
+	if _, err := c.Submit(ctx, api.SubmitRequest{Payload: "flaky", Queue: "calls", Backoff: "0s"}); err != nil { // retried at once
 		t.Fatal(err)
 	}
 	lease, err := c.Lease(ctx, api.LeaseRequest{Worker: "w", Queue: "calls", Duration: "1m"})

@@ -229,7 +229,16 @@ func newInspectTable(w io.Writer, p palette) *sheet {
 func appendTaskRow(t *sheet, p palette, tv api.Task, at int64) {
 	_ = t.Append(escape(tv.TaskID), p.word(tv.State), fmt.Sprintf("%d/%d", tv.Attempt, tv.MaxAttempts),
 		escape(deref(tv.LeaseID)), escape(deref(tv.WorkerID)), p.when(deref(tv.Expiry), at), p.when(deref(tv.NotBefore), at),
-		p.when(tv.Deadline, at), escape(tv.Reason))
+		p.when(openDeadline(tv), at), escape(tv.Reason))
+}
+
+// openDeadline is the deadline a table shows: none for a finished task
+// (past caring) or a task without a window.
+func openDeadline(tv api.Task) string {
+	if state.TaskState(tv.State).Terminal() {
+		return ""
+	}
+	return deref(tv.Deadline)
 }
 
 // workersTable draws every worker that heartbeated or holds a lease.

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -104,7 +105,7 @@ func leaseTable(v api.Lease) func(io.Writer, palette) error {
 			payload = v.Payload
 		}
 		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "lease", v.LeaseID, "worker", v.WorkerID,
-			"attempt", fmt.Sprint(v.Attempt), "expiry", v.Expiry, "deadline", v.Deadline, "duplicate", fmt.Sprint(v.Duplicate), "payload", payload)
+			"attempt", fmt.Sprint(v.Attempt), "expiry", v.Expiry, "deadline", cmp.Or(deref(v.Deadline), "none"), "duplicate", fmt.Sprint(v.Duplicate), "payload", payload)
 	}
 }
 

@@ -131,8 +131,10 @@ var doors = map[limits.Limit]door{
 		body: func(v string) string { return `{"payload":"p","window":` + quoted(v) + `}` }},
 	limits.Backoff: {cli: func(v string) []string { return []string{"submit", "--payload", "p", "--backoff", v} }, path: "submit",
 		body: func(v string) string { return `{"payload":"p","backoff":` + quoted(v) + `}` }},
-	limits.BackoffMax: {cli: func(v string) []string { return []string{"submit", "--payload", "p", "--backoff-max", v} }, path: "submit",
-		body: func(v string) string { return `{"payload":"p","backoff-max":` + quoted(v) + `}` }},
+	limits.BackoffMax: {cli: func(v string) []string {
+		return []string{"submit", "--payload", "p", "--backoff", "0s", "--backoff-max", v}
+	}, path: "submit",
+		body: func(v string) string { return `{"payload":"p","backoff":"0s","backoff_max":` + quoted(v) + `}` }},
 	limits.LeaseDuration: {setup: func(t *testing.T, wal string) { cli("--wal", wal, "submit", "--payload", "p") }, cli: func(v string) []string { return []string{"lease", "--worker", "W", "--duration", v} }, path: "lease",
 		body: func(v string) string { return `{"worker":"W","duration":` + quoted(v) + `}` }},
 	limits.Delay: {cli: func(v string) []string { return []string{"submit", "--payload", "p", "--delay", v} }, path: "submit",
@@ -142,7 +144,7 @@ var doors = map[limits.Limit]door{
 	limits.Every: {cli: func(v string) []string { return []string{"schedule", "add", "e", "--every", v, "--", "--payload", "p"} }, path: "schedule/add",
 		body: func(v string) string { return `{"name":"e","every":` + quoted(v) + `,"task":{"payload":"p"}}` }},
 	limits.NotBefore: {cli: func(v string) []string { return []string{"submit", "--payload", "p", "--not-before", v} }, path: "submit",
-		body: func(v string) string { return `{"payload":"p","not-before":` + quoted(v) + `}` }},
+		body: func(v string) string { return `{"payload":"p","not_before":` + quoted(v) + `}` }},
 }
 
 // notRequestFields are the limits no request field carries, and where

@@ -153,7 +153,8 @@ func TestClusterFastClock(t *testing.T) {
 			t.Fatalf("expire: exit %d %s", code, out)
 		}
 	}
-	if code, out := c.definite(0, "submit", "--payload", "x", "--request-id", "s1", "-o", "json"); code != 0 {
+	// --backoff 0s: a lapsed lease's task is leasable again at once.
+	if code, out := c.definite(0, "submit", "--payload", "x", "--request-id", "s1", "--backoff", "0s", "-o", "json"); code != 0 {
 		t.Fatalf("submit: exit %d %s", code, out)
 	}
 	if code, out := c.definite(0, "lease", "--worker", "W", "--duration", "1m", "--request-id", "l1", "-o", "json"); code != 0 || !strings.Contains(out, "LEASED") {

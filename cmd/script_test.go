@@ -38,7 +38,8 @@ func TestMain(m *testing.M) {
 
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
-		Dir: "../testdata/script",
+		Dir:           "../testdata/script",
+		UpdateScripts: os.Getenv("LEASEWAL_UPDATE_GOLDEN") == "1", // rewrites the files 'cmp stdout' compares with
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("LEASEWAL_WAL", env.WorkDir+"/q.wal")
 			env.Setenv("LEASEWAL_ACTOR", "tester")

@@ -37,11 +37,13 @@ type seedTrace struct {
 	steps    []seedStep
 }
 
+// The seeds' submits name the window and backoff their WALs were written
+// with (a 5m window, no backoff), which are not the defaults.
 var seedTraces = []seedTrace{
 	{
 		name: "happy_path", // seed 001
 		commands: [][]string{
-			{"submit", "--payload", "P", "--window", "5m", "--request-id", "R1", "--now", "2026-01-01T00:00:00Z"},
+			{"submit", "--payload", "P", "--window", "5m", "--backoff", "0s", "--backoff-max", "0s", "--request-id", "R1", "--now", "2026-01-01T00:00:00Z"},
 			{"lease", "--worker", "W1", "--duration", "30s", "--now", "2026-01-01T00:00:01Z"},
 			{"complete", "--task", "T1", "--lease", "L1", "--now", "2026-01-01T00:00:20Z"},
 		},
@@ -56,7 +58,7 @@ var seedTraces = []seedTrace{
 	{
 		name: "lease_expiry", // seed 000 as the seed writes it: no record between the grants
 		commands: [][]string{
-			{"submit", "--payload", "P", "--window", "5m", "--now", "2026-01-01T00:00:00Z"},
+			{"submit", "--payload", "P", "--window", "5m", "--backoff", "0s", "--backoff-max", "0s", "--now", "2026-01-01T00:00:00Z"},
 			{"lease", "--worker", "W1", "--duration", "30s", "--now", "2026-01-01T00:00:00Z"},
 			{"lease", "--worker", "W2", "--duration", "30s", "--now", "2026-01-01T00:00:40Z"},
 			{"complete", "--task", "T1", "--lease", "L2", "--now", "2026-01-01T00:00:50Z"},
@@ -76,7 +78,7 @@ var seedTraces = []seedTrace{
 	{
 		name: "lease_expiry_explicit", // seed 000 with the expiry written down by `expire`
 		commands: [][]string{
-			{"submit", "--payload", "P", "--window", "5m", "--now", "2026-01-01T00:00:00Z"},
+			{"submit", "--payload", "P", "--window", "5m", "--backoff", "0s", "--backoff-max", "0s", "--now", "2026-01-01T00:00:00Z"},
 			{"lease", "--worker", "W1", "--duration", "30s", "--now", "2026-01-01T00:00:00Z"},
 			{"expire", "--now", "2026-01-01T00:00:31Z"},
 			{"lease", "--worker", "W2", "--duration", "30s", "--now", "2026-01-01T00:00:40Z"},

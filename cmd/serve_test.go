@@ -164,7 +164,7 @@ func TestRunThroughServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, payload := range []string{"good", "bad"} {
-		if code, _, stderr := cli("--wal", walPath, "submit", "--payload", payload, "--max-attempts", "1"); code != 0 {
+		if code, _, stderr := cli("--wal", walPath, "submit", "--payload", payload, "--max-attempts", "1", "--window", "1h"); code != 0 { // a window: LEASEWAL_DEADLINE is set
 			t.Fatal(stderr)
 		}
 	}

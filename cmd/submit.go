@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -60,16 +61,16 @@ written. It answers one line per task (-o json: one JSON object per line).`,
 func (o *submitOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&o.payload, "payload", "", "the task's payload (text, at most 64 KiB)")
 	f.StringVar(&o.payloadFile, "payload-file", "", "read the payload from FILE, or from stdin with -")
-	f.StringVar(&o.window, "window", "5m", "execution window: the task is DEAD if not done by created+window")
+	f.StringVar(&o.window, "window", "", "execution window (e.g. 1h): the task is DEAD if not done by then (default none: no deadline)")
 	f.IntVar(&o.maxAttempts, "max-attempts", 3, "leases the task may be granted")
-	f.StringVar(&o.backoff, "backoff", "0s", "wait after the first failed attempt, doubling after each")
-	f.StringVar(&o.backoffMax, "backoff-max", "", "longest wait between attempts (default 100 x --backoff)")
+	f.StringVar(&o.backoff, "backoff", "", "wait after the first failed attempt, doubling after each (default 1s)")
+	f.StringVar(&o.backoffMax, "backoff-max", "", "longest wait between attempts (default 5m, or --backoff if longer)")
 	f.StringVar(&o.requestID, "request-id", "", "idempotency key: a repeat returns the first answer (default R<n>)")
 	f.StringVar(&o.delay, "delay", "", "eligible only after this long (a duration such as 10m)")
 	f.StringVar(&o.notBefore, "not-before", "", "eligible only from this time (RFC 3339 or unix ms; a past time is now)")
 	f.StringVar(&o.queue, "queue", state.DefaultQueue, "the queue: lease --queue takes only from the queues it names")
 	f.IntVar(&o.priority, "priority", 0, "from -1000 to 1000; a lease takes the highest first, the oldest within a priority")
-	f.StringVar(&o.batchFile, "batch-file", "", "submit many tasks at once from FILE (or stdin with -): one JSON object per line, e.g. {\"payload\":\"x\",\"request-id\":\"r1\"}; the other flags are every line's defaults")
+	f.StringVar(&o.batchFile, "batch-file", "", "submit many tasks at once from FILE (or stdin with -): one JSON object per line, e.g. {\"payload\":\"x\",\"request_id\":\"r1\"}; the other flags are every line's defaults")
 }
 
 // request is the submit the flags ask for. The payload of --payload-file is
@@ -137,7 +138,7 @@ func ackTable(v api.Ack) func(io.Writer, palette) error {
 	return func(w io.Writer, p palette) error {
 		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "request", v.RequestID,
 			"duplicate", fmt.Sprint(v.Duplicate), "queue", v.Queue, "priority", fmt.Sprint(v.Priority),
-			"available at", v.AvailableAt, "deadline", v.Deadline, "requeued from", v.RequeuedFrom,
+			"available at", v.AvailableAt, "deadline", cmp.Or(deref(v.Deadline), "none"), "requeued from", v.RequeuedFrom,
 			"window", v.Window, "max attempts", fmt.Sprint(v.MaxAttempts))
 	}
 }

@@ -124,15 +124,22 @@ func renderTimeline(out io.Writer, p palette, width int, t *state.Task, view api
 	if !c.State.Terminal() {
 		last = max(last, now)
 	}
-	deadline := api.ParseTime(view.Deadline)
+	deadline := state.NoDeadline
+	if view.Deadline != nil {
+		deadline = api.ParseTime(*view.Deadline)
+	}
 	if deadline <= last+(last-c.CreatedAt)/2 {
 		last = max(last, deadline)
 	}
 	tl := &timeline{w: w, p: p, g: g, start: c.CreatedAt, end: max(last, c.CreatedAt+1000), bar: max(20, width-labelWidth-noteWidth-2)}
 
-	dl := "deadline " + tl.offset(deadline)
-	if deadline > tl.end {
-		dl += " (beyond the axis)"
+	dl := "no deadline"
+	switch {
+	case view.Deadline == nil:
+	case deadline > tl.end:
+		dl = "deadline " + tl.offset(deadline) + " (beyond the axis)"
+	default:
+		dl = "deadline " + tl.offset(deadline)
 	}
 	fmt.Fprintf(w, "%s %s%s · attempt %d/%d · created %s · %s\n", c.ID, p.word(string(c.State)), tl.since(c, now), c.Attempt, c.Policy.MaxAttempts, formatTime(c.CreatedAt), dl)
 	tl.axis()

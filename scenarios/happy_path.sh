@@ -4,8 +4,8 @@
 source "$(dirname "$0")/lib.sh"
 export LEASEWAL_WAL=${LEASEWAL_WAL:-$(mktemp -d)/happy_path.wal}
 
-step "1. the client submits P with a 5m window"
-run 0 submit --payload P --window 5m --now 2026-01-01T00:00:00Z
+step "1. the client submits P with a 5m window and no backoff, as the seed did"
+run 0 submit --payload P --window 5m --backoff 0s --backoff-max 0s --now 2026-01-01T00:00:00Z
 expect result ACK task_id T1 request_id R1 duplicate false
 run 0 inspect T1 --now +0s
 expect state WAITING attempt 0 lease_id null

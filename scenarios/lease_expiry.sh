@@ -4,8 +4,8 @@
 source "$(dirname "$0")/lib.sh"
 export LEASEWAL_WAL=${LEASEWAL_WAL:-$(mktemp -d)/lease_expiry.wal}
 
-step "1. the client submits P"
-run 0 submit --payload P --window 5m --now 2026-01-01T00:00:00Z
+step "1. the client submits P (the seed's 5m window, no backoff)"
+run 0 submit --payload P --window 5m --backoff 0s --backoff-max 0s --now 2026-01-01T00:00:00Z
 expect result ACK task_id T1
 
 step "2. T1 is leased to W1 until t0+30s"

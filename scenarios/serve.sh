@@ -18,9 +18,9 @@ grep -q serving "$DIR/serve.err" || fail "the server did not start: $(cat "$DIR/
 export LEASEWAL_SERVER=http://127.0.0.1:$PORT LEASEWAL_TOKEN_FILE=$DIR/token LEASEWAL_WAL=$DIR/not-used.wal
 
 step "seed 000 through the server: the lease lapses, the task is re-leased, the late completion is cancelled"
-run 0 submit --payload P --window 5m --request-id seed-000
+run 0 submit --payload P --window 5m --backoff 0s --backoff-max 0s --request-id seed-000
 expect result ACK task_id T1 duplicate false
-run 0 submit --payload P --window 5m --request-id seed-000
+run 0 submit --payload P --window 5m --backoff 0s --backoff-max 0s --request-id seed-000
 expect result ACK task_id T1 duplicate true
 run 0 lease --worker W1 --duration 1s
 expect result LEASED task_id T1 lease_id L1 attempt 1

@@ -67,9 +67,9 @@ extensions=$(printf '%s\n' "$OUT" | grep -c '"type":"LeaseExtended"')
 [ "$extensions" -ge 3 ] || fail "only $extensions extensions for a job that outlived three"
 echo "   a job that outlived a 2 s lease: $extensions extensions, COMMITTED"
 
-step "a flaky job is retried, then FAILED with the last line of its stderr"
+step "a flaky job is retried after the default 1s backoff, then FAILED with the last line of its stderr"
 run 0 submit --payload flaky --max-attempts 2 --request-id flaky
-worker 0 --worker W3 -- sh -c 'echo "upstream timeout on attempt $LEASEWAL_ATTEMPT" >&2; exit 1 # '"$MARK"
+worker 0 --worker W3 --wait 3s -- sh -c 'echo "upstream timeout on attempt $LEASEWAL_ATTEMPT" >&2; exit 1 # '"$MARK"
 printf '%s\n' "$OUT" | grep -q '"task_id":"T10","lease_id":"L10","attempt":1,"outcome":"RETRY","exit":1' || fail "no RETRY: $OUT"
 printf '%s\n' "$OUT" | grep -q '"task_id":"T10","lease_id":"L11","attempt":2,"outcome":"FAILED","exit":1' || fail "no FAILED: $OUT"
 run 0 inspect T10

@@ -45,7 +45,8 @@ var (
 	shortWin = created("T1", t0, time.Minute, policy(3, 0, 0))
 )
 
-// TestTransitions covers every row of SPEC's state-machine table that applies.
+// TestTransitions covers every row of the state machine's table
+// (docs/guarantees.md) that applies.
 func TestTransitions(t *testing.T) {
 	cases := []struct {
 		name  string

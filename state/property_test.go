@@ -15,7 +15,7 @@ import (
 // TestRandomHistories runs thousands of random command sequences (several
 // workers, random time steps, stale and repeated calls) through Decide and
 // Apply and, side by side, through refmodel, a reference model written from
-// SPEC §2 alone. After every command the answers must agree (outcome, ids,
+// the rules of docs/guarantees.md alone. After every command the answers must agree (outcome, ids,
 // attempt, expiry, not_before, the record types written) and so must every
 // task as it stands at that time; after every record every invariant is
 // checked; and replaying the records from scratch must give exactly the state
@@ -136,7 +136,7 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 		c.op = "submit"
 		c.submit = Submit{
 			Payload:  "p" + strconv.Itoa(rng.IntN(5)),
-			Window:   Duration(time.Duration(30+rng.IntN(300)) * time.Second),
+			Window:   randomWindow(rng),
 			Policy:   RetryPolicy{MaxAttempts: 1 + rng.IntN(3), Backoff: Duration(time.Duration(rng.IntN(10)) * time.Second)},
 			Queue:    []string{"", "default", "mail", "img"}[rng.IntN(4)],
 			Priority: rng.IntN(3) - 1,
@@ -185,7 +185,7 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 		c.op, c.reason = "schedule", []string{"s1", "s2"}[rng.IntN(2)]
 		c.delay = []time.Duration{20 * time.Second, 90 * time.Second, 5 * time.Minute}[rng.IntN(3)]
 		c.result = []string{CatchUpNone, CatchUpLast, CatchUpAll}[rng.IntN(3)]
-		c.submit = Submit{Payload: "p" + strconv.Itoa(rng.IntN(2)), Window: Duration(time.Duration(30+rng.IntN(300)) * time.Second),
+		c.submit = Submit{Payload: "p" + strconv.Itoa(rng.IntN(2)), Window: randomWindow(rng),
 			Policy: RetryPolicy{MaxAttempts: 1 + rng.IntN(3)}, Queue: []string{"default", "mail"}[rng.IntN(2)]}
 		return c
 	case op == 16:
@@ -256,11 +256,27 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 	return s.DecideExpire(now), nil
 }
 
+// randomWindow is a window of 30s to 330s, or (one in four) none.
+func randomWindow(rng *rand.Rand) Duration {
+	if rng.IntN(4) == 0 {
+		return NoWindow
+	}
+	return Duration(time.Duration(30+rng.IntN(300)) * time.Second)
+}
+
+// modelWindow is a window as the reference model takes it.
+func modelWindow(w Duration) int64 {
+	if w == NoWindow {
+		return refmodel.NoWindow
+	}
+	return w.Millis()
+}
+
 func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 	switch c.op {
 	case "submit":
 		s, p := c.submit, c.submit.Policy
-		return m.Submit(now, refmodel.Spec{Payload: s.Payload, Window: s.Window.Millis(),
+		return m.Submit(now, refmodel.Spec{Payload: s.Payload, Window: modelWindow(s.Window),
 			Policy: refmodel.Policy{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff.Millis(), BackoffMax: p.BackoffMax.Millis()},
 			Req:    s.RequestID, Delay: s.Delay.Milliseconds(), NotBefore: s.NotBefore, Queue: s.Queue, Priority: s.Priority})
 	case "lease":
@@ -281,7 +297,7 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 		return m.Limit(now, c.queues[0], c.limit)
 	case "schedule":
 		p := c.submit.Policy
-		return m.ScheduleAdd(now, c.reason, c.delay.Milliseconds(), c.result, refmodel.Spec{Payload: c.submit.Payload, Window: c.submit.Window.Millis(),
+		return m.ScheduleAdd(now, c.reason, c.delay.Milliseconds(), c.result, refmodel.Spec{Payload: c.submit.Payload, Window: modelWindow(c.submit.Window),
 			Policy: refmodel.Policy{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff.Millis(), BackoffMax: p.BackoffMax.Millis()}, Queue: c.submit.Queue})
 	case "unschedule":
 		return m.ScheduleRemove(now, c.reason)

@@ -96,7 +96,7 @@ func (t *Task) nextEligibleAt(now int64) int64 {
 func (s *State) NextEventAt(now int64) int64 {
 	next := int64(0)
 	note := func(at int64) {
-		if at > now && (next == 0 || at < next) {
+		if at > now && at <= MaxTime && (next == 0 || at < next) { // NoDeadline is no event
 			next = at
 		}
 	}

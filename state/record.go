@@ -7,6 +7,7 @@ package state
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -73,6 +74,16 @@ const (
 	MaxTime int64 = 253402300799999 // 9999-12-31T23:59:59.999Z
 )
 
+// NoWindow is the window of a task that has none: it waits for a worker
+// as long as it takes. It is written as the longest duration there is
+// ("2562047h47m16.854775807s"), which a version that knows no "none" reads
+// as a window of 292 years.
+const NoWindow = Duration(math.MaxInt64)
+
+// NoDeadline is the deadline of a task without a window: later than any
+// time a record can have, so no time reaches it.
+const NoDeadline int64 = math.MaxInt64
+
 // addTime is at+d, saturating at MaxTime.
 func addTime(at, d int64) int64 {
 	if d > MaxTime-at {
@@ -87,6 +98,14 @@ type Duration time.Duration
 
 // String prints the duration as Go does ("1m30s").
 func (d Duration) String() string { return time.Duration(d).String() }
+
+// WindowText is a window as people read it: "none" for NoWindow.
+func WindowText(w Duration) string {
+	if w == NoWindow {
+		return "none"
+	}
+	return w.String()
+}
 
 // MarshalJSON writes the duration as text.
 func (d Duration) MarshalJSON() ([]byte, error) {

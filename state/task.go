@@ -101,22 +101,31 @@ type Task struct {
 
 // Deadline is the end of the task's execution window: the window's length
 // after it opened, not counting the time its queue was paused (MaxTime
-// while a pause lasts until a resume).
+// while a pause lasts until a resume); NoDeadline for a task without a
+// window.
 func (t *Task) Deadline() int64 { return t.DeadlineAt(MaxTime) }
 
 // DeadlineAt is the deadline as it stands at now, for a person: a pause
 // until a resume counts as if it ended now.
 func (t *Task) DeadlineAt(now int64) int64 {
 	d := t.windowEnd()
-	if t.pauses != nil {
+	if t.pauses != nil && d != NoDeadline {
 		d = t.pauses.stretch(t.AvailableAt, d, now)
 	}
 	return d
 }
 
+// HasDeadline says whether the task has an execution window at all.
+func (t *Task) HasDeadline() bool { return t.Window != NoWindow }
+
 // windowEnd is the end of the window as submitted, no pause counted: a
 // lower bound of the deadline.
-func (t *Task) windowEnd() int64 { return addTime(t.AvailableAt, t.Window.Millis()) }
+func (t *Task) windowEnd() int64 {
+	if !t.HasDeadline() {
+		return NoDeadline
+	}
+	return addTime(t.AvailableAt, t.Window.Millis())
+}
 
 // backoff is the wait after attempt n: min(backoff·2^(n-1), backoff_max).
 func (p RetryPolicy) backoff(n int) int64 {

@@ -24,7 +24,7 @@ func Task(t *state.Task, at int64, payloads Payloads) (api.Task, error) {
 	}
 	c := t.At(at)
 	v := api.Task{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
-		Deadline: api.FormatTime(c.DeadlineAt(at)), CreatedAt: api.FormatTime(c.CreatedAt), Payload: payload, Reason: c.EndReason,
+		Deadline: Deadline(c.DeadlineAt(at)), CreatedAt: api.FormatTime(c.CreatedAt), Payload: payload, Reason: c.EndReason,
 		Queue: c.Queue, Priority: c.Priority, AvailableAt: api.FormatTime(c.AvailableAt), Requeued: c.RequeuedFrom, Redacted: c.Redacted, Result: c.Result}
 	if c.Lease != nil {
 		v.LeaseID, v.WorkerID, v.Expiry = Null(c.Lease.ID), Null(c.Lease.Worker), Null(api.FormatTime(c.Lease.Expiry))
@@ -42,7 +42,7 @@ func Lease(d state.Decision, payloads Payloads) (api.Lease, error) {
 		return api.Lease{}, fmt.Errorf("%s: %w", d.TaskID, err)
 	}
 	return api.Lease{Result: api.Outcome(d.Outcome), TaskID: d.TaskID, LeaseID: d.LeaseID, WorkerID: d.Worker, Attempt: d.Attempt,
-		Expiry: api.FormatTime(d.Expiry), Deadline: api.FormatTime(d.Deadline), Payload: payload, Duplicate: d.Duplicate}, nil
+		Expiry: api.FormatTime(d.Expiry), Deadline: Deadline(d.Deadline), Payload: payload, Duplicate: d.Duplicate}, nil
 }
 
 // Domain is a work-lease domain: its lease, backlog, processed and failed
@@ -65,7 +65,7 @@ func Record(r state.Record) api.Record {
 		Cut: r.Cut, Part: r.Part, Data: r.Data, Digest: r.Digest, Hash: r.Hash,
 		At: api.FormatTime(r.At), Expiry: Stamp(r.Expiry), AcquiredAt: Stamp(r.AcquiredAt)}
 	if r.Window != 0 {
-		v.Window = r.Window.String()
+		v.Window = state.WindowText(r.Window)
 	}
 	if r.Every != 0 {
 		v.Every = r.Every.String()
@@ -95,7 +95,7 @@ func StateRecord(v api.Record) state.Record {
 		Schedule: v.Schedule, Cron: v.Cron, TZ: v.TZ, CatchUp: v.CatchUp, Parts: v.Parts, KeptFrom: v.KeptFrom, History: v.History,
 		Cut: v.Cut, Part: v.Part, Data: v.Data, Digest: v.Digest, Hash: v.Hash,
 		At: api.ParseTime(v.At), Expiry: api.ParseTime(v.Expiry), AcquiredAt: api.ParseTime(v.AcquiredAt),
-		Window: duration(v.Window), Every: duration(v.Every)}
+		Window: window(v.Window), Every: duration(v.Every)}
 	if p := v.RetryPolicy; p != nil {
 		r.RetryPolicy = &state.RetryPolicy{MaxAttempts: p.MaxAttempts, Backoff: duration(p.Backoff), BackoffMax: duration(p.BackoffMax)}
 	}
@@ -109,6 +109,23 @@ func StateRecord(v api.Record) state.Record {
 		}
 	}
 	return r
+}
+
+// window reads a window as Record writes it ("none": NoWindow).
+func window(text string) state.Duration {
+	if text == "none" {
+		return state.NoWindow
+	}
+	return duration(text)
+}
+
+// Deadline is a task's deadline as the answers show it: null for a task
+// without a window.
+func Deadline(ms int64) *string {
+	if ms == state.NoDeadline {
+		return nil
+	}
+	return Null(api.FormatTime(ms))
 }
 
 // duration reads a duration as a record writes it ("": none).
@@ -148,7 +165,7 @@ func Pause(queue string, sp state.PauseSpan) api.PausedQueue {
 func Schedule(sc state.Schedule, next int64) api.Schedule {
 	t := sc.Template
 	v := api.Schedule{Name: sc.Name, Cron: sc.Cron, TZ: sc.TZ, CatchUp: sc.CatchUp, Payload: t.Payload, Queue: t.Queue, Priority: t.Priority,
-		Window: t.Window.String(), MaxAttempts: t.Policy.MaxAttempts, AddedAt: api.FormatTime(sc.AddedAt),
+		Window: state.WindowText(t.Window), MaxAttempts: t.Policy.MaxAttempts, AddedAt: api.FormatTime(sc.AddedAt),
 		LastSlot: Null(Stamp(sc.LastSlot)), NextSlot: Null(Stamp(next))}
 	if sc.Every > 0 {
 		v.Every = sc.Every.String()

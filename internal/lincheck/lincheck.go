@@ -66,8 +66,10 @@ func (in Input) Args(withNow bool) []string {
 	return append([]string{"fail", "--task", in.Task, "--lease", in.Lease, "--reason", "flaky"}, tail...)
 }
 
-// Job is the task every submit of the check creates.
-var Job = refmodel.Spec{Payload: "job", Window: 20_000, Policy: refmodel.Policy{MaxAttempts: 3}}
+// Job is the task every submit of the check creates: its window and
+// attempts as the submit gives them, the backoff the documented default
+// (1s, doubling up to 5m).
+var Job = refmodel.Spec{Payload: "job", Window: 20_000, Policy: refmodel.Policy{MaxAttempts: 3, Backoff: 1_000, BackoffMax: 300_000}}
 
 // Model is the coordinator as a sequential specification: the reference
 // model and the time of the last record written. initialAt is the time of

@@ -12,6 +12,7 @@ package refmodel
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 )
@@ -22,10 +23,18 @@ type Policy struct {
 	Backoff, BackoffMax int64
 }
 
+// NoWindow is a Spec's Window for a task without one: it waits for a
+// worker as long as it takes, and no time kills it.
+const NoWindow int64 = -1
+
+// never is the deadline of a task without a window: later than any time
+// (the largest int64, as the state says it too).
+const never int64 = math.MaxInt64
+
 // Spec is a task as a submit describes it.
 type Spec struct {
 	Payload   string
-	Window    int64
+	Window    int64 // ms, or NoWindow
 	Policy    Policy
 	Req       string
 	Delay     int64 // ms after the submit
@@ -186,6 +195,9 @@ type pause struct{ from, to int64 }
 // paused)": the window counts only the time, after it opened, that its
 // queue was not paused. Walk the gaps between the pauses until it is used.
 func (m *Model) deadline(t *task) int64 {
+	if t.window == NoWindow {
+		return never
+	}
 	left, cur := t.window, t.available
 	for _, p := range m.pauses[t.queue] {
 		if p.to <= cur {
@@ -318,7 +330,7 @@ func (m *Model) submit(now int64, s Spec) Answer {
 	if s.Queue == "" {
 		s.Queue = "default"
 	}
-	if s.Payload == "" || s.Window <= 0 || s.Policy.MaxAttempts < 1 || s.Policy.Backoff < 0 || s.Policy.BackoffMax < s.Policy.Backoff ||
+	if s.Payload == "" || (s.Window <= 0 && s.Window != NoWindow) || s.Policy.MaxAttempts < 1 || s.Policy.Backoff < 0 || s.Policy.BackoffMax < s.Policy.Backoff ||
 		s.Delay < 0 || (s.Delay > 0 && s.NotBefore != 0) || s.Priority < -1000 || s.Priority > 1000 {
 		return refused("InvalidInput")
 	}

@@ -19,7 +19,7 @@ type Lease struct {
 	TaskID, LeaseID string
 	Attempt         int
 	Payload         string
-	Deadline        int64 // the task's, unix ms; 0: not known
+	Deadline        int64 // the task's, unix ms; 0: it has none
 	Expiry          int64 // the lease's, unix ms
 }
 
@@ -131,8 +131,11 @@ func (c *Coordinator) CompleteAndLease(l *Lease, result string, next state.Lease
 
 // leased is a lease a server granted.
 func (c *Coordinator) leased(l api.Lease) *Lease {
-	return &Lease{TaskID: l.TaskID, LeaseID: l.LeaseID, Payload: l.Payload, Attempt: l.Attempt,
-		Expiry: api.ParseTime(l.Expiry), Deadline: api.ParseTime(l.Deadline)}
+	v := &Lease{TaskID: l.TaskID, LeaseID: l.LeaseID, Payload: l.Payload, Attempt: l.Attempt, Expiry: api.ParseTime(l.Expiry)}
+	if l.Deadline != nil {
+		v.Deadline = api.ParseTime(*l.Deadline)
+	}
+	return v
 }
 
 func (c *Coordinator) Fail(l *Lease, reason string, permanent bool) (api.Outcome, error) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -16,21 +15,31 @@ import (
 	"github.com/leasewal/leasewal/state"
 )
 
+// The defaults of a submit: no execution window (a task waits for a
+// worker as long as it takes, as in SQS, asynq or River), and a backoff
+// of 1s doubling after each failed attempt up to 5m.
+const (
+	DefaultBackoff    = time.Second
+	DefaultBackoffMax = 5 * time.Minute
+)
+
 // SubmitOf is a submit request as state decides it: the one place its
 // durations and times are read and its defaults filled in.
 func SubmitOf(r api.SubmitRequest) (state.Submit, error) {
-	window, err := api.ParseDuration("window", cmp.Or(r.Window, "5m"))
-	if err != nil {
-		return state.Submit{}, err
+	var err error
+	window := time.Duration(state.NoWindow)
+	if r.Window != "" && r.Window != "none" {
+		if window, err = api.ParseDuration("window", r.Window); err != nil {
+			return state.Submit{}, err
+		}
 	}
-	backoff, err := api.ParseDuration("backoff", cmp.Or(r.Backoff, "0s"))
-	if err != nil {
-		return state.Submit{}, err
+	backoff := DefaultBackoff
+	if r.Backoff != "" {
+		if backoff, err = api.ParseDuration("backoff", r.Backoff); err != nil {
+			return state.Submit{}, err
+		}
 	}
-	backoffMax := time.Duration(math.MaxInt64) // 100 × backoff, saturating
-	if backoff < backoffMax/100 {
-		backoffMax = 100 * backoff
-	}
+	backoffMax := max(DefaultBackoffMax, backoff)
 	if r.BackoffMax != "" {
 		if backoffMax, err = api.ParseDuration("backoff-max", r.BackoffMax); err != nil {
 			return state.Submit{}, err
@@ -71,8 +80,8 @@ func SubmitOf(r api.SubmitRequest) (state.Submit, error) {
 // t, at now.
 func ackOf(d state.Decision, t *state.Task, now int64) api.Ack {
 	return api.Ack{Result: api.Outcome(d.Outcome), TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
-		AvailableAt: api.FormatTime(t.AvailableAt), Deadline: api.FormatTime(t.DeadlineAt(now)), RequeuedFrom: t.RequeuedFrom,
-		Window: time.Duration(t.Window).String(), MaxAttempts: t.Policy.MaxAttempts}
+		AvailableAt: api.FormatTime(t.AvailableAt), Deadline: answers.Deadline(t.DeadlineAt(now)), RequeuedFrom: t.RequeuedFrom,
+		Window: state.WindowText(t.Window), MaxAttempts: t.Policy.MaxAttempts}
 }
 
 // ack commits a decision that creates a task (submit, requeue) and answers

@@ -26,8 +26,11 @@ func whySentence(w state.Why, now int64) string {
 		return fmt.Sprintf("%s is WAITING and eligible: %d %s of higher priority or older %s ahead of it in queue %s (%s)",
 			t.ID, w.Ahead, api.Plural(w.Ahead, "task", "tasks"), api.Plural(w.Ahead, "is", "are"), t.Queue, where)
 	case state.BecauseQueueFull:
-		return fmt.Sprintf("%s is WAITING and eligible, but %s: a lease of queue %s takes a task once one of them ends; its execution window keeps running (deadline %s)",
-			t.ID, w.Limit, t.Queue, at(t.DeadlineAt(now)))
+		s := fmt.Sprintf("%s is WAITING and eligible, but %s: a lease of queue %s takes a task once one of them ends", t.ID, w.Limit, t.Queue)
+		if !t.HasDeadline() {
+			return s
+		}
+		return s + fmt.Sprintf("; its execution window keeps running (deadline %s)", at(t.DeadlineAt(now)))
 	case state.BecauseDelayed:
 		return fmt.Sprintf("%s is WAITING until %s: it was submitted with a delay (queue %s)", t.ID, at(w.EligibleAt), t.Queue)
 	case state.BecauseBackoff:
@@ -40,10 +43,14 @@ func whySentence(w state.Why, now int64) string {
 		return s
 	case state.BecausePaused:
 		s := fmt.Sprintf("%s is WAITING: %s", t.ID, pauseSentence(t.Queue, *w.Pause, at))
-		if w.Pause.Open() {
+		switch {
+		case !t.HasDeadline():
+			return s
+		case w.Pause.Open():
 			return s + fmt.Sprintf("; its execution window stands still while paused (deadline %s if it resumed now)", at(t.DeadlineAt(now)))
+		default:
+			return s + fmt.Sprintf("; its execution window stands still while paused (deadline %s)", at(t.Deadline()))
 		}
-		return s + fmt.Sprintf("; its execution window stands still while paused (deadline %s)", at(t.Deadline()))
 	case state.BecauseReleased:
 		l := w.LastEnd
 		return fmt.Sprintf("%s is WAITING until %s: %s gave lease %s back (released; that attempt does not count, %d of %d used)",
