@@ -29,6 +29,7 @@ const (
 	ExitAnswerLost  = 8
 	ExitWaitedOut   = 9
 	ExitUnknownSent = 10
+	ExitTasksFailed = 11 // run: some of the tasks it leased ended FAILED
 )
 
 // Outcome is an answer's result (its JSON "result").

@@ -25,6 +25,7 @@ const (
 	ExitAnswerLost  = api.ExitAnswerLost
 	ExitWaitedOut   = api.ExitWaitedOut
 	ExitUnknownSent = api.ExitUnknownSent
+	ExitTasksFailed = api.ExitTasksFailed
 )
 
 // usageErr is bad input found by the command line itself: a flag, a time, a

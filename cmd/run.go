@@ -42,9 +42,11 @@ func (a *app) newRunCmd() *cobra.Command {
 		Use:   "run --worker W [flags] -- CMD [ARG...]",
 		Short: "Run a worker: lease tasks and run CMD for each, extending, completing or failing it",
 		Long: `A worker in one line. Runs up to --jobs children at once, each under its own
-lease: the task's payload on its stdin, and in its environment LEASEWAL_WAL,
+lease: the task's payload on its stdin (with a newline after it, so that the
+shell's 'read p' takes it), and in its environment LEASEWAL_WAL,
 LEASEWAL_TASK, LEASEWAL_LEASE (the fencing token), LEASEWAL_ATTEMPT,
-LEASEWAL_WORKER and LEASEWAL_DEADLINE. While a child runs its lease is extended
+LEASEWAL_WORKER and LEASEWAL_DEADLINE (empty for a task without a window).
+While a child runs its lease is extended
 every duration/3. Exit 0 completes the task; another exit fails it with the
 last line of the child's stderr (permanently for a code in --permanent-exit);
 death by a signal fails it; a command that cannot start fails it permanently.
@@ -58,12 +60,16 @@ them) instead of LEASEWAL_WAL.
 
 It stops when nothing runs and nothing has become leasable for --wait (default
 0: at once), or after --max-tasks leases have finished; --forever never stops.
-Exit 0 when it leased a task, 4 when it leased none; on SIGINT or SIGTERM it
+One line per finished task: task, lease, attempt, COMMITTED | RETRY | FAILED |
+RELEASED | LOST | CANCELLED, the child's exit code (null when killed or not
+started) and seconds.
+
+Exit 0 when every task it leased was settled and none ended FAILED; 3 when a
+lease ended LOST or CANCELLED; 11 when a task ended FAILED (its attempts used
+up, or a permanent failure); 4 when it leased none. On SIGINT or SIGTERM it
 stops leasing, stops its children (releasing their leases: the task waits for
 another worker and the attempt does not count) and exits 130 or 143; a second
-signal kills at once. One line per finished task: task, lease, attempt,
-COMMITTED | RETRY | FAILED | RELEASED | LOST, the child's exit code
-(null when killed or not started) and seconds.`,
+signal kills at once.`,
 		Example: `  leasewal run --worker W1 --jobs 4 -- gzip-one
   leasewal run --worker W2 --queue mail --forever --permanent-exit 2,64-78 -- ./send-mail.sh`,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -248,6 +254,9 @@ func runRun(e env, o runOptions, argv []string) error {
 	case res.Unsettled > 0:
 		fmt.Fprintf(e.stderr, "leasewal: run: %d of %d leases ended LOST or CANCELLED: their tasks were not settled by this worker\n", res.Unsettled, res.Leased)
 		return &exitStatus{code: ExitCancelled}
+	case res.Failed > 0:
+		fmt.Fprintf(e.stderr, "leasewal: run: %d of %d leases left their task FAILED; 'leasewal inspect --state FAILED' lists them, 'leasewal requeue' runs one again\n", res.Failed, res.Leased)
+		return &exitStatus{code: ExitTasksFailed}
 	}
 	return nil
 }

@@ -175,8 +175,8 @@ func TestRunThroughServer(t *testing.T) {
 		until grep -q LeaseExtended "$2"; do sleep 0.05; done`
 	code, stdout, stderr := cli("--server", ts.URL, "--token-file", tokenFile, "-o", "tsv", "--no-headers",
 		"run", "--worker", "W", "--duration", "3s", "--", "sh", "-c", child, "child", ts.URL, walPath, tokenFile)
-	if code != 0 {
-		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	if code != ExitTasksFailed { // T2's one attempt failed
+		t.Fatalf("exit %d, want 11\n%s%s", code, stdout, stderr)
 	}
 	var outcomes []string
 	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {

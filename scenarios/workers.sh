@@ -46,7 +46,7 @@ for i in 1 2 3 4 5 6 7 8; do
 	head -c 20000 /dev/urandom >"$DIR/files/f$i"
 	run 0 submit --payload "$DIR/files/f$i" --request-id "gz-$i"
 done
-worker 0 --worker W1 --jobs 4 -- sh -c 'read f; gzip -f "$f" # '"$MARK"
+worker 0 --worker W1 --jobs 4 -- sh -c 'read f && gzip -f "$f" # '"$MARK"
 [ "$(printf '%s\n' "$OUT" | grep -c '"outcome":"COMMITTED"')" = 8 ] || fail "not 8 COMMITTED: $OUT"
 for i in 1 2 3 4 5 6 7 8; do [ -f "$DIR/files/f$i.gz" ] || fail "f$i was not gzipped"; done
 worker 4 --worker W1 -- true
@@ -69,7 +69,7 @@ echo "   a job that outlived a 2 s lease: $extensions extensions, COMMITTED"
 
 step "a flaky job is retried after the default 1s backoff, then FAILED with the last line of its stderr"
 run 0 submit --payload flaky --max-attempts 2 --request-id flaky
-worker 0 --worker W3 --wait 3s -- sh -c 'echo "upstream timeout on attempt $LEASEWAL_ATTEMPT" >&2; exit 1 # '"$MARK"
+worker 11 --worker W3 --wait 3s -- sh -c 'echo "upstream timeout on attempt $LEASEWAL_ATTEMPT" >&2; exit 1 # '"$MARK"
 printf '%s\n' "$OUT" | grep -q '"task_id":"T10","lease_id":"L10","attempt":1,"outcome":"RETRY","exit":1' || fail "no RETRY: $OUT"
 printf '%s\n' "$OUT" | grep -q '"task_id":"T10","lease_id":"L11","attempt":2,"outcome":"FAILED","exit":1' || fail "no FAILED: $OUT"
 run 0 inspect T10
@@ -77,7 +77,7 @@ expect state FAILED reason "attempts exhausted: exit 1: upstream timeout on atte
 
 step "a permanent exit code fails the task at once"
 run 0 submit --payload bad-input --request-id perm
-worker 0 --worker W3 --permanent-exit 2,64-78 -- sh -c 'echo "bad input" >&2; exit 65 # '"$MARK"
+worker 11 --worker W3 --permanent-exit 2,64-78 -- sh -c 'echo "bad input" >&2; exit 65 # '"$MARK"
 expect task_id T11 attempt 1 outcome FAILED exit 65
 run 0 inspect T11
 expect state FAILED reason "permanent failure: exit 65: bad input"

@@ -63,6 +63,7 @@ type Line struct {
 type Result struct {
 	Leased    int       // leases taken
 	Unsettled int       // of them, those that ended LOST or CANCELLED
+	Failed    int       // of them, those whose task ended FAILED
 	Stopped   os.Signal // the signal that stopped it, if one did
 	OutErr    error     // printing a line failed
 }
@@ -291,13 +292,18 @@ func (r *runner) start(j *job) {
 }
 
 // payloadFile holds the payload for a child's stdin: an unlinked file, so
-// that a child that never reads it blocks nobody.
+// that a child that never reads it blocks nobody. The payload is text,
+// given as text files end, with a newline (unless it ends with one): the
+// shell's 'read p' fails on a last line without it.
 func payloadFile(payload string) (*os.File, error) {
 	f, err := os.CreateTemp("", "leasewal-payload-*")
 	if err != nil {
 		return nil, err
 	}
 	os.Remove(f.Name())
+	if !strings.HasSuffix(payload, "\n") {
+		payload += "\n"
+	}
 	if _, err := f.WriteString(payload); err != nil {
 		f.Close()
 		return nil, err
@@ -411,8 +417,11 @@ func (r *runner) finish(end jobEnd) {
 	default:
 		line.Outcome = r.verdict(j, func() (api.Outcome, error) { return r.c.Fail(&j.Lease, reason, permanent) })
 	}
-	if line.Outcome == "LOST" || line.Outcome == string(api.ResultCancelled) {
+	switch line.Outcome {
+	case "LOST", string(api.ResultCancelled):
 		r.res.Unsettled++
+	case string(api.ResultFailed):
+		r.res.Failed++
 	}
 	r.print(line)
 }
