@@ -42,9 +42,11 @@ first record (+30.000s); --absolute shows timestamps. Filters combine: --task,
 --type, --worker (records of leases granted to that worker), --lease, --domain,
 --queue (records about tasks of that queue),
 a --from/--to range of seq, and a --since/--until range of time (RFC 3339, unix
-ms, or +DURATION after the first record). Writes nothing.`,
+ms, a duration back from now as 1h or -1h, or +DURATION after the first
+record). Writes nothing.`,
 		Example: `  leasewal log --task T1
   leasewal log --type LeaseGranted,TaskCancelled --worker W1
+  leasewal log --since 1h --follow
   leasewal log --since +30s --until +1m --absolute
   leasewal log --from 10 --to 20 -o json`,
 		Args: cobra.NoArgs,

@@ -147,10 +147,14 @@ func (c *Compactor) expired(seg store.Segment, at int64) bool {
 }
 
 // now is the store's clock's time.
-func (c *Compactor) now() int64 {
-	if c.store.Clock == nil {
+func (c *Compactor) now() int64 { return clockNow(c.store) }
+
+// clockNow is the time of o's clock (the wall clock when it has none),
+// with no record to count from.
+func clockNow(o store.Options) int64 {
+	if o.Clock == nil {
 		return time.Now().UnixMilli()
 	}
-	now, _ := c.store.Clock(0)
+	now, _ := o.Clock(0)
 	return now
 }

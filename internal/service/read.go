@@ -311,7 +311,7 @@ type logFilter struct {
 
 // newLogFilter reads a log request; --since and --until count from the
 // time of the first record (first).
-func newLogFilter(r api.LogRequest, first int64) (*logFilter, error) {
+func newLogFilter(r api.LogRequest, first, now int64) (*logFilter, error) {
 	f := &logFilter{r: r, from: max(r.From, 1), until: -1}
 	if r.From < 0 || (r.To != 0 && r.To < f.from) {
 		return nil, api.Usage("--from must be at least 1 and --to (if given) at least --from")
@@ -330,27 +330,33 @@ func newLogFilter(r api.LogRequest, first int64) (*logFilter, error) {
 	}
 	var err error
 	if r.Since != "" {
-		if f.since, err = logTime("since", r.Since, first); err != nil {
+		if f.since, err = logTime("since", r.Since, first, now); err != nil {
 			return nil, err
 		}
 	}
 	if r.Until != "" {
-		if f.until, err = logTime("until", r.Until, first); err != nil {
+		if f.until, err = logTime("until", r.Until, first, now); err != nil {
 			return nil, err
 		}
 	}
 	return f, nil
 }
 
-// logTime reads a --since/--until time: RFC 3339, unix ms, or +DURATION after first.
-func logTime(flag, text string, first int64) (int64, error) {
+// logTime reads a --since/--until time: RFC 3339, unix ms, a duration D
+// or -D before now, or +D after first.
+func logTime(flag, text string, first, now int64) (int64, error) {
 	if n, err := strconv.ParseInt(text, 10, 64); err == nil && n >= 0 && n < 1e11 {
 		seq := map[string]string{"since": "from", "until": "to"}[flag]
 		return 0, api.Usage("--%s %q is a time, and this looks like a record's seq: did you mean --%s %s?", flag, text, seq, text)
 	}
+	if span, back := strings.CutPrefix(text, "-"); back || !strings.HasPrefix(text, "+") {
+		if d, err := api.ParseSpan(span); err == nil && d >= 0 { // 1h or -1h: that long before now
+			return max(now-d.Milliseconds(), state.MinTime), nil
+		}
+	}
 	ms, err := api.ParseTimeFlag("--"+flag, text, first, first)
 	if err != nil {
-		return 0, api.Usage("--%s %q is not a time: use RFC 3339, unix milliseconds, or +DURATION after the first record", flag, text)
+		return 0, api.Usage("--%s %q is not a time: use RFC 3339, unix milliseconds, 1h (that long ago) or +1h (after the first record)", flag, text)
 	}
 	return ms, nil
 }
@@ -408,7 +414,8 @@ func (f *logFilter) workerOf(r state.Record) string {
 // sound keeps them aside until Log returns). It answers where the log
 // stands: its first record's time, and its last seq.
 func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record) error) (api.LogEnd, error) {
-	f, err := newLogFilter(r, 0) // the request's syntax, before reading anything
+	now := clockNow(l.store)
+	f, err := newLogFilter(r, 0, now) // the request's syntax, before reading anything
 	if err != nil {
 		return api.LogEnd{}, err
 	}
@@ -430,7 +437,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		if first == 0 {
 			first, end.FirstAt = rec.Seq, api.FormatTime(rec.At)
 			if opts.FullReplay {
-				if f, err = newLogFilter(r, rec.At); err != nil {
+				if f, err = newLogFilter(r, rec.At, now); err != nil {
 					return err
 				}
 			}
