@@ -73,6 +73,9 @@ func runInspect(e env, r api.InspectRequest) error {
 		v, err := s.svc.Workers(ctx)
 		return present(e, s, v, e.remoteError(err), workersTable, "", "")
 	case len(r.Tasks) == 0:
+		if r.Queue != "" {
+			e.noteQueueTypos(s.svc, []string{r.Queue})
+		}
 		return e.list(s, r)
 	}
 	v, err := s.svc.Inspect(ctx, r)

@@ -57,7 +57,8 @@ expiry, a backoff's end, a delayed task's time); then EMPTY as before.`,
 }
 
 func runLease(e env, o leaseOptions) error {
-	if _, err := parseQueues(o.queues, o.queueSet); err != nil {
+	queues, err := parseQueues(o.queues, o.queueSet)
+	if err != nil {
 		return err
 	}
 	req := api.LeaseRequest{Worker: o.worker, Duration: o.duration, Queue: api.List(o.queues), Task: o.taskID,
@@ -75,6 +76,7 @@ func runLease(e env, o leaseOptions) error {
 		if err := e.needsWallClock("lease --wait"); err != nil {
 			return err
 		}
+		e.noteQueueTypos(s.svc, queues) // before a wait that a typo would make endless
 		caught, waitCtx, stop := e.catchInterrupts()
 		defer stop()
 		ctx = waitCtx
@@ -85,6 +87,9 @@ func runLease(e env, o leaseOptions) error {
 		return e.leased(s, v, err, recovery)
 	}
 	v, err := s.svc.Lease(ctx, req)
+	if empty := (*api.Empty)(nil); errors.As(err, &empty) && empty.Live == 0 {
+		e.noteQueueTypos(s.svc, queues)
+	}
 	return e.leased(s, v, err, recovery)
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/service"
+	"github.com/leasewal/leasewal/internal/suggest"
 )
 
 // The operator's verbs of a queue: abort, requeue, and why.
@@ -133,5 +135,31 @@ func whyTable(v api.Why) func(io.Writer, palette) error {
 	return func(w io.Writer, p palette) error {
 		_, err := fmt.Fprintln(w, escape(v.Sentence))
 		return err
+	}
+}
+
+// noteQueueTypos says on stderr, for each named queue that holds no
+// unfinished task, the queue with tasks it is likely a typo of: a lease
+// from it would wait for ever. A queue with no near name says nothing (it
+// may just be empty now).
+func (e env) noteQueueTypos(svc api.Service, queues []string) {
+	if len(queues) == 0 {
+		return
+	}
+	stats, err := svc.Stats(e.context(), api.StatsRequest{})
+	if err != nil {
+		return // the command itself says what is wrong
+	}
+	var withTasks []string
+	for _, q := range stats.Queues {
+		withTasks = append(withTasks, q.Queue)
+	}
+	for _, q := range queues {
+		if slices.Contains(withTasks, q) {
+			continue
+		}
+		if near := suggest.Closest(q, withTasks); near != "" {
+			fmt.Fprintf(e.stderr, "leasewal: queue %q has no unfinished task; did you mean %q? ('leasewal stats' lists the queues)\n", escape(q), escape(near))
+		}
 	}
 }

@@ -220,6 +220,7 @@ func runRun(e env, o runOptions, argv []string) error {
 		defer local.Close()
 		svc = local
 	}
+	e.noteQueueTypos(svc, p.Queues) // run --forever would wait for ever on a typo
 	c, err := runner.NewCoordinator(e.context(), svc, e.Actor)
 	if err != nil {
 		return err

@@ -176,7 +176,7 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 		// Two passes, one to count and one to hand out, each reading the
 		// tasks one at a time: a listing never holds the backlog.
 		live := in.only.state == state.Waiting || in.only.state == state.Leased // a finished task never waits or holds a lease again: the archive is not read
-		head := api.Inspect{Result: api.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at), Tasks: []api.Task{}}
+		head := api.Inspect{Result: api.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at, in.only.queue), Tasks: []api.Task{}}
 		err := st.EachTaskInAnyOrder(live, func(t *state.Task) bool {
 			if in.only.showsAt(t, at) {
 				head.Counts[string(t.At(at).State)]++
@@ -222,10 +222,15 @@ func (f taskFilter) showsAt(t *state.Task, at int64) bool {
 	return f.shows(api.Task{State: string(c.State), Queue: c.Queue})
 }
 
-func summarize(st *state.State, at int64) *api.InspectSummary {
+// summarize is a listing's summary: of queue's tasks alone when one is
+// named.
+func summarize(st *state.State, at int64, queue string) *api.InspectSummary {
 	sum := &api.InspectSummary{Queues: map[string]map[string]int{}}
 	var nextExpiry, nextSeq, oldestSeq int64 // ties go to the task created first
 	st.EachLive(func(t *state.Task) bool {   // only unfinished tasks wait or hold leases
+		if queue != "" && t.Queue != queue {
+			return true
+		}
 		c := t.At(at)
 		if !c.State.Terminal() {
 			if sum.Queues[c.Queue] == nil {
@@ -246,7 +251,7 @@ func summarize(st *state.State, at int64) *api.InspectSummary {
 		}
 		return true
 	})
-	if paused := pausedList(st, at, ""); len(paused) > 0 {
+	if paused := pausedList(st, at, queue); len(paused) > 0 {
 		sum.Paused = paused
 	}
 	return sum

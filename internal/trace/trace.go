@@ -21,6 +21,7 @@ import (
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/answers"
 	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/suggest"
 	"github.com/leasewal/leasewal/state"
 )
 
@@ -538,40 +539,13 @@ func jsonMap(v any) map[string]any {
 	return m
 }
 
-// didYouMean is "; did you mean X?" for the known word closest to word (at
-// most two edits away), or nothing.
+// didYouMean is "; did you mean X?" for the known word closest to word, or
+// nothing.
 func didYouMean(word string, known []string) string {
-	best, bestDistance := "", 3
-	for _, k := range slices.Sorted(slices.Values(known)) {
-		if d := editDistance(word, k); d < bestDistance {
-			best, bestDistance = k, d
-		}
+	if best := suggest.Closest(word, known); best != "" {
+		return fmt.Sprintf("; did you mean %q?", best)
 	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf("; did you mean %q?", best)
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
+	return ""
 }
 
 // textTime reads a trace's time written as text: RFC 3339 or unix
