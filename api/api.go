@@ -301,6 +301,29 @@ type RequeueRequest struct {
 	Actor     string `json:"actor,omitempty"`
 }
 
+// RequeueAllRequest runs again every FAILED or DEAD task it selects that
+// was not requeued yet, each as a new task, in one write (requeue --state).
+type RequeueAllRequest struct {
+	State List   `json:"state"`           // FAILED, DEAD or both
+	Queue string `json:"queue,omitempty"` // "": every queue
+	Limit int    `json:"limit,omitempty"` // at most this many (the first created); default and most 20,000
+	Actor string `json:"actor,omitempty"`
+}
+
+// RequeuedAll answers a bulk requeue (OK): each new task and the task it
+// runs again, and how many selected tasks are left for another requeue.
+type RequeuedAll struct {
+	Result Outcome       `json:"result"`
+	Tasks  []RequeuedOne `json:"tasks"`
+	More   int           `json:"more"` // selected past the limit: a requeue again takes them
+}
+
+// RequeuedOne is a new task of a bulk requeue.
+type RequeuedOne struct {
+	TaskID       string `json:"task_id"`
+	RequeuedFrom string `json:"requeued_from"`
+}
+
 // CompactRequest compacts the WAL (compact): the finished tasks that ended
 // within KeepFinished stay (default 7d), the history segments older than
 // KeepHistory are deleted (default 30d), Drop keeps no history at all.
@@ -590,8 +613,9 @@ type WaitRequest struct {
 // (inspect).
 type InspectRequest struct {
 	Tasks    []string `json:"tasks,omitempty"` // default: every task
-	State    string   `json:"state,omitempty"`
+	State    List     `json:"state,omitempty"` // only tasks in one of these states
 	Queue    string   `json:"queue,omitempty"`
+	Limit    int      `json:"limit,omitempty"` // list at most this many (the first created); 0: every one
 	Until    *int64   `json:"until,omitempty"`
 	Workers  bool     `json:"workers,omitempty"`  // the soft worker registry instead (a Workers answer)
 	Timeline bool     `json:"timeline,omitempty"` // one task's life drawn (a table); in JSON the same as for one task
@@ -609,8 +633,9 @@ type LogRequest struct {
 	Lease    string `json:"lease,omitempty"`
 	Domain   string `json:"domain,omitempty"`
 	Queue    string `json:"queue,omitempty"`
-	Since    string `json:"since,omitempty"`    // RFC 3339, unix ms, or +DURATION after the first record
+	Since    string `json:"since,omitempty"`    // RFC 3339, unix ms, 1h (that long ago), or +1h after the first record
 	Until    string `json:"until,omitempty"`    // likewise
+	Limit    int    `json:"limit,omitempty"`    // at most this many records (the first that match); 0: every one
 	Absolute bool   `json:"absolute,omitempty"` // a table's times as timestamps, not offsets
 }
 
@@ -732,7 +757,8 @@ type Inspect struct {
 	At      string          `json:"at"`
 	Counts  map[string]int  `json:"counts"`
 	Summary *InspectSummary `json:"summary,omitempty"` // when every task is listed
-	Tasks   []Task          `json:"tasks"`
+	More    int             `json:"more,omitempty"`    // tasks counted but not listed (limit)
+	Tasks   []Task          `json:"tasks"`             // last: a listing streams them
 }
 
 // InspectSummary is what a reader wants at a glance: how many leases are

@@ -49,6 +49,7 @@ var routes = []route{
 	{"/v1/stats", "The figures an operator watches: queues, their latency, records by type", api.StatsRequest{}, []any{api.Stats{}}, false, nil, `{"queue":"default"}`},
 	{"/v1/redact", "Stop serving a task's payload; the next compaction drops it (TaskRedacted)", api.RedactRequest{}, []any{api.Redacted{}}, false, nil, `{"task":"T1","reason":"a password was pasted"}`},
 	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false, nil, `{"task":"T2","request_id":"rerun-T2"}`},
+	{"/v1/requeue/all", "Run every FAILED or DEAD task selected again, each as a new task, in one write (TaskCreated each)", api.RequeueAllRequest{}, []any{api.RequeuedAll{}}, false, nil, `{"state":"FAILED","queue":"img"}`},
 	{"/v1/why", "Why a task is where it is, and when it can run", api.WhyRequest{}, []any{api.Why{}}, false, nil, `{"task":"T1"}`},
 	{"/v1/wait", "Wait until every named task is in one of the states (at most five minutes a request), or TIMEOUT / UNREACHABLE (exit 9)", api.WaitRequest{}, []any{api.Wait{}}, false, nil, `{"tasks":["T2"],"for":"FAILED","timeout":"0s"}`},
 	{"/v1/inspect", "Tasks as they stand, or right after record until; the worker registry with workers. Every task (none named) is streamed: the head (tasks empty), each task, the end, one a line",

@@ -35,6 +35,9 @@ type Service interface {
 	ScheduleRemove(context.Context, ScheduleRemoveRequest) (ScheduleRemoved, error)
 	ScheduleList(context.Context, ScheduleListRequest) (Schedules, error)
 	Requeue(context.Context, RequeueRequest) (Ack, error)
+	// RequeueAll requeues every FAILED or DEAD task selected that was
+	// not requeued yet, in one write.
+	RequeueAll(context.Context, RequeueAllRequest) (RequeuedAll, error)
 	Why(context.Context, WhyRequest) (Why, error)
 	Wait(context.Context, WaitRequest) (Wait, error)
 	// Inspect answers the tasks named (one named alone with its records),

@@ -543,6 +543,11 @@ func (c *Client) Requeue(ctx context.Context, req api.RequeueRequest) (api.Ack, 
 	return callAs[api.Ack](ctx, c, "requeue", req)
 }
 
+func (c *Client) RequeueAll(ctx context.Context, req api.RequeueAllRequest) (api.RequeuedAll, error) {
+	req.Actor = c.actor(req.Actor)
+	return callAs[api.RequeuedAll](ctx, c, "requeue/all", req)
+}
+
 // Why says why a task is where it is, and when it can run.
 func (c *Client) Why(ctx context.Context, req api.WhyRequest) (api.Why, error) {
 	return callAs[api.Why](ctx, c, "why", req)

@@ -21,6 +21,7 @@ import (
 type inspectOptions struct {
 	state    string
 	queue    string
+	limit    int
 	until    int64
 	workers  bool
 	timeline bool
@@ -39,12 +40,12 @@ the same data as for one task). --workers shows the soft worker registry.
 Writes nothing. An unknown task: exit 4.`,
 		Example: `  leasewal inspect
   leasewal inspect T1 -o json
-  leasewal inspect --state WAITING
+  leasewal inspect --state FAILED,DEAD --queue mail --limit 20
   leasewal inspect --until 3
   leasewal inspect T1 --timeline
   leasewal inspect --workers`,
 		RunE: func(c *cobra.Command, args []string) error {
-			req := api.InspectRequest{Tasks: args, State: o.state, Queue: o.queue, Workers: o.workers, Timeline: o.timeline}
+			req := api.InspectRequest{Tasks: args, State: api.List(o.state), Queue: o.queue, Limit: o.limit, Workers: o.workers, Timeline: o.timeline}
 			if c.Flags().Changed("until") {
 				req.Until = &o.until
 			}
@@ -52,8 +53,9 @@ Writes nothing. An unknown task: exit 4.`,
 		},
 		ValidArgsFunction: a.completion(service.CandidateTasks),
 	}
-	c.Flags().StringVar(&o.state, "state", "", "only tasks in this state (WAITING, LEASED, COMPLETED, FAILED, DEAD)")
+	c.Flags().StringVar(&o.state, "state", "", "only tasks in one of these states (comma-separated: WAITING, LEASED, COMPLETED, FAILED, DEAD)")
 	c.Flags().StringVar(&o.queue, "queue", "", "only tasks of this queue")
+	c.Flags().IntVar(&o.limit, "limit", 0, "list at most this many tasks, the first created (0: every one)")
 	c.Flags().Int64Var(&o.until, "until", 0, "show the state right after record SEQ, at its time")
 	c.Flags().BoolVar(&o.workers, "workers", false, "show the soft worker registry (advisory) and each worker's current leases")
 	c.Flags().BoolVar(&o.timeline, "timeline", false, "draw one task's life on a time axis: attempts, extensions, expiries, late completions, the deadline")
@@ -115,9 +117,10 @@ func (e env) list(s *session, r api.InspectRequest) error {
 	if e.Output != "json" {
 		p := e.palette()
 		var at int64
+		more := 0
 		into = api.Listing{
 			Head: func(v api.Inspect) error {
-				at = api.ParseTime(v.At)
+				at, more = api.ParseTime(v.At), v.More
 				listed := 0
 				for _, n := range v.Counts {
 					listed += n
@@ -134,7 +137,11 @@ func (e env) list(s *session, r api.InspectRequest) error {
 			if table == nil {
 				return nil
 			}
-			return table.Render()
+			if err := table.Render(); err != nil || more == 0 || p.tsv {
+				return err
+			}
+			_, err := fmt.Fprintln(out, p.line(fmt.Sprintf("and %d more, not listed (--limit %d)", more, r.Limit)))
+			return err
 		}
 	}
 	if err := s.svc.List(e.context(), r, into); err != nil {

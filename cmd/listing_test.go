@@ -32,7 +32,7 @@ func TestListingsAreTheViewStreamed(t *testing.T) {
 		}
 		args := []string{"--wal", walPath, "--now", at, "inspect"}
 		if only.State != "" {
-			args = append(args, "--state", only.State)
+			args = append(args, "--state", string(only.State))
 		}
 		if only.Queue != "" {
 			args = append(args, "--queue", only.Queue)

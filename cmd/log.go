@@ -26,6 +26,7 @@ type logOptions struct {
 	domain   string
 	queue    string
 	since    string
+	limit    int
 	until    string
 	absolute bool
 	follow   bool
@@ -65,6 +66,7 @@ record). Writes nothing.`,
 	f.StringVar(&o.queue, "queue", "", "only records about tasks of this queue")
 	f.StringVar(&o.since, "since", "", "only records at or after this time")
 	f.StringVar(&o.until, "until", "", "only records at or before this time")
+	f.IntVar(&o.limit, "limit", 0, "print at most this many records, the first that match (0: every one)")
 	f.BoolVar(&o.absolute, "absolute", false, "show timestamps instead of offsets from the first record")
 	f.BoolVar(&o.follow, "follow", false, "after the records so far, print new ones as they are appended, until interrupted")
 	return c
@@ -73,7 +75,7 @@ record). Writes nothing.`,
 // request is the log the flags ask for (following is the client's loop).
 func (o logOptions) request() api.LogRequest {
 	return api.LogRequest{Task: o.taskID, From: o.from, To: o.to, Type: api.List(strings.Join(o.types, ",")), Worker: o.worker,
-		Lease: o.lease, Domain: o.domain, Queue: o.queue, Since: o.since, Until: o.until, Absolute: o.absolute}
+		Lease: o.lease, Domain: o.domain, Queue: o.queue, Since: o.since, Until: o.until, Limit: o.limit, Absolute: o.absolute}
 }
 
 // runLog prints the records as the service hands them on, so that it
@@ -86,6 +88,9 @@ func runLog(e env, o logOptions) error {
 	if o.follow {
 		if err := e.needsWallClock("log --follow"); err != nil {
 			return err
+		}
+		if o.limit != 0 {
+			return usageErr("--limit stops the log and --follow never does: give one of them")
 		}
 	}
 	s, err := e.session()

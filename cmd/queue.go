@@ -89,26 +89,72 @@ func abortedTable(v api.Aborted) func(io.Writer, palette) error {
 }
 
 func (a *app) newRequeueCmd() *cobra.Command {
-	var requestID string
+	var (
+		requestID, states, queue string
+		limit                    int
+	)
 	c := &cobra.Command{
-		Use:   "requeue TASK [--request-id R]",
-		Short: "Run a FAILED or DEAD task again, as a new task (writes TaskCreated)",
+		Use:   "requeue TASK [--request-id R] | requeue --state FAILED,DEAD [--queue Q] [--limit N]",
+		Short: "Run a FAILED or DEAD task again, or every such task, as new tasks (writes TaskCreated)",
 		Long: `Create a new task with the payload, window, retry policy, queue and priority of
 a FAILED or DEAD one, eligible at once, and requeued_from naming it (asynq's task
 run, beanstalkd's kick). The old task stays as it ended. With --request-id, a
 repeat answers with the same new task; request ids of submit and requeue share
-one name space. A live task: exit 2; an unknown task: exit 4.`,
-		Example:           `  leasewal requeue T7 --request-id rerun-T7`,
-		Args:              exactlyOneTask,
+one name space. A live task: exit 2; an unknown task: exit 4.
+
+With --state instead of a task, every task in those states (of --queue) that
+was not requeued before is requeued, in creation order, in one write: at most
+--limit (and 20,000) at once, the answer saying how many are left. Running it
+again (an answer lost) requeues nothing twice: a task already requeued is
+skipped.`,
+		Example: `  leasewal requeue T7 --request-id rerun-T7
+  leasewal requeue --state FAILED --queue mail`,
 		ValidArgsFunction: a.completion(service.CandidateTasks),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(c *cobra.Command, args []string) error {
+			if c.Flags().Changed("state") || c.Flags().Changed("queue") || c.Flags().Changed("limit") {
+				if len(args) > 0 || requestID != "" {
+					return usageErr("give a task to requeue, or --state (with --queue, --limit) to requeue every such task, not both")
+				}
+				req := api.RequeueAllRequest{State: api.List(states), Queue: queue, Limit: limit, Actor: a.env.Actor}
+				return call(a.env, func(ctx context.Context, s api.Service) (api.RequeuedAll, error) { return s.RequeueAll(ctx, req) },
+					requeuedAllTable, "'leasewal log --type TaskCreated' shows what was requeued; a requeue again skips those", "")
+			}
+			if err := exactlyOneTask(c, args); err != nil {
+				return err
+			}
 			req := api.RequeueRequest{Task: args[0], RequestID: requestID, Actor: a.env.Actor}
 			return call(a.env, func(ctx context.Context, s api.Service) (api.Ack, error) { return s.Requeue(ctx, req) },
 				ackTable, "", "")
 		},
 	}
 	c.Flags().StringVar(&requestID, "request-id", "", "idempotency key: a repeat answers with the same new task")
+	c.Flags().StringVar(&states, "state", "", "requeue every task in these states instead (FAILED, DEAD or both)")
+	c.Flags().StringVar(&queue, "queue", "", "with --state: only tasks of this queue")
+	c.Flags().IntVar(&limit, "limit", 0, "with --state: at most this many, the first created (default and most 20,000)")
 	return c
+}
+
+func requeuedAllTable(v api.RequeuedAll) func(io.Writer, palette) error {
+	return func(w io.Writer, p palette) error {
+		if len(v.Tasks) > 0 || p.tsv {
+			t := newTable(w, p, "TASK", "REQUEUED FROM")
+			for _, one := range v.Tasks {
+				_ = t.Append(one.TaskID, one.RequeuedFrom)
+			}
+			if err := t.Render(); err != nil || p.tsv {
+				return err
+			}
+		}
+		line := fmt.Sprintf("%d requeued", len(v.Tasks))
+		if len(v.Tasks) == 0 {
+			line = "nothing to requeue: no task selected, or each was requeued before"
+		}
+		if v.More > 0 {
+			line += fmt.Sprintf("; %d more left: requeue again to take them", v.More)
+		}
+		_, err := fmt.Fprintln(w, p.line(line))
+		return err
+	}
 }
 
 func (a *app) newWhyCmd() *cobra.Command {

@@ -756,6 +756,8 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"inspect", "T1", "-o", "json"}, 0, `"records":[{"seq":1`},
 		{[]string{"inspect", "--workers", "-o", "json"}, 0, `"worker_id":"W"`},
 		{[]string{"inspect", "--until", "2", "--state", "LEASED"}, 0, "T1"},
+		{[]string{"inspect", "--state", "FAILED,DEAD", "--limit", "1", "-o", "json"}, 0, `"more":1,"tasks":[{"task_id":"T1"`},
+		{[]string{"requeue", "--state", "FAILED,DEAD", "-o", "json"}, 0, `"tasks":[],"more":0`}, // T1 was requeued, T2 redacted
 		{[]string{"log", "--task", "T1", "--type", "LeaseGranted,TaskFailed", "-o", "json"}, 0, `"type":"TaskFailed"`},
 		{[]string{"log", "--from", "99"}, 0, "no records match"},
 		{[]string{"compact", "-o", "json"}, 0, `"result":"OK"`},

@@ -56,6 +56,8 @@ type Decision struct {
 	// queues or task.
 	NextEligibleAt int64
 	Live           int
+
+	More int // a bulk requeue: the tasks selected past its limit
 }
 
 func write(r Record, d Decision) Decision {

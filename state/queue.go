@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -224,6 +225,70 @@ func (s *State) DecideRequeue(taskID, requestID string, now int64) (Decision, er
 	return write(Record{Type: TaskCreated, TaskID: id, Payload: t.Payload.text, PayloadAt: t.Payload.ref, Window: t.Window, RetryPolicy: &policy, RequestID: requestID,
 		NotBefore: &at, Queue: t.Queue, Priority: &priority, RequeuedFrom: t.ID},
 		Decision{Outcome: ResultAck, TaskID: id}), nil
+}
+
+// RequeueSelection is the tasks a bulk requeue runs again: those in one
+// of States (FAILED, DEAD), of Queue ("": any), at most Limit of them (the
+// first created).
+type RequeueSelection struct {
+	States []TaskState
+	Queue  string
+	Limit  int
+}
+
+// DecideRequeueAll requeues, in one write and in creation order, every
+// task sel names that no task was requeued from yet, as DecideRequeue does
+// one (a new task eligible at once, its own R<n>); a redacted task is
+// skipped, having nothing to run. A task requeued before is skipped, so
+// that a bulk requeue run twice (its answer lost) runs each task again
+// once.
+func (s *State) DecideRequeueAll(sel RequeueSelection, now int64) (Decision, error) {
+	if len(sel.States) == 0 || slices.ContainsFunc(sel.States, func(st TaskState) bool { return st != Failed && st != Dead }) {
+		return Decision{}, invalid("a requeue runs FAILED or DEAD tasks again, not %v", sel.States)
+	}
+	if sel.Limit < 1 {
+		return Decision{}, invalid("a requeue of %d tasks: give 1 or more", sel.Limit)
+	}
+	requeued := map[string]bool{} // tasks some task was requeued from
+	if err := s.EachTask(false, func(t *Task) bool {
+		if t.RequeuedFrom != "" {
+			requeued[t.RequeuedFrom] = true
+		}
+		return true
+	}); err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Outcome: ResultOK}
+	next, autoReq := s.lastTaskNum+1, s.lastTaskNum+1
+	var failed error
+	err := s.EachTask(false, func(t *Task) bool {
+		c := t.At(now)
+		if !slices.Contains(sel.States, c.State) || (sel.Queue != "" && t.Queue != sel.Queue) || requeued[t.ID] || t.Redacted != "" {
+			return true
+		}
+		if len(d.Records) == sel.Limit {
+			d.More++
+			return true
+		}
+		req := ""
+		for ; req == ""; autoReq++ {
+			candidate := "R" + strconv.FormatInt(autoReq, 10)
+			taken, err := s.submitted(candidate)
+			if err != nil {
+				failed = err
+				return false
+			}
+			if taken == nil {
+				req = candidate
+			}
+		}
+		policy, priority, at := t.Policy, t.Priority, now
+		d.Records = append(d.Records, Record{Type: TaskCreated, TaskID: "T" + strconv.FormatInt(next, 10), Payload: t.Payload.text, PayloadAt: t.Payload.ref,
+			Window: t.Window, RetryPolicy: &policy, RequestID: req, NotBefore: &at, Queue: t.Queue, Priority: &priority, RequeuedFrom: t.ID})
+		next++
+		return true
+	})
+	return d, cmp.Or(failed, err)
 }
 
 // Why a task is where it is (the "because" of why).

@@ -108,6 +108,7 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 		"queue/limit": typed(func(ctx context.Context, r api.QueueLimitRequest) reply { return answer(svc.QueueLimit(ctx, r)) }),
 		"stats":       readOnly(typed(func(ctx context.Context, r api.StatsRequest) reply { return answer(svc.Stats(ctx, r)) })),
 		"requeue":     typed(func(ctx context.Context, r api.RequeueRequest) reply { return answer(svc.Requeue(ctx, r)) }),
+		"requeue/all": typed(func(ctx context.Context, r api.RequeueAllRequest) reply { return answer(svc.RequeueAll(ctx, r)) }),
 		"why":         readOnly(typed(func(ctx context.Context, r api.WhyRequest) reply { return answer(svc.Why(ctx, r)) })),
 		"wait":        readOnly(typed(func(ctx context.Context, r api.WaitRequest) reply { return answer(svc.Wait(ctx, r)) })),
 		"inspect": stream(readOnly(typed(func(ctx context.Context, r api.InspectRequest) reply {

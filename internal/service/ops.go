@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/answers"
+	"github.com/leasewal/leasewal/internal/limits"
 	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/state"
 )
@@ -543,6 +544,43 @@ func (l *Local) Requeue(ctx context.Context, r api.RequeueRequest) (api.Ack, err
 	})
 }
 
+// RequeueAll requeues every task r selects that was not requeued yet, at
+// most limits.BatchLines in one write (the rest are More: a second requeue
+// takes them).
+func (l *Local) RequeueAll(ctx context.Context, r api.RequeueAllRequest) (api.RequeuedAll, error) {
+	states, err := parseStates("state", r.State)
+	if err != nil {
+		return api.RequeuedAll{}, err
+	}
+	if len(states) == 0 || slices.ContainsFunc(states, func(st state.TaskState) bool { return st != state.Failed && st != state.Dead }) {
+		return api.RequeuedAll{}, api.Usage("--state %q: a requeue runs FAILED or DEAD tasks again; give FAILED, DEAD or both", r.State)
+	}
+	if r.Queue != "" {
+		if err := state.ValidateQueue(r.Queue); err != nil {
+			return api.RequeuedAll{}, api.Usage("--queue %q: %v", r.Queue, err)
+		}
+	}
+	most := int(limits.BatchLines.Max)
+	if r.Limit < 0 || r.Limit > most {
+		return api.RequeuedAll{}, api.Usage("--limit %d: give 1 to %d tasks a requeue (0: up to %d)", r.Limit, most, most)
+	}
+	sel := state.RequeueSelection{States: states, Queue: r.Queue, Limit: cmp.Or(r.Limit, most)}
+	return as[api.RequeuedAll](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		d, err := tx.State.DecideRequeueAll(sel, tx.Now)
+		if err != nil {
+			return nil, err
+		}
+		if err := tx.Commit(d.Records); err != nil {
+			return nil, err
+		}
+		v := api.RequeuedAll{Result: api.ResultOK, Tasks: []api.RequeuedOne{}, More: d.More}
+		for _, rec := range d.Records {
+			v.Tasks = append(v.Tasks, api.RequeuedOne{TaskID: rec.TaskID, RequeuedFrom: rec.RequeuedFrom})
+		}
+		return v, nil
+	}))
+}
+
 func (l *Local) Why(ctx context.Context, r api.WhyRequest) (api.Why, error) {
 	if err := required("why", "task", r.Task); err != nil {
 		return api.Why{}, err
@@ -575,14 +613,9 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 	if len(r.Tasks) == 0 {
 		return api.Wait{}, api.Usage("'leasewal wait' needs at least one task id, e.g. 'leasewal wait T1'")
 	}
-	states := cmp.Or(string(r.For), DefaultWaitStates)
-	var want []state.TaskState
-	for _, name := range strings.Split(states, ",") {
-		st, ok := state.ParseTaskState(strings.TrimSpace(name))
-		if !ok {
-			return api.Wait{}, api.Usage("--for %q: %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", states, name)
-		}
-		want = append(want, st)
+	want, err := parseStates("for", cmp.Or(r.For, DefaultWaitStates))
+	if err != nil {
+		return api.Wait{}, err
 	}
 	wait, forever, err := l.waitFor("timeout", r.Timeout)
 	if err != nil {

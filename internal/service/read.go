@@ -22,16 +22,17 @@ type inspection struct {
 	ids   []string
 	only  taskFilter
 	until int64 // 0: the state now
+	limit int   // the most tasks a listing hands out (0: all)
 }
 
 func readInspect(r api.InspectRequest) (inspection, error) {
-	in := inspection{only: taskFilter{queue: r.Queue}}
-	if r.State != "" {
-		st, ok := state.ParseTaskState(r.State)
-		if !ok {
-			return in, api.Usage("--state %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", r.State)
-		}
-		in.only.state = st
+	in := inspection{only: taskFilter{queue: r.Queue}, limit: r.Limit}
+	var err error
+	if in.only.states, err = parseStates("state", r.State); err != nil {
+		return in, err
+	}
+	if r.Limit < 0 {
+		return in, api.Usage("--limit %d: give a number of tasks, 1 or more (0: every one)", r.Limit)
 	}
 	in.ids = slices.Compact(slices.Clone(r.Tasks)) // a task named twice in a row is shown once
 	if seen := map[string]bool{}; len(in.ids) > 1 {
@@ -175,21 +176,27 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 		st := tx.State
 		// Two passes, one to count and one to hand out, each reading the
 		// tasks one at a time: a listing never holds the backlog.
-		live := in.only.state == state.Waiting || in.only.state == state.Leased // a finished task never waits or holds a lease again: the archive is not read
+		live := in.only.unfinishedOnly() // a finished task never waits or holds a lease again: the archive is not read
 		head := api.Inspect{Result: api.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at, in.only.queue), Tasks: []api.Task{}}
+		matched := 0
 		err := st.EachTaskInAnyOrder(live, func(t *state.Task) bool {
 			if in.only.showsAt(t, at) {
 				head.Counts[string(t.At(at).State)]++
+				matched++
 			}
 			return true
 		})
 		if err != nil {
 			return nil, err
 		}
+		if in.limit > 0 {
+			head.More = max(0, matched-in.limit)
+		}
 		if err := into.Head(head); err != nil {
 			return nil, err
 		}
 		var handErr error
+		handed := 0
 		err = st.EachTask(live, func(t *state.Task) bool {
 			if !in.only.showsAt(t, at) {
 				return true // only the tasks shown read their payloads
@@ -198,7 +205,8 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 			if tv, handErr = answers.Task(t, at, tx.Payload); handErr == nil {
 				handErr = into.Task(tv)
 			}
-			return handErr == nil
+			handed++
+			return handErr == nil && (in.limit == 0 || handed < in.limit)
 		})
 		return nil, cmp.Or(handErr, err)
 	})
@@ -207,13 +215,38 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 
 // taskFilter is what --state and --queue keep of a listing.
 type taskFilter struct {
-	state state.TaskState
-	queue string
+	states []state.TaskState // any of them; none: every state
+	queue  string
 }
 
 // shows reports whether a task as viewed is listed.
 func (f taskFilter) shows(tv api.Task) bool {
-	return (f.state == "" || tv.State == string(f.state)) && (f.queue == "" || tv.Queue == f.queue)
+	return (len(f.states) == 0 || slices.Contains(f.states, state.TaskState(tv.State))) && (f.queue == "" || tv.Queue == f.queue)
+}
+
+// unfinishedOnly says whether the filter lists only tasks that wait or
+// hold a lease.
+func (f taskFilter) unfinishedOnly() bool {
+	return len(f.states) > 0 && !slices.ContainsFunc(f.states, state.TaskState.Terminal)
+}
+
+// parseStates reads a list of task states (WAITING,LEASED), as --flag
+// gives it; "" is none.
+func parseStates(flag string, list api.List) ([]state.TaskState, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []state.TaskState
+	for _, name := range strings.Split(string(list), ",") {
+		st, ok := state.ParseTaskState(strings.TrimSpace(name))
+		if !ok {
+			return nil, api.Usage("--%s %q: %q is not a state: use WAITING, LEASED, COMPLETED, FAILED or DEAD", flag, list, name)
+		}
+		if !slices.Contains(out, st) {
+			out = append(out, st)
+		}
+	}
+	return out, nil
 }
 
 // showsAt is shows for t as it stands at at, without its view.
@@ -424,6 +457,9 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 	if err != nil {
 		return api.LogEnd{}, err
 	}
+	if r.Limit < 0 {
+		return api.LogEnd{}, api.Usage("--limit %d: give a number of records, 1 or more (0: every one)", r.Limit)
+	}
 	var end api.LogEnd
 	opts := l.store
 	opts.FullReplay = true
@@ -436,7 +472,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 	if err != nil {
 		return api.LogEnd{}, err
 	}
-	first, stopped, toldTask := int64(0), false, false
+	first, stopped, toldTask, handed := int64(0), false, false, 0
 	onRecord := func(rec state.Record, tx *store.Tx) error {
 		rec = masked(rec, redacted)
 		if first == 0 {
@@ -458,7 +494,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 		if err := each(answers.Record(rec)); err != nil {
 			return err
 		}
-		if r.To != 0 && rec.Seq >= r.To {
+		if handed++; (r.To != 0 && rec.Seq >= r.To) || handed == r.Limit {
 			stopped = true
 			return store.ErrStop
 		}
