@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,7 +70,6 @@ func TestBadFiles(t *testing.T) {
 		{"no header", []byte("hello\nworld\n"), ExitDamaged, "not a leasewal WAL"},
 		{"wrong magic", []byte("leasewol-wal v1\n"), ExitDamaged, "not a leasewal WAL"},
 		{"future version", []byte("leasewal-wal v4\n"), ExitDamaged, "version 4 is not supported"},
-		{"empty file", []byte{}, ExitDamaged, "the file is empty"},
 		{"partial header", []byte("leasewal-w"), ExitDamaged, "not a leasewal WAL"},
 		{"CRLF line ends", bytes.ReplaceAll(good, []byte("\n"), []byte("\r\n")), ExitDamaged, "not a leasewal WAL"},
 		{"a CRLF record mid-file", mutate(good, func(b []byte) []byte {
@@ -119,6 +119,41 @@ func TestBadFiles(t *testing.T) {
 		})
 	}
 	t.Logf("%d bad files, each refused by all %d commands with a one-line message and left unchanged", len(cases), len(everyCommand))
+}
+
+// TestAnEmptyFileIsANewWAL: an empty file (mktemp's) is a WAL with no
+// record yet, as sqlite3 takes an empty file for a new database: readers
+// say it is empty, and of writers racing to make it a WAL each keeps its
+// acknowledged task (one replaces the file, the others append to it).
+func TestAnEmptyFileIsANewWAL(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tmp.XXXX")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli("--wal", path, "inspect", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"tasks":[]`) || !strings.Contains(stderr, "is empty: nothing was ever submitted there") {
+		t.Fatalf("inspect of an empty file: exit %d %s %s", code, out, stderr)
+	}
+	const writers = 8
+	codes := make(chan int, writers)
+	for i := range writers {
+		go func() {
+			code, _, _ := cli("--wal", path, "submit", "--payload", "p", "--request-id", fmt.Sprint("r", i))
+			codes <- code
+		}()
+	}
+	for range writers {
+		if code := <-codes; code != 0 {
+			t.Errorf("a submit to the empty file: exit %d", code)
+		}
+	}
+	code, out, stderr = cli("--wal", path, "inspect", "-o", "json")
+	if code != 0 || strings.Count(out, `"payload":"p"`) != writers {
+		t.Fatalf("after %d submits: exit %d %s %s", writers, code, out, stderr)
+	}
+	if code, _, stderr := cli("--wal", path, "verify"); code != 0 {
+		t.Fatal(stderr)
+	}
 }
 
 func TestUnusableWALPaths(t *testing.T) {

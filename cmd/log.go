@@ -84,6 +84,7 @@ func (o logOptions) request() api.LogRequest {
 // --follow it then prints each new record as it comes, until SIGINT or
 // SIGTERM, on the WAL or through a server alike.
 func runLog(e env, o logOptions) error {
+	e.noteMissingWAL()
 	req := o.request()
 	if o.follow {
 		if err := e.needsWallClock("log --follow"); err != nil {

@@ -171,6 +171,7 @@ exit 4.`,
 		ValidArgsFunction: a.completion(service.CandidateTasks),
 		RunE: func(_ *cobra.Command, args []string) error {
 			req := api.WhyRequest{Task: args[0]}
+			a.env.noteMissingWAL()
 			return call(a.env, func(ctx context.Context, s api.Service) (api.Why, error) { return s.Why(ctx, req) },
 				whyTable, "", "")
 		},

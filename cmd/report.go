@@ -55,6 +55,7 @@ WAL; through --server it draws the server's WAL (--expect needs a local one).`,
 }
 
 func runReport(e env, o reportOptions) error {
+	e.noteMissingWAL()
 	s, err := e.session()
 	if err != nil {
 		return err

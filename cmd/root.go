@@ -73,10 +73,17 @@ func (e env) sayWALMissing() {
 // noteMissingWAL says so when the local WAL does not exist, and reports
 // whether it said so.
 func (e env) noteMissingWAL() bool {
-	if _, err := os.Stat(e.WAL); e.Server != "" || !errors.Is(err, fs.ErrNotExist) {
+	if e.Server != "" {
 		return false
 	}
-	e.sayWALMissing()
+	switch info, err := os.Stat(e.WAL); {
+	case errors.Is(err, fs.ErrNotExist):
+		e.sayWALMissing()
+	case err == nil && info.Mode().IsRegular() && info.Size() == 0:
+		fmt.Fprintf(e.stderr, "leasewal: note: the WAL %s is empty: nothing was ever submitted there (check --wal)\n", e.WAL)
+	default:
+		return false
+	}
 	return true
 }
 

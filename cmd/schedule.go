@@ -98,6 +98,7 @@ func (a *app) newScheduleLsCmd() *cobra.Command {
 		Example: `  leasewal schedule ls -o json`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			a.env.noteMissingWAL()
 			return call(a.env, func(ctx context.Context, s api.Service) (api.Schedules, error) {
 				return s.ScheduleList(ctx, api.ScheduleListRequest{})
 			}, schedulesTable, "", "")

@@ -36,6 +36,7 @@ nothing.`,
 }
 
 func runStats(e env, queue string) error {
+	e.noteMissingWAL()
 	s, err := e.session()
 	if err != nil {
 		return err

@@ -48,6 +48,7 @@ task: exit 4.`,
 // runWait waits as r asks, on the WAL or through the server; SIGINT or
 // SIGTERM ends it with what it last saw, INTERRUPTED.
 func runWait(e env, r api.WaitRequest) error {
+	e.noteMissingWAL()
 	if err := e.needsWallClock("wait"); err != nil {
 		return err
 	}

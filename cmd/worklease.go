@@ -145,6 +145,7 @@ An unknown --domain: exit 4.`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			req := api.WorkInspectRequest{Domain: domain}
+			a.env.noteMissingWAL()
 			return call(a.env, func(ctx context.Context, s api.Service) (api.WorkInspect, error) { return s.WorkInspect(ctx, req) }, workInspectTable, "", "")
 		},
 	}

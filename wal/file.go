@@ -104,8 +104,8 @@ var ErrStalePosition = errors.New("the recorded position does not match the WAL"
 // the state up to there (a checkpoint): from is checked first, the file must
 // be at least that long and the frame ending there must carry the recorded
 // chained checksum, which (the chain being what it is) vouches for the whole
-// prefix. A missing file is reported as an error wrapping fs.ErrNotExist; the
-// caller decides what that means.
+// prefix. A missing file is reported as an error wrapping fs.ErrNotExist,
+// an empty one as ErrEmptyFile; the caller decides what they mean.
 func OpenAt(path string, mode Mode, lockTimeout time.Duration, from Position, each func(Frame) error) (*Log, error) {
 	flags := os.O_RDONLY
 	if mode == Write {
@@ -569,11 +569,13 @@ func CreateBatch(path string, bodies [][]byte, version int, fault *Fault, seam S
 		return nil, err
 	}
 	if err := os.Link(tmp.Name(), path); err != nil {
-		tmp.Close()
 		if errors.Is(err, fs.ErrExist) {
-			return nil, ErrCreateRace
+			err = replaceEmpty(path, tmp.Name())
 		}
-		return nil, fmt.Errorf("creating the WAL: %w", err)
+		if err != nil {
+			tmp.Close()
+			return nil, err
+		}
 	}
 	if err := syncDir(dir, fault); err != nil {
 		tmp.Close()
@@ -585,6 +587,38 @@ func CreateBatch(path string, bodies [][]byte, version int, fault *Fault, seam S
 	fault.reach("after-sync")
 	l.Position = pos
 	return l, nil
+}
+
+// emptyFileLock bounds the wait for an empty file's lock: only a reader
+// that found it empty holds it, and for a moment.
+const emptyFileLock = 10 * time.Second
+
+// replaceEmpty puts the new WAL at tmp in place of the empty file at path
+// (a mktemp's, a touch's), as sqlite3 takes an empty file for a new
+// database: under the empty file's lock, and only while it is still empty
+// and still at path, so that of two creators one replaces it and the other
+// finds the WAL the first made (ErrCreateRace). Anything else at path is
+// ErrCreateRace too: the WAL appeared meanwhile.
+func replaceEmpty(path, tmp string) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return ErrCreateRace // gone or replaced meanwhile: look again
+	}
+	defer f.Close()
+	if err := lockFair(f, path, unix.LOCK_EX, emptyFileLock); err != nil {
+		return err
+	}
+	held, err := f.Stat()
+	if err != nil || held.Size() != 0 || !held.Mode().IsRegular() {
+		return ErrCreateRace
+	}
+	if now, err := os.Lstat(path); err != nil || !os.SameFile(held, now) {
+		return ErrCreateRace
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("creating the WAL in place of the empty file: %w", err)
+	}
+	return nil
 }
 
 // syncDir is SyncDir, failing as a test asks.

@@ -80,9 +80,11 @@ func (e *DamageError) Error() string {
 	return fmt.Sprintf("record %d at byte offset %d is damaged: %s", e.Index, e.Offset, e.Reason)
 }
 
-// ErrEmptyFile is reported for a zero-length file: leasewal never leaves one
-// behind (creation is atomic), so it is not a WAL.
-var ErrEmptyFile = errors.New("the file is empty, so it is not a leasewal WAL (leasewal creates its WAL atomically, header first)")
+// ErrEmptyFile is reported for a zero-length file. leasewal never leaves one
+// behind (creation is atomic); a person makes one (mktemp) to name a new
+// WAL, which the store reads as a WAL with no record yet, and the first
+// write replaces (CreateBatch).
+var ErrEmptyFile = errors.New("the file is empty: no record was ever written to it")
 
 // Scan validates data as a whole WAL and returns its frames. It never panics
 // on any input.

@@ -3,6 +3,7 @@ package service
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -564,6 +565,11 @@ func masked(rec state.Record, redacted map[string]string) state.Record {
 func (l *Local) Changes(ctx context.Context) (<-chan struct{}, error) {
 	h := store.Open(l.store)
 	w, err := h.Watch()
+	var notFile *store.NotRegularError
+	if errors.As(err, &notFile) {
+		h.Close()
+		return nil, err
+	}
 	if err != nil {
 		h.Close()
 		return nil, fmt.Errorf("watching %s for changes: %w", l.store.Path, err)

@@ -415,9 +415,9 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	switch {
 	case errors.Is(err, ErrStop): // the caller has read what it needs; the file is closed
 		h.cache = nil // the state stops mid-way: never reuse it
-	case errors.Is(err, fs.ErrNotExist) && h.pos.Count > 0:
+	case (errors.Is(err, fs.ErrNotExist) || errors.Is(err, wal.ErrEmptyFile)) && h.pos.Count > 0:
 		return nil, wal.ErrStalePosition // the WAL that state describes is gone
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, wal.ErrEmptyFile): // an empty file: a WAL with no record yet
 		tx.Missing = true
 		h.cache = st
 	case err != nil:

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -43,6 +44,9 @@ func (h *Handle) watchWith(hub *hub) (*Watcher, error) {
 	w := &Watcher{path: h.opts.Path, name: filepath.Base(h.opts.Path), dir: filepath.Dir(h.opts.Path),
 		changed: make(chan struct{}, 1), wake: make(chan struct{}, 1), hub: hub}
 	if err := hub.subscribe(w); err != nil {
+		if errors.Is(err, fs.ErrNotExist) { // no directory to watch: no WAL can ever be there
+			return nil, &NotRegularError{Path: h.opts.Path, What: "in a directory that does not exist (" + w.dir + ")"}
+		}
 		if !errors.Is(err, unix.EMFILE) && !errors.Is(err, unix.ENFILE) && !errors.Is(err, unix.ENOSPC) &&
 			!errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOMEM) {
 			return nil, err
