@@ -24,7 +24,7 @@ type reportOptions struct {
 func (a *app) newReportCmd() *cobra.Command {
 	o := &reportOptions{}
 	c := &cobra.Command{
-		Use:   "report -o html [--from/--to SEQ | --since/--until TIME] [--task T,…] [--queue Q] > report.html",
+		Use:   "report [--from/--to SEQ | --since/--until TIME] [--task T,…] [--queue Q] > report.html",
 		Short: "Draw the WAL's story as one self-contained HTML page",
 		Long: `Write one HTML page that opens from disk in any browser (no network, no script):
 an overview (tasks by state and queue, completions and unfinished tasks over
@@ -37,8 +37,8 @@ lists the trace's steps beside the recorded path, each marked held or not, the
 first divergence highlighted with verify's differences; the report is still
 written, and the exit code is 5 when the WAL differs. Writes nothing to the
 WAL; through --server it draws the server's WAL (--expect needs a local one).`,
-		Example: `  leasewal report -o html > report.html
-  leasewal --wal testdata/seeds/lease_expiry.wal report -o html --task T1 > t1.html`,
+		Example: `  leasewal report > report.html
+  leasewal --wal testdata/seeds/lease_expiry.wal report --task T1 > t1.html`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runReport(a.env, *o) },
 	}

@@ -28,7 +28,7 @@ func TestTheReportDrawsEveryTask(t *testing.T) {
 			t.Fatal(args, stderr)
 		}
 	}
-	code, page, stderr := cli("--wal", wal, "report", "-o", "html", "--now", "+3s")
+	code, page, stderr := cli("--wal", wal, "report", "--now", "+3s") // HTML without -o: the one format of report
 	if code != 0 {
 		t.Fatal(stderr)
 	}
@@ -57,5 +57,8 @@ func TestTheReportDrawsEveryTask(t *testing.T) {
 	}
 	if code, _, stderr := cli("--wal", wal, "report", "-o", "html", "--task", "T9"); code != ExitNotFound || !strings.Contains(stderr, `"T9"`) {
 		t.Fatalf("report --task T9: exit %d %s", code, stderr)
+	}
+	if code, _, stderr := cli("--wal", wal, "report", "-o", "json"); code != ExitUsage || !strings.Contains(stderr, "writes one HTML page") {
+		t.Fatalf("report -o json: exit %d %s", code, stderr)
 	}
 }

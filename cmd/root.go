@@ -169,8 +169,11 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 			if a.env.Output == "prom" && c.CommandPath() != "leasewal stats" {
 				return usageErr("-o prom is the Prometheus text format of 'leasewal stats'; give table, wide, json or tsv")
 			}
-			if (a.env.Output == "html") != (c.CommandPath() == "leasewal report") {
-				return usageErr("-o html goes with 'leasewal report', which writes only that: 'leasewal report -o html > report.html'")
+			switch report := c.CommandPath() == "leasewal report"; {
+			case a.env.Output == "html" && !report:
+				return usageErr("-o html goes with 'leasewal report', which writes only that: 'leasewal report > report.html'")
+			case report && a.env.Output != "html" && a.env.Output != "table":
+				return usageErr("'leasewal report' writes one HTML page, not -o %s: 'leasewal report > report.html'", a.env.Output)
 			}
 			// serve is the server; run is a client of its own (runcoord.go)
 			if a.env.Server != "" && c.Name() != "serve" && c.CommandPath() != "leasewal run" && !strings.HasPrefix(c.CommandPath(), "leasewal cluster") {

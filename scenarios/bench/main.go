@@ -38,7 +38,7 @@ func main() {
 	backlogOnly := flag.Bool("backlog", false, "measure per-command latency against the number of waiting tasks instead")
 	batch := flag.Int("batch", 0, "measure the batch door instead: this many tasks in one submit --batch-file")
 	compaction := flag.String("compaction", "", "measure compaction instead, on WALs of these sizes in records (e.g. 100000,1000000)")
-	reports := flag.String("report", "", "measure report -o html instead, on WALs of these sizes in records (e.g. 10000,100000,1000000)")
+	reports := flag.String("report", "", "measure report instead, on WALs of these sizes in records (e.g. 10000,100000,1000000)")
 	firstStarts := flag.String("firststart", "", "measure the first command on a backlog with no checkpoint instead, at these numbers of waiting tasks (e.g. 10000,100000,1000000)")
 	resident := flag.Int("resident", 0, "measure a resident server over this many waiting tasks instead (-leasewal may name several binaries, comma-separated: A B A B)")
 	residentOps := flag.Int("ops", 200000, "with -resident: submits, then as many complete-and-lease-next")
