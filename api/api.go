@@ -512,6 +512,9 @@ type Redacted struct {
 // /metrics): of every queue, or of one.
 type StatsRequest struct {
 	Queue string `json:"queue,omitempty"`
+	// Recent is a span back from now (1h): each queue also counts the
+	// tasks that finished in it, from the records of that span; "": none.
+	Recent string `json:"recent,omitempty"`
 }
 
 // Stats is the figures an operator watches (OK): the unfinished tasks of
@@ -524,6 +527,7 @@ type Stats struct {
 	Result  Outcome          `json:"result"`
 	At      string           `json:"at"`
 	LastSeq int64            `json:"last_seq"`
+	Recent  string           `json:"recent,omitempty"` // the span each queue's Finished counts
 	Queues  []QueueStats     `json:"queues"`
 	Others  *OtherQueues     `json:"others"` // null: every queue is named
 	Paused  []PausedQueue    `json:"paused"`
@@ -553,6 +557,18 @@ type QueueStats struct {
 	// OldestEligibleAgeMs is how long the task eligible longest has been
 	// eligible (0: none is): the queue's latency.
 	OldestEligibleAgeMs int64 `json:"oldest_eligible_age_ms"`
+	// Finished is the tasks that ended within the request's Recent span
+	// (null: none asked for).
+	Finished *Finished `json:"finished,omitempty"`
+}
+
+// Finished is how many of a queue's tasks ended in a span, in each final
+// state, and its completions per minute over the span (its throughput).
+type Finished struct {
+	Completed          int     `json:"completed"`
+	Failed             int     `json:"failed"`
+	Dead               int     `json:"dead"`
+	CompletedPerMinute float64 `json:"completed_per_minute"`
 }
 
 // Why says why a task is where it is (OK): in a sentence, and in fields.

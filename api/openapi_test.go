@@ -83,6 +83,8 @@ func schemaOf(t reflect.Type, schemas map[string]any, closed bool) map[string]an
 		return map[string]any{"type": "string"}
 	case t.Kind() == reflect.Int, t.Kind() == reflect.Int64:
 		return map[string]any{"type": "integer"}
+	case t.Kind() == reflect.Float64:
+		return map[string]any{"type": "number"}
 	case t.Kind() == reflect.Bool:
 		return map[string]any{"type": "boolean"}
 	case t.Kind() == reflect.Slice:

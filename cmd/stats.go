@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,35 +14,40 @@ import (
 )
 
 func (a *app) newStatsCmd() *cobra.Command {
-	var queue string
+	var queue, recent string
 	c := &cobra.Command{
-		Use:   "stats [--queue Q] [-o json|prom]",
-		Short: "The figures an operator watches: each queue's tasks and latency, records by type",
-		Long: `Print what a server's GET /metrics reports, computed from the WAL, for scripts and
-cron jobs without a server: per queue the WAITING, eligible and LEASED tasks and
-how long the task eligible longest has waited (the queue's latency); the records
-of each type in the WAL's history (compacted ones included), which count the
-leases granted, extended, lapsed, completed, failed and cancelled; the last seq.
-The 50 busiest queues are named, the rest summed apart ("others" in JSON). -o prom prints the
-Prometheus text format, as /metrics does (for a textfile collector). Writes
-nothing.`,
+		Use:   "stats [--queue Q] [--recent 1h] [-o json|prom]",
+		Short: "The figures an operator watches: each queue's backlog, latency and throughput",
+		Long: `Print per queue the tasks WAITING (and of them eligible now) and LEASED, how
+long the task eligible longest has waited (the queue's latency), and the tasks
+that finished within --recent (default 1h: COMPLETED, FAILED and DEAD, and the
+completions per minute, its throughput); then, over the whole history
+(compacted records included), the leases granted, extended and lapsed, the
+attempts that completed or failed (a failed attempt is retried unless it was the
+last), late completions cancelled and leases released. The 50 busiest queues are
+named, the rest summed apart ("others" in JSON). -o prom prints the Prometheus
+text format of GET /metrics (for a textfile collector). Writes nothing.`,
 		Example: `  leasewal stats
-  leasewal stats --queue mail -o json
+  leasewal stats --queue mail --recent 15m -o json
   leasewal stats -o prom > /var/lib/node_exporter/leasewal.prom`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error { return runStats(a.env, queue) },
+		RunE: func(*cobra.Command, []string) error { return runStats(a.env, queue, recent) },
 	}
 	c.Flags().StringVar(&queue, "queue", "", "this queue only")
+	c.Flags().StringVar(&recent, "recent", "1h", "count the tasks finished in this span back from now (0: none)")
 	return c
 }
 
-func runStats(e env, queue string) error {
+func runStats(e env, queue, recent string) error {
 	e.noteMissingWAL()
 	s, err := e.session()
 	if err != nil {
 		return err
 	}
-	v, err := s.svc.Stats(e.context(), api.StatsRequest{Queue: queue})
+	if d, err := api.ParseSpan(recent); err == nil && d == 0 {
+		recent = ""
+	}
+	v, err := s.svc.Stats(e.context(), api.StatsRequest{Queue: queue, Recent: recent})
 	if err != nil {
 		return e.remoteError(err)
 	}
@@ -49,23 +55,47 @@ func runStats(e env, queue string) error {
 		table: func(w io.Writer, p palette) error { return statsTable(w, p, v) }}, s.written)
 }
 
-// statsTable is a queue per row, then the lease counters.
+// statsTable is a queue per row, then the counters of the history.
 func statsTable(w io.Writer, p palette, v api.Stats) error {
-	t := newTable(w, p, "QUEUE", "WAITING", "ELIGIBLE", "LEASED", "OLDEST ELIGIBLE")
-	for _, q := range v.Queues {
-		latency := "-"
-		if q.Eligible > 0 {
-			latency = (time.Duration(q.OldestEligibleAgeMs) * time.Millisecond).String()
+	head := []string{"QUEUE", "WAITING", "READY", "LEASED", "LATENCY"}
+	if v.Recent != "" {
+		head = append(head, "DONE", "FAILED", "DEAD", "/MIN")
+	}
+	if len(v.Queues) > 0 || p.tsv {
+		t := newTable(w, p, head...)
+		for _, q := range v.Queues {
+			latency := "-"
+			if q.Eligible > 0 {
+				latency = api.Age(q.OldestEligibleAgeMs)
+			}
+			row := []string{escape(q.Queue), fmt.Sprint(q.Waiting), fmt.Sprint(q.Eligible), fmt.Sprint(q.Leased), latency}
+			if f := q.Finished; f != nil {
+				row = append(row, fmt.Sprint(f.Completed), fmt.Sprint(f.Failed), fmt.Sprint(f.Dead), strconv.FormatFloat(f.CompletedPerMinute, 'f', 2, 64))
+			}
+			if err := t.Append(row...); err != nil {
+				return err
+			}
 		}
-		if err := t.Append(q.Queue, fmt.Sprint(q.Waiting), fmt.Sprint(q.Eligible), fmt.Sprint(q.Leased), latency); err != nil {
+		if err := t.Render(); err != nil {
 			return err
 		}
 	}
-	if err := t.Render(); err != nil {
-		return err
-	}
 	if p.tsv {
 		return nil
+	}
+	if len(v.Queues) == 0 {
+		line := "no unfinished task"
+		if v.Recent != "" {
+			line += ", and none finished in the last " + v.Recent
+		}
+		if _, err := fmt.Fprintln(w, p.line(line)); err != nil {
+			return err
+		}
+	}
+	if v.Recent != "" && len(v.Queues) > 0 {
+		if _, err := fmt.Fprintf(w, "READY: waiting and eligible now; LATENCY: how long the oldest of them has waited; DONE (COMPLETED), FAILED, DEAD: the tasks that ended in the last %s; /MIN: completions a minute\n", v.Recent); err != nil {
+			return err
+		}
 	}
 	if o := v.Others; o != nil {
 		latency := ""
@@ -77,7 +107,7 @@ func statsTable(w io.Writer, p palette, v api.Stats) error {
 		}
 	}
 	n := func(t state.RecordType) string { return fmt.Sprint(v.Records[string(t)]) }
-	if _, err := fmt.Fprintf(w, "leases: %s granted, %s extended, %s lapsed, %s completed, %s failed, %s cancelled, %s released · last seq %d\n",
+	if _, err := fmt.Fprintf(w, "all time: %s leases granted, %s extended, %s lapsed; attempts %s completed, %s failed; %s late completions cancelled, %s leases released · last seq %d\n",
 		n(state.LeaseGranted), n(state.LeaseExtended), n(state.LeaseExpired), n(state.TaskCompleted), n(state.TaskFailed), n(state.TaskCancelled),
 		n(state.LeaseReleased), v.LastSeq); err != nil {
 		return err

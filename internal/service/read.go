@@ -601,8 +601,18 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 			return api.Stats{}, api.Usage("--queue %q: %v", r.Queue, err)
 		}
 	}
+	var recent time.Duration
+	if r.Recent != "" {
+		var err error
+		if recent, err = api.ParseDuration("recent", r.Recent); err != nil || recent <= 0 {
+			return api.Stats{}, api.Usage("--recent %q: give a span back from now, such as 1h or 15m", r.Recent)
+		}
+	}
+	var now int64
+	byQueue := map[string]*api.QueueStats{}
 	out, err := l.operate(ctx, l.store, false, "", func(tx *store.Tx) (any, error) {
-		v := api.Stats{Result: api.ResultOK, At: api.FormatTime(tx.Now), LastSeq: tx.State.LastSeq(), Queues: []api.QueueStats{}, Records: map[string]int64{}}
+		now = tx.Now
+		v := api.Stats{Result: api.ResultOK, At: api.FormatTime(tx.Now), LastSeq: tx.State.LastSeq(), Records: map[string]int64{}}
 		for t, n := range tx.State.RecordCounts() {
 			v.Records[string(t)] = n
 		}
@@ -614,16 +624,74 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 			if q.EligibleSince != 0 {
 				qs.OldestEligibleAgeMs = max(0, tx.Now-q.EligibleSince)
 			}
-			v.Queues = append(v.Queues, qs)
+			byQueue[q.Queue] = &qs
 		}
-		v.Queues, v.Others = boundQueues(v.Queues)
 		v.Paused = pausedList(tx.State, tx.Now, r.Queue)
 		return v, nil
 	})
 	if err != nil {
 		return api.Stats{}, err
 	}
-	return out.(api.Stats), nil
+	v := out.(api.Stats)
+	if recent > 0 {
+		v.Recent = r.Recent
+		if err := l.countFinished(ctx, r.Queue, now, recent, byQueue); err != nil {
+			return api.Stats{}, err
+		}
+	}
+	v.Queues = []api.QueueStats{}
+	for _, name := range slices.Sorted(maps.Keys(byQueue)) {
+		v.Queues = append(v.Queues, *byQueue[name])
+	}
+	v.Queues, v.Others = boundQueues(v.Queues)
+	return v, nil
+}
+
+// countFinished counts, in each queue's Finished, the tasks that ended in
+// the span of length recent before now: those a record of the span is
+// about (read from the WAL's tail, not from every task) that are final at
+// now and ended in it. A queue with no unfinished task gets a row too.
+func (l *Local) countFinished(ctx context.Context, queue string, now int64, recent time.Duration, byQueue map[string]*api.QueueStats) error {
+	since := now - recent.Milliseconds()
+	ended := map[string]bool{}
+	_, err := l.Log(ctx, api.LogRequest{Since: api.FormatTime(since), Queue: queue, Type: "TaskCompleted,TaskFailed,TaskDead,TaskAborted,LeaseExpired"},
+		func(rec api.Record) error { ended[rec.TaskID] = true; return nil })
+	if err != nil {
+		return err
+	}
+	for _, q := range byQueue {
+		q.Finished = &api.Finished{}
+	}
+	_, err = l.operate(ctx, l.store, false, "", func(tx *store.Tx) (any, error) {
+		for _, id := range slices.Sorted(maps.Keys(ended)) {
+			t, err := tx.State.Task(id)
+			if err != nil {
+				continue // compacted meanwhile: it ended before the span
+			}
+			c := t.At(now)
+			if !c.State.Terminal() || c.Ended < since || c.Ended > now {
+				continue // retried, or ended outside the span
+			}
+			q := byQueue[c.Queue]
+			if q == nil {
+				q = &api.QueueStats{Queue: c.Queue, Finished: &api.Finished{}}
+				byQueue[c.Queue] = q
+			}
+			switch c.State {
+			case state.Completed:
+				q.Finished.Completed++
+			case state.Failed:
+				q.Finished.Failed++
+			default:
+				q.Finished.Dead++
+			}
+		}
+		return nil, nil
+	})
+	for _, q := range byQueue {
+		q.Finished.CompletedPerMinute = float64(q.Finished.Completed) / recent.Minutes()
+	}
+	return err
 }
 
 // boundQueues keeps the api.MaxStatsQueues busiest queues (most unfinished
