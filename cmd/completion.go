@@ -27,6 +27,14 @@ func (a *app) registerCompletions(root *cobra.Command) {
 			_ = c.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(
 				[]string{"WAITING", "LEASED", "COMPLETED", "FAILED", "DEAD"}, cobra.ShellCompDirectiveNoFileComp))
 		}
+		if !c.HasParent() {
+			_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
+				[]string{"table", "wide", "json", "tsv", "prom", "html"}, cobra.ShellCompDirectiveNoFileComp))
+		}
+		if c.Flags().Lookup("for") != nil && c.Name() == "wait" {
+			_ = c.RegisterFlagCompletionFunc("for", cobra.FixedCompletions(
+				[]string{"WAITING", "LEASED", "COMPLETED", "FAILED", "DEAD"}, cobra.ShellCompDirectiveNoFileComp))
+		}
 		if c.Flags().Lookup("type") != nil {
 			_ = c.RegisterFlagCompletionFunc("type", cobra.FixedCompletions(state.RecordTypeNames(), cobra.ShellCompDirectiveNoFileComp))
 		}

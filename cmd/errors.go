@@ -71,8 +71,6 @@ func advice(e *state.Error) string {
 		return "store large data elsewhere and submit a reference to it"
 	case e.Subject == "payload":
 		return "encode binary data (e.g. base64) before submitting it"
-	case e.Subject == "policy":
-		return "fix --window, --max-attempts, --backoff or --backoff-max"
 	case e.Subject == "lease" || e.Subject == "token":
 		return "pass the id the lease or acquire answer printed"
 	case e.Subject != "" && e.Kind == state.InvalidInput:

@@ -74,8 +74,9 @@ func (e env) needsWallClock(what string) error {
 	return nil
 }
 
-// written is the range of records an operation appended (none: first 0).
-type written struct{ first, last int64 }
+// written is the range of records an operation appended (none: first 0),
+// and the time it wrote them at.
+type written struct{ first, last, at int64 }
 
 // add notes records appended.
 func (w *written) add(recs []state.Record) {
@@ -85,7 +86,21 @@ func (w *written) add(recs []state.Record) {
 	if w.first == 0 {
 		w.first = recs[0].Seq
 	}
-	w.last = recs[len(recs)-1].Seq
+	w.last, w.at = recs[len(recs)-1].Seq, recs[len(recs)-1].At
+}
+
+// warnAhead warns when a write's --now was ahead of the wall clock: every
+// later command of the WAL counts from that time (time never runs backwards
+// in a WAL), so tasks die and leases lapse early. --now is for stories and
+// tests.
+func (e env) warnAhead(w written) {
+	if w.first == 0 || e.Now == "" {
+		return
+	}
+	if wall, err := e.wallClock(); err == nil && w.at-wall > 1000 {
+		fmt.Fprintf(e.stderr, "leasewal: warning: written at --now %s, %s ahead of the clock: every later command of this WAL counts from that time; --now is for stories and tests, not a WAL in use\n",
+			formatTime(w.at), api.Age(w.at-wall))
+	}
 }
 
 // print writes the answer to stdout and returns its exit status. A failed
@@ -123,6 +138,7 @@ func (e env) print(a answer, w written) error {
 	} else if a.advice != "" {
 		fmt.Fprintf(e.stderr, "leasewal: %s\n", a.advice)
 	}
+	e.warnAhead(w)
 	if code := api.OutcomeExit(a.outcome); code != ExitOK {
 		return &exitStatus{code: code}
 	}

@@ -160,8 +160,8 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 		PersistentPreRunE: func(c *cobra.Command, args []string) error {
 			// cobra checks required flags only after this hook; check them
 			// first so that a missing one is reported as bad usage (exit 2).
-			if err := c.ValidateRequiredFlags(); err != nil {
-				return usageErr("%v; see 'leasewal %s --help'", err, c.CommandPath()[len("leasewal "):])
+			if err := missingFlags(c); err != nil {
+				return err
 			}
 			if err := a.resolve(); err != nil {
 				return err
@@ -231,6 +231,14 @@ appends its checksummed records with one fsync, prints the outcome and exits.`,
 		a.newWorkleaseCmd(), a.newVersionCmd(),
 	)
 	a.registerCompletions(root)
+	// cobra adds 'completion' at run time; made now, it takes an unknown
+	// shell as every command group takes an unknown command: exit 2.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args, c.RunE = cobra.ArbitraryArgs, unknownCommand
+		}
+	}
 	root.SetVersionTemplate(build().text()) // --version says what 'leasewal version' says
 	return root
 }
@@ -254,6 +262,22 @@ func unknownCommand(c *cobra.Command, args []string) error {
 		msg += fmt.Sprintf("; did you mean %q?", s[0])
 	}
 	return usageErr("%s; see '%s --help'", msg, c.CommandPath())
+}
+
+// missingFlags refuses a command run without one of its required flags,
+// naming the first and what it is for (cobra checks them only after the
+// pre-run hook, and names them all in its own words).
+func missingFlags(c *cobra.Command) error {
+	var missing *pflag.Flag
+	c.Flags().VisitAll(func(f *pflag.Flag) {
+		if req := f.Annotations[cobra.BashCompOneRequiredFlag]; missing == nil && len(req) > 0 && req[0] == "true" && !f.Changed {
+			missing = f
+		}
+	})
+	if missing == nil {
+		return nil
+	}
+	return usageErr("--%s is missing: %s; see '%s --help'", missing.Name, missing.Usage, c.CommandPath())
 }
 
 // valueKind names what a flag of a pflag value type takes, for a person.

@@ -785,12 +785,12 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		"release":           {`{"task":"T1","lease":"L1","delay":"soon"}`, `--delay`},
 		"pause":             {`{"queue":"mail","for":5}`, `field \"for\" must be`},
 		"schedule/add":      {`{"name":"n","every":"1m","task":{"payload":"p","priority":"high"}}`, `field \"task.priority\" must be a number`},
-		"abort":             {`{"task":"T1"}`, `required flag(s) \"reason\" not set`},
+		"abort":             {`{"task":"T1"}`, `--reason is empty or missing`},
 		"why":               {`{"args":["T1"]}`, `named fields now (\"task\" for why`},
 		"wait":              {`{"tasks":[]}`, "needs at least one task id"},
 		"inspect":           {`{"until":"3"}`, `field \"until\" must be a number`},
 		"log":               {`{"from":1,"follow":true}`, "the client's loop"},
-		"worklease/acquire": {`{"domain":"d"}`, `required flag(s) \"offset\" not set`},
+		"worklease/acquire": {`{"domain":"d"}`, `--offset is missing`},
 	} {
 		resp, err := http.Post(ts.URL+"/v1/"+path, "application/json", strings.NewReader(c.body))
 		if err != nil {

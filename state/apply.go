@@ -376,17 +376,18 @@ func (s *State) applyTyped(r Record) error {
 	return invalid("unknown record type %q", r.Type)
 }
 
-// ValidatePolicy checks a task's window and retry policy.
+// ValidatePolicy checks a task's window and retry policy; a refusal (an
+// *Error) names the field at fault as its subject.
 func ValidatePolicy(window Duration, p RetryPolicy) error {
 	switch {
 	case window.Millis() <= 0:
-		return fmt.Errorf("window must be at least 1ms, got %s", window.String())
+		return refuse(InvalidInput, "window", "window must be at least 1ms, got %s", window.String())
 	case p.MaxAttempts < 1:
-		return fmt.Errorf("max_attempts must be at least 1, got %d", p.MaxAttempts)
+		return refuse(InvalidInput, "max_attempts", "max_attempts must be at least 1, got %d", p.MaxAttempts)
 	case p.Backoff < 0:
-		return fmt.Errorf("backoff must not be negative, got %s", p.Backoff.String())
+		return refuse(InvalidInput, "backoff", "backoff must not be negative, got %s", p.Backoff.String())
 	case p.BackoffMax < p.Backoff:
-		return fmt.Errorf("backoff_max (%s) must not be below backoff (%s)", p.BackoffMax.String(), p.Backoff.String())
+		return refuse(InvalidInput, "backoff_max", "backoff_max (%s) must not be below backoff (%s)", p.BackoffMax.String(), p.Backoff.String())
 	}
 	return nil
 }

@@ -184,10 +184,10 @@ func validSubmit(c Submit) (Submit, error) {
 		return c, refuse(InvalidInput, "payload", "%v", err)
 	}
 	if err := ValidatePolicy(c.Window, c.Policy); err != nil {
-		return c, refuse(InvalidInput, "policy", "%v", err)
+		return c, err
 	}
 	if err := limits.MaxAttempts.Int(int64(c.Policy.MaxAttempts)); err != nil {
-		return c, refuse(InvalidInput, "policy", "%v", err)
+		return c, refuse(InvalidInput, "max_attempts", "%v", err)
 	}
 	if c.Queue == "" {
 		c.Queue = DefaultQueue

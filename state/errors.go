@@ -28,7 +28,7 @@ const (
 type Error struct {
 	Kind Kind
 	// Subject is what the refusal is about: "task", "lease", "request",
-	// "payload", "policy", "worker", "duration", "reason", "domain", "offset",
+	// "payload", "window", "max_attempts", "backoff", "backoff_max", "worker", "duration", "reason", "domain", "offset",
 	// "token", "max_retries" (empty when it is none of those).
 	Subject string
 	Msg     string

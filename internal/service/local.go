@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/leasewal/leasewal/api"
@@ -206,12 +207,13 @@ func committer(tx *store.Tx) func(state.Decision, error) (state.Decision, error)
 	}
 }
 
-// required refuses a request without one of its required fields, as the
-// command line refuses a missing flag.
+// required refuses a request without one of its required fields (name,
+// value pairs), or with it empty, naming it as a flag and as JSON.
 func required(op string, fields ...string) error {
 	for i := 0; i+1 < len(fields); i += 2 {
 		if fields[i+1] == "" {
-			return api.Usage("required flag(s) %q not set; see 'leasewal %s --help'", fields[i], op)
+			return api.Usage("--%s is empty or missing: give one (%q in a request's JSON); see 'leasewal %s --help'",
+				strings.ReplaceAll(fields[i], "_", "-"), fields[i], op)
 		}
 	}
 	return nil

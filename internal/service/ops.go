@@ -715,7 +715,7 @@ func (l *Local) work(ctx context.Context, actor string, decide func(st *state.St
 
 func (l *Local) WorkAcquire(ctx context.Context, r api.WorkAcquireRequest) (api.Work, error) {
 	if r.Offset == nil {
-		return api.Work{}, api.Usage("required flag(s) \"offset\" not set; see 'leasewal worklease acquire --help'")
+		return api.Work{}, api.Usage("--offset is missing: give one (\"offset\" in a request's JSON); see 'leasewal worklease acquire --help'")
 	}
 	return l.work(ctx, r.Actor, func(st *state.State) (state.WorkDecision, error) { return st.DecideAcquire(r.Domain, *r.Offset) })
 }

@@ -39,6 +39,19 @@ type (
 	CutResult = wal.CutResult
 )
 
+// PermissionError is a WAL this process may not open (as it must: to
+// read, or to write). Its message says it once, with what to do.
+type PermissionError struct {
+	Path string
+	Err  error // wraps fs.ErrPermission
+}
+
+func (e *PermissionError) Error() string {
+	return fmt.Sprintf("cannot open the WAL %s: permission denied; check the file's permissions or --wal", e.Path)
+}
+
+func (e *PermissionError) Unwrap() error { return e.Err }
+
 // ErrEmptyFile is a zero-length WAL (see wal.ErrEmptyFile).
 var ErrEmptyFile = wal.ErrEmptyFile
 

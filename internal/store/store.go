@@ -508,7 +508,7 @@ func (h *Handle) openError(err error) error {
 	case errors.As(err, &replayDmg), errors.Is(err, wal.ErrReplaced), errors.As(err, &notRegular), errors.As(err, &locked):
 		return err
 	case errors.As(err, &pathErr) && errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("cannot open the WAL %s: permission denied; check the file's permissions or --wal: %w", h.opts.Path, err)
+		return &PermissionError{Path: h.opts.Path, Err: err}
 	case errors.As(err, &dmg):
 		return fmt.Errorf("the WAL %s is damaged: %w; nothing was changed and 'leasewal repair' will refuse too: restore the file from a copy, or inspect it with a text editor", h.opts.Path, err)
 	case errors.As(err, &format), errors.Is(err, wal.ErrEmptyFile):
