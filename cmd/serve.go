@@ -53,6 +53,7 @@ type serveOptions struct {
 	compactEvery  string
 	keepFinished  string
 	keepHistory   string
+	accessLog     string
 }
 
 // compaction reads the automatic compaction's flags.
@@ -135,6 +136,7 @@ step.`,
 	c.Flags().StringVar(&o.raft.Advertise, "raft-advertise", "", "the address the other nodes dial for raft (default: --raft-bind), when a proxy, NAT or name stands in front of it")
 	c.Flags().StringVar(&o.compactAbove, "compact-above", defaultCompactAbove, "compact the WAL once it is larger than this (and twice what the last compaction left); 0: never by size")
 	c.Flags().StringVar(&o.compactEvery, "compact-every", "0s", "compact the WAL this often (e.g. 1d); 0s: never by age")
+	c.Flags().StringVar(&o.accessLog, "access-log", "", "append a line per request to this file (- for stderr): time, client, method, path, status, exit code, duration, bytes")
 	c.Flags().StringVar(&o.keepFinished, "keep-finished", defaultKeepFinished, "a compaction keeps the finished tasks that ended within this")
 	c.Flags().StringVar(&o.keepHistory, "keep-history", defaultKeepHistory, "a compaction deletes the history segments older than this")
 	c.Flags().StringVar(&o.join, "join", "", "join the cluster a member at this URL belongs to, instead of founding one")
@@ -257,7 +259,20 @@ func runServe(e env, o serveOptions) error {
 			return nil
 		}
 	}
-	s, batch, svc, kick, compact := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live, Hosts: hosts, Ready: ready, Log: e.stderr})
+	var accessLog io.Writer
+	switch o.accessLog {
+	case "":
+	case "-":
+		accessLog = e.stderr
+	default:
+		f, err := os.OpenFile(o.accessLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return usageErr("--access-log %s: %v", o.accessLog, err)
+		}
+		defer f.Close()
+		accessLog = f
+	}
+	s, batch, svc, kick, compact := newServer(e, back, node, o.maxBatch, server.Options{URL: url, Token: token, ReadToken: readOnly, HTTP: httpClient, Live: live, Hosts: hosts, Ready: ready, Log: e.stderr, AccessLog: accessLog})
 	compacting, stopCompacting := context.WithCancel(context.Background())
 	compactor := service.StartCompactor(compacting, compaction, e.wal(), batch, compact, func(line string) { fmt.Fprintf(e.stderr, "leasewal: %s\n", line) })
 	defer func() { stopCompacting(); compactor.Wait() }()

@@ -37,7 +37,11 @@ type Lifetime struct {
 // join fails; then the open waits end, the requests under way finish and
 // are answered (for up to 30 s), and the batcher stops.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, l Lifetime) error {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+	var handler http.Handler = s
+	if s.o.AccessLog != nil {
+		handler = &accessLog{next: s, w: s.o.AccessLog}
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: WaitCap + time.Minute, IdleTimeout: time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

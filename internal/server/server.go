@@ -62,6 +62,8 @@ type Options struct {
 	// Log hears what a person running the server should know (that its
 	// node was removed); nil: nothing.
 	Log io.Writer
+	// AccessLog gets a line per request answered (access.go); nil: none.
+	AccessLog io.Writer
 	// SpoolDir is where a streamed answer is written before it is sent
 	// (beside the WAL: on its disk, not in memory); "": the system's
 	// temporary directory.
