@@ -12,11 +12,10 @@ func (a *app) newBackupCmd() *cobra.Command {
 	var caches bool
 	c := &cobra.Command{
 		Use:   "backup DEST [--caches]",
-		Short: "Copy the WAL as it stands to DEST, consistently, while it is in use",
-		Long: `Copy the WAL to DEST under its shared lock: writers (a server's batches too) wait
-for the copy, readers do not. DEST gets the header and every record (not a torn
-tail after them), written beside it, fsynced and linked in: after a crash DEST
-holds the whole copy or does not exist. DEST must not exist. --caches copies the
+		Short: "Copy the task log safely while it is in use",
+		Long: `Copy the task log to DEST while it is in use: writers (a server too) wait for
+the copy, readers do not. After a crash DEST holds the whole copy or does not
+exist. DEST must not exist. --caches copies the
 checkpoint, archive and cold set beside it too, so that the copy starts as fast
 as the original. Restore by pointing --wal at the copy (or moving it in place of
 the WAL while nothing runs); 'leasewal --wal DEST verify' checks it.`,

@@ -49,7 +49,7 @@ func (a *app) newCompactCmd() *cobra.Command {
 	var drop bool
 	c := &cobra.Command{
 		Use:   "compact [--keep-finished D] [--keep-history D] [--drop]",
-		Short: "Bound the WAL: replace its records with a base, sealing them in <wal>.history/",
+		Short: "Shrink the task log: keep what is live and recent, seal the rest away",
 		Long: `Rewrite the WAL so that it starts with a base: the state its records lead to,
 without the finished tasks that ended more than --keep-finished ago (default ` + defaultKeepFinished + `).
 Everything else is kept: unfinished tasks, recent finished ones with their request

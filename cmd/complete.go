@@ -16,7 +16,7 @@ func (a *app) newCompleteCmd() *cobra.Command {
 	var nextQueue, result, resultFile string
 	c := &cobra.Command{
 		Use:   "complete --task T --lease L [--result TEXT | --result-file F|-] [--next-worker W]",
-		Short: "Commit a task's result under the current lease (writes TaskCompleted)",
+		Short: "Finish a task you hold, with its result",
 		Long: `Commit the task if --lease is its current, unexpired lease: writes TaskCompleted
 and answers COMMITTED. Repeating it with the lease that completed the task writes
 nothing and answers COMMITTED again. Any other lease, an expired one, or a
@@ -27,8 +27,8 @@ lost authority and its result must be discarded.
 what the worker reports with the task: inspect, wait and log show it. A repeat
 must give the same result (another one: exit 2, RequestConflict).
 
---next-worker W also leases the next eligible task to W in the same write and
-fsync, whatever became of the completion (the worker is free either way): the
+--next-worker W also leases the next eligible task to W in the same write,
+whatever became of the completion (the worker is free either way): the
 answer's "next" holds the lease, or none and when a task becomes eligible. A
 repeat after a lost answer answers the same next lease (its request id is
 next-after-<lease>). The exit code is the completion's.`,

@@ -13,12 +13,11 @@ import (
 func (a *app) newExpireCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "expire",
-		Short: "Record what time has revoked (writes LeaseExpired, TaskDead)",
-		Long: `Write a LeaseExpired record for every current lease whose expiry has passed,
-and a TaskDead record for every task whose execution window has closed. The
-state is the same without these records (replay applies lapses of time by
-itself); expire makes them visible in the log. All of them are appended in one
-write with one fsync: all or none.`,
+		Short: "Write down what time has ended: lapsed leases, tasks past their deadline",
+		Long: `Write down that every current lease whose expiry has passed has lapsed, and
+that every task whose execution window has closed is DEAD. The tasks are in
+that state already, whether written down or not (time alone does it); expire
+makes it visible in the log, all at once.`,
 		Example: `  leasewal expire --now +1m`,
 		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {

@@ -30,7 +30,7 @@ func (a *app) newExtendCmd() *cobra.Command {
 	o := &extendOptions{}
 	c := &cobra.Command{
 		Use:   "extend --task T --lease L",
-		Short: "Extend a current lease (writes LeaseExtended)",
+		Short: "Keep a lease you hold for longer",
 		Long: `Move a current, unexpired lease's expiry to now + --duration, capped at the
 task's deadline. Writes one LeaseExtended record. A lease that is not current or
 has expired gets CANCELLED, exit 3, and nothing is written.`,

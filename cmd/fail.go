@@ -20,7 +20,7 @@ func (a *app) newFailCmd() *cobra.Command {
 	o := &failOptions{}
 	c := &cobra.Command{
 		Use:   "fail --task T --lease L --reason TEXT",
-		Short: "Report a failed attempt (writes TaskFailed)",
+		Short: "Report that an attempt failed: retried after a backoff, or FAILED",
 		Long: `Report that the attempt under the current lease failed. Writes TaskFailed. The
 task goes back to WAITING after its backoff (RETRY), or becomes FAILED if
 --permanent or if this was its last attempt. Repeating it with the same lease

@@ -13,7 +13,7 @@ func (a *app) newHeartbeatCmd() *cobra.Command {
 	var worker string
 	c := &cobra.Command{
 		Use:   "heartbeat --worker W",
-		Short: "Record that a worker is alive (writes nothing to the WAL)",
+		Short: "Say a worker is alive (inspect --workers shows it; it keeps no lease)",
 		Long: `Note the worker's heartbeat in the soft worker registry, a side file beside the
 WAL (<wal>.workers) that is advisory only and safe to delete, and list the
 leases the worker currently holds. Nothing is written to the WAL: liveness is

@@ -31,7 +31,7 @@ func (a *app) newInspectCmd() *cobra.Command {
 	o := &inspectOptions{}
 	c := &cobra.Command{
 		Use:   "inspect [TASK...]",
-		Short: "Show tasks as they stand now, or after record --until",
+		Short: "Show the tasks as they stand (or stood, --until)",
 		Long: `Show each task's state, attempt, current lease, worker, expiry, deadline and
 not_before as they stand at --now (lapses of time applied), or as they stood
 right after record --until SEQ, at that record's time. Naming one task also

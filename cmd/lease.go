@@ -26,7 +26,7 @@ func (a *app) newLeaseCmd() *cobra.Command {
 	o := &leaseOptions{}
 	c := &cobra.Command{
 		Use:   "lease --worker W",
-		Short: "Lease the next eligible task to a worker (writes LeaseGranted)",
+		Short: "Take the next task to work on, under a lease (a claim for a while)",
 		Long: `Grant a lease on the eligible task (WAITING, past its delay or backoff, inside
 its window) of highest priority among the --queue queues (all by default), the
 oldest by creation within a priority; or on --task. Writes one LeaseGranted

@@ -36,7 +36,7 @@ func (a *app) newLogCmd() *cobra.Command {
 	o := &logOptions{}
 	c := &cobra.Command{
 		Use:   "log",
-		Short: "Print the WAL's records",
+		Short: "Show the history: every change, oldest first",
 		Long: `Print the records, one per table row, or one JSON object per line with -o json
 (times as RFC 3339). The table shows each record's time as an offset from the
 first record (+30.000s); --absolute shows timestamps. Filters combine: --task,

@@ -14,7 +14,7 @@ func (a *app) newPauseCmd() *cobra.Command {
 	req := api.PauseRequest{}
 	c := &cobra.Command{
 		Use:   "pause QUEUE [--for D] [--reason S]",
-		Short: "Stop leasing from a queue; its tasks' windows stand still (writes QueuePaused)",
+		Short: "Stop handing out a queue's tasks for a while (their deadlines wait too)",
 		Long: `Pause a queue: from now it leases nothing (submits are still taken, leases
 already held run on), and its tasks' execution windows stand still, so each
 deadline moves by the time the queue is paused. 'why' says so, 'inspect' shows
@@ -44,7 +44,7 @@ nothing: to change it, resume and pause again.`,
 func (a *app) newResumeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume QUEUE",
-		Short: "End a queue's pause (writes QueueResumed)",
+		Short: "Hand out a paused queue's tasks again",
 		Long: `End a queue's pause: it leases again at once, and its tasks' windows run again
 from where they stood. A queue that is not paused: exit 2, nothing written.`,
 		Example: `  leasewal resume mail`,

@@ -19,7 +19,7 @@ func (a *app) newAbortCmd() *cobra.Command {
 	var reason string
 	c := &cobra.Command{
 		Use:   "abort TASK --reason TEXT",
-		Short: "End a WAITING or LEASED task (writes TaskAborted)",
+		Short: "Cancel a waiting or running task (it ends DEAD)",
 		Long: `An operator's way to stop a task (asynq's task cancel, beanstalkd's bury):
 writes TaskAborted and the task is DEAD with that reason, its attempt count
 unchanged. Its current lease loses authority at once: the holder's extend,
@@ -44,7 +44,7 @@ func (a *app) newRedactCmd() *cobra.Command {
 	var reason string
 	c := &cobra.Command{
 		Use:   "redact TASK --reason TEXT",
-		Short: "Stop serving a task's payload; the next compaction drops it (writes TaskRedacted)",
+		Short: "Stop showing a task's payload (a pasted secret); compact removes it",
 		Long: `For a secret pasted into a payload: writes TaskRedacted, after which no answer
 shows the task's payload (lease, inspect, wait, log and its records, inspect
 --until of a time before), in any state; nothing else of the task changes. The
@@ -95,7 +95,7 @@ func (a *app) newRequeueCmd() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "requeue TASK [--request-id R] | requeue --state FAILED,DEAD [--queue Q] [--limit N]",
-		Short: "Run a FAILED or DEAD task again, or every such task, as new tasks (writes TaskCreated)",
+		Short: "Run a FAILED or DEAD task again, or every such task",
 		Long: `Create a new task with the payload, window, retry policy, queue and priority of
 a FAILED or DEAD one, eligible at once, and requeued_from naming it (asynq's task
 run, beanstalkd's kick). The old task stays as it ended. With --request-id, a

@@ -14,7 +14,7 @@ import (
 func (a *app) newQueueCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "queue",
-		Short: "Settings of a queue (limit)",
+		Short: "A queue's settings (limit)",
 		Long: `Settings that hold for every task of a queue, recorded in the WAL like the tasks
 (so replay and every node of a cluster know them).`,
 		Example: `  leasewal queue limit api 3
@@ -29,7 +29,7 @@ func (a *app) newQueueCmd() *cobra.Command {
 func (a *app) newQueueLimitCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "limit QUEUE N|none",
-		Short: "At most N tasks of QUEUE leased at once (writes QueueLimited)",
+		Short: "Let at most N tasks of QUEUE run at once",
 		Long: `At most N tasks of the queue are LEASED at once: while N are, a lease takes
 from the other queues (or answers EMPTY, next_eligible_at null: the next one
 waits for a completion, a failure or a lapse, not for a time), lease --task of

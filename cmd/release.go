@@ -19,7 +19,7 @@ func (a *app) newReleaseCmd() *cobra.Command {
 	o := &releaseOptions{}
 	c := &cobra.Command{
 		Use:   "release --task T --lease L [--delay D]",
-		Short: "Give a lease back without using an attempt (writes LeaseReleased)",
+		Short: "Give a lease back: another worker takes the task, the attempt does not count",
 		Long: `Give the current lease back: the task is WAITING again, eligible after
 --delay (default at once), and the attempt does not count toward max_attempts
 (beanstalkd's release, SQS's visibility timeout of zero). Its execution window

@@ -10,7 +10,7 @@ import (
 func (a *app) newRepairCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "repair",
-		Short: "Cut a torn tail off the WAL, keeping the cut bytes beside it",
+		Short: "Make the task log usable again after a crash cut a write short",
 		Long: `Cut an unfinished append (a torn tail: bytes after the last complete record that
 were never acknowledged) off the WAL, after saving them as <wal>.torn-<offset>.
 Any writing command does the same by itself before it appends. Damage before the

@@ -25,7 +25,7 @@ func (a *app) newReportCmd() *cobra.Command {
 	o := &reportOptions{}
 	c := &cobra.Command{
 		Use:   "report [--from/--to SEQ | --since/--until TIME] [--task T,…] [--queue Q] > report.html",
-		Short: "Draw the WAL's story as one self-contained HTML page",
+		Short: "Draw the history as one HTML page",
 		Long: `Write one HTML page that opens from disk in any browser (no network, no script):
 an overview (tasks by state and queue, completions and unfinished tasks over
 time, lapses, cancelled late completions and deaths marked on the time axis), a

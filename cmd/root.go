@@ -142,10 +142,13 @@ func TuneGC() {
 func (a *app) newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "leasewal",
-		Short: "A task-lease coordinator whose only truth is one append-only WAL file",
-		Long: `leasewal hands tasks to workers under leases, one command per invocation.
-Every invocation locks the WAL, replays it, decides one operation at --now,
-appends its checksummed records with one fsync, prints the outcome and exits.`,
+		Short: "Hand tasks to workers under leases, from a shell",
+		Long: `leasewal hands tasks to workers under leases. The tasks live in one file, the
+task log (--wal, or LEASEWAL_WAL; created by the first submit), which survives
+any crash: each command does one thing, prints what happened and exits, so a
+shell script drives it, and any number may run at once. A worker is one line:
+'leasewal run --worker W1 -- ./job.sh'. Workers on other machines use
+'leasewal serve'. How it works: docs/ in the source.`,
 		Version:                    build().Version,
 		SilenceErrors:              true,
 		SilenceUsage:               true,

@@ -40,7 +40,7 @@ func (a *app) newRunCmd() *cobra.Command {
 	o := &runOptions{}
 	c := &cobra.Command{
 		Use:   "run --worker W [flags] -- CMD [ARG...]",
-		Short: "Run a worker: lease tasks and run CMD for each, extending, completing or failing it",
+		Short: "Be a worker: take tasks and run a command for each",
 		Long: `A worker in one line. Runs up to --jobs children at once, each under its own
 lease: the task's payload on its stdin (with a newline after it, so that the
 shell's 'read p' takes it), and in its environment LEASEWAL_WAL,

@@ -37,7 +37,7 @@ func (a *app) newScheduleAddCmd() *cobra.Command {
 	req := api.ScheduleAddRequest{}
 	c := &cobra.Command{
 		Use:   "add NAME (--every D | --cron EXPR [--tz ZONE]) [--catch-up none|last|all] -- SUBMIT-FLAGS",
-		Short: "Add a periodic task (writes ScheduleAdded)",
+		Short: "Add a periodic task",
 		Long: `Add a schedule: its first slot is after now. --every D fires every D from now;
 --cron takes five fields (minute hour day-of-month month day-of-week) or a
 descriptor (@hourly, @daily, @weekly, @monthly), in --tz (an IANA zone, default
@@ -109,7 +109,7 @@ func (a *app) newScheduleLsCmd() *cobra.Command {
 func (a *app) newScheduleRmCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm NAME",
-		Short: "Remove a schedule (writes ScheduleRemoved)",
+		Short: "Remove a schedule",
 		Long: `Remove a schedule: none of its slots fires any more; the tasks it fired stay.
 Adding the name again starts a new schedule, its first slot after the add.`,
 		Example: `  leasewal schedule rm digest`,

@@ -74,7 +74,7 @@ func (a *app) newServeCmd() *cobra.Command {
 	o := &serveOptions{}
 	c := &cobra.Command{
 		Use:   "serve --listen ADDR [--token-file FILE]",
-		Short: "Answer the same operations over HTTP, with group commit",
+		Short: "Serve the same commands over HTTP, to workers on other machines",
 		Long: `A long-lived process that answers every operation over HTTP: POST /v1/<command>
 (/v1/worklease/acquire for a subcommand) with the request as a JSON object
 whose keys are the flags' names in snake_case (request_id for --request-id),

@@ -33,7 +33,7 @@ func (a *app) newSubmitCmd() *cobra.Command {
 	o := &submitOptions{}
 	c := &cobra.Command{
 		Use:   "submit (--payload TEXT | --payload-file FILE|-)",
-		Short: "Create a task (writes TaskCreated)",
+		Short: "Add a task",
 		Long: `Create a WAITING task with an execution window and a retry policy, in a queue
 with a priority. Writes one TaskCreated record. A task submitted with --delay or
 --not-before is eligible only from then on (SQS's DelaySeconds), and its window
@@ -41,7 +41,7 @@ counts from then. Repeating a submit with the same --request-id and the same
 payload, policy, queue and priority writes nothing and answers with the first
 task id (and its first time).
 
---batch-file submits many tasks in one write and one fsync, all or nothing:
+--batch-file submits many tasks at once, all or nothing:
 each line is a JSON object with the flags' names in snake_case as keys
 ("payload", "window", "max_attempts", "request_id", "queue", "priority", …), the other
 flags given being every line's defaults; if any line is refused, none is

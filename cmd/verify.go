@@ -14,7 +14,7 @@ func (a *app) newVerifyCmd() *cobra.Command {
 	var history bool
 	c := &cobra.Command{
 		Use:   "verify [--expect FILE] [--history]",
-		Short: "Check that the WAL obeys every rule and invariant",
+		Short: "Check that the task log is intact and obeys every rule",
 		Long: `Replay the whole WAL checking every frame's chained checksum, the sequence, each
 record's preconditions and, after every record, every invariant. Exit 5 names
 the first record that breaks one. Writes nothing.

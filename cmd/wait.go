@@ -19,7 +19,7 @@ func (a *app) newWaitCmd() *cobra.Command {
 	o := &waitOptions{}
 	c := &cobra.Command{
 		Use:   "wait TASK... [--for STATE,...] [--timeout D]",
-		Short: "Block until every named task is in one of the states (default: ended)",
+		Short: "Wait until the tasks have ended (or reach the states named)",
 		Long: `Wait, holding no lock, until every named task is in one of the --for states
 (default: COMPLETED, FAILED or DEAD), woken when the WAL changes (inotify) or when
 time alone changes a task (a lease's expiry, a backoff's end, a deadline). OK

@@ -57,7 +57,7 @@ func (a *app) newWorkAcquireCmd() *cobra.Command {
 	var offset int64
 	c := &cobra.Command{
 		Use:   "acquire --domain D --offset N",
-		Short: "Try to acquire an offset (writes WorkAcquired or WorkEnqueued)",
+		Short: "Try to acquire an offset (or queue behind the one in flight)",
 		Long: `Seed 003's tryAcquire. A terminal offset: ALREADY_PROCESSED or ALREADY_FAILED.
 While another offset is in flight: ENQUEUED at the backlog's tail (WorkEnqueued;
 nothing is written if it is queued already). The in-flight offset again:
@@ -82,7 +82,7 @@ func (a *app) newWorkSucceedCmd() *cobra.Command {
 	var domain, token string
 	c := &cobra.Command{
 		Use:   "succeed --domain D --token K",
-		Short: "Mark the in-flight offset processed (writes WorkSucceeded)",
+		Short: "Mark the in-flight offset processed",
 		Long: `Seed 003's succeed: the in-flight offset becomes processed and the lease is
 cleared. The answer is NO_BACKLOG, or NEXT_HINT with the backlog's head, which is
 not handed off: acquire it next. No lease: LeaseNotFound; another token:
@@ -106,7 +106,7 @@ func (a *app) newWorkFailCmd() *cobra.Command {
 	var maxRetries int
 	c := &cobra.Command{
 		Use:   "fail --domain D --token K [--max-retries 3]",
-		Short: "Report a failed try of the in-flight offset (writes WorkFailed)",
+		Short: "Report a failed try of the in-flight offset",
 		Long: `Seed 003's fail. While retry_count is below --max-retries: RETRY_SCHEDULED with
 the new retry_count, and the lease is kept (acquired_at never changes; the
 orchestrator computes its backoff from it). Otherwise the offset becomes failed,
