@@ -77,7 +77,14 @@ func runReport(e env, o reportOptions) error {
 			return err
 		}
 	}
-	page, err := report.Build(e.context(), s.svc, report.Options{Title: title, Tasks: o.tasks, Expect: checked,
+	now := func(lastAt int64) int64 { // the command's clock, as every command's: --now, or the wall clock
+		at, err := e.clock(lastAt)
+		if err != nil {
+			return lastAt // --now was read already, when the records were
+		}
+		return at
+	}
+	page, err := report.Build(e.context(), s.svc, report.Options{Title: title, Tasks: o.tasks, Expect: checked, Now: now,
 		Log: api.LogRequest{From: o.from, To: o.to, Since: o.since, Until: o.until, Queue: o.queue}})
 	if err != nil {
 		return e.remoteError(err)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/answers"
@@ -157,7 +158,7 @@ func (l *Live) Page() (p Page, changed <-chan struct{}) {
 	l.loaded()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	p = FromRecords(l.recs, l.last, Options{Title: l.title})
+	p = FromRecords(l.recs, l.last, Options{Title: l.title, Now: func(int64) int64 { return time.Now().UnixMilli() }})
 	p.Live = true
 	return p, l.next
 }

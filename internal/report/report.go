@@ -34,6 +34,11 @@ type Options struct {
 	Tasks  []string       // only these tasks (none: every task)
 	Title  string
 	Expect *Expectation // a trace checked against the WAL, drawn beside it
+	// Now is the time the tasks' states are shown at, given the last
+	// record's (unix ms): now, so that a lease lapsed since the last record
+	// shows as lapsed. nil, or a page cut by --to or --until: as of the
+	// last record shown.
+	Now func(lastAt int64) int64
 }
 
 // Expectation is a trace's steps, each held by the WAL or not.
@@ -68,7 +73,10 @@ type Page struct {
 	Live             bool     // served by serve at /ui: the page follows the WAL
 	Expect           *Expectation
 	Legend           []Mark
-	AxisStart, AxisW int64 // unix ms, the axis every drawing shares
+	AxisStart, AxisW int64    // unix ms, the axis the overview and the lanes share
+	AsOf             string   // the time the states are shown at
+	Attention        []Task   // FAILED, DEAD and lapsed tasks, listed first
+	Undrawn          []string // tasks whose records do not replay alone, and why (a bug of leasewal's)
 }
 
 // Count is a number with its name.
@@ -89,6 +97,15 @@ type Chart struct {
 	Events []Event
 	MaxBar int
 	Ticks  []Tick
+	YTicks []YTick // the scale of the bars and the line
+	Bucket string  // how long each bar's interval is
+}
+
+// YTick is a labelled height on the chart's scale (Y in its units, 0 at
+// the top, 100 at the axis).
+type YTick struct {
+	Y     float64
+	Label string
 }
 
 // Bar is one bucket's completions.
@@ -135,7 +152,10 @@ type Task struct {
 	Events                                    []Event
 	DeadlineX                                 float64
 	DeadlineOn                                bool
+	Deadline                                  string // "" for none
 	Records                                   []api.Record
+	Ticks                                     []Tick // its own axis: from its creation to its last event
+	Lapsed                                    int    // leases of it that lapsed
 }
 
 // width is the drawings' width in SVG units.
@@ -252,7 +272,7 @@ func (c *collector) add(r api.Record) {
 	c.points = append(c.points, pt)
 	if pt.delta < 0 { // ended: counted now, its records let go
 		t, _ := state.TaskOf(own)
-		c.count(t, id)
+		c.count(t, id, c.lastAt) // ended by this record: nothing later changes it
 		delete(c.open, id)
 		c.counted[id] = true
 	}
@@ -279,12 +299,12 @@ func (c *collector) ended(pt point, own []state.Record) point {
 	return pt
 }
 
-// count counts a task that is not drawn.
-func (c *collector) count(t *state.Task, id string) {
+// count counts a task that is not drawn, as it stands at asOf.
+func (c *collector) count(t *state.Task, id string, asOf int64) {
 	if t == nil {
 		return
 	}
-	c.states[string(t.At(c.lastAt).State)]++
+	c.states[string(t.At(asOf).State)]++
 	c.queues[t.Queue]++
 	if c.omitted++; len(c.named) < maxNamed {
 		c.named = append(c.named, id)
@@ -306,12 +326,17 @@ func (c *collector) page(last int64) Page {
 		return p
 	}
 	p.From, p.To, p.FirstSeq = api.FormatTime(c.first), api.FormatTime(c.lastAt), c.firstSeq
+	asOf := c.lastAt
+	if c.o.Now != nil && c.o.Log.To == 0 && c.o.Log.Until == "" {
+		asOf = max(asOf, c.o.Now(c.lastAt))
+	}
+	p.AsOf = api.FormatTime(asOf)
 	for id, own := range c.open { // not ended by a record: as time leaves them
 		t, err := state.TaskOf(own)
 		if err != nil {
 			continue
 		}
-		c.count(t, id)
+		c.count(t, id, asOf)
 	}
 	p.Omitted, p.OmittedMore = c.named, c.omitted-len(c.named)
 	ax := axis{start: c.first, span: max(c.lastAt-c.first, 1000)}
@@ -319,39 +344,54 @@ func (c *collector) page(last int64) Page {
 	lanes, fenced := map[string][]Span{}, map[string][]Event{}
 	var events []Event
 	for _, id := range c.drawn {
-		own := c.recordsOf(id)
-		t, err := state.TaskOf(own)
-		if err != nil {
+		recs := c.recordsOf(id)
+		t, err := state.TaskOf(recs)
+		if err != nil { // named, never left out in silence
+			p.Undrawn = append(p.Undrawn, fmt.Sprintf("%s (%v)", id, err))
 			continue
 		}
-		tc := t.At(c.lastAt)
+		tc := t.At(asOf)
 		c.states[string(tc.State)]++
 		c.queues[tc.Queue]++
 		payload, _ := tc.Payload.Text() // a task replayed from its records alone holds its payload (TaskOf)
 		tv := Task{ID: tc.ID, State: string(tc.State), Queue: tc.Queue, Payload: payload, Reason: tc.EndReason, Result: tc.Result,
 			Attempt: tc.Attempt, MaxAttempts: tc.Policy.MaxAttempts, Records: c.kept[id]}
+		tax := taskAxis(tc, recs)
 		for _, a := range tc.Attempts {
 			to, glyph, class := a.EndedAt, answers.EndMarks[a.End], endClass(a.End)
 			if a.End == "" {
 				to, glyph, class = a.Expiry, answers.MarkCurrent, "current"
 			}
-			sp := Span{X: ax.x(a.GrantedAt), W: max(ax.x(to)-ax.x(a.GrantedAt), 2), Task: tc.ID, Lease: a.LeaseID, Glyph: glyph, Class: class,
-				Label: fmt.Sprintf("%s %s attempt %d: %s", a.LeaseID, a.Worker, a.Number, cmp.Or(a.End, "current"))}
-			tv.Spans = append(tv.Spans, sp)
-			lanes[a.Worker] = append(lanes[a.Worker], sp)
+			label := fmt.Sprintf("%s %s attempt %d: %s", a.LeaseID, a.Worker, a.Number, cmp.Or(a.End, "current"))
+			tv.Spans = append(tv.Spans, Span{X: tax.x(a.GrantedAt), W: max(tax.x(to)-tax.x(a.GrantedAt), 2), Task: tc.ID, Lease: a.LeaseID, Glyph: glyph, Class: class, Label: label})
+			lanes[a.Worker] = append(lanes[a.Worker], Span{X: ax.x(a.GrantedAt), W: max(ax.x(to)-ax.x(a.GrantedAt), 2), Task: tc.ID, Lease: a.LeaseID, Glyph: glyph, Class: class, Label: label})
+			if a.End == state.EndExpired {
+				tv.Lapsed++
+			}
 		}
-		tv.Events = eventsOf(tc, own, ax)
-		events = append(events, tv.Events...)
-		for _, r := range own {
+		tv.Events = eventsOf(tc, recs, tax)
+		events = append(events, eventsOf(tc, recs, ax)...)
+		for _, r := range recs {
 			if a := tc.AttemptOf(r.LeaseID); r.Type == state.TaskCancelled && a != nil {
 				fenced[a.Worker] = append(fenced[a.Worker], Event{X: ax.x(r.At), Task: tc.ID, Glyph: answers.MarkCancelled, Class: "cancelled",
 					Label: fmt.Sprintf("%s finished %s under %s too late: cancelled", a.Worker, tc.ID, r.LeaseID)})
 			}
 		}
-		if d := tc.Deadline(); d <= ax.start+ax.span {
-			tv.DeadlineX, tv.DeadlineOn = ax.x(d), true
+		if d := tc.DeadlineAt(asOf); d != state.NoDeadline {
+			tv.Deadline = api.FormatTime(d)
+			if d <= tax.start+tax.span {
+				tv.DeadlineX, tv.DeadlineOn = tax.x(d), true
+			}
 		}
+		tv.Ticks = tax.ticks()
 		p.Tasks = append(p.Tasks, tv)
+		if tv.State == string(state.Failed) || tv.State == string(state.Dead) || tv.Lapsed > 0 {
+			seen := tv
+			if seen.Reason == "" {
+				seen.Reason = fmt.Sprintf("%d of its leases lapsed", tv.Lapsed)
+			}
+			p.Attention = append(p.Attention, seen)
+		}
 	}
 	for _, st := range []state.TaskState{state.Waiting, state.Leased, state.Completed, state.Failed, state.Dead} {
 		p.Counts = append(p.Counts, Count{Name: string(st), N: c.states[string(st)], Class: stateClass(st)})
@@ -372,6 +412,37 @@ type axis struct{ start, span int64 }
 
 func (a axis) x(at int64) float64 {
 	return max(0, min(width, float64(at-a.start)*width/float64(a.span)))
+}
+
+// taskAxis is a task's own axis: from its creation to the last thing that
+// happened to it (a grant, an end, an expiry, a record), at least a second,
+// so that a task of two seconds in a day's report is drawn whole.
+func taskAxis(t *state.Task, recs []state.Record) axis {
+	end := t.CreatedAt
+	for _, a := range t.Attempts {
+		end = max(end, a.GrantedAt, a.EndedAt)
+		if a.End == "" {
+			end = max(end, a.Expiry)
+		}
+	}
+	for _, r := range recs {
+		end = max(end, r.At)
+	}
+	if t.State.Terminal() { // a death of time alone has no record: at its deadline, or a lapse
+		end = max(end, t.Ended)
+	}
+	span := max(end-t.CreatedAt, 1000)
+	return axis{start: t.CreatedAt, span: span + span/20} // a margin for the last mark
+}
+
+// ticks label an axis at its start (a time) and at four offsets after it.
+func (a axis) ticks() []Tick {
+	out := []Tick{{X: 0, Label: time.UnixMilli(a.start).UTC().Format("15:04:05")}}
+	for i := 1; i <= 4; i++ {
+		d := time.Duration(a.span*int64(i)/4) * time.Millisecond
+		out = append(out, Tick{X: a.x(a.start + a.span*int64(i)/4), Label: "+" + api.Age(d.Milliseconds())})
+	}
+	return out
 }
 
 // eventsOf is what the time axis marks of task c: each lease that lapsed
@@ -443,6 +514,10 @@ func chart(points []point, ax axis, events []Event) Chart {
 		at := ax.start + int64(i)*ax.span/4
 		c.Ticks = append(c.Ticks, Tick{X: ax.x(at), Label: time.UnixMilli(at).UTC().Format("15:04:05")})
 	}
+	for _, n := range slices.Compact([]int{0, c.MaxBar / 2, c.MaxBar}) {
+		c.YTicks = append(c.YTicks, YTick{Y: 100 - float64(n)*100/float64(c.MaxBar), Label: fmt.Sprint(n)})
+	}
+	c.Bucket = api.Age(max(ax.span/buckets, 1))
 	return c
 }
 

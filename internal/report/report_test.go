@@ -102,6 +102,14 @@ func TestReportInABrowser(t *testing.T) {
 			`document.querySelectorAll("#task-T1 tr[data-type=TaskCancelled]").length`:           "1",
 			`document.querySelector("#chart a[href='#task-T1'] text.expired") !== null`:          "true",
 			`getComputedStyle(document.querySelector("#task-T1 rect.completed")).fill !== ""`:    "true",
+			// the scale and the legend of the chart, the lapsed task listed
+			// first, its timeline on its own axis
+			`document.querySelectorAll("#chart text.ytick").length >= 2`:                   "true",
+			`document.querySelector(".chart-legend .depth") !== null`:                      "true",
+			`document.querySelector("#attention tr[data-task=T1] a").getAttribute("href")`: "#task-T1",
+			`document.querySelector("#task-T1 text.tick").textContent`:                     "00:00:00",
+			`document.querySelector("#undrawn") === null`:                                  "true",
+			`document.querySelector(".range").textContent.includes("as they stand at")`:    "true",
 		}},
 		{"happy_path.wal", "seed001", 0, nil, map[string]string{
 			`document.querySelector("#task-T1").dataset.state`:                    "COMPLETED",
