@@ -11,10 +11,11 @@ import (
 
 // Frame is one valid record frame.
 type Frame struct {
-	Index   int    // 1-based position in the file
-	Offset  int64  // byte offset of the frame's first byte
-	Body    []byte // the record body; valid only until the next frame is read
-	Version int    // the format version of the file's header
+	Index   int      // 1-based position in the file
+	Offset  int64    // byte offset of the frame's first byte
+	Body    []byte   // the record body; valid only until the next frame is read
+	Version int      // the format version of the file's header
+	After   Position // where the valid prefix ends with this frame
 }
 
 // Position is where a valid prefix of frames ends: how many frames it holds,
@@ -174,14 +175,15 @@ func scanFrames(r io.Reader, size int64, from Position, each func(Frame) error) 
 			torn, err := classifyBad(pos, bytes.Clone(line), complete, br, reason)
 			return pos, torn, err
 		}
-		err = each(Frame{Index: pos.Count + 1, Offset: pos.End, Body: body})
+		after := pos.advance(len(line), body, sum)
+		err = each(Frame{Index: pos.Count + 1, Offset: pos.End, Body: body, After: after})
 		if errors.Is(err, ErrStopAfter) {
-			return pos.advance(len(line), body, sum), nil, nil
+			return after, nil, nil
 		}
 		if err != nil {
 			return pos, nil, err
 		}
-		pos = pos.advance(len(line), body, sum)
+		pos = after
 	}
 }
 
