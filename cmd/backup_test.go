@@ -7,23 +7,31 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/leasewal/leasewal/internal/index"
 )
 
-// TestBackup: a backup is the WAL's records (with --caches, its checkpoint
-// beside it), verifies, and answers every read as the original; one taken
+// TestBackup: a backup is the WAL's records (with --index, its index beside
+// it), verifies, and answers every read as the original; one taken
 // while writers append is a consistent prefix of the WAL; an existing
 // destination is never overwritten; it is a local command only.
 func TestBackup(t *testing.T) {
 	t.Parallel()
 	walPath := historyWAL(t, 2000)
 	if code, _, stderr := cli("--wal", walPath, "--now", "2026-11-01T00:00:00Z", "submit", "--payload", "p"); code != 0 {
-		t.Fatal(stderr) // a writer: it leaves a checkpoint beside the WAL
+		t.Fatal(stderr) // a writer: it leaves an index beside the WAL
 	}
 	dir := t.TempDir()
 	copyPath := filepath.Join(dir, "copy.wal")
-	code, out, stderr := cli("--wal", walPath, "backup", copyPath, "--caches", "-o", "json")
-	if code != 0 || !strings.Contains(out, copyPath+`.checkpoint"`) || !strings.Contains(out, copyPath+`.archive-`) {
-		t.Fatalf("backup --caches: exit %d %s %s; want the checkpoint and the runs it names", code, out, stderr)
+	code, out, stderr := cli("--wal", walPath, "backup", copyPath, "--index", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"index":"`+copyPath+`.index"`) {
+		t.Fatalf("backup --index: exit %d %s %s; want the index", code, out, stderr)
+	}
+	if db, err := index.Open(copyPath+index.Suffix, false, time.Second); err != nil {
+		t.Fatalf("the index copied does not open beside the copy: %v", err)
+	} else if meta, _, err := db.Meta(); db.Close() != nil || err != nil || meta.Seq < 2000 {
+		t.Fatalf("the index copied holds %+v (%v); want the WAL's records", meta, err)
 	}
 	if code, _, stderr := cli("--wal", copyPath, "verify"); code != 0 {
 		t.Fatalf("the copy does not verify: %s", stderr)
@@ -72,7 +80,7 @@ func TestBackup(t *testing.T) {
 	if code, _, stderr := cli("--wal", during, "verify"); code != 0 {
 		t.Fatalf("the backup taken beside writers does not verify: %s", stderr)
 	}
-	if _, err := os.Stat(during + ".checkpoint"); err == nil {
-		t.Fatal("a backup without --caches copied the checkpoint")
+	if _, err := os.Stat(during + ".index"); err == nil {
+		t.Fatal("a backup without --index copied the index")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/leasewal/leasewal/internal/limits"
@@ -34,17 +35,10 @@ type State struct {
 	submits       map[string]*Task
 	leaseRequests map[string]leaseRequest
 	leaseTask     map[string]string // every lease ever granted -> its task
-	// archive holds the finished tasks that are not in the maps above, and
-	// cold the unfinished ones (MoveOut, Spill); nil when every task is in
-	// memory.
-	// The cold set's copies of the tasks a record has touched since it was
-	// written are superseded: by the copy in memory, or by the archive's
-	// once that task finished and was archived. Their offsets are in
-	// superseded (as loaded, sorted) and shadow (since).
-	archive    *shelf
-	cold       *shelf
-	superseded []uint64
-	shadow     map[uint64]bool
+	// src holds the tasks memory does not (source.go); nil when memory
+	// holds them all. srcErr is the first error it gave (Damage).
+	src    Source
+	srcErr error
 	// touched is the task the record being applied is about, set while
 	// apply runs (subject, applyCreated) and cleared before it returns.
 	touched *Task
@@ -106,9 +100,9 @@ func (s *State) LastSeq() int64 { return s.lastSeq }
 // LastAt is the time of the last record applied (0 for none).
 func (s *State) LastAt() int64 { return s.lastAt }
 
-// The lookups below answer from memory, then from the archive of finished
-// tasks. (nil, nil) means there is no such thing; an error is damage the
-// archive revealed, and no answer may be built on the lookup.
+// The lookups below answer from memory, then from the Source. (nil, nil)
+// means there is no such thing; an error is damage the Source revealed,
+// and no answer may be built on the lookup.
 
 // Task returns the task as the records left it, or a NotFound error.
 func (s *State) Task(id string) (*Task, error) {
@@ -129,17 +123,7 @@ func (s *State) lookupTask(id string) (*Task, error) {
 	if t, ok := s.tasks[id]; ok {
 		return t, nil
 	}
-	return s.find(keyTask, id, func(t *Task) bool { return t.ID == id })
-}
-
-// find looks a key up in the archive, then in the cold set.
-func (s *State) find(kind byte, key string, match func(*Task) bool) (*Task, error) {
-	t, err := s.archive.find(kind, key, match)
-	if t == nil && err == nil {
-		t, err = s.cold.find(kind, key, match)
-	}
-	s.attach(t)
-	return t, err
+	return s.fromSource(Number(id))
 }
 
 // submitted returns the task a TaskCreated with request id req created.
@@ -148,7 +132,14 @@ func (s *State) submitted(req string) (*Task, error) {
 	if t, ok := s.submits[req]; ok {
 		return t, nil
 	}
-	return s.find(keySubmit, req, func(t *Task) bool { return t.RequestID == req })
+	if s.src == nil {
+		return nil, nil
+	}
+	num, err := s.src.Submitted(req)
+	if err != nil {
+		return nil, s.sourced(err)
+	}
+	return s.fromSource(num)
 }
 
 // leaseOwner returns the id of the task a lease was granted for ("" for none).
@@ -157,11 +148,14 @@ func (s *State) leaseOwner(leaseID string) (string, error) {
 	if id, ok := s.leaseTask[leaseID]; ok {
 		return id, nil
 	}
-	t, err := s.find(keyLease, leaseID, func(t *Task) bool { return t.AttemptOf(leaseID) != nil })
-	if t == nil {
-		return "", err
+	if s.src == nil {
+		return "", nil
 	}
-	return t.ID, nil
+	num, err := s.src.LeaseOwner(leaseID)
+	if err != nil || num == 0 {
+		return "", s.sourced(err)
+	}
+	return "T" + strconv.FormatInt(num, 10), nil
 }
 
 // leaseRequested returns the lease a lease request id was answered with
@@ -171,45 +165,34 @@ func (s *State) leaseRequested(req string) (leaseRequest, error) {
 	if l, ok := s.leaseRequests[req]; ok {
 		return l, nil
 	}
-	var found leaseRequest
-	_, err := s.find(keyLeaseRequest, req, func(t *Task) bool {
-		for _, a := range t.Attempts {
-			if a.RequestID == req {
-				found = leaseRequest{taskID: t.ID, leaseID: a.LeaseID, worker: a.Worker}
-				return true
-			}
+	if s.src == nil {
+		return leaseRequest{}, nil
+	}
+	num, err := s.src.LeaseRequested(req)
+	if err != nil {
+		return leaseRequest{}, s.sourced(err)
+	}
+	t, err := s.fromSource(num)
+	if err != nil || t == nil {
+		return leaseRequest{}, err
+	}
+	for _, a := range t.Attempts {
+		if a.RequestID == req {
+			return leaseRequest{taskID: t.ID, leaseID: a.LeaseID, worker: a.Worker}, nil
 		}
-		return false
-	})
-	return found, err
+	}
+	return leaseRequest{}, nil
 }
 
 // Tasks returns every task in creation order, as the records left them.
 func (s *State) Tasks() ([]*Task, error) {
-	if s.archive == nil && s.cold == nil {
+	if s.src == nil {
 		return s.order, nil
 	}
-	archived, err := s.archive.all()
-	if err != nil {
-		return nil, err
-	}
-	all := slices.DeleteFunc(archived, func(t *Task) bool { _, adopted := s.tasks[t.ID]; return adopted })
-	for _, t := range all {
-		s.attach(t)
-	}
-	all = append(all, s.coldLive()...)
-	if err := s.cold.Err(); err != nil {
-		return nil, err
-	}
-	all = append(all, s.order...)
-	slices.SortFunc(all, byCreation)
-	return all, nil
+	var all []*Task
+	err := s.EachTask(false, func(t *Task) bool { all = append(all, t); return true })
+	return all, err
 }
-
-// Damage reports damage the archive or the cold set revealed while this
-// state read them: the answers given since may be wrong, and the state must
-// be rebuilt from the WAL.
-func (s *State) Damage() error { return errors.Join(s.archive.Err(), s.cold.Err()) }
 
 // Apply validates r against the state and, if it is allowed, applies it. It is
 // the only place where a record changes the state: live commands and replay
@@ -240,8 +223,8 @@ func (s *State) apply(r Record) (*Task, error) {
 	}
 	t := s.touched
 	s.touched = nil
-	if errors.Is(err, ErrArchive) {
-		return nil, err // not this record's fault: the archive a lookup read is damaged
+	if errors.Is(err, ErrSource) {
+		return nil, err // not this record's fault: the index a lookup read is damaged
 	}
 	if err != nil {
 		return nil, recordError(r, err)
@@ -298,10 +281,11 @@ func (s *State) noteEnded(t *Task) {
 // looks for something among them holds one cold task in memory at a time,
 // not the backlog.
 func (s *State) Live() []*Task {
-	if s.cold == nil {
+	if s.src == nil {
 		return s.live
 	}
-	all := append(s.coldLive(), s.live...)
+	var all []*Task
+	s.EachLive(func(t *Task) bool { all = append(all, t); return true })
 	slices.SortFunc(all, byCreation)
 	return all
 }
@@ -314,7 +298,17 @@ func (s *State) EachLive(fn func(*Task) bool) {
 			return
 		}
 	}
-	s.coldTasks(everyEntry, fn)
+	if s.src == nil {
+		return
+	}
+	err := s.src.Each(true, func(t *Task) bool {
+		if _, shadowed := s.tasks[t.ID]; shadowed {
+			return true
+		}
+		s.attach(t)
+		return fn(t)
+	})
+	s.sourced(err)
 }
 
 func (s *State) checkSequence(r Record) error {

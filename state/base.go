@@ -135,9 +135,9 @@ type BaseSnapshot struct {
 
 // WriteBase writes the snapshot of a base that replaces every record applied
 // so far, keeping the finished tasks that ended at or after keptFrom: it
-// streams the tasks to w in creation order, one at a time, from memory, the
-// archive and the cold set alike (EachTask), so that a base of millions is
-// built in the memory of the state it is built from. read gets the text of a
+// streams the tasks to w in creation order, one at a time, from memory and
+// the Source alike (EachTask), so that a base of millions is built in the
+// memory of the state it is built from. read gets the text of a
 // payload the state does not hold from the WAL the state was read from.
 func (s *State) WriteBase(w io.Writer, keptFrom int64, read func(*PayloadRef) (string, error)) (BaseSnapshot, error) {
 	if s.loading != nil || s.lastSeq == 0 {
@@ -174,14 +174,13 @@ func (s *State) WriteBase(w io.Writer, keptFrom int64, read func(*PayloadRef) (s
 	if err = cmp.Or(err, tasks.err, werr); err != nil {
 		return BaseSnapshot{}, err
 	}
-	// A base names no archive nor cold set, lists as live exactly its
-	// unfinished tasks in creation order, and so has none ended among them
-	// and no superseded cold copy.
+	// A base lists as live exactly its unfinished tasks in creation order,
+	// and so has none ended among them.
 	version := s.snapshotVersion()
 	head := &encoder{}
-	s.encodeHead(head, version, nil, nil)
+	s.encodeHead(head, version)
 	head.length(snap.Kept, false)
-	live.liveList(unfinished, 0, nil)
+	live.liveList(unfinished, 0)
 	s.encodeTail(live, version)
 	snap.Head, snap.Tail = head.b, live.b
 	return snap, nil
@@ -275,7 +274,7 @@ func (s *State) loadTasks(l *baseLoad) error {
 	d := &snapDecoder{b: l.pending, all: string(l.pending), own: true}
 	defer func(size int) { l.consumed(size - len(l.pending)) }(len(l.pending))
 	if l.version == 0 {
-		version, err := d.head(s, nil, nil)
+		version, err := d.head(s)
 		n := 0
 		if err == nil {
 			n, _ = d.length()
@@ -340,7 +339,7 @@ func (s *State) endBase(r Record) error {
 	if err := d.liveList(l.unfinished); err != nil {
 		return invalid("the base's snapshot does not load: %v", err)
 	}
-	d.rest(s, l.version, false)
+	d.rest(s, l.version)
 	switch {
 	case d.err == nil && (len(d.b) != 0 || s.ended != 0):
 		d.fail()

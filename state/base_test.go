@@ -197,9 +197,8 @@ func TestBaseRefusals(t *testing.T) {
 }
 
 // TestBaseOfASpilledStateIsTheSame: the base built from a state whose tasks
-// were moved out of memory at random records (to archives and cold sets, as
-// a replay spills) is byte for byte the base of the state that holds them
-// all, which is the snapshot of that state less what the retention drops, as
+// were written into a source at random records (an index, as a replay
+// writes one) is byte for byte the base of the state that holds them all, which is the snapshot of that state less what the retention drops, as
 // the first bases were built: a base is a function of the history alone.
 func TestBaseOfASpilledStateIsTheSame(t *testing.T) {
 	histories := 200
@@ -210,14 +209,12 @@ func TestBaseOfASpilledStateIsTheSame(t *testing.T) {
 	for seed := range histories {
 		recs := randomRecords(t, uint64(seed))
 		rng := rand.New(rand.NewPCG(uint64(seed), 17))
-		full, spilled := New(), New()
+		full, spilled, src := New(), New(), newMemSource()
 		replay(t, full, recs)
 		for _, r := range recs {
 			replay(t, spilled, []Record{r})
 			if rng.IntN(8) == 0 {
-				if _, _, err := compactBytes(spilled, rng.IntN(2) == 0, rng.IntN(2) == 0); err != nil {
-					t.Fatalf("seed %d: %v", seed, err)
-				}
+				src.write(spilled)
 				spills++
 			}
 		}
@@ -229,7 +226,7 @@ func TestBaseOfASpilledStateIsTheSame(t *testing.T) {
 		}
 		keptFrom := ended[rng.IntN(len(ended))]
 		r := retained(full, keptFrom)
-		want := r.snapshot(&encoder{}, r.snapshotVersion(), nil, nil)
+		want := snap(r)
 		for name, s := range map[string]*State{"full": full, "spilled": spilled} {
 			var tasks bytes.Buffer
 			snap, err := s.WriteBase(&tasks, keptFrom, nil)
@@ -251,10 +248,10 @@ func TestBaseOfASpilledStateIsTheSame(t *testing.T) {
 }
 
 // TestABaseLoadsPartByPart: a base of many parts, its tasks running from one
-// part into the next, loads as the tasks come in, and a replay that moves
-// them out of memory between parts (as store's spills do) answers as the
-// full replay does once the base and the records after it are read, through
-// the Verifier's checks.
+// part into the next, loads as the tasks come in, and a replay that writes
+// them into a source between parts (as a replay building the index does)
+// answers as the full replay does once the base and the records after it
+// are read, through the Verifier's checks.
 func TestABaseLoadsPartByPart(t *testing.T) {
 	recs := randomHistory(t, 3, 1500)
 	payload := strings.Repeat("p", 12_000)
@@ -274,16 +271,14 @@ func TestABaseLoadsPartByPart(t *testing.T) {
 	}
 	t.Logf("a base of %d parts holding %d tasks", len(base)-2, len(s.order))
 	for _, spillAt := range []int{0, 4, 25} {
-		v := NewVerifier()
+		v, src := NewVerifier(), newMemSource()
 		moved := 0
 		for _, r := range append(slices.Clone(base), recs[at:]...) {
 			if err := v.Step(r); err != nil {
 				t.Fatalf("spilling at %d: record %d (%s): %v", spillAt, r.Seq, r.Type, err)
 			}
-			if inMemory, finished := v.State.InMemory(); spillAt > 0 && r.Type == BasePart && inMemory >= spillAt {
-				if _, _, err := compactBytes(v.State, finished > 0, inMemory > finished); err != nil {
-					t.Fatal(err)
-				}
+			if inMemory := v.State.HotCount(); spillAt > 0 && r.Type == BasePart && inMemory >= spillAt {
+				src.write(v.State)
 				moved += inMemory
 			}
 		}

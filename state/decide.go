@@ -537,10 +537,10 @@ func (s *State) FailAnswer(taskID, leaseID string) (Decision, error) {
 func (s *State) DecideExpire(now int64) Decision {
 	d := Decision{Outcome: ResultOK}
 	lapsing := slices.Clone(s.live)
-	if s.cold != nil {
-		lapsing = append(lapsing, s.coldLapsing(now)...)
+	if s.src != nil {
+		lapsing = append(lapsing, s.srcLapsing(now)...)
 	}
-	slices.SortFunc(lapsing, byCreation) // a task read from the cold set joins live out of order
+	slices.SortFunc(lapsing, byCreation) // a task read from the index joins live out of order
 	for _, t := range lapsing {
 		if t.State.Terminal() {
 			continue

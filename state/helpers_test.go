@@ -114,5 +114,29 @@ func allTasks(s *State) []*Task {
 	return tasks
 }
 
-// snap is Snapshot; a state holding runs is the test's failure.
-func snap(s *State) []byte { return s.Snapshot() }
+// snap is the snapshot of a state that holds every task in memory: its
+// head, its tasks, its live list and its tail, as a base holds them.
+func snap(s *State) []byte {
+	if s.src != nil {
+		panic("snap of a state over a source")
+	}
+	e := &encoder{}
+	version := s.snapshotVersion()
+	s.encodeHead(e, version)
+	index := make(map[*Task]uint32, len(s.order))
+	e.length(len(s.order), s.order == nil)
+	for i, t := range s.order {
+		index[t] = uint32(i)
+		e.task(t)
+	}
+	var live []uint32
+	if s.live != nil {
+		live = make([]uint32, len(s.live))
+		for i, t := range s.live {
+			live[i] = index[t]
+		}
+	}
+	e.liveList(live, s.ended)
+	s.encodeTail(e, version)
+	return e.b
+}

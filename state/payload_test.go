@@ -159,7 +159,7 @@ func TestPayloadsReadFromTheWALDecideAlike(t *testing.T) {
 				t.Fatalf("seed %d: a base written without the WAL to read from: %v", seed, err)
 			}
 		}
-		checkCachesKeepReferences(t, seed, refd)
+		checkIndexKeepsReferences(t, seed, refd)
 		checkBaseLoadsReferences(t, seed, held, refd, w)
 	}
 	if refs == 0 || resolved == 0 {
@@ -179,19 +179,18 @@ func baseBytes(t *testing.T, s *State, read func(*PayloadRef) (string, error)) [
 	return slices.Concat(snap.Head, tasks.Bytes(), snap.Tail)
 }
 
-// checkCachesKeepReferences: a checkpoint of s, with its archive and cold
-// set, loads with every payload as s holds it.
-func checkCachesKeepReferences(t *testing.T, seed uint64, s *State) {
+// checkIndexKeepsReferences: s's tasks written into a source as an index
+// keeps them (EncodeTask) load with every payload as s holds it.
+func checkIndexKeepsReferences(t *testing.T, seed uint64, s *State) {
 	t.Helper()
 	want := map[string]Payload{}
 	for _, task := range allTasks(s) {
 		want[task.ID] = task.Payload
 	}
-	archive, cold, err := compactBytes(s, true, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	loaded, err := load(snap(s), archive, cold)
+	src := newMemSource()
+	head := s.Head()
+	src.write(s)
+	loaded, err := LoadHead(head, src)
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}

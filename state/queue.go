@@ -49,8 +49,8 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 			pick = t
 		}
 	}
-	if s.cold != nil {
-		if c := s.coldPick(queues, full, now); c != nil && (pick == nil || ahead(c, pick)) {
+	if s.src != nil {
+		if c := s.srcPick(queues, full, now); c != nil && (pick == nil || ahead(c, pick)) {
 			pick = c
 		}
 	}
@@ -91,6 +91,21 @@ func (t *Task) nextEligibleAt(now int64) int64 {
 	return c.NotBefore
 }
 
+// noteEvents notes when time alone next changes t as it stands at now.
+func (t *Task) noteEvents(now int64, note func(int64)) {
+	if t.State.Terminal() {
+		return
+	}
+	c := t.At(now)
+	switch c.State {
+	case Leased:
+		note(c.Lease.Expiry)
+	case Waiting:
+		note(c.NotBefore)
+		note(c.Deadline())
+	}
+}
+
 // NextEventAt is the earliest time after now at which time alone changes
 // what a lease could take: a delay or backoff ending, a lease lapsing, a
 // window closing (0 for none). A waiting worker sleeps until then.
@@ -101,20 +116,12 @@ func (s *State) NextEventAt(now int64) int64 {
 			next = at
 		}
 	}
-	s.EachLive(func(t *Task) bool {
-		if t.State.Terminal() {
-			return true
-		}
-		c := t.At(now)
-		switch c.State {
-		case Leased:
-			note(c.Lease.Expiry)
-		case Waiting:
-			note(c.NotBefore)
-			note(c.Deadline())
-		}
-		return true
-	})
+	for _, t := range s.live { // memory's; the Source's by its times (srcNextAt)
+		t.noteEvents(now, note)
+	}
+	if s.src != nil {
+		s.srcNextAt(now, &next, note)
+	}
 	for _, sp := range s.pausedQueues(now) {
 		note(sp.To) // a pause --for ends by itself
 	}

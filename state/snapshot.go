@@ -9,13 +9,14 @@ import (
 	"strings"
 )
 
-// Snapshots let a command start from a checkpoint instead of the first record.
-// The encoding is a compact binary one (varints and length-prefixed strings)
-// because loading it sits on every command's path. It holds exactly what
-// Apply built for the tasks in memory, and names the archive and the cold set
-// that hold the others (MoveOut), so a loaded state answers as the replayed one
-// does; the indexes are rebuilt on load: tasks by id at once, request ids
-// and leases when a lookup first needs them (keySubmits, keyLeases).
+// A snapshot is a state encoded: what a compacted WAL's base holds, and,
+// without its tasks, the head an index keeps (Head). The encoding is a
+// compact binary one (varints and length-prefixed strings). It holds exactly
+// what Apply built, so a loaded state answers as the replayed one does; the
+// indexes are rebuilt on load: tasks by id at once, request ids and leases
+// when a lookup first needs them (keySubmits, keyLeases). An index keeps
+// each task in the same encoding (EncodeTask), saying where the WAL holds a
+// long payload instead of its text.
 
 // snapshotVersion is the version a snapshot is written in when it needs
 // the newest: one with paused queues or schedules. Without them it is written in version
@@ -23,21 +24,14 @@ import (
 // writes for the same state (verify --history compares them byte for byte).
 const snapshotVersion = 6
 
-// cacheSnapshotVersion is the version of a checkpoint's snapshot: version 6
-// with, after each payload, where the WAL holds it when the state does not
-// (PayloadRef), and naming the runs of the archive and of the cold set
-// instead of one file each (version 7 did). A base is never written in it:
-// a base holds every text.
-const cacheSnapshotVersion = 8
-
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
 var ErrSnapshot = errors.New("not a valid state snapshot")
 
 type encoder struct {
 	b []byte
-	// refs says the encoding is a cache's, which may say where the WAL holds
-	// a payload (a PayloadRef); a base's must hold every payload's text,
-	// which read gets from the WAL (nil: the state holds them all).
+	// refs says the encoding is an index's, which may say where the WAL
+	// holds a payload (a PayloadRef); a base's must hold every payload's
+	// text, which read gets from the WAL (nil: the state holds them all).
 	refs bool
 	read func(*PayloadRef) (string, error)
 	err  error // the first payload read failed
@@ -70,51 +64,17 @@ func (e *encoder) ints(v []int64) {
 	}
 }
 
-// Snapshot encodes the whole state, for a checkpoint: the payloads the state
-// does not hold are named where the WAL has them, and the runs of the
-// archive and of the cold set (Archives) by their checksums and task counts,
-// which LoadSnapshot checks against the files it is given.
-func (s *State) Snapshot() []byte {
-	return s.snapshot(&encoder{refs: true}, cacheSnapshotVersion, s.archive.files(), s.cold.files())
-}
-
-func (s *State) snapshot(e *encoder, version uint64, archive, cold []*Archive) []byte {
-	e.b = make([]byte, 0, 256*len(s.order)+64)
-	s.encodeHead(e, version, archive, cold)
-	index := make(map[*Task]uint32, len(s.order))
-	e.length(len(s.order), s.order == nil)
-	for i, t := range s.order {
-		index[t] = uint32(i)
-		e.task(t)
-	}
-	var live []uint32
-	if s.live != nil {
-		live = make([]uint32, len(s.live))
-		for i, t := range s.live {
-			live[i] = index[t]
-		}
-	}
-	e.liveList(live, s.ended, s.supersededSorted())
-	s.encodeTail(e, version)
-	return e.b
-}
-
 // liveList writes what follows the tasks: the live list, as the positions
 // of its tasks among them (nil apart from empty), how many of those have
-// ended since, and the cold set's copies superseded, ascending, each as its
-// distance from the one before.
-func (e *encoder) liveList(live []uint32, ended int, superseded []uint64) {
+// ended since, and a count of 0 (where a cache of older versions listed
+// copies superseded).
+func (e *encoder) liveList(live []uint32, ended int) {
 	e.length(len(live), live == nil)
 	for _, i := range live {
 		e.uint(uint64(i))
 	}
 	e.int(int64(ended))
-	e.uint(uint64(len(superseded)))
-	prev := uint64(0)
-	for _, off := range superseded {
-		e.uint(off - prev)
-		prev = off
-	}
+	e.uint(0)
 }
 
 // snapshotVersion is the oldest version that holds everything the state has.
@@ -126,9 +86,9 @@ func (s *State) snapshotVersion() uint64 {
 }
 
 // encodeHead writes what comes before the tasks: the version, the counters,
-// the base and the runs of the archive and of the cold set named (a cache's
-// snapshot only: a base names none, it holds every task).
-func (s *State) encodeHead(e *encoder, version uint64, archive, cold []*Archive) {
+// the base, and two false flags (where a cache of older versions named the
+// files holding the tasks it did not).
+func (s *State) encodeHead(e *encoder, version uint64) {
 	e.uint(version)
 	for _, v := range []int64{s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum} {
 		e.int(v)
@@ -142,21 +102,11 @@ func (s *State) encodeHead(e *encoder, version uint64, archive, cold []*Archive)
 		e.str(b.Hash)
 		e.str(b.ChainFrom)
 	}
-	for _, runs := range [][]*Archive{archive, cold} {
-		if version != cacheSnapshotVersion {
-			e.bool(false)
-			continue
-		}
-		e.uint(uint64(len(runs)))
-		for _, a := range runs {
-			e.uint(uint64(a.id))
-			e.uint(uint64(a.tasks))
-		}
-	}
+	e.bool(false)
+	e.bool(false)
 }
 
-// encodeTail writes what comes after the tasks, the live list and the
-// superseded cold copies: the domains, redactions, limits, record counts,
+// encodeTail writes what comes after the tasks and the live list: the domains, redactions, limits, record counts,
 // pauses and schedules.
 func (s *State) encodeTail(e *encoder, version uint64) {
 	e.length(len(s.domainOrder), s.domainOrder == nil)
@@ -430,18 +380,11 @@ func (d *snapDecoder) ints() []int64 {
 	return out
 }
 
-// ErrArchiveMismatch means a snapshot names runs of an archive or a cold
-// set other than the ones given.
-var ErrArchiveMismatch = errors.New("the snapshot was taken with another archive or cold set")
-
-// LoadSnapshot decodes a snapshot and rebuilds the indexes Apply keeps. The
-// runs of the archive and of the cold set, oldest first, are the ones the
-// snapshot names (Archives as it was taken), checked by checksum and task
-// count.
-func LoadSnapshot(b []byte, archive, cold []*Archive) (*State, error) {
+// LoadSnapshot decodes a snapshot and rebuilds the indexes Apply keeps.
+func LoadSnapshot(b []byte) (*State, error) {
 	d := &snapDecoder{b: b, all: string(b)}
 	s := New()
-	version, err := d.head(s, archive, cold)
+	version, err := d.head(s)
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +414,7 @@ func LoadSnapshot(b []byte, archive, cold []*Archive) (*State, error) {
 			s.live = append(s.live, s.order[i])
 		}
 	}
-	d.rest(s, version, s.cold != nil)
+	d.rest(s, version)
 	if d.err == nil && len(d.b) != 0 {
 		d.fail()
 	}
@@ -483,68 +426,32 @@ func LoadSnapshot(b []byte, archive, cold []*Archive) (*State, error) {
 
 // head reads what comes before the tasks into s (see encodeHead), and
 // returns the snapshot's version.
-func (d *snapDecoder) head(s *State, archive, cold []*Archive) (uint64, error) {
+func (d *snapDecoder) head(s *State) (uint64, error) {
 	version := d.uint()
 	switch {
 	case d.err != nil:
 		return 0, d.err
-	case version != 5 && version != snapshotVersion && version != cacheSnapshotVersion:
+	case version != 5 && version != snapshotVersion:
 		return 0, fmt.Errorf("%w: unknown version", ErrSnapshot)
 	}
-	d.refs = version == cacheSnapshotVersion
 	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
 	if d.bool() {
 		s.base = &Base{Seq: d.int(), At: d.int(), KeptFrom: d.int(), History: d.str(), Hash: d.str(), ChainFrom: d.str()}
 	}
-	for _, named := range []struct {
-		given []*Archive
-		field **shelf
-	}{{archive, &s.archive}, {cold, &s.cold}} {
-		if !d.refs {
-			if d.bool() { // a base holds every task: none names a file
-				return 0, ErrArchiveMismatch
-			}
-			continue
-		}
-		n := d.uint()
-		if d.err == nil && n != uint64(len(named.given)) {
-			return 0, ErrArchiveMismatch
-		}
-		for i := range min(n, uint64(len(named.given))) {
-			id, tasks := d.uint(), d.uint()
-			if a := named.given[i]; d.err == nil && (a == nil || uint64(a.id) != id || uint64(a.tasks) != tasks) {
-				return 0, ErrArchiveMismatch
-			}
-		}
-		if d.err != nil {
-			return 0, d.err
-		}
-		*named.field = shelfOfRuns(named.given)
-	}
-	if s.cold != nil {
-		for _, run := range s.cold.runs {
-			run.cold = true
-		}
+	if d.bool() || d.bool() { // a snapshot holds every task: none names a file of them
+		d.fail()
 	}
 	return version, d.err
 }
 
-// rest reads what follows the live list (see encodeTail): ended, the
-// superseded cold copies (only when the snapshot names a cold set), the
-// domains, redactions, limits, record counts, pauses and schedules.
-func (d *snapDecoder) rest(s *State, version uint64, coldNamed bool) {
+// rest reads what follows the live list (see encodeTail): ended, a count
+// of 0, the domains, redactions, limits, record counts, pauses and
+// schedules.
+func (d *snapDecoder) rest(s *State, version uint64) {
 	s.ended = int(d.int())
-	if n := d.uint(); n > 0 {
-		if n > uint64(len(d.b)) || !coldNamed {
-			d.fail()
-			return
-		}
-		s.superseded = make([]uint64, n)
-		prev := uint64(0)
-		for i := range s.superseded {
-			prev += d.uint()
-			s.superseded[i] = prev
-		}
+	if d.uint() != 0 {
+		d.fail()
+		return
 	}
 	if n, isNil := d.length(); !isNil {
 		s.domainOrder = make([]*Domain, 0, n)
@@ -627,8 +534,8 @@ func (d *snapDecoder) schedules(s *State) {
 	}
 }
 
-// index adds a task read back from the archive to the state's indexes, as
-// Apply did when it created and leased it.
+// index adds a task read from the Source to the state's indexes, as Apply
+// did when it created and leased it.
 func (s *State) index(t *Task) {
 	s.tasks[t.ID] = t
 	s.order = append(s.order, t)
@@ -755,4 +662,27 @@ func (d *snapDecoder) offsets(set *Offsets) {
 		set.runs = append(set.runs, r)
 		set.n += int(r.hi-r.lo) + 1
 	}
+}
+
+// EncodeTask is t as an index keeps it: a long payload named where the WAL
+// holds it (a PayloadRef), not its text.
+func EncodeTask(t *Task) []byte {
+	e := &encoder{refs: true}
+	e.task(t)
+	return e.b
+}
+
+// DecodeTask reads back what EncodeTask wrote; the task holds its own copy
+// of b's bytes.
+func DecodeTask(b []byte) (*Task, error) {
+	d := &snapDecoder{b: b, all: string(b), refs: true}
+	t := &Task{}
+	d.task(t)
+	if d.err == nil && len(d.b) != 0 {
+		d.fail()
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("a task of the index: %w", d.err)
+	}
+	return t, nil
 }

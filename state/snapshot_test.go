@@ -30,7 +30,7 @@ func TestSnapshotPlusTailEqualsReplay(t *testing.T) {
 		for _, r := range recs[:cut] {
 			prefix.Apply(r)
 		}
-		loaded, err := LoadSnapshot(snap(prefix), nil, nil)
+		loaded, err := LoadSnapshot(snap(prefix))
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -94,11 +94,11 @@ func TestLoadSnapshotRefusesGarbage(t *testing.T) {
 	}
 	good := snap(s)
 	for cut := 0; cut < len(good); cut++ {
-		if _, err := LoadSnapshot(good[:cut], nil, nil); !errors.Is(err, ErrSnapshot) {
+		if _, err := LoadSnapshot(good[:cut]); !errors.Is(err, ErrSnapshot) {
 			t.Fatalf("a snapshot cut at %d of %d loaded: %v", cut, len(good), err)
 		}
 	}
-	if _, err := LoadSnapshot(append(good, 0), nil, nil); !errors.Is(err, ErrSnapshot) {
+	if _, err := LoadSnapshot(append(good, 0)); !errors.Is(err, ErrSnapshot) {
 		t.Fatal("trailing bytes accepted")
 	}
 }

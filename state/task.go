@@ -95,7 +95,6 @@ type Task struct {
 	Seqs     []int64 // every record about this task, in order
 
 	counted bool         // its end has been counted toward compacting State.live
-	coldAt  uint64       // 1 + the offset of the cold set's copy it was read from (0: none)
 	pauses  *queuePauses // its queue's pauses (nil: never paused)
 }
 

@@ -177,18 +177,18 @@ type BackedUp struct {
 	Path    string      `json:"path"`
 	Records int         `json:"records"`
 	Bytes   int64       `json:"bytes"`
-	Caches  []string    `json:"caches"`
+	Index   string      `json:"index"` // the index copied beside it ("": none)
 }
 
-// Backup copies the WAL (and with caches its caches) to dest under the
+// Backup copies the WAL (and with withIndex its index) to dest under the
 // shared lock: whole, or not at all.
-func (l *Local) Backup(ctx context.Context, dest string, caches bool) (BackedUp, error) {
+func (l *Local) Backup(ctx context.Context, dest string, withIndex bool) (BackedUp, error) {
 	if err := l.exists("back up"); err != nil {
 		return BackedUp{}, err
 	}
 	h := store.Open(l.store)
 	defer h.Close()
-	b, err := h.Backup(dest, caches)
+	b, err := h.Backup(dest, withIndex)
 	switch {
 	case errors.Is(err, store.ErrBackupExists):
 		return BackedUp{}, api.Usage("%s exists: a backup never overwrites; give a new path", dest)
@@ -202,11 +202,7 @@ func (l *Local) Backup(ctx context.Context, dest string, caches bool) (BackedUp,
 	case err != nil:
 		return BackedUp{}, err
 	}
-	v := BackedUp{Result: api.ResultOK, Path: b.Path, Records: b.Records, Bytes: b.Bytes, Caches: b.Caches}
-	if v.Caches == nil {
-		v.Caches = []string{}
-	}
-	return v, nil
+	return BackedUp{Result: api.ResultOK, Path: b.Path, Records: b.Records, Bytes: b.Bytes, Index: b.Index}, nil
 }
 
 // CompactOptionsOf reads a compact request's retention (defaults 7d and

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/leasewal/leasewal/internal/index"
 	"github.com/leasewal/leasewal/wal"
 )
 
@@ -17,7 +17,7 @@ type Backup struct {
 	Path    string
 	Records int
 	Bytes   int64
-	Caches  []string // the cache files copied beside it
+	Index   string // the index copied beside it ("": none)
 }
 
 // ErrBackupExists is a backup whose destination exists: nothing is
@@ -27,10 +27,10 @@ var ErrBackupExists = errors.New("the backup's destination exists")
 // Backup copies the WAL as it stands, under the shared lock (writers wait
 // for it, readers do not), to dest: its header and every record (not a
 // torn tail after them), whole or not at all (see wal.WriteNew). With
-// caches, the checkpoint, archive and cold set beside it are copied too,
-// before the WAL, so that the copy starts as fast as the original; they
-// describe a prefix of the copied records, as they describe the WAL's.
-func (h *Handle) Backup(dest string, caches bool) (Backup, error) {
+// withIndex, the index beside it is copied too, before the WAL, so that the
+// copy starts as fast as the original; it holds a prefix of the copied
+// records, as it does of the WAL's.
+func (h *Handle) Backup(dest string, withIndex bool) (Backup, error) {
 	dest = filepath.Clean(dest)
 	b := Backup{Path: dest}
 	err := h.Read(func(tx *Tx) error {
@@ -40,8 +40,8 @@ func (h *Handle) Backup(dest string, caches bool) (Backup, error) {
 		if _, err := os.Lstat(dest); err == nil {
 			return fmt.Errorf("%s: %w", dest, ErrBackupExists)
 		}
-		if caches {
-			if err := h.backupCaches(dest, &b); err != nil {
+		if withIndex {
+			if err := h.backupIndex(dest, &b); err != nil {
 				return err
 			}
 		}
@@ -55,49 +55,37 @@ func (h *Handle) Backup(dest string, caches bool) (Backup, error) {
 		return err
 	})
 	if err != nil {
-		for _, c := range b.Caches { // caches without their WAL describe nothing
-			os.Remove(c)
+		if b.Index != "" { // an index without its WAL describes nothing
+			os.Remove(b.Index)
 		}
-		b.Caches = nil
+		b.Index = ""
 	}
 	return b, err
 }
 
-// backupCaches copies the checkpoint beside the WAL and the runs it names
-// beside dest, the checkpoint last; a checkpoint that is missing or not
-// intact is not copied (a copy would be ignored as it is).
-func (h *Handle) backupCaches(dest string, b *Backup) error {
-	checkpoint, err := os.ReadFile(h.side(CheckpointSuffix))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+// backupIndex copies the index beside the WAL beside dest, as one read
+// transaction of it sees it: it holds a prefix of the records the WAL's
+// copy holds, as it does of the WAL's. A missing or unusable index is not
+// copied (a copy would be built again as it is).
+func (h *Handle) backupIndex(dest string, b *Backup) error {
+	db, err := index.Open(h.indexPath(), false, h.opts.LockTimeout)
 	if err != nil {
-		return fmt.Errorf("copying %s: %w", h.side(CheckpointSuffix), err)
-	}
-	_, runs, _, ok := decodeCheckpoint(checkpoint)
-	if !ok {
 		return nil
 	}
-	copyTo := func(from, to string, src io.Reader) error {
-		if _, err := wal.WriteNew(to, src); err != nil {
-			return fmt.Errorf("copying %s: %w", from, err)
-		}
-		b.Caches = append(b.Caches, to)
+	defer db.Close()
+	if _, _, err := db.Meta(); err != nil {
 		return nil
 	}
-	err = runs.each(func(cold bool, name uint64) error {
-		from := h.runPath(cold, name)
-		f, err := os.Open(from)
-		if err != nil {
-			return fmt.Errorf("copying %s: %w", from, err)
-		}
-		defer f.Close()
-		return copyTo(from, runPath(dest, cold, name), f)
-	})
+	to := dest + index.Suffix
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(db.CopyTo(pw)) }()
+	_, err = wal.WriteNew(to, pr)
+	pr.Close()
 	if err != nil {
-		return err
+		return fmt.Errorf("copying %s: %w", h.indexPath(), err)
 	}
-	return copyTo(h.side(CheckpointSuffix), dest+CheckpointSuffix, bytes.NewReader(checkpoint))
+	b.Index = to
+	return nil
 }
 
 // reportingReader reports the bytes read through it.

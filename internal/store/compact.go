@@ -96,9 +96,9 @@ var ErrCompactedMeanwhile = errors.New("the WAL was compacted or replaced while 
 // historyReader replays frames through a Verifier (a compaction trusts the
 // WAL no more than verify does) and keeps the SHA-256 chain of the records'
 // bodies, continuing from the hash the WAL's base carries. Like any replay
-// from the start it moves tasks out of memory as it goes (spill.go), into
-// files its own scratch handle maps: the state it leaves reads them until
-// close.
+// from the start it writes its tasks into an index of its own as it goes
+// (index.go), which its scratch handle holds: the state it leaves reads
+// them until close.
 type historyReader struct {
 	v       *state.Verifier
 	hash    [sha256.Size]byte
@@ -113,12 +113,12 @@ type historyReader struct {
 	baseBodies [2][]byte
 	afterBase  int64
 	scratch    *Handle
-	spills     *spiller
+	build      *builder
 }
 
 func (h *Handle) newHistoryReader() *historyReader {
 	scratch := Open(h.opts)
-	return &historyReader{v: state.NewVerifier(), scratch: scratch, spills: newSpiller(scratch, false)}
+	return &historyReader{v: state.NewVerifier(), scratch: scratch, build: scratch.newBuilder(true)}
 }
 
 // close lets go of the files the reader's state read.
@@ -132,7 +132,7 @@ func (c *historyReader) read(f wal.Frame) error {
 	if err != nil {
 		return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
 	}
-	c.spills.check(c.v.State, len(f.Body))
+	c.build.check(c.v.State, len(f.Body), f.After)
 	r.Frame = 0 // begin and end are compared with a base as built, which is in no file
 	switch r.Type {
 	case state.BaseBegin:
@@ -333,8 +333,8 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 	if err := log.Replace(p.replacement, p.read.End); err != nil {
 		return Compaction{}, err
 	}
-	if err := h.removeCaches(); err != nil {
-		h.warnCache(fmt.Errorf("%w, of the WAL before the compaction", err))
+	if err := h.opts.FS.Remove(h.indexPath()); err != nil { // it holds the WAL before: the next command builds the new one's
+		h.warn("could not remove the index of the WAL before the compaction (%v); the next command builds it again", err)
 	}
 	if p.rebased != "" {
 		err := os.Rename(p.rebased, p.rebasedAs)
@@ -384,7 +384,7 @@ type baseSpec struct {
 // its tasks wait in a temporary file while the head and the digest are
 // worked out, so that a base of millions is built in the memory st holds.
 func (h *Handle) writeBase(st *state.State, read func(*state.PayloadRef) (string, error), spec baseSpec, emit func(state.Record) error) (kept, dropped int, err error) {
-	f, err := h.opts.FS.Spill(filepath.Clean(h.opts.Path))
+	f, err := h.opts.FS.Scratch(filepath.Clean(h.opts.Path))
 	if err != nil {
 		return 0, 0, fmt.Errorf("a file for the base's tasks: %w", err)
 	}

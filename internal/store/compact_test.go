@@ -303,29 +303,27 @@ func TestRetention(t *testing.T) {
 	}
 }
 
-// TestTheFirstWriterOnACompactedWALWritesACheckpoint: a base is a few
-// records that may hold every task, so the first writer that replays one
-// writes a checkpoint (the record count alone would wait for thousands of
-// records, each command replaying the whole base meanwhile), and the
-// command after it starts from that checkpoint and answers alike.
-func TestTheFirstWriterOnACompactedWALWritesACheckpoint(t *testing.T) {
+// TestACompactedWALHasItsIndex: after a compaction the index beside the
+// WAL is the new WAL's (its base read, the records after it), and every
+// command answers from it as from the WAL before.
+func TestACompactedWALHasItsIndex(t *testing.T) {
 	path := backlogWAL(t, t.TempDir(), 3000, 300)
+	want := stateOf(t, path)
 	if _, err := handle(path, nil).Compact(keepAll); err != nil {
 		t.Fatal(err)
 	}
-	want := stateOf(t, path) // a reader: no checkpoint
-	if _, err := os.Stat(path + store.CheckpointSuffix); !os.IsNotExist(err) {
-		t.Fatalf("a checkpoint beside the WAL just compacted: %v", err)
+	if got := stateOf(t, path); got != want {
+		t.Fatal("the compacted WAL answers differently")
+	}
+	count, ok := store.IndexOf(path)
+	if frames := strings.Count(string(mustRead(t, path)), "\n") - 1; !ok || count != frames {
+		t.Fatalf("after the compaction: an index of %d of the WAL's %d records (%v)", count, frames, ok)
 	}
 	if code, out, errOut := cli("--wal", path, "--now", cpNow, "expire", "-o", "json"); code != 0 {
 		t.Fatalf("expire: exit %d %s %s", code, out, errOut)
 	}
-	count, _ := store.LoadCheckpoint(path) // 0 for none, or one that does not load
-	if frames := strings.Count(string(mustRead(t, path)), "\n") - 1; count != frames {
-		t.Fatalf("after the first writer: a checkpoint of %d of the WAL's %d records", count, frames)
-	}
 	if got := stateOf(t, path); got != want {
-		t.Fatal("from the checkpoint, the compacted WAL answers differently")
+		t.Fatal("from its index, the compacted WAL answers differently")
 	}
 }
 

@@ -9,51 +9,33 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/leasewal/leasewal/internal/index"
 	"github.com/leasewal/leasewal/state"
 )
 
 // What the tests of package store_test reach inside the package.
 
-// MinCheckpointTail is minCheckpointTail.
-const MinCheckpointTail = minCheckpointTail
+// IndexAfter and IndexTail are indexAfter and indexTail.
+const (
+	IndexAfter = indexAfter
+	IndexTail  = indexTail
+)
 
-// DecodesAsCheckpoint reports whether data is an intact checkpoint.
-func DecodesAsCheckpoint(data []byte) bool {
-	_, runs, snapshot, ok := decodeCheckpoint(data)
-	if !ok || len(runs.archive)+len(runs.cold) > 0 {
-		return ok
-	}
-	_, err := state.LoadSnapshot(snapshot, nil, nil)
-	return err == nil
-}
+// IndexSuffix is the index's name beside its WAL.
+const IndexSuffix = index.Suffix
 
-// CheckpointOf is the checkpoint of the WAL at path as it stands.
-func CheckpointOf(path string) ([]byte, error) {
-	h := Open(Options{Path: path, LockTimeout: time.Second, FullReplay: true})
-	defer h.Close()
-	var cp []byte
-	err := h.Read(func(tx *Tx) error {
-		if a, c := tx.State.Archives(); len(a)+len(c) > 0 {
-			return errors.New("the replay spilled: a checkpoint would name runs that are not beside the WAL")
-		}
-		cp = encodeCheckpoint(tx.State, tx.log.Position, runNames{})
-		return nil
-	})
-	return cp, err
-}
-
-// LoadCheckpoint reads the checkpoint beside the WAL at path: how many
-// records it holds, and whether it is good and matches its own state.
-func LoadCheckpoint(path string) (int, bool) {
+// IndexOf says how many records the index beside the WAL at path holds,
+// and whether it loads as a state of that many.
+func IndexOf(path string) (int, bool) {
 	h := Open(Options{Path: path})
 	defer h.Close()
-	st, pos, maps, ok := h.loadCheckpoint()
+	o, meta, head, ok := h.openIndex(false)
 	if !ok {
 		return 0, false
 	}
-	defer h.forget()
-	h.mapped = maps
-	return pos.Count, pos.Count == int(st.LastSeq())
+	defer o.close()
+	st, err := state.LoadHead(head, o.r)
+	return meta.Position.Count, err == nil && st.LastSeq() >= int64(meta.Position.Count) && meta.Seq == st.LastSeq()
 }
 
 // PollEvery is pollEvery.
@@ -104,6 +86,3 @@ func PayloadsRead(path string) (payloads map[string]string, bytesRead int64, err
 	})
 	return payloads, counting.n, err
 }
-
-// LenOf is lenOf.
-func LenOf(files []*state.Archive) int { return lenOf(files) }

@@ -12,9 +12,11 @@ import (
 	"github.com/leasewal/leasewal/wal"
 )
 
-// FS is the seam every file leasewal writes goes through, after
-// hashicorp/raft-wal's VFS: the WAL's appends and truncates, the checkpoint,
-// the archive, the torn-tail keepsakes and the worker registry. The real one
+// FS is the seam the files leasewal writes go through, after
+// hashicorp/raft-wal's VFS: the WAL's appends and truncates, the torn-tail
+// keepsakes, scratch files and the worker registry. (The index writes
+// through bbolt's own file and mapping: its crash images are made by
+// killing the process, and it is never the truth.) The real one
 // is OS; tests wrap it to fail any of those writes in memory and check what
 // each failure leaves behind.
 type FS interface {
@@ -24,14 +26,10 @@ type FS interface {
 	WriteStream(path string, write func(io.Writer) error) error
 	// Keep creates name durably with what src holds, failing with fs.ErrExist if it exists.
 	Keep(name string, src io.Reader) error
-	// Spill creates a temporary file beside path, read and written through
-	// the file returned: a replay's spill (spill.go), which no one else
-	// opens, so it may be unlinked at once.
-	Spill(path string) (*os.File, error)
-	// Run creates path, a run a writer's replay spills beside the WAL,
-	// failing if it exists. It is not yet durable: the checkpoint that
-	// names it syncs it first (saveCheckpoint).
-	Run(path string) (*os.File, error)
+	// Scratch creates a temporary file beside path, read and written
+	// through the file returned (a base's tasks while a compaction counts
+	// them), which no one else opens, so it may be unlinked at once.
+	Scratch(path string) (*os.File, error)
 	// Remove removes path; a missing path is not an error.
 	Remove(path string) error
 	// WAL wraps the storage the WAL's appends, truncates and fsyncs go to.
@@ -77,33 +75,37 @@ func (OS) WriteStream(path string, write func(io.Writer) error) error {
 	return err
 }
 
-// Run creates path for a run, readable and writable by its owner only.
-func (OS) Run(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-}
-
-// Spill creates <path>.spill-<random> and unlinks it: it lives as long as
-// the file returned is open, or mapped. Where the WAL's directory takes no
-// new file (a reader of a WAL on read-only storage), it is created in the
+// Scratch creates <path>.scratch-<random> and unlinks it: it lives as long
+// as the file returned is open. Where the WAL's directory takes no new
+// file (a reader of a WAL on read-only storage), it is created in the
 // system's temporary directory instead.
-func (OS) Spill(path string) (*os.File, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+spillInfix+"*")
-	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
-		f, err = os.CreateTemp("", "leasewal"+spillInfix+"*")
-	}
+func (OS) Scratch(path string) (*os.File, error) {
+	f, err := scratchFile(path)
 	if err != nil {
 		return nil, err
 	}
 	// Unlinked at once, so that nothing is left if the process dies. A
-	// writer that removes the spills a crash left may have unlinked it
-	// already (a compaction's first step and verify --history spill beside
-	// the WAL without its lock): the file is this one's all the same.
+	// writer that removes what a crash left may have unlinked it already:
+	// the file is this one's all the same.
 	if err := os.Remove(f.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
 }
+
+// scratchFile creates <path>.scratch-<random>, or in the system's
+// temporary directory where the WAL's takes no new file.
+func scratchFile(path string) (*os.File, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+scratchInfix+"*")
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+		f, err = os.CreateTemp("", "leasewal"+scratchInfix+"*")
+	}
+	return f, err
+}
+
+// scratchInfix names a scratch file: <wal>.scratch-<random>.
+const scratchInfix = ".scratch-"
 
 // Keep is wal.KeepFile.
 func (OS) Keep(name string, src io.Reader) error { return wal.KeepFile(name, src) }

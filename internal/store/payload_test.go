@@ -125,23 +125,26 @@ func TestLongPayloadsReadBack(t *testing.T) {
 	}
 	check("after a requeue, a new replay", handle(path, nil), false)
 
-	// A checkpoint, its archive and its cold set keep the references: the
-	// first writer whose replay moved tasks out of memory writes them.
+	// The index keeps the references: a replay building it writes them,
+	// and the commands after read them from it.
 	for i := range 50 {
 		submit(fmt.Sprint(i, strings.Repeat("c", 500)), time.Second)
 	}
 	for range 2 { // the second replays the expiries the first wrote
-		spilling := store.Open(store.Options{Path: path, LockTimeout: time.Minute, SpillAfter: 17, FullReplay: true, Clock: func(lastAt int64) (int64, error) { return lastAt + 1000, nil }})
-		if err := spilling.Write(func(tx *store.Tx) error { return tx.Commit(tx.State.DecideExpire(tx.Now).Records) }); err != nil {
+		building := store.Open(store.Options{Path: path, LockTimeout: time.Minute, SpillAfter: 17, Clock: func(lastAt int64) (int64, error) { return lastAt + 1000, nil }})
+		if err := building.Write(func(tx *store.Tx) error { return tx.Commit(tx.State.DecideExpire(tx.Now).Records) }); err != nil {
 			t.Fatal(err)
 		}
+		building.Close()
 	}
-	if _, err := os.Stat(path + store.CheckpointSuffix); err != nil {
-		t.Fatalf("no checkpoint: the test reads nothing from it (%v)", store.Caches(path))
+	if _, ok := store.IndexOf(path); !ok {
+		t.Fatalf("no index: the test reads nothing from it (%v)", store.Beside(path))
 	}
-	runOf(t, path, store.ArchiveSuffix)
-	runOf(t, path, store.ColdSuffix)
-	check("from the checkpoint", handle(path, nil), false)
+	held = 0
+	check("from the index", handle(path, nil), true)
+	if held == 0 {
+		t.Fatal("no payload read from the index was held as a reference")
+	}
 	if _, err := store.Open(store.Options{Path: path, LockTimeout: time.Minute, SpillAfter: 29, Clock: fixedClock(0)}).Compact(keepAll); err != nil {
 		t.Fatal(err)
 	}

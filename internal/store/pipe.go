@@ -45,8 +45,6 @@ type Pipe struct {
 	// unanswered until Close has cut the file back to durable.
 	syncFailed error
 	unanswered []*Flight
-	// counted is how many tasks memory held when Due last counted them.
-	counted int
 }
 
 // Flight is a batch in the pipe, written and waiting for its fsync.
@@ -151,27 +149,13 @@ func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.R
 	return errs, committed, f, nil
 }
 
-// Due reports whether Close would write a checkpoint that moves tasks out
-// of memory (refreshCheckpoint, movesDue), or one that many bytes of
-// records follow: a server under steady load closes the pipe then, since
-// it would otherwise never close it, and hold every task it decided and
-// every payload. It counts the tasks in memory at most once per 256 more
-// (it reads them all). Only the goroutine that calls Batch may call it.
+// Due reports whether Close would write the index (indexDue): a server
+// under steady load closes the pipe then, since it would otherwise never
+// close it, and hold every task it decided. Only the goroutine that calls
+// Batch may call it.
 func (p *Pipe) Due() bool {
-	h, st, log := p.h, p.tx.State, p.tx.log
-	if log == nil || !h.checkpointDueAt(st, log.Position) {
-		return false
-	}
-	if log.End-h.checkpointedEnd >= h.spillBytes() {
-		return true
-	}
-	n := st.InMemoryCount()
-	if n < p.counted+archiveBatch {
-		return false
-	}
-	p.counted = n
-	archive, cold := h.movesDue(st, log.Position)
-	return archive != state.Stay || cold != state.Stay
+	log := p.tx.log
+	return log != nil && p.h.indexDue(p.tx.State, log.Position)
 }
 
 // Stopped says whether the pipe takes no more batches: it must be closed.
@@ -240,8 +224,8 @@ func (p *Pipe) sync() {
 }
 
 // Close waits for the flights, and releases the lock. After every batch
-// was made durable, the handle keeps the state and refreshes the
-// checkpoint, unless the pipe stopped (then the state, which ran ahead of
+// was made durable, the handle keeps the state and writes the index when
+// due, unless the pipe stopped (then the state, which ran ahead of
 // the file or is unusable, is forgotten). After a failed fsync, the file is
 // cut back to what was durable, the handle forgets its state, and the
 // batches that fsync covered and every later one are answered with the
@@ -258,7 +242,7 @@ func (p *Pipe) Close() {
 	case failed == nil && stopped == nil:
 		if p.tx.log != nil {
 			p.h.pos = p.tx.log.Position
-			p.h.refreshCheckpoint(p.tx)
+			p.h.commitIndex(p.tx.State, p.tx.log.Position)
 		}
 		return
 	case failed == nil:

@@ -143,13 +143,13 @@ func TestPipeFsyncFails(t *testing.T) {
 	}
 }
 
-// TestAPipeSaysWhenToMoveOut: a server under steady load never finds its
-// pipe idle, so it closes it when Due says the checkpoint Close writes would
-// move tasks out of memory; without that, it held every task it decided.
-// Due comes once a batch's worth waits (not before, not again at once), and
-// after each Close the handle holds less than two batches.
-func TestAPipeSaysWhenToMoveOut(t *testing.T) {
-	const batch = 300 // SpillAfter: what a resident handle lets wait for a run
+// TestAPipeSaysWhenToWriteTheIndex: a server under steady load never finds
+// its pipe idle, so it closes it when Due says Close would write the index;
+// without that, it held every task it decided. Due comes once a batch's
+// worth waits (not before, not again at once), and after each Close the
+// handle holds less than two batches.
+func TestAPipeSaysWhenToWriteTheIndex(t *testing.T) {
+	const batch = 300 // SpillAfter: the most tasks a writer holds before it writes the index
 	path := filepath.Join(t.TempDir(), "q.wal")
 	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), Resident: true, SpillAfter: batch})
 	defer h.Close()
@@ -158,7 +158,7 @@ func TestAPipeSaysWhenToMoveOut(t *testing.T) {
 		fns[i] = addOne
 	}
 	inMemory := func() (n int) {
-		if err := h.Read(func(tx *store.Tx) error { n = tx.State.InMemoryCount(); return nil }); err != nil {
+		if err := h.Read(func(tx *store.Tx) error { n = tx.State.HotCount(); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		return n

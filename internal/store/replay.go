@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // pipeline applies records on a second goroutine while the scanning one
@@ -28,7 +29,8 @@ type decoded struct {
 	r      state.Record
 	index  int
 	offset int64
-	size   int // the record's body in bytes
+	size   int          // the record's body in bytes
+	after  wal.Position // where the WAL's valid prefix ends with it
 }
 
 const (

@@ -126,7 +126,7 @@ func (h *Handle) Replicate(recs []state.Record) (end int64, err error) {
 // Install makes the WAL hold data, a copy of another node's WAL: a WAL that
 // already begins with data is kept (raft restores the last snapshot on every
 // start, and the entries after it are skipped by Replicate); any other is
-// replaced atomically, and the caches that described it are removed.
+// replaced atomically, and the index that described it is removed.
 func (h *Handle) Install(data []byte) (kept bool, err error) {
 	have, err := os.ReadFile(h.opts.Path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -136,7 +136,7 @@ func (h *Handle) Install(data []byte) (kept bool, err error) {
 		return true, nil
 	}
 	h.forget()
-	if err := h.removeCaches(); err != nil {
+	if err := h.opts.FS.Remove(h.indexPath()); err != nil {
 		return false, err
 	}
 	if len(data) == 0 {

@@ -1,11 +1,11 @@
 // Package store is leasewal's unit of work. A Handle is opened once and used
 // for one operation (a one-shot command) or many (a worker loop, a server).
 // Each operation takes the WAL's lock, checks that the path still names the
-// locked file, catches up (a full replay; the checkpoint, its archive and the
-// tail after it; or only the records appended since the handle's own last
-// position, checked by the chained checksum), runs the caller's decision, and
-// commits its records: stamped with seq, time and actor in one place, applied
-// to the state, appended in one write and made durable by one fsync.
+// locked file, catches up (a full replay; the index and the tail after it;
+// or only the records appended since the handle's own last position, checked
+// by the chained checksum), runs the caller's decision, and commits its
+// records: stamped with seq, time and actor in one place, applied to the
+// state, appended in one write and made durable by one fsync.
 //
 // store knows files and caches, never how an answer looks; state knows the
 // rules, never files; wal knows frames, never tasks.
@@ -35,19 +35,19 @@ type Options struct {
 	Actor       string // stamped into every record, for audit only
 	Clock       Clock  // nil: the wall clock
 	Fault       *wal.Fault
-	// FullReplay never starts from the checkpoint: every record is replayed.
+	// FullReplay never starts from the index: every record is replayed.
 	FullReplay bool
 	// OnRecord, if set, sees each record the operation applies (all of them
-	// with FullReplay; else those after the checkpoint or the handle's last
+	// with FullReplay; else those after the index or the handle's last
 	// position) right after it is applied, with the operation: its State as
 	// of that record, and its Payload.
 	// Commands that read the records themselves (log, inspect of one task,
 	// --until) set FullReplay too; log --follow does not. ErrStop ends the
 	// replay there.
 	OnRecord func(state.Record, *Tx) error
-	// ReplayFrom, if set, is the first record OnRecord must see: a
-	// checkpoint is used only when it ends before that record (log --from,
-	// and each turn of a follow, need not replay the history before it).
+	// ReplayFrom, if set, is the first record OnRecord must see: the index
+	// is used only when it ends before that record (log --from, and each
+	// turn of a follow, need not replay the history before it).
 	ReplayFrom int64
 	// BeforeRecord, if set, sees each record of a full replay just before it
 	// is applied, with the state as of the record before (verify --expect
@@ -68,16 +68,14 @@ type Options struct {
 	// once at its end (done == total) whatever became of it.
 	Progress func(done, total int64)
 	// Resident says the handle serves many operations and keeps its state
-	// between them (a server, a worker loop): tasks in memory cost it nothing
-	// to load, so it writes a new cold set less often (coldDue).
+	// between them (a server, a worker loop): it writes the index less
+	// often (residentIndexTail).
 	Resident bool
 	// SpillAfter is how many tasks a replay from the WAL's start holds in
-	// memory before it moves them out to files (spill.go), and the most
-	// finished tasks a resident handle lets wait for a new run (an eighth
-	// of it unfinished ones: coldDue); 0: 65,536.
-	// SpillAfterBytes is how many bytes of records it reads before it does
-	// whatever the count, and how many a handle writes or reads before it
-	// writes a checkpoint and a new cold set whatever their rules; 0: 64 MiB.
+	// memory before it writes them into the index it builds, and the most a
+	// writer holds before it writes the index; 0: 65,536. SpillAfterBytes
+	// is how many bytes of records it reads before it does whatever the
+	// count; 0: 64 MiB.
 	SpillAfter      int
 	SpillAfterBytes int64
 }
@@ -88,16 +86,16 @@ type Handle struct {
 	opts Options
 	// cache is the state as of pos, kept between operations so that a long-lived
 	// handle reads only what was appended since. nil: start over.
-	cache        *state.State
-	pos          wal.Position
-	checkpointed int // records the checkpoint behind cache holds (0: none)
-	// checkpointedEnd and coldEnd are where the WAL ended when the last
-	// checkpoint, and the last cold set, were written or loaded: the bytes
-	// of records since bound what a resident handle holds (saveCheckpoint).
-	checkpointedEnd, coldEnd int64
-	mapped                   []mapping // the archives and cold sets mapped for the states it read
-	forceFull                bool      // the archive was found damaged: replay the WAL
-	closed                   bool
+	cache *state.State
+	pos   wal.Position
+	// indexed is where the index that cache reads its tasks from ends
+	// (Count 0: cache holds every task), and idx that index while an
+	// operation runs (index.go).
+	indexed   wal.Position
+	idx       *openIndex
+	forceFull bool // the index could not be trusted twice: replay the WAL
+	rebuilt   bool // an index was dropped: the next one is built from the WAL
+	closed    bool
 	// payloads reads back the payloads the state holds as where the WAL has
 	// them; it lets the file go when the handle forgets the state.
 	payloads payloadFile
@@ -130,11 +128,9 @@ func (h *Handle) Close() {
 
 // forget drops the cached state: the next operation starts over.
 func (h *Handle) forget() {
-	for _, m := range h.mapped {
-		h.letGo(m)
-	}
+	h.idx.close()
 	h.payloads.close()
-	h.cache, h.pos, h.checkpointed, h.checkpointedEnd, h.coldEnd, h.mapped = nil, wal.Position{}, 0, 0, 0, nil
+	h.cache, h.pos, h.indexed, h.idx = nil, wal.Position{}, wal.Position{}, nil
 }
 
 func (h *Handle) warn(format string, args ...any) {
@@ -250,11 +246,8 @@ func (h *Handle) do(mode wal.Mode, fn func(*Tx) error) error {
 			h.forget()
 			continue
 		}
-		if errors.Is(err, state.ErrArchive) && !h.forceFull {
-			h.forget()
-			h.dropCheckpoint()
-			h.warn("%v; replaying the whole WAL instead", err)
-			h.forceFull = true
+		if errors.Is(err, state.ErrSource) && !h.forceFull {
+			h.distrust(err)
 			continue
 		}
 		if err != nil {
@@ -264,20 +257,18 @@ func (h *Handle) do(mode wal.Mode, fn func(*Tx) error) error {
 		err = tx.settleTentative(fn(tx))
 		if damage := tx.State.Damage(); damage != nil {
 			tx.end()
-			h.forget()
-			h.dropCheckpoint()
-			if len(tx.Committed) == 0 {
-				h.warn("%v; replaying the whole WAL instead", damage)
-				h.forceFull = true
+			if len(tx.Committed) == 0 && !h.forceFull {
+				h.distrust(damage)
 				continue
 			}
+			h.forget()
 			return err
 		}
 		switch {
 		case tx.diverged != nil:
 			h.forget()
 		case mode == wal.Write && err == nil && tx.log != nil:
-			h.refreshCheckpoint(tx)
+			h.commitIndex(tx.State, tx.log.Position)
 		}
 		tx.end()
 		if errors.Is(err, wal.ErrCreateRace) {
@@ -289,10 +280,28 @@ func (h *Handle) do(mode wal.Mode, fn func(*Tx) error) error {
 	return fmt.Errorf("the WAL %s kept being created or replaced while this command waited; retry", h.opts.Path)
 }
 
+// distrust drops an index that gave damage, and the state read from it:
+// the operation runs again on a replay of the WAL, which builds the index
+// anew; damage once more, and it replays the WAL without one.
+func (h *Handle) distrust(damage error) {
+	h.forget()
+	if h.rebuilt {
+		h.forceFull = true
+		h.warn("%v; replaying the whole WAL", damage)
+		return
+	}
+	h.rebuilt = true
+	h.dropIndex(damage)
+}
+
+// end closes what the operation held: the WAL, and the index (a resident
+// handle's state reads it again at its next operation, reopenIndex).
 func (tx *Tx) end() {
 	if tx.log != nil {
 		tx.log.Close()
 	}
+	tx.h.idx.close()
+	tx.h.idx = nil
 }
 
 // fullReplay reports whether every operation must replay every record.
@@ -311,19 +320,18 @@ func (h *Handle) begin(mode wal.Mode) (*Tx, error) {
 			return nil, &NodeOwnedError{Path: h.opts.Path, Mark: *mark}
 		}
 	}
+	if h.cache != nil && h.cache.HasSource() && h.idx == nil && !h.reopenIndex() {
+		h.forget() // the index it read is gone, or is no longer what it was built on
+	}
 	if h.cache == nil && !h.fullReplay() {
-		if st, pos, maps, ok := h.loadCheckpoint(); ok && (h.opts.ReplayFrom == 0 || st.LastSeq() < h.opts.ReplayFrom) { // seqs, not frames: a base is a few frames standing for many records
-			h.cache, h.pos, h.checkpointed, h.checkpointedEnd, h.coldEnd = st, pos, pos.Count, pos.End, pos.End
-			h.mapped = append(h.mapped, maps...)
-		} else if ok {
-			for _, m := range maps {
-				m.release()
-			}
-		}
+		h.loadIndex()
 	}
 	tx, err := h.catchUp(mode)
 	if errors.Is(err, wal.ErrStalePosition) {
-		h.forget() // the checkpoint or the handle's position no longer describes the WAL
+		h.forget() // the index or the handle's position no longer describes the WAL
+		if h.indexed.Count == 0 {
+			h.rebuilt = true // an index of another WAL: the replay builds this one's
+		}
 		tx, err = h.catchUp(mode)
 	}
 	if err != nil {
@@ -337,34 +345,31 @@ func (h *Handle) begin(mode wal.Mode) (*Tx, error) {
 }
 
 // catchUp opens and locks the WAL and applies the records after the cached
-// position (all of them when nothing is cached).
+// position (all of them when nothing is cached, building the index as it
+// goes).
 func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	st, step := h.cache, (func(state.Record) error)(nil)
+	var build *builder
 	switch {
 	case h.opts.Verifier != nil:
 		st, step = h.opts.Verifier.State, h.opts.Verifier.Step
+		h.pos = wal.Position{}
+		build = h.newBuilder(true)
 	case st == nil:
 		st = state.New()
-		h.pos = wal.Position{}
+		h.pos, h.indexed = wal.Position{}, wal.Position{}
+		build = h.newBuilder(h.fullReplay())
 	}
 	if step == nil {
 		step = st.Apply
 	}
 	tx := &Tx{State: st, h: h}
-	var spills *spiller
-	// Every replay from the start spills (spill.go): a verifier's, and one
-	// whose hooks see the state record by record (they read it through its
-	// methods, which answer alike; the files stay mapped until the handle
-	// forgets the state or closes).
-	if h.pos.Count == 0 {
-		spills = newSpiller(h, mode == wal.Write && !h.fullReplay())
-	}
 	apply := func(d decoded) error {
 		if d.r.Type.IsBase() { // the hooks see the records, not the base that stands for some
 			if err := step(d.r); err != nil {
 				return &DamageError{Seq: int64(d.index), Offset: d.offset, Err: err}
 			}
-			spills.check(st, d.size) // a base's tasks load as its parts are read
+			build.check(st, d.size, d.after)
 			return nil
 		}
 		if h.opts.BeforeRecord != nil {
@@ -375,7 +380,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		if err := step(d.r); err != nil {
 			return &DamageError{Seq: int64(d.index), Offset: d.offset, Err: err}
 		}
-		spills.check(st, d.size)
+		build.check(st, d.size, d.after)
 		if h.opts.OnRecord != nil {
 			if err := h.opts.OnRecord(d.r, tx); err != nil && !errors.Is(err, ErrStop) {
 				return &hookError{err}
@@ -386,7 +391,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		return nil
 	}
 	// A replay from the start decodes on one core and applies on the other;
-	// a catch-up from a position (a checkpoint, or the handle's own) reads a
+	// a catch-up from a position (the index's, or the handle's own) reads a
 	// short tail, which is not worth a goroutine and its buffers.
 	var p *pipeline
 	add := apply
@@ -402,7 +407,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		if err != nil {
 			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
 		}
-		return add(decoded{r: r, index: f.Index, offset: f.Offset, size: len(f.Body)})
+		return add(decoded{r: r, index: f.Index, offset: f.Offset, size: len(f.Body), after: f.After})
 	})
 	if p != nil {
 		if applyErr := p.finish(); applyErr != nil { // it is about an earlier record than any error of the scan
@@ -411,6 +416,10 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 			}
 			log, err = nil, applyErr
 		}
+	}
+	if err == nil && st.Damage() != nil {
+		log.Close()
+		log, err = nil, st.Damage()
 	}
 	switch {
 	case errors.Is(err, ErrStop): // the caller has read what it needs; the file is closed
@@ -422,12 +431,15 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		h.cache = st
 	case err != nil:
 		h.cache = nil
+		h.idx.close()
+		h.idx = nil
 		return nil, h.openError(err)
 	default:
 		tx.log = log
 		log.Route(seamOf(h.opts.FS))
 		log.Inject(h.opts.Fault)
 		h.cache, h.pos = st, log.Position
+		build.finish(st, log.Position)
 		if log.Torn != nil && mode == wal.Read {
 			h.warn("ignoring %d bytes at offset %d after the last complete record (an append that never finished, so never acknowledged); the next writing command cuts them and keeps them in %s.torn-%d",
 				log.Torn.Length, log.Torn.Offset, h.opts.Path, log.Torn.Offset)

@@ -133,61 +133,45 @@ func TestOneWriteOneFsyncPerCommand(t *testing.T) {
 	}
 }
 
-// TestCacheFailuresNeverFailAnOperation: the checkpoint and archive are
-// caches; a write of either that fails is a warning, the operation stands,
-// and the next handle answers as a full replay does.
-func TestCacheFailuresNeverFailAnOperation(t *testing.T) {
-	for _, failing := range []string{store.CheckpointSuffix, store.ArchiveSuffix} {
-		t.Run(failing, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "q.wal")
-			fails := func(p string) bool { return strings.HasPrefix(filepath.Base(p), "q.wal"+failing) }
-			fsys := &countingFS{failWriteFile: fails}
-			var warnings []string
-			ticking := func(lastAt int64) (int64, error) { return max(t0, lastAt+1000), nil }
-			h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: ticking, FS: fsys,
-				Warn: func(msg string) { warnings = append(warnings, msg) }})
-			defer h.Close()
-			for i := range 400 { // past the checkpoint rule; tasks die at once, so finished ones pile up for the archive
-				if err := h.Write(func(tx *store.Tx) error {
-					d, err := tx.State.DecideSubmit(state.Submit{Payload: fmt.Sprint("p", i), Window: state.Duration(time.Millisecond), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
-					if err != nil {
-						return err
-					}
-					if err := tx.Commit(d.Records); err != nil {
-						return err
-					}
-					return tx.Commit(tx.State.DecideExpire(tx.Now).Records) // the task before is DEAD now
-				}); err != nil {
-					t.Fatalf("operation %d failed because a cache could not be written: %v", i, err)
-				}
+// TestIndexFailuresNeverFailAnOperation: the index is derived state; where
+// it cannot be written (its name taken by a directory), each write is a
+// warning at most, the operation stands, and every handle answers as a
+// full replay does.
+func TestIndexFailuresNeverFailAnOperation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	if err := os.Mkdir(path+store.IndexSuffix, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	ticking := func(lastAt int64) (int64, error) { return max(t0, lastAt+1000), nil }
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: ticking, Warn: func(msg string) { warnings = append(warnings, msg) }})
+	defer h.Close()
+	for i := range store.IndexAfter + 2*store.IndexTail { // past the index's rules; tasks die at once, so finished ones pile up
+		if err := h.Write(func(tx *store.Tx) error {
+			d, err := tx.State.DecideSubmit(state.Submit{Payload: fmt.Sprint("p", i), Window: state.Duration(time.Millisecond), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+			if err != nil {
+				return err
 			}
-			attempts := 0
-			for name, n := range fsys.writeFileAttempts {
-				if fails(name) {
-					attempts += n
-				}
+			if err := tx.Commit(d.Records); err != nil {
+				return err
 			}
-			if attempts == 0 || len(warnings) == 0 {
-				t.Fatalf("no %s write was attempted (%v) or no warning given (%q)", failing, fsys.writeFileAttempts, warnings)
-			}
-			if !strings.Contains(warnings[0], "commands stay correct") {
-				t.Fatalf("warning: %q", warnings[0])
-			}
-			fresh := store.Open(store.Options{Path: path, LockTimeout: time.Second, FullReplay: true})
-			defer fresh.Close()
-			var want, got int64
-			fresh.Read(func(tx *store.Tx) error { want = tx.State.LastSeq(); return nil })
-			again := store.Open(store.Options{Path: path, LockTimeout: time.Second})
-			defer again.Close()
-			again.Read(func(tx *store.Tx) error { got = tx.State.LastSeq(); return nil })
-			if want < 400 || got != want {
-				t.Fatalf("after failed cache writes: %d records by full replay, %d by the next handle", want, got)
-			}
-		})
+			return tx.Commit(tx.State.DecideExpire(tx.Now).Records) // the task before is DEAD now
+		}); err != nil {
+			t.Fatalf("operation %d failed because the index could not be written: %v", i, err)
+		}
+	}
+	if len(warnings) == 0 {
+		t.Fatal("no warning that the index could not be written")
+	}
+	now := t0 + int64(48*time.Hour/time.Millisecond)
+	want := replayedAnswers(t, path, now)
+	for _, writing := range []bool{false, true} {
+		if got := answersAt(t, path, now, writing, store.Options{}); got != want {
+			t.Fatalf("writing %v: without an index, a command answers differently from a full replay", writing)
+		}
 	}
 }
 
-// TestTornTailKeepsakeFailure: a writer that cannot save the torn tail it
 // must cut appends nothing and says why; the WAL is as it was.
 func TestTornTailKeepsakeFailure(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
@@ -326,11 +310,15 @@ func TestReplacedWhileWaitingForTheLock(t *testing.T) {
 // TestArchiveTruncatedInPlaceIsDamageNotACrash: the archive is mapped; a
 // truncation in place under a command that reads it (another program, an
 // operator's mistake) makes the read fault. The fault is taken as damage: the
-// operation is replayed from the WAL and answers as a full replay does.
-func TestArchiveTruncatedInPlaceIsDamageNotACrash(t *testing.T) {
-	withArchive, _ := archivedPair(t)
+// TestIndexTruncatedInPlaceIsDamageNotACrash: a resident handle reads
+// tasks from the index's mapped file; cut in place under it (another
+// process truncating it), a read of a page gone is damage, said in a
+// warning, and the handle answers from the WAL, never crashes.
+func TestIndexTruncatedInPlaceIsDamageNotACrash(t *testing.T) {
+	path := backlogWAL(t, t.TempDir(), 3000, 300)
+	answersAt(t, path, t0, true, store.Options{}) // builds the index
 	var warnings []string
-	h := store.Open(store.Options{Path: withArchive, LockTimeout: time.Second, Warn: func(m string) { warnings = append(warnings, m) }})
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Resident: true, Warn: func(m string) { warnings = append(warnings, m) }})
 	defer h.Close()
 	count := func() int {
 		var n int
@@ -343,12 +331,26 @@ func TestArchiveTruncatedInPlaceIsDamageNotACrash(t *testing.T) {
 		}
 		return n
 	}
-	want := count() // the checkpoint and its mapped archive are now the handle's
-	if err := os.Truncate(runOf(t, withArchive, store.ArchiveSuffix), 0); err != nil {
+	want := count() // the index is the handle's now
+	cut, got := false, 0
+	if err := h.Read(func(tx *store.Tx) error {
+		if !cut {
+			cut = true
+			if err := os.Truncate(path+store.IndexSuffix, 8192); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tasks, err := tx.State.Tasks() // pages of the index's mapping are gone under the first read
+		got = len(tasks)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := count(); got != want || len(warnings) == 0 || !strings.Contains(strings.Join(warnings, " "), "faulted") {
-		t.Fatalf("after truncating the archive in place: %d tasks (want %d), warnings %q", got, want, warnings)
+	if got != want || !strings.Contains(strings.Join(warnings, " "), "damaged") {
+		t.Fatalf("after the index was cut in place: %d tasks, want %d (warnings %q)", got, want, warnings)
+	}
+	if got := count(); got != want {
+		t.Fatalf("the operation after: %d tasks, want %d", got, want)
 	}
 }
 

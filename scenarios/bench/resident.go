@@ -99,12 +99,12 @@ func statusKB(pid int, field string) int64 {
 	return 0
 }
 
-// besideWAL is the bytes and the number of the cache files beside a WAL
-// (store.Caches: its checkpoint and the runs of its archive and cold set).
+// besideWAL is the bytes and the number of the files the store keeps
+// beside a WAL (store.Beside: its index).
 func besideWAL(wal string) (bytes int64, files int) {
-	caches := store.Caches(wal)
-	for _, path := range caches {
+	beside := store.Beside(wal)
+	for _, path := range beside {
 		bytes += statSize(path)
 	}
-	return bytes, len(caches)
+	return bytes, len(beside)
 }

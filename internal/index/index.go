@@ -1,0 +1,266 @@
+// Package index keeps the state the WAL's records build, derived and
+// disposable, in a bbolt database beside the WAL (<wal>.index), so that a
+// command reads the few tasks it needs instead of replaying the WAL: the
+// way etcd keeps its applied state in bbolt beside its raft log. The WAL
+// stays the only truth: the index says which of its records it holds (meta:
+// the position after them, checked against the WAL's chained checksum
+// there), a command replays the records after that into memory, and an
+// index that cannot be trusted is built again from the WAL.
+//
+// Buckets, each a reader can name:
+//
+//	meta        schema, position, seq; the head (state.Head: counters, base,
+//	            domains, redactions, limits, record counts, pauses, schedules)
+//	tasks       number (8 bytes, big-endian: creation order) -> the task
+//	live        number -> nothing, for each task unfinished as recorded
+//	submits     request id -> number
+//	leases      lease id -> number
+//	lease_reqs  lease request id -> number
+//	order       queue, 0, 1000-priority (2 bytes), number -> from, to, leased:
+//	            each queue's unfinished tasks in lease order
+//	lapse       time, number: when time alone ends a task's lease or window
+//	wake        time, number: when a waiting task becomes eligible
+//	ended       time, number: the finished tasks by when they ended
+//
+// state knows the rules and these keys' meaning (Task.Order, LapseAt,
+// WakeAt); this package knows bytes and bbolt, never a rule.
+package index
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"runtime/debug"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
+)
+
+// Schema is the layout's version: an index of another is built again,
+// never misread.
+const Schema = 1
+
+// Suffix is the index's name beside its WAL.
+const Suffix = ".index"
+
+var (
+	bMeta      = []byte("meta")
+	bTasks     = []byte("tasks")
+	bLive      = []byte("live")
+	bSubmits   = []byte("submits")
+	bLeases    = []byte("leases")
+	bLeaseReqs = []byte("lease_reqs")
+	bOrder     = []byte("order")
+	bLapse     = []byte("lapse")
+	bWake      = []byte("wake")
+	bEnded     = []byte("ended")
+	buckets    = [][]byte{bMeta, bTasks, bLive, bSubmits, bLeases, bLeaseReqs, bOrder, bLapse, bWake, bEnded}
+
+	kSchema   = []byte("schema")
+	kPosition = []byte("position")
+	kSeq      = []byte("seq")
+	kHead     = []byte("head")
+)
+
+// ErrNoIndex is an index that is not there, or not one this version reads.
+var ErrNoIndex = errors.New("no usable index")
+
+// ErrLocked is an index another process held open for writing (or, to open
+// it for writing, for reading) all the time given.
+var ErrLocked = errors.New("the index is in use by another process")
+
+// Meta is what an index says of the records it holds: those of the WAL
+// before Position (checked there against the WAL's chained checksum), the
+// last of them of seq Seq.
+type Meta struct {
+	Position wal.Position
+	Seq      int64
+}
+
+// DB is an open index.
+type DB struct {
+	db *bolt.DB
+}
+
+// Open opens the index at path, read-only or for writing (creating it), waiting
+// at most timeout for the lock of a process that has it open for writing.
+// A missing index read-only is ErrNoIndex; damage is an error of its own
+// (the caller builds the index again). bbolt panics on some damage: that is
+// caught and said as an error.
+func Open(path string, writing bool, timeout time.Duration) (db *DB, err error) {
+	if !writing {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, ErrNoIndex
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			db, err = nil, fmt.Errorf("the index %s is damaged: %v", path, p)
+		}
+	}()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("opening the index %s: %w", path, ErrLocked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening the index %s: %w", path, err)
+	}
+	if writing {
+		if err := b.Update(func(tx *bolt.Tx) error {
+			for _, name := range buckets {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("preparing the index %s: %w", path, err)
+		}
+	}
+	return &DB{db: b}, nil
+}
+
+// CopyTo writes the whole index as one read transaction sees it (a backup).
+func (d *DB) CopyTo(w io.Writer) error {
+	return guard(func() error {
+		return d.db.View(func(tx *bolt.Tx) error {
+			_, err := tx.WriteTo(w)
+			return err
+		})
+	})
+}
+
+// Close closes the index.
+func (d *DB) Close() error { return d.db.Close() }
+
+// Path is the index's file.
+func (d *DB) Path() string { return d.db.Path() }
+
+// Meta is what the index holds: its meta and head; ErrNoIndex for an
+// empty index or one of another schema.
+func (d *DB) Meta() (m Meta, head []byte, err error) {
+	err = guard(func() error {
+		return d.db.View(func(tx *bolt.Tx) error {
+			b := tx.Bucket(bMeta)
+			if b == nil {
+				return ErrNoIndex
+			}
+			if s := b.Get(kSchema); len(s) != 8 || binary.BigEndian.Uint64(s) != Schema {
+				return ErrNoIndex
+			}
+			var ok bool
+			if m.Position, ok = decodePosition(b.Get(kPosition)); !ok {
+				return ErrNoIndex
+			}
+			seq := b.Get(kSeq)
+			if len(seq) != 8 {
+				return ErrNoIndex
+			}
+			m.Seq = int64(binary.BigEndian.Uint64(seq))
+			head = bytes.Clone(b.Get(kHead))
+			return nil
+		})
+	})
+	return m, head, err
+}
+
+// guard runs fn, saying a bbolt panic (a damaged file), or a fault on a
+// page of its mapping gone (the file cut under it), as an error.
+func guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the index is damaged: %v", p)
+		}
+	}()
+	return fn()
+}
+
+func encodePosition(p wal.Position) []byte {
+	var b []byte
+	for _, v := range []uint64{uint64(p.Count), uint64(p.End), uint64(p.LastSum), uint64(p.LastOffset), uint64(p.Generation)} {
+		b = binary.AppendUvarint(b, v)
+	}
+	return b
+}
+
+func decodePosition(b []byte) (wal.Position, bool) {
+	var v [5]uint64
+	for i := range v {
+		x, n := binary.Uvarint(b)
+		if n <= 0 {
+			return wal.Position{}, false
+		}
+		v[i], b = x, b[n:]
+	}
+	return wal.Position{Count: int(v[0]), End: int64(v[1]), LastSum: uint32(v[2]), LastOffset: int64(v[3]), Generation: uint32(v[4])}, len(b) == 0
+}
+
+var crc = crc32.MakeTable(crc32.Castagnoli)
+
+// sealed is a task's encoding with a CRC32C of its number and of it: a
+// byte of the index flipped (bbolt checks no page of data) is found when
+// the task is read, never taken for a task.
+func sealed(n int64, body []byte) []byte {
+	sum := crc32.Update(crc32.Checksum(num(n), crc), crc, body)
+	return binary.BigEndian.AppendUint32(body, sum)
+}
+
+// unseal checks and decodes what sealed wrote for task number n.
+func unseal(n int64, b []byte) (*state.Task, error) {
+	if len(b) < 4 {
+		return nil, &damageError{what: fmt.Sprintf("task %d is missing or cut short", n)}
+	}
+	body := b[:len(b)-4]
+	if crc32.Update(crc32.Checksum(num(n), crc), crc, body) != binary.BigEndian.Uint32(b[len(body):]) {
+		return nil, &damageError{what: fmt.Sprintf("task %d does not match its checksum", n)}
+	}
+	t, err := state.DecodeTask(body)
+	if err != nil {
+		return nil, err
+	}
+	if state.Number(t.ID) != n {
+		return nil, &damageError{what: fmt.Sprintf("the task kept as number %d is %s", n, t.ID)}
+	}
+	return t, nil
+}
+
+// num is a task number as a key: big-endian, so keys sort in creation order.
+func num(n int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(n)) }
+
+// timeKey is a time and a task number as a key, in time order (negative
+// times included: the years before 1970).
+func timeKey(at, n int64) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(at)^(1<<63))
+	return binary.BigEndian.AppendUint64(b, uint64(n))
+}
+
+func keyTime(k []byte) int64 { return int64(binary.BigEndian.Uint64(k) ^ (1 << 63)) }
+
+// orderKey is a task's key in its queue's lease order: the queue, a zero
+// byte (no name holds one), then higher priorities first, then older.
+func orderKey(queue string, priority int, n int64) []byte {
+	b := append([]byte(queue), 0)
+	b = binary.BigEndian.AppendUint16(b, uint16(state.MaxPriority-priority))
+	return binary.BigEndian.AppendUint64(b, uint64(n))
+}
+
+func orderValue(e state.OrderEntry) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(e.From))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.To))
+	if e.Leased {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+var _ state.Source = (*Reader)(nil)

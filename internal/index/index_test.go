@@ -1,0 +1,345 @@
+package index
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
+)
+
+const t0 = int64(1767225600000) // 2026-01-01T00:00:00Z
+
+// history is a random history decided and applied by state: tasks in a few
+// queues and priorities, with and without windows, delayed, leased,
+// extended, completed, failed, expired, aborted, redacted and requeued.
+func history(t *testing.T, seed uint64, steps int) []state.Record {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 3))
+	s, now := state.New(), t0
+	var recs []state.Record
+	commit := func(d state.Decision, err error) {
+		if err != nil || len(d.Records) == 0 {
+			return
+		}
+		for _, r := range d.Records {
+			r.Seq, r.At = s.LastSeq()+1, now
+			if err := s.Apply(r); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			recs = append(recs, r)
+		}
+	}
+	queues := []string{"default", "mail", "img"}
+	for range steps {
+		now += int64(rng.IntN(20_000))
+		live := s.Live()
+		var task *state.Task
+		if len(live) > 0 {
+			task = live[rng.IntN(len(live))]
+		}
+		switch op := rng.IntN(10); {
+		case op < 3 || task == nil:
+			window := state.NoWindow
+			if rng.IntN(2) == 0 {
+				window = state.Duration(time.Duration(30+rng.IntN(300)) * time.Second)
+			}
+			commit(s.DecideSubmit(state.Submit{Payload: fmt.Sprint("p", rng.IntN(9)), Window: window, Queue: queues[rng.IntN(3)], Priority: rng.IntN(5) - 2,
+				Delay: time.Duration(rng.IntN(2)*rng.IntN(60)) * time.Second, Policy: state.RetryPolicy{MaxAttempts: 1 + rng.IntN(3), Backoff: state.Duration(time.Second), BackoffMax: state.Duration(time.Minute)}}, now))
+		case op < 5:
+			req := ""
+			if rng.IntN(2) == 0 {
+				req = fmt.Sprint("lr", rng.IntN(50))
+			}
+			commit(s.DecideLease(state.LeaseRequest{Worker: fmt.Sprint("W", rng.IntN(3)), Duration: time.Duration(5+rng.IntN(60)) * time.Second, RequestID: req}, now))
+		case op < 7 && task.Lease != nil:
+			commit(s.DecideComplete(task.ID, task.Lease.ID, "", now))
+		case op < 8 && task.Lease != nil:
+			commit(s.DecideFail(task.ID, task.Lease.ID, "boom", rng.IntN(3) == 0, now))
+		case op < 9:
+			commit(s.DecideExpire(now), nil)
+		default:
+			switch rng.IntN(3) {
+			case 0:
+				commit(s.DecideAbort(task.ID, "no", now))
+			case 1:
+				commit(s.DecideRedact(task.ID, "pii", now))
+			default:
+				for _, old := range mustTasks(t, s) {
+					if old.State.Terminal() {
+						commit(s.DecideRequeue(old.ID, "", now))
+						break
+					}
+				}
+			}
+		}
+	}
+	return recs
+}
+
+func mustTasks(t *testing.T, s *state.State) []*state.Task {
+	t.Helper()
+	tasks, err := s.Tasks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tasks
+}
+
+// TestTheIndexHoldsTheTasks: a state written into the index at random
+// records (its hot tasks each time, as a replay and a writer write them)
+// and read back from it, holds at the end what a full replay holds: every
+// task byte for byte, the unfinished ones, every id, each queue's lease
+// order, the times time ends something and a waiting task wakes, and the
+// head.
+func TestTheIndexHoldsTheTasks(t *testing.T) {
+	histories := 60
+	if testing.Short() {
+		histories = 15
+	}
+	for seed := range uint64(histories) {
+		recs := history(t, seed, 300)
+		full := state.New()
+		for _, r := range recs {
+			if err := full.Apply(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db, err := Open(filepath.Join(t.TempDir(), "q.wal.index"), true, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(seed, 5))
+		st := state.New()
+		var r *Reader
+		write := func() {
+			if r != nil {
+				r.Close()
+			}
+			if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: int(st.LastSeq())}, Seq: st.LastSeq()}); err != nil {
+				t.Fatal(err)
+			}
+			if r, err = db.Read(); err != nil {
+				t.Fatal(err)
+			}
+			st.Flushed(r)
+		}
+		for _, rec := range recs {
+			if err := st.Apply(rec); err != nil {
+				t.Fatalf("seed %d: record %d over the index: %v", seed, rec.Seq, err)
+			}
+			if rng.IntN(12) == 0 {
+				write()
+			}
+		}
+		write()
+		checkHolds(t, seed, r, full)
+		meta, head, err := db.Meta()
+		if err != nil || meta.Seq != full.LastSeq() || !bytes.Equal(head, full.Head()) {
+			t.Fatalf("seed %d: meta %+v %v; the head is the state's: %v", seed, meta, err, bytes.Equal(head, full.Head()))
+		}
+		r.Close()
+		db.Close()
+	}
+}
+
+// checkHolds compares what the index answers with what the tasks of a
+// full replay say, by plain loops over them.
+func checkHolds(t *testing.T, seed uint64, r *Reader, full *state.State) {
+	t.Helper()
+	tasks := mustTasks(t, full)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("seed %d: "+format, append([]any{seed}, args...)...)
+	}
+	var got, unfinished [][]byte
+	if err := r.Each(false, func(task *state.Task) bool { got = append(got, state.EncodeTask(task)); return true }); err != nil {
+		fail("%v", err)
+	}
+	if err := r.Each(true, func(task *state.Task) bool { unfinished = append(unfinished, state.EncodeTask(task)); return true }); err != nil {
+		fail("%v", err)
+	}
+	var want, wantUnfinished [][]byte
+	queues := map[string][]state.OrderEntry{}
+	type due struct{ at, n int64 }
+	var lapses, wakes []due
+	for _, task := range tasks {
+		n := state.Number(task.ID)
+		want = append(want, state.EncodeTask(task))
+		if stored, err := r.Task(n); err != nil || !bytes.Equal(state.EncodeTask(stored), state.EncodeTask(task)) {
+			fail("%s read by number differs (%v)", task.ID, err)
+		}
+		for _, key := range []struct {
+			lookup func(string) (int64, error)
+			id     string
+		}{{r.Submitted, task.RequestID}} {
+			if got, err := key.lookup(key.id); err != nil || got != n {
+				fail("request id %s names task %d, want %d (%v)", key.id, got, n, err)
+			}
+		}
+		for _, a := range task.Attempts {
+			if got, _ := r.LeaseOwner(a.LeaseID); got != n {
+				fail("lease %s names task %d, want %d", a.LeaseID, got, n)
+			}
+			if a.RequestID != "" {
+				if got, _ := r.LeaseRequested(a.RequestID); got != n {
+					fail("lease request %s names task %d, want %d", a.RequestID, got, n)
+				}
+			}
+		}
+		if task.State.Terminal() {
+			continue
+		}
+		wantUnfinished = append(wantUnfinished, state.EncodeTask(task))
+		queues[task.Queue] = append(queues[task.Queue], task.Order(n))
+		if at := task.LapseAt(); at != 0 {
+			lapses = append(lapses, due{at, n})
+		}
+		if at := task.WakeAt(); at != 0 {
+			wakes = append(wakes, due{at, n})
+		}
+	}
+	if !slices.EqualFunc(got, want, bytes.Equal) || !slices.EqualFunc(unfinished, wantUnfinished, bytes.Equal) {
+		fail("%d tasks and %d unfinished listed, want %d and %d", len(got), len(unfinished), len(want), len(wantUnfinished))
+	}
+	if n, _ := r.Submitted("nobody"); n != 0 {
+		fail("an unknown request id names task %d", n)
+	}
+	if task, _ := r.Task(1 << 40); task != nil {
+		fail("an unknown number names %s", task.ID)
+	}
+	names, err := r.Queues()
+	if err != nil || !slices.Equal(names, slices.Sorted(maps.Keys(queues))) {
+		fail("queues %v (%v), want %v", names, err, slices.Sorted(maps.Keys(queues)))
+	}
+	for q, order := range queues {
+		slices.SortFunc(order, func(a, b state.OrderEntry) int {
+			return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Num, b.Num))
+		})
+		var listed []state.OrderEntry
+		if err := r.Queued(q, func(e state.OrderEntry) bool { listed = append(listed, e); return true }); err != nil || !slices.Equal(listed, order) {
+			fail("queue %s in lease order:\n%+v\nwant\n%+v", q, listed, order)
+		}
+	}
+	byTime := func(a, b due) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.n, b.n)) }
+	slices.SortFunc(lapses, byTime)
+	upcoming := slices.SortedFunc(slices.Values(append(slices.Clone(lapses), wakes...)), byTime)
+	for _, at := range []int64{t0 - 1, t0 + 60_000, t0 + 600_000, t0 + 3_600_000, state.MaxTime} {
+		var got, want []due
+		for _, d := range lapses {
+			if d.at <= at {
+				want = append(want, d)
+			}
+		}
+		if err := r.Lapsing(at, func(n int64) bool { got = append(got, due{0, n}); return true }); err != nil {
+			fail("%v", err)
+		}
+		if len(got) != len(want) || slices.ContainsFunc(got, func(g due) bool { return !slices.ContainsFunc(want, func(w due) bool { return w.n == g.n }) }) {
+			fail("lapsing by %d: %v, want %v", at, got, want)
+		}
+		got, want = nil, nil
+		for _, d := range upcoming {
+			if d.at > at {
+				want = append(want, d)
+			}
+		}
+		if err := r.Upcoming(at, func(when, n int64) bool { got = append(got, due{when, n}); return true }); err != nil {
+			fail("%v", err)
+		}
+		if !slices.Equal(got, want) {
+			fail("upcoming after %d: %v, want %v", at, got, want)
+		}
+	}
+}
+
+// TestAnIndexItCannotReadIsNone: an index of another schema, an empty
+// file, and damaged copies of a good one (bytes flipped, cut short, pages
+// zeroed) never panic and never answer: opening, its meta or a read say
+// it cannot be used.
+func TestAnIndexItCannotReadIsNone(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.index")
+	db, err := Open(good, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := state.New()
+	for _, r := range history(t, 1, 300) {
+		if err := st.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: 300, End: 9000}, Seq: st.LastSeq()}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := Open(filepath.Join(dir, "none.index"), false, 0); err != ErrNoIndex {
+		t.Fatalf("a missing index: %v", err)
+	}
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := map[string][]byte{"empty": {}, "cut short": data[:len(data)/3], "another schema": nil}
+	for i := 0; i < len(data); i += len(data) / 12 {
+		flipped := bytes.Clone(data)
+		for j := i; j < min(i+64, len(flipped)); j++ {
+			flipped[j] ^= 0x5a
+		}
+		damaged[fmt.Sprint("flipped at ", i)] = flipped
+		zeroed := bytes.Clone(data)
+		clear(zeroed[i:min(i+4096, len(zeroed))])
+		damaged[fmt.Sprint("zeroed at ", i)] = zeroed
+	}
+	for name, b := range damaged {
+		path := filepath.Join(dir, "damaged.index")
+		if name == "another schema" {
+			db, _ := Open(path, true, 0)
+			if err := db.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put(kSchema, []byte{0, 0, 0, 0, 0, 0, 0, 9}) }); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+		} else if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		usable := readsWhole(path, st) // a damaged page may be a free one: then it reads whole, as it should
+		os.Remove(path)
+		if usable && (name == "another schema" || name == "empty" || name == "cut short") {
+			t.Fatalf("%s: the index was read", name)
+		}
+	}
+}
+
+// readsWhole reports whether the index at path opens and reads as the
+// state's, without a panic: damage is an error, or no answer at all.
+func readsWhole(path string, st *state.State) bool {
+	db, err := Open(path, false, 0)
+	if err != nil {
+		return false
+	}
+	defer db.Close()
+	if _, _, err := db.Meta(); err != nil {
+		return false
+	}
+	r, err := db.Read()
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	n := 0
+	if err := r.Each(false, func(*state.Task) bool { n++; return true }); err != nil {
+		return false
+	}
+	tasks, _ := st.Tasks()
+	return n == len(tasks)
+}

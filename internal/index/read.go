@@ -1,0 +1,241 @@
+package index
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasewal/leasewal/state"
+)
+
+// Reader is a read transaction of the index: the state.Source of the
+// tasks it holds. It must be closed before the index is written or closed
+// (bbolt cannot grow its file under an open read transaction).
+type Reader struct {
+	tx     *bolt.Tx
+	tasks  *bolt.Bucket
+	cached map[int64]*state.Task // decoded in this transaction
+}
+
+// Read begins a read transaction.
+func (d *DB) Read() (r *Reader, err error) {
+	err = guard(func() error {
+		tx, err := d.db.Begin(false)
+		if err != nil {
+			return err
+		}
+		r = &Reader{tx: tx, tasks: tx.Bucket(bTasks), cached: map[int64]*state.Task{}}
+		if r.tasks == nil {
+			tx.Rollback()
+			return ErrNoIndex
+		}
+		return nil
+	})
+	return r, err
+}
+
+// Close ends the transaction.
+func (r *Reader) Close() { _ = r.tx.Rollback() }
+
+// maxCached bounds the tasks a transaction keeps decoded: a read of every
+// task (a listing, a base) holds at most this many.
+const maxCached = 4096
+
+// Task is the task numbered n (nil: none).
+func (r *Reader) Task(n int64) (t *state.Task, err error) {
+	if t := r.cached[n]; t != nil {
+		return t, nil
+	}
+	err = guard(func() error {
+		b := r.tasks.Get(num(n))
+		if b == nil {
+			return nil
+		}
+		t, err = unseal(n, b)
+		return err
+	})
+	if t != nil {
+		if len(r.cached) >= maxCached {
+			clear(r.cached)
+		}
+		r.cached[n] = t
+	}
+	return t, err
+}
+
+// lookup is the number of the task key names in bucket (0: none), checked
+// against the task itself (has, which a task the key does not name fails:
+// damage).
+func (r *Reader) lookup(bucket []byte, key string, has func(*state.Task) bool) (n int64, err error) {
+	err = guard(func() error {
+		v := r.tx.Bucket(bucket).Get([]byte(key))
+		if v == nil {
+			return nil
+		}
+		if len(v) != 8 {
+			return errKey(string(bucket), []byte(key))
+		}
+		n = int64(binary.BigEndian.Uint64(v))
+		return nil
+	})
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	t, err := r.Task(n)
+	if err == nil && (t == nil || !has(t)) {
+		err = &damageError{what: fmt.Sprintf("%s %q names task %d, which is not its", bucket, key, n)}
+	}
+	return n, err
+}
+
+// Submitted is the number of the task request id req created (0: none).
+func (r *Reader) Submitted(req string) (int64, error) {
+	return r.lookup(bSubmits, req, func(t *state.Task) bool { return t.RequestID == req })
+}
+
+// LeaseOwner is the number of the task lease was granted for (0: none).
+func (r *Reader) LeaseOwner(lease string) (int64, error) {
+	return r.lookup(bLeases, lease, func(t *state.Task) bool { return t.AttemptOf(lease) != nil })
+}
+
+// LeaseRequested is the number of the task a lease request id leased.
+func (r *Reader) LeaseRequested(req string) (int64, error) {
+	return r.lookup(bLeaseReqs, req, func(t *state.Task) bool {
+		return slices.ContainsFunc(t.Attempts, func(a state.Attempt) bool { return a.RequestID == req })
+	})
+}
+
+// Each hands fn every task in creation order (only those unfinished as
+// recorded, with unfinished), decoding each in turn.
+func (r *Reader) Each(unfinished bool, fn func(*state.Task) bool) error {
+	return guard(func() error {
+		if !unfinished {
+			c := r.tasks.Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if len(k) != 8 {
+					return errKey("tasks", k)
+				}
+				t, err := unseal(int64(binary.BigEndian.Uint64(k)), v)
+				if err != nil {
+					return err
+				}
+				if !fn(t) {
+					return nil
+				}
+			}
+			return nil
+		}
+		c := r.tx.Bucket(bLive).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) != 8 {
+				return errKey("live", k)
+			}
+			n := int64(binary.BigEndian.Uint64(k))
+			t, err := unseal(n, r.tasks.Get(k))
+			if err == nil && t.State.Terminal() {
+				err = &damageError{what: fmt.Sprintf("task %d is marked unfinished and is %s", n, t.State)}
+			}
+			if err != nil {
+				return err
+			}
+			if !fn(t) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// Queues is every queue holding an unfinished task, by name.
+func (r *Reader) Queues() (queues []string, err error) {
+	err = guard(func() error {
+		c := r.tx.Bucket(bOrder).Cursor()
+		for k, _ := c.First(); k != nil; {
+			i := bytes.IndexByte(k, 0)
+			if i < 0 {
+				return errKey("order", k)
+			}
+			queues = append(queues, string(k[:i]))
+			k, _ = c.Seek(append(bytes.Clone(k[:i]), 1)) // the next queue: past every key of this one
+		}
+		return nil
+	})
+	return queues, err
+}
+
+// Queued hands fn a queue's unfinished tasks in lease order.
+func (r *Reader) Queued(queue string, fn func(state.OrderEntry) bool) error {
+	return guard(func() error {
+		prefix := append([]byte(queue), 0)
+		c := r.tx.Bucket(bOrder).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			rest := k[len(prefix):]
+			if len(rest) != 10 || len(v) != 17 {
+				return errKey("order", k)
+			}
+			e := state.OrderEntry{Num: int64(binary.BigEndian.Uint64(rest[2:])), Priority: state.MaxPriority - int(binary.BigEndian.Uint16(rest)),
+				From: int64(binary.BigEndian.Uint64(v)), To: int64(binary.BigEndian.Uint64(v[8:])), Leased: v[16] == 1}
+			if !fn(e) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// Lapsing hands fn, by time, the tasks whose lapse time is at or before until.
+func (r *Reader) Lapsing(until int64, fn func(int64) bool) error {
+	return guard(func() error {
+		c := r.tx.Bucket(bLapse).Cursor()
+		for k, _ := c.First(); k != nil && keyTime(k) <= until; k, _ = c.Next() {
+			if len(k) != 16 {
+				return errKey("lapse", k)
+			}
+			if !fn(int64(binary.BigEndian.Uint64(k[8:]))) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// Upcoming hands fn, by time, the lapse and wake times after after, each
+// with its task's number: the two buckets merged.
+func (r *Reader) Upcoming(after int64, fn func(at, n int64) bool) error {
+	return guard(func() error {
+		from := timeKey(after+1, 0)
+		lapse, wake := r.tx.Bucket(bLapse).Cursor(), r.tx.Bucket(bWake).Cursor()
+		l, _ := lapse.Seek(from)
+		w, _ := wake.Seek(from)
+		for l != nil || w != nil {
+			k := l
+			if l == nil || w != nil && bytes.Compare(w, l) < 0 {
+				k = w
+			}
+			if len(k) != 16 {
+				return errKey("lapse or wake", k)
+			}
+			if !fn(keyTime(k), int64(binary.BigEndian.Uint64(k[8:]))) {
+				return nil
+			}
+			if bytes.Equal(k, l) {
+				l, _ = lapse.Next()
+			} else {
+				w, _ = wake.Next()
+			}
+		}
+		return nil
+	})
+}
+
+// errKey is a key or value of a bucket that this package never wrote.
+func errKey(bucket string, k []byte) error {
+	return &damageError{what: "a key of bucket " + bucket + " is malformed: " + string(bytes.ToValidUTF8(k, []byte("?")))}
+}
+
+type damageError struct{ what string }
+
+func (e *damageError) Error() string { return "the index is damaged: " + e.what }

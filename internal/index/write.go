@@ -1,0 +1,144 @@
+package index
+
+import (
+	"encoding/binary"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasewal/leasewal/state"
+)
+
+// Write makes the index hold the state whose hot tasks are tasks and whose
+// head is head, as of meta, in one transaction: each task replaces its
+// copy and the keys that copy had, and meta and head say what the index
+// now holds.
+func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta) error {
+	return guard(func() error {
+		return d.db.Update(func(tx *bolt.Tx) error {
+			w := writer{tx: tx}
+			for _, t := range tasks {
+				if err := w.put(t); err != nil {
+					return err
+				}
+			}
+			m := tx.Bucket(bMeta)
+			for k, v := range map[string][]byte{string(kSchema): binary.BigEndian.AppendUint64(nil, Schema), string(kPosition): encodePosition(meta.Position),
+				string(kSeq): binary.BigEndian.AppendUint64(nil, uint64(meta.Seq)), string(kHead): head} {
+				if err := m.Put([]byte(k), v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// writer is one update transaction's buckets.
+type writer struct {
+	tx *bolt.Tx
+}
+
+// put writes t over its copy: the keys that were the copy's (its lease
+// order, times, live mark) go, the new ones come; ids a task had stay its
+// own (a request id or lease id never changes owner).
+func (w writer) put(t *state.Task) error {
+	n := state.Number(t.ID)
+	key := num(n)
+	tasks := w.tx.Bucket(bTasks)
+	if old := tasks.Get(key); old != nil {
+		prev, err := unseal(n, old)
+		if err != nil {
+			return err
+		}
+		if err := w.unkey(prev, n); err != nil {
+			return err
+		}
+	}
+	if err := tasks.Put(key, sealed(n, state.EncodeTask(t))); err != nil {
+		return err
+	}
+	if err := w.tx.Bucket(bSubmits).Put([]byte(t.RequestID), key); err != nil {
+		return err
+	}
+	for _, a := range t.Attempts {
+		if err := w.tx.Bucket(bLeases).Put([]byte(a.LeaseID), key); err != nil {
+			return err
+		}
+		if a.RequestID != "" {
+			if err := w.tx.Bucket(bLeaseReqs).Put([]byte(a.RequestID), key); err != nil {
+				return err
+			}
+		}
+	}
+	if t.State.Terminal() {
+		return w.tx.Bucket(bEnded).Put(timeKey(t.Ended, n), nil)
+	}
+	e := t.Order(n)
+	puts := []struct {
+		bucket []byte
+		key    []byte
+		value  []byte
+	}{{bLive, key, nil}, {bOrder, orderKey(t.Queue, t.Priority, n), orderValue(e)}}
+	if at := t.LapseAt(); at != 0 {
+		puts = append(puts, struct{ bucket, key, value []byte }{bLapse, timeKey(at, n), nil})
+	}
+	if at := t.WakeAt(); at != 0 {
+		puts = append(puts, struct{ bucket, key, value []byte }{bWake, timeKey(at, n), nil})
+	}
+	for _, p := range puts {
+		if err := w.tx.Bucket(p.bucket).Put(p.key, p.value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unkey removes the keys of a task's copy that a change of the task
+// changes: its live mark, lease order and times, or its end.
+func (w writer) unkey(t *state.Task, n int64) error {
+	dels := []struct{ bucket, key []byte }{{bLive, num(n)}, {bOrder, orderKey(t.Queue, t.Priority, n)}}
+	if at := t.LapseAt(); at != 0 {
+		dels = append(dels, struct{ bucket, key []byte }{bLapse, timeKey(at, n)})
+	}
+	if at := t.WakeAt(); at != 0 {
+		dels = append(dels, struct{ bucket, key []byte }{bWake, timeKey(at, n)})
+	}
+	if t.State.Terminal() {
+		dels = append(dels, struct{ bucket, key []byte }{bEnded, timeKey(t.Ended, n)})
+	}
+	for _, d := range dels {
+		if err := w.tx.Bucket(d.bucket).Delete(d.key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drop removes a task and every key of it (a compaction dropped it).
+func (w writer) drop(n int64) error {
+	key := num(n)
+	old := w.tx.Bucket(bTasks).Get(key)
+	if old == nil {
+		return nil
+	}
+	t, err := unseal(n, old)
+	if err != nil {
+		return err
+	}
+	if err := w.unkey(t, n); err != nil {
+		return err
+	}
+	dels := []struct{ bucket, key []byte }{{bTasks, key}, {bSubmits, []byte(t.RequestID)}}
+	for _, a := range t.Attempts {
+		dels = append(dels, struct{ bucket, key []byte }{bLeases, []byte(a.LeaseID)})
+		if a.RequestID != "" {
+			dels = append(dels, struct{ bucket, key []byte }{bLeaseReqs, []byte(a.RequestID)})
+		}
+	}
+	for _, d := range dels {
+		if err := w.tx.Bucket(d.bucket).Delete(d.key); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,393 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/leasewal/leasewal/internal/index"
+	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
+)
+
+// The index (internal/index, <wal>.index) is the state the WAL's records
+// build, derived and disposable: a command loads its head, reads the few
+// tasks it needs from it, and replays the records after what it holds
+// (checked against the WAL's chained checksum there: a position of another
+// WAL, or past its end, is never trusted) into memory. A writer writes what
+// memory holds into it once it lags indexTail records (a resident handle
+// residentIndexTail), in one bbolt transaction with the position it now
+// holds. A replay from the WAL's start (no index, or one that cannot be
+// trusted) writes the tasks it holds into a new index every
+// Options.SpillAfter tasks or Options.SpillAfterBytes bytes of records, so
+// that memory stays bounded, and puts it in place of the old when done; a
+// replay that must see every record itself (verify, log, a past state)
+// writes into one of its own, unlinked, that nothing keeps.
+
+const (
+	// indexAfter is how many records a WAL holds before its index is
+	// built: a shorter one is replayed whole, in memory, faster than a
+	// file is made.
+	indexAfter = 512
+	// indexTail is how many records a one-shot writer lets the index lag
+	// before it writes them into it; residentIndexTail a resident
+	// handle's, which holds them in memory between operations.
+	indexTail         = 256
+	residentIndexTail = 16384
+	// writeLockWait is how long a writer waits for the index's own lock
+	// (readers hold it shared while they read): it writes next time.
+	writeLockWait = 50 * time.Millisecond
+
+	defaultSpillAfter      = 1 << 16
+	defaultSpillAfterBytes = 64 << 20
+)
+
+// openIndex is the index a state reads its tasks from.
+type openIndex struct {
+	db *index.DB
+	r  *index.Reader
+	// target is where a new index goes once built (the WAL's index path);
+	// "" for one in place, or a replay's own.
+	target string
+	// own is a replay's own index, unlinked: nothing keeps it.
+	own bool
+}
+
+// closeReader ends the read transaction, which a write of the index needs.
+func (o *openIndex) closeReader() {
+	if o != nil && o.r != nil {
+		o.r.Close()
+		o.r = nil
+	}
+}
+
+func (o *openIndex) close() {
+	if o == nil {
+		return
+	}
+	o.closeReader()
+	path := o.db.Path()
+	_ = o.db.Close()
+	if o.target != "" || o.own { // never put in place: a build that did not finish
+		_ = os.Remove(path)
+	}
+}
+
+func (h *Handle) indexPath() string { return filepath.Clean(h.opts.Path) + index.Suffix }
+
+func (h *Handle) spillAfter() int {
+	if h.opts.SpillAfter > 0 {
+		return h.opts.SpillAfter
+	}
+	return defaultSpillAfter
+}
+
+func (h *Handle) spillBytes() int64 {
+	if h.opts.SpillAfterBytes > 0 {
+		return h.opts.SpillAfterBytes
+	}
+	return defaultSpillAfterBytes
+}
+
+// loadIndex loads the state the index holds, with the position after the
+// records it holds, if there is a usable index. It reads without the WAL's
+// lock: catchUp checks the position against the WAL under it.
+func (h *Handle) loadIndex() bool {
+	o, meta, head, ok := h.openIndex(false)
+	if !ok {
+		return false
+	}
+	if h.opts.ReplayFrom != 0 && meta.Seq >= h.opts.ReplayFrom {
+		o.close() // the records from ReplayFrom on must be seen
+		return false
+	}
+	st, err := state.LoadHead(head, o.r)
+	if err != nil {
+		o.close()
+		h.warn("the index %s does not load (%v); replaying the WAL and building it again", h.indexPath(), err)
+		return false
+	}
+	h.cache, h.pos, h.indexed, h.idx = st, meta.Position, meta.Position, o
+	return true
+}
+
+// openIndex opens the index beside the WAL, with its meta and head and a
+// read transaction; false when there is none usable (one damaged is said).
+func (h *Handle) openIndex(writing bool) (*openIndex, index.Meta, []byte, bool) {
+	wait := h.opts.LockTimeout
+	if writing {
+		wait = writeLockWait
+	}
+	db, err := index.Open(h.indexPath(), writing, wait)
+	if err != nil {
+		if !errors.Is(err, index.ErrNoIndex) && !writing {
+			h.warn("%v; replaying the WAL instead", err)
+		}
+		return nil, index.Meta{}, nil, false
+	}
+	meta, head, err := db.Meta()
+	if err == nil {
+		var r *index.Reader
+		if r, err = db.Read(); err == nil {
+			return &openIndex{db: db, r: r}, meta, head, true
+		}
+	}
+	_ = db.Close()
+	if !errors.Is(err, index.ErrNoIndex) {
+		h.warn("%v; replaying the WAL instead", err)
+	}
+	return nil, index.Meta{}, nil, false
+}
+
+// reopenIndex gives the cached state, which read tasks from the index
+// before, a new read transaction of it between two operations: only when
+// the index still holds what the state was built on and none of what it
+// replayed since (another writer may have written it further meanwhile,
+// with the same tasks as the state's own for the records between).
+func (h *Handle) reopenIndex() bool {
+	o, meta, _, ok := h.openIndex(false)
+	if !ok {
+		return false
+	}
+	p := meta.Position
+	if p.Generation != h.indexed.Generation || p.Count < h.indexed.Count || p.Count > h.pos.Count {
+		o.close()
+		return false
+	}
+	h.cache.Reattach(o.r)
+	h.idx = o
+	return true
+}
+
+// builder writes the tasks a replay from the WAL's start holds into an
+// index as it goes, so that memory holds at most a spill's worth.
+type builder struct {
+	h     *Handle
+	own   bool  // a replay's own index, never kept
+	read  int64 // record bytes read since the last flush
+	built bool  // a flush happened
+	err   error // a flush failed: the replay holds its tasks in memory
+}
+
+// newBuilder starts a replay's index: own for a replay that must see every
+// record (its state is not the WAL's as a whole, or not kept).
+func (h *Handle) newBuilder(own bool) *builder { return &builder{h: h, own: own} }
+
+// check writes the tasks memory holds into the index once they are many,
+// or once the records read since are many bytes; size is the bytes of the
+// record just applied, after the position after it. Never inside a base:
+// its tasks load as its parts come, and it ends whole.
+func (b *builder) check(st *state.State, size int, after wal.Position) {
+	if b == nil || b.err != nil {
+		return
+	}
+	b.read += int64(size)
+	if st.HotCount() < b.h.spillAfter() && b.read < b.h.spillBytes() || st.Loading() {
+		return
+	}
+	b.flush(st, after)
+}
+
+// flush writes what memory holds into the index being built (made at the
+// first flush) and reads on from it.
+func (b *builder) flush(st *state.State, after wal.Position) {
+	b.read = 0
+	h := b.h
+	if h.idx == nil {
+		o, err := b.create()
+		if err != nil {
+			b.err = err
+			h.warn("could not write an index of the WAL during the replay (%v); it holds its tasks in memory", err)
+			return
+		}
+		h.idx = o
+	}
+	if err := h.writeIndex(st, after); err != nil {
+		b.err = err
+		h.warn("could not write the index during the replay (%v); it holds its tasks in memory", err)
+		return
+	}
+	b.built = true
+}
+
+// create makes the new index: beside the WAL, put in its place once built,
+// or the replay's own, unlinked at once.
+func (b *builder) create() (*openIndex, error) {
+	var f *os.File
+	var err error
+	if b.own {
+		f, err = scratchFile(b.h.opts.Path)
+	} else {
+		f, err = os.CreateTemp(filepath.Dir(b.h.opts.Path), filepath.Base(b.h.opts.Path)+index.Suffix+".build-*")
+	}
+	if err != nil {
+		return nil, err
+	}
+	path := f.Name()
+	f.Close()
+	db, err := index.Open(path, true, 0)
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, err
+	}
+	o := &openIndex{db: db, own: b.own}
+	if b.own {
+		_ = os.Remove(path) // the file lives as long as it is open
+		o.own = false
+	} else {
+		o.target = b.h.indexPath()
+	}
+	return o, nil
+}
+
+// finish ends a replay from the WAL's start at pos: a built index that is
+// the WAL's own takes every task memory still holds and is put in place of
+// the old; a WAL of indexAfter records or more gets one built now.
+func (b *builder) finish(st *state.State, pos wal.Position) {
+	if b == nil || b.err != nil || b.own || st.Loading() {
+		return
+	}
+	h := b.h
+	if !b.built && pos.Count < indexAfter && st.HotCount() < indexAfter {
+		return // a short history, and no base of many tasks: replayed faster than an index is made
+	}
+	b.flush(st, pos)
+	if b.err != nil {
+		return
+	}
+	o := h.idx
+	if err := os.Rename(o.db.Path(), o.target); err != nil {
+		h.warn("could not put the index built in place (%v); the next command replays the WAL again", err)
+		return
+	}
+	if err := wal.SyncDir(filepath.Dir(o.target)); err != nil {
+		h.warn("could not make the index built durable (%v)", err)
+	}
+	o.target = ""
+	h.indexed = pos
+}
+
+// writeIndex writes what st holds in memory into the open index, as of
+// pos, and reads every task from it from then on.
+func (h *Handle) writeIndex(st *state.State, pos wal.Position) error {
+	o := h.idx
+	o.closeReader()
+	if err := o.db.Write(st.Hot(), st.Head(), index.Meta{Position: pos, Seq: st.LastSeq()}); err != nil {
+		return err
+	}
+	r, err := o.db.Read()
+	if err != nil {
+		return err
+	}
+	o.r = r
+	st.Flushed(r)
+	return nil
+}
+
+// indexDue is whether a writer writes st into the index after an
+// operation that left the WAL at pos.
+func (h *Handle) indexDue(st *state.State, pos wal.Position) bool {
+	if h.fullReplay() || st.Loading() || st.Damage() != nil {
+		return false
+	}
+	if st.HotCount() >= h.spillAfter() {
+		return true
+	}
+	if h.indexed.Count == 0 {
+		return pos.Count >= indexAfter || st.HotCount() >= indexAfter
+	}
+	tail := indexTail
+	if h.opts.Resident {
+		tail = residentIndexTail
+	}
+	return pos.Count-h.indexed.Count >= tail || pos.End-h.indexed.End >= h.spillBytes()
+}
+
+// commitIndex writes what memory holds into the index beside the WAL,
+// under the WAL's exclusive lock, when indexDue says so. It opens the index
+// for writing for a moment (waiting writeLockWait at most for readers), and
+// writes only onto an index that holds no record the state does not and
+// none it was not built on: else it leaves it for a replay to build again.
+// A failure costs speed, not correctness: it is a warning.
+func (h *Handle) commitIndex(st *state.State, pos wal.Position) {
+	if !h.indexDue(st, pos) {
+		return
+	}
+	h.idx.close()
+	h.idx = nil
+	db, err := index.Open(h.indexPath(), true, writeLockWait)
+	if err != nil {
+		if !errors.Is(err, index.ErrNoIndex) && !isLockWait(err) {
+			h.dropIndex(fmt.Errorf("the index could not be opened for writing: %w", err))
+		}
+		return
+	}
+	meta, _, err := db.Meta()
+	switch {
+	case errors.Is(err, index.ErrNoIndex) && h.indexed.Count == 0: // a new index: every task is in memory
+	case err != nil:
+		_ = db.Close()
+		h.dropIndex(err)
+		return
+	case meta.Position.Generation != h.indexed.Generation || meta.Position.Count < h.indexed.Count || meta.Position.Count > pos.Count:
+		_ = db.Close() // not what the state was built on: a replay builds it again
+		return
+	}
+	h.idx = &openIndex{db: db}
+	if err := h.writeIndex(st, pos); err != nil {
+		h.idx.close()
+		h.idx = nil
+		h.dropIndex(fmt.Errorf("could not write the index: %w", err))
+		return
+	}
+	h.indexed = pos
+}
+
+// isLockWait is an index held by another process past the wait.
+func isLockWait(err error) bool { return errors.Is(err, index.ErrLocked) }
+
+// dropIndex removes an index found damaged or unwritable, so that the
+// next command replays the WAL and builds it again.
+func (h *Handle) dropIndex(cause error) {
+	h.warn("%v; the next command replays the WAL and builds the index again", cause)
+	if err := h.opts.FS.Remove(h.indexPath()); err != nil {
+		h.warn("could not remove the index %s: %v", h.indexPath(), err)
+	}
+}
+
+// removeLeftovers removes the indexes a crash left half built, and the
+// caches older versions kept beside the WAL. Only a writer, under the
+// exclusive lock, calls it.
+func (h *Handle) removeLeftovers() {
+	for _, pattern := range []string{index.Suffix + ".build-*", scratchInfix + "*", ".checkpoint", ".checkpoint.tmp-*", ".archive*", ".cold*", ".spill-*"} {
+		found, _ := filepath.Glob(globEscape(filepath.Clean(h.opts.Path)) + pattern)
+		for _, path := range found {
+			_ = h.opts.FS.Remove(path)
+		}
+	}
+}
+
+// Beside lists the files the store keeps beside the WAL at walPath: its
+// index, and one being built.
+func Beside(walPath string) []string {
+	found, _ := filepath.Glob(globEscape(filepath.Clean(walPath)) + index.Suffix + "*")
+	return found
+}
+
+// side names a file kept beside the WAL.
+func (h *Handle) side(suffix string) string { return filepath.Clean(h.opts.Path) + suffix }
+
+// globEscape quotes the characters filepath.Match treats specially.
+func globEscape(path string) string {
+	var b strings.Builder
+	for _, r := range path {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

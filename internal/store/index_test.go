@@ -1,0 +1,434 @@
+package store_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasewal/leasewal/cmd"
+	"github.com/leasewal/leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
+)
+
+// cli runs leasewal in-process and returns its exit code, stdout and stderr.
+func cli(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := cmd.Main(args, strings.NewReader(""), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+const cpNow = "2026-11-01T00:00:00Z"
+
+// historyWAL writes a realistic history of about n records to dir/q.wal.
+func historyWAL(t *testing.T, dir string, n int) string {
+	t.Helper()
+	return backlogWAL(t, dir, n, 3)
+}
+
+// backlogWAL is historyWAL with waiting tasks left at its end.
+func backlogWAL(t *testing.T, dir string, n, waiting int) string {
+	t.Helper()
+	path := filepath.Join(dir, "q.wal")
+	if err := histgen.WriteFile(path, histgen.Options{Records: n, Waiting: waiting}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// stateOf is the whole state as inspect and worklease inspect print it.
+func stateOf(t *testing.T, walPath string) string {
+	t.Helper()
+	_, tasks, e1 := cli("--wal", walPath, "--now", cpNow, "inspect", "-o", "json")
+	_, domains, e2 := cli("--wal", walPath, "--now", cpNow, "worklease", "inspect", "-o", "json")
+	if e1+e2 != "" && !strings.Contains(e1+e2, "warning") && !strings.Contains(e1+e2, "replaying") {
+		t.Fatalf("inspect: %s %s", e1, e2)
+	}
+	return tasks + domains
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// answersOf is what a state answers about every task it names and a few it
+// does not, its listing, its queues, and the decisions of a lease, a repeated
+// submit and an expire at now, and every payload read back: JSON, to
+// compare.
+func answersOf(t *testing.T, tx *store.Tx) string {
+	t.Helper()
+	st, now := tx.State, tx.Now
+	tasks, err := st.Tasks()
+	if err != nil {
+		return "" // damage the index revealed: the handle runs the operation again (Damage)
+	}
+	var out []any
+	add := func(v any, err error) {
+		if err != nil {
+			v = err.Error()
+		}
+		out = append(out, v)
+	}
+	add(tasks, nil)
+	for _, task := range tasks {
+		payload, err := tx.Payload(task.Payload)
+		add(payload, err)
+		add(st.Task(task.ID))
+		add(st.DecideSubmit(state.Submit{Payload: payload, RequestID: task.RequestID, Window: task.Window, Policy: task.Policy, Queue: task.Queue, Priority: task.Priority}, now))
+		add(st.Explain(task.ID, now))
+	}
+	add(st.Task("T999999"))
+	add(st.QueueStats(now), nil)
+	add(st.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute}, now))
+	add(st.DecideExpire(now), nil)
+	add(st.NextEventAt(now), nil)
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// replayedAnswers is answersOf a full replay of a copy of the WAL at path,
+// at now.
+func replayedAnswers(t *testing.T, path string, now int64) string {
+	t.Helper()
+	var answers string
+	full := store.Open(store.Options{Path: copyOf(t, path), FullReplay: true, SpillAfter: 1 << 30, Clock: fixedClock(now)})
+	defer full.Close()
+	if err := full.Read(func(tx *store.Tx) error { answers = answersOf(t, tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return answers
+}
+
+// copyOf copies the WAL at path into a directory of its own.
+func copyOf(t *testing.T, path string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "q.wal")
+	if err := os.WriteFile(dst, mustRead(t, path), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// answersAt is answersOf the WAL at path as a new handle with opts reads
+// it (a writer, with writing set), at now.
+func answersAt(t *testing.T, path string, now int64, writing bool, opts store.Options) string {
+	t.Helper()
+	opts.Path, opts.Clock = path, fixedClock(now)
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = time.Minute
+	}
+	h := store.Open(opts)
+	defer h.Close()
+	var answers string
+	if err := h.Run(writing, func(tx *store.Tx) error { answers = answersOf(t, tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return answers
+}
+
+// TestTheIndexIsBuiltAndUsed: the first command on a WAL of many records
+// builds the index beside it, and answers as a full replay; the commands
+// after read it and the tail after it; a writer writes the records it
+// appended into it once they are indexTail, not before.
+func TestTheIndexIsBuiltAndUsed(t *testing.T) {
+	path := backlogWAL(t, t.TempDir(), 3000, 300)
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	want := replayedAnswers(t, path, now)
+	if got := answersAt(t, path, now, false, store.Options{}); got != want {
+		t.Fatal("the reader that built the index answers differently from a full replay")
+	}
+	held, ok := store.IndexOf(path)
+	if !ok || held == 0 {
+		t.Fatalf("no index after the first command: %d records, %v", held, ok)
+	}
+	if got := answersAt(t, path, now, true, store.Options{}); got != want {
+		t.Fatal("a writer over the index answers differently from a full replay")
+	}
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(now)})
+	defer h.Close()
+	for i := range store.IndexTail + 1 {
+		submit(t, h, fmt.Sprint("more ", i))
+		if got, _ := store.IndexOf(path); i+1 < store.IndexTail && got != held {
+			t.Fatalf("the index moved to %d records after %d submits, before the tail reached %d", got, i+1, store.IndexTail)
+		}
+	}
+	if got, ok := store.IndexOf(path); !ok || got <= held {
+		t.Fatalf("the index holds %d records after %d submits (it held %d)", got, store.IndexTail+1, held)
+	}
+	want = replayedAnswers(t, path, now)
+	for _, writing := range []bool{false, true} {
+		if got := answersAt(t, path, now, writing, store.Options{}); got != want {
+			t.Fatalf("after the writer wrote the index, a command (writing %v) answers differently from a full replay", writing)
+		}
+	}
+}
+
+// TestAReplayBuildingTheIndexAnswersAsAFullReplay: a replay from the WAL's
+// start that writes its tasks into the index every few dozen (so that it
+// holds no more in memory) answers every lookup, listing and decision as a
+// replay holding them all does, a reader's and a writer's alike, and the
+// next command answers alike from the index it left; a replay of verify's
+// kind (its own index, unlinked) leaves nothing beside the WAL.
+func TestAReplayBuildingTheIndexAnswersAsAFullReplay(t *testing.T) {
+	src := backlogWAL(t, t.TempDir(), 3000, 300)
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	want := replayedAnswers(t, src, now)
+	for _, writing := range []bool{false, true} {
+		path := copyOf(t, src)
+		held := 0
+		opts := store.Options{SpillAfter: 40, OnRecord: func(_ state.Record, tx *store.Tx) error {
+			held = max(held, tx.State.HotCount())
+			return nil
+		}}
+		if got := answersAt(t, path, now, writing, opts); got != want {
+			t.Fatalf("writing %v: the replay building the index answers differently from a full replay", writing)
+		}
+		if held > 40+8 {
+			t.Fatalf("writing %v: the replay held %d tasks in memory at once, building every 40", writing, held)
+		}
+		if got := answersAt(t, path, now, writing, store.Options{}); got != want {
+			t.Fatalf("writing %v: the command after the replay answers differently from a full replay", writing)
+		}
+	}
+	path := copyOf(t, src)
+	if got := answersAt(t, path, now, false, store.Options{FullReplay: true, SpillAfter: 40}); got != want {
+		t.Fatal("a full replay with an index of its own answers differently from one holding every task")
+	}
+	if beside := store.Beside(path); len(beside) != 0 {
+		t.Fatalf("a full replay left %v beside the WAL", beside)
+	}
+}
+
+// TestBadIndexesAreBuiltAgain: an index that is damaged (bytes flipped, cut
+// short, empty, a directory in its place), of another WAL, ahead of the WAL
+// (records cut after it was written), from before a compaction, or behind
+// by many records: every command answers exactly as a full replay does,
+// and the next writer leaves a good index.
+func TestBadIndexesAreBuiltAgain(t *testing.T) {
+	dir := t.TempDir()
+	path := historyWAL(t, dir, 3000)
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	want := replayedAnswers(t, path, now)
+	answersAt(t, path, now, true, store.Options{}) // builds the index
+	good := mustRead(t, path+store.IndexSuffix)
+	other := historyWAL(t, t.TempDir(), 2000)
+	answersAt(t, other, now, true, store.Options{})
+
+	bad := map[string]func(walPath string){
+		"flipped": func(p string) {
+			b := bytes.Clone(good)
+			for i := 4096; i < len(b); i += 4096 * 3 {
+				b[i+100] ^= 0xff
+			}
+			os.WriteFile(p+store.IndexSuffix, b, 0o600)
+		},
+		"cut short":    func(p string) { os.WriteFile(p+store.IndexSuffix, good[:len(good)/2], 0o600) },
+		"empty":        func(p string) { os.WriteFile(p+store.IndexSuffix, nil, 0o600) },
+		"a directory":  func(p string) { os.Remove(p + store.IndexSuffix); os.Mkdir(p+store.IndexSuffix, 0o700) },
+		"another WAL's": func(p string) { os.WriteFile(p+store.IndexSuffix, mustRead(t, other+store.IndexSuffix), 0o600) },
+		"ahead of the WAL": func(p string) {
+			b := mustRead(t, p)
+			os.WriteFile(p, b[:len(b)-len(b)/5], 0o600) // as if records were cut after the index was written
+		},
+	}
+	for name, spoil := range bad {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "q.wal")
+			os.WriteFile(p, mustRead(t, path), 0o600)
+			os.WriteFile(p+store.IndexSuffix, good, 0o600)
+			spoil(p)
+			expected := want
+			if name == "ahead of the WAL" {
+				expected = replayedAnswers(t, p, now)
+			}
+			for _, writing := range []bool{false, true, false} {
+				if name == "a directory" && writing {
+					continue // nothing takes its place: the index cannot be written, and every command replays
+				}
+				if got := answersAt(t, p, now, writing, store.Options{}); got != expected {
+					t.Fatalf("writing %v: the command answers differently from a full replay", writing)
+				}
+			}
+			if count, ok := store.IndexOf(p); name != "a directory" && (!ok || count == 0) {
+				t.Fatalf("no good index after a writer: %d, %v", count, ok)
+			}
+		})
+	}
+}
+
+// TestAFailedIndexKeepsTheTasksInMemory: where no index can be made (its
+// name taken by a directory), every command replays, holding its tasks in
+// memory, and answers as a full replay.
+func TestAFailedIndexKeepsTheTasksInMemory(t *testing.T) {
+	path := backlogWAL(t, t.TempDir(), 3000, 300)
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	want := replayedAnswers(t, path, now)
+	if err := os.Mkdir(path+store.IndexSuffix, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, writing := range []bool{false, true} {
+		if got := answersAt(t, path, now, writing, store.Options{SpillAfter: 40}); got != want {
+			t.Fatalf("writing %v: a command without an index answers differently from a full replay", writing)
+		}
+	}
+}
+
+// TestAVerifierOverAnIndexFindsWhatAFullOneFinds: verify's replay writes
+// its tasks into an index of its own (the Verifier keeps its own account of
+// every task by number). On a good history it answers as a replay holding
+// every task in memory; on the same history with an early task's
+// completion repeated at its end, it refuses the same record with the same
+// words.
+func TestAVerifierOverAnIndexFindsWhatAFullOneFinds(t *testing.T) {
+	good := leasedThenLater(t)
+	scanned, err := wal.Scan(mustRead(t, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies [][]byte
+	var early []byte
+	for _, f := range scanned.Frames {
+		bodies = append(bodies, f.Body)
+		if early == nil && strings.Contains(string(f.Body), `"TaskCompleted"`) {
+			early = f.Body
+		}
+	}
+	r, err := state.DecodeRecord(early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := state.DecodeRecord(bodies[len(bodies)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Seq, r.At = int64(len(bodies)+1), last.At
+	again, err := state.EncodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "q.wal")
+	l, err := wal.Create(bad, bodies[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range append(bodies[1:], again) {
+		if _, err := l.Append(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+
+	verify := func(path string, spillAfter int) (records int, listed string, err error) {
+		v := state.NewVerifier()
+		h := store.Open(store.Options{Path: copyOf(t, path), Verifier: v, SpillAfter: spillAfter, Clock: fixedClock(t0)})
+		defer h.Close()
+		err = h.Read(func(tx *store.Tx) error {
+			if spillAfter == 40 && !tx.State.HasSource() {
+				t.Fatal("the verifier's replay wrote no index")
+			}
+			var states []string
+			return tx.State.EachTask(false, func(task *state.Task) bool {
+				states = append(states, task.ID+" "+string(task.At(tx.Now).State))
+				listed = strings.Join(states, ",")
+				return true
+			})
+		})
+		return v.Records, listed, err
+	}
+	wantRecords, wantListed, err := verify(good, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if records, listed, err := verify(good, 40); err != nil || records != wantRecords || listed != wantListed {
+		t.Fatalf("over an index: %d records, %v; holding every task: %d records", records, err, wantRecords)
+	}
+	_, _, wantErr := verify(bad, 1<<30)
+	_, _, gotErr := verify(bad, 40)
+	t.Logf("refused: %v", gotErr)
+	if wantErr == nil || gotErr == nil || gotErr.Error() != wantErr.Error() {
+		t.Fatalf("a repeated completion: over an index says %v, holding every task says %v", gotErr, wantErr)
+	}
+}
+
+// leasedThenLater is a WAL whose first tasks were leased long before they
+// complete, after many others were submitted.
+func leasedThenLater(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, Clock: fixedClock(t0)})
+	defer h.Close()
+	write := func(decide func(tx *store.Tx) (state.Decision, error)) {
+		t.Helper()
+		if err := h.Write(func(tx *store.Tx) error {
+			d, err := decide(tx)
+			if err != nil {
+				return err
+			}
+			return tx.Commit(d.Records)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 {
+		submit(t, h, "early")
+	}
+	for range 100 {
+		write(func(tx *store.Tx) (state.Decision, error) {
+			return tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Hour}, tx.Now)
+		})
+	}
+	for range 200 {
+		submit(t, h, "later")
+	}
+	for i := 1; i <= 100; i++ {
+		write(func(tx *store.Tx) (state.Decision, error) {
+			return tx.State.DecideComplete(fmt.Sprintf("T%d", i), fmt.Sprintf("L%d", i), "", tx.Now)
+		})
+	}
+	return path
+}
+
+// TestBuildingByBytes: a replay of tasks with large payloads writes them
+// into the index by the bytes it has read, long before their count would
+// make it (here, never), and answers as a replay holding them all.
+func TestBuildingByBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	var batch strings.Builder
+	for i := range 600 {
+		fmt.Fprintf(&batch, "{\"payload\":%q}\n", strings.Repeat(fmt.Sprint(i%10), 4000))
+	}
+	batchFile := filepath.Join(t.TempDir(), "batch.ndjson")
+	if err := os.WriteFile(batchFile, []byte(batch.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := cli("--wal", path, "--now", "2026-01-01T00:00:00Z", "submit", "--batch-file", batchFile); code != 0 {
+		t.Fatal(stderr)
+	}
+	now := t0 + 60_000
+	want := replayedAnswers(t, path, now)
+	held := 0
+	got := answersAt(t, path, now, false, store.Options{FullReplay: true, SpillAfter: 1 << 30, SpillAfterBytes: 256 << 10, OnRecord: func(_ state.Record, tx *store.Tx) error {
+		held = max(held, tx.State.HotCount())
+		return nil
+	}})
+	if got != want {
+		t.Fatal("a replay building its index by bytes answers differently from one holding every task")
+	}
+	if held >= 600 {
+		t.Fatalf("the replay held %d tasks at once: it never wrote the index for their bytes", held)
+	}
+}

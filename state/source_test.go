@@ -1,0 +1,419 @@
+package state
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// answers renders everything a state answers about a set of names: every
+// task in creation order, each name looked up as a task id, a request id, a
+// lease id and a lease request id, and the decisions that depend on those
+// lookups (submit with that request id, lease with it, complete with that
+// lease). Two states that give the same answers cannot be told apart by a
+// command.
+func answers(s *State, names []string, now int64) string {
+	return "tasks " + jsonOf(allTasks(s)) + "\neach " + jsonOf(eachTask(s, false)) + "\neach live " + idsOf(unfinished(eachTask(s, true))) +
+		"\nin any order " + jsonOf(inAnyOrder(s, false)) + "\nlive in any order " + idsOf(unfinished(inAnyOrder(s, true))) +
+		"\n" + lookups(s, names, now)
+}
+
+// inAnyOrder is what EachTaskInAnyOrder hands out, put in creation order
+// (damage is the state's: Damage).
+func inAnyOrder(s *State, live bool) []*Task {
+	var out []*Task
+	_ = s.EachTaskInAnyOrder(live, func(t *Task) bool { out = append(out, t); return true })
+	slices.SortFunc(out, byCreation)
+	return out
+}
+
+// eachTask is what EachTask hands out (damage is the state's: Damage).
+func eachTask(s *State, live bool) []*Task {
+	var out []*Task
+	_ = s.EachTask(live, func(t *Task) bool { out = append(out, t); return true })
+	return out
+}
+
+// lookups is answers without the listing of every task; with the decisions
+// that read every unfinished task (expire, the next event, leases by queue,
+// the live tasks) at now and later.
+func lookups(s *State, names []string, now int64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seq %d at %d\n", s.LastSeq(), s.LastAt())
+	for _, at := range []int64{now, now + 60_000, now + 3_600_000} {
+		fmt.Fprintf(&b, "at %d: expire %s; next event %d; live %s; stats %s\n", at, jsonOf(s.DecideExpire(at)), s.NextEventAt(at), idsOf(unfinished(s.Live())), jsonOf(s.QueueStats(at)))
+		for _, queues := range [][]string{nil, {"default"}, {"q1", "q2"}} {
+			d, err := s.DecideLease(LeaseRequest{Worker: "W9", Duration: time.Second, Queues: queues}, at)
+			fmt.Fprintf(&b, "  lease in %v: %s %v\n", queues, jsonOf(d), err)
+		}
+	}
+	for _, d := range s.Domains() {
+		fmt.Fprintf(&b, "domain %s %+v %v %v %v\n", d.Name, d.Lease, d.Backlog, d.Processed.Sorted(), d.Failed.Sorted())
+	}
+	for _, name := range names {
+		t, taskErr := s.lookupTask(name)
+		ok := t != nil
+		sub, subErr := s.submitted(name)
+		owner, ownerErr := s.leaseOwner(name)
+		lr, lrErr := s.leaseRequested(name)
+		fmt.Fprintf(&b, "%s: task %v %s; submit %s; lease of %s; lease request %+v; damage %v\n", name, ok, idOf(t), idOf(sub), owner, lr,
+			errors.Join(taskErr, subErr, ownerErr, lrErr) != nil)
+		if ok {
+			w, err := s.Explain(t.ID, now)
+			fmt.Fprintf(&b, "  why %s %v\n", jsonOf(w), err)
+		}
+		d, err := s.DecideSubmit(Submit{Payload: "p0", Window: Duration(time.Minute), Policy: RetryPolicy{MaxAttempts: 1}, RequestID: name}, now)
+		fmt.Fprintf(&b, "  submit %s %v\n", jsonOf(d), err)
+		d, err = s.DecideLease(LeaseRequest{Worker: "W0", Duration: time.Second, RequestID: name}, now)
+		fmt.Fprintf(&b, "  lease %s %v\n", jsonOf(d), err)
+		if ok {
+			for _, a := range t.Attempts {
+				d, err = s.DecideComplete(t.ID, a.LeaseID, "", now)
+				fmt.Fprintf(&b, "  complete %s %s %v\n", a.LeaseID, jsonOf(d), err)
+			}
+		}
+	}
+	return b.String()
+}
+
+func jsonOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// unfinished is the tasks that are not terminal: Live may hold ended ones.
+func unfinished(tasks []*Task) []*Task {
+	var out []*Task
+	for _, t := range tasks {
+		if !t.State.Terminal() {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func idsOf(tasks []*Task) string {
+	var ids []string
+	for _, t := range tasks {
+		ids = append(ids, t.ID)
+	}
+	return strings.Join(ids, " ")
+}
+
+func idOf(t *Task) string {
+	if t == nil {
+		return "-"
+	}
+	return t.ID
+}
+
+// namesIn lists every id a state knows, and some it does not.
+func namesIn(s *State) []string { return namesOf(allTasks(s)) }
+
+// namesOf lists the ids of tasks, and some ids no task has.
+func namesOf(tasks []*Task) []string {
+	names := []string{"T999", "L999", "R999", "nope", ""}
+	for _, t := range tasks {
+		names = append(names, t.ID, t.RequestID)
+		for _, a := range t.Attempts {
+			names = append(names, a.LeaseID)
+			if a.RequestID != "" {
+				names = append(names, a.RequestID)
+			}
+		}
+	}
+	return names
+}
+
+func replay(t *testing.T, s *State, recs []Record) {
+	t.Helper()
+	for _, r := range recs {
+		if err := s.Apply(r); err != nil {
+			t.Fatalf("record %d: %v", r.Seq, err)
+		}
+	}
+}
+
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := range min(len(g), len(w)) {
+		if g[i] != w[i] {
+			return fmt.Sprintf("line %d\n got  %s\n want %s", i, g[i], w[i])
+		}
+	}
+	return fmt.Sprintf("%d lines, want %d", len(g), len(w))
+}
+
+// archivedState replays a long random history in two parts and compacts
+// after each, so that its archive holds a copied old part; it returns the
+// archive's bytes and the cold set's.
+
+// memSource is a Source that keeps each task as an index does (encoded,
+// decoded afresh for each reader) and answers by plain loops over all of
+// them: the test's account of what an index holds, apart from the bbolt one.
+type memSource struct {
+	tasks map[int64][]byte
+	fail  func(op string) bool // a damaged index: fails the calls it says
+}
+
+func newMemSource() *memSource { return &memSource{tasks: map[int64][]byte{}} }
+
+// write makes the source hold s's hot tasks too, and s read from it.
+func (m *memSource) write(s *State) {
+	for _, t := range s.Hot() {
+		m.tasks[Number(t.ID)] = EncodeTask(t)
+	}
+	s.Flushed(m)
+}
+
+func (m *memSource) failing(op string) error {
+	if m.fail != nil && m.fail(op) {
+		return errors.New("a damaged page")
+	}
+	return nil
+}
+
+func (m *memSource) all() []*Task {
+	var out []*Task
+	for _, n := range slices.Sorted(maps.Keys(m.tasks)) {
+		t, err := DecodeTask(m.tasks[n])
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func (m *memSource) Task(n int64) (*Task, error) {
+	if err := m.failing("task"); err != nil {
+		return nil, err
+	}
+	b, ok := m.tasks[n]
+	if !ok {
+		return nil, nil
+	}
+	return DecodeTask(b)
+}
+
+func (m *memSource) find(op, key string, match func(*Task) bool) (int64, error) {
+	if err := m.failing(op); err != nil || key == "" { // no task has an empty id
+		return 0, err
+	}
+	for _, t := range m.all() {
+		if match(t) {
+			return Number(t.ID), nil
+		}
+	}
+	return 0, nil
+}
+
+func (m *memSource) Submitted(req string) (int64, error) {
+	return m.find("submitted", req, func(t *Task) bool { return t.RequestID == req })
+}
+
+func (m *memSource) LeaseOwner(lease string) (int64, error) {
+	return m.find("owner", lease, func(t *Task) bool { return t.AttemptOf(lease) != nil })
+}
+
+func (m *memSource) LeaseRequested(req string) (int64, error) {
+	return m.find("leaseRequested", req, func(t *Task) bool {
+		return slices.ContainsFunc(t.Attempts, func(a Attempt) bool { return a.RequestID == req })
+	})
+}
+
+func (m *memSource) Each(unfinished bool, fn func(*Task) bool) error {
+	if err := m.failing("each"); err != nil {
+		return err
+	}
+	for _, t := range m.all() {
+		if unfinished && t.State.Terminal() {
+			continue
+		}
+		if !fn(t) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (m *memSource) Queues() ([]string, error) {
+	if err := m.failing("queues"); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	for _, t := range m.all() {
+		if !t.State.Terminal() {
+			set[t.Queue] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set)), nil
+}
+
+func (m *memSource) Queued(queue string, fn func(OrderEntry) bool) error {
+	if err := m.failing("queued"); err != nil {
+		return err
+	}
+	var order []OrderEntry
+	for _, t := range m.all() {
+		if !t.State.Terminal() && t.Queue == queue {
+			order = append(order, t.Order(Number(t.ID)))
+		}
+	}
+	slices.SortFunc(order, func(a, b OrderEntry) int { return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Num, b.Num)) })
+	for _, e := range order {
+		if !fn(e) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (m *memSource) Lapsing(until int64, fn func(int64) bool) error {
+	if err := m.failing("lapsing"); err != nil {
+		return err
+	}
+	type due struct{ at, n int64 }
+	var dues []due
+	for _, t := range m.all() {
+		if at := t.LapseAt(); at != 0 && at <= until {
+			dues = append(dues, due{at, Number(t.ID)})
+		}
+	}
+	slices.SortFunc(dues, func(a, b due) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.n, b.n)) })
+	for _, d := range dues {
+		if !fn(d.n) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (m *memSource) Upcoming(after int64, fn func(at, n int64) bool) error {
+	if err := m.failing("upcoming"); err != nil {
+		return err
+	}
+	type due struct{ at, n int64 }
+	var dues []due
+	for _, t := range m.all() {
+		for _, at := range []int64{t.LapseAt(), t.WakeAt()} {
+			if at > after {
+				dues = append(dues, due{at, Number(t.ID)})
+			}
+		}
+	}
+	slices.SortFunc(dues, func(a, b due) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.n, b.n)) })
+	for _, d := range dues {
+		if !fn(d.at, d.n) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// TestSourcePlusTailEqualsReplay: for random histories, a state that writes
+// its tasks into a source (an index) at random records and reads them from
+// it, answers every lookup and decision exactly as a full replay does, at
+// random points on the way and at the end; and so does a state loaded from
+// its head and that source, then fed the records after.
+func TestSourcePlusTailEqualsReplay(t *testing.T) {
+	histories := 300
+	if testing.Short() {
+		histories = 60
+	}
+	writes := 0
+	for seed := range histories {
+		recs := randomRecords(t, uint64(seed))
+		rng := rand.New(rand.NewPCG(uint64(seed), 11))
+		full, s, src := New(), New(), newMemSource()
+		var loaded *State // from a head and the source, then fed the records after
+		every := 1 + rng.IntN(6)
+		for i, r := range recs {
+			for _, st := range []*State{full, s, loaded} {
+				if st == nil {
+					continue
+				}
+				if err := st.Apply(r); err != nil {
+					t.Fatalf("seed %d record %d: %v", seed, r.Seq, err)
+				}
+			}
+			if s.HotCount() < every {
+				continue
+			}
+			src.write(s)
+			writes++
+			if rng.IntN(4) == 0 {
+				now := full.LastAt() + int64(rng.IntN(120_000))
+				names := namesIn(full)
+				want := answers(full, names, now)
+				if got := answers(s, names, now); got != want {
+					t.Fatalf("seed %d, after record %d of %d: the state over a source answers differently:\n%s", seed, i, len(recs), firstDiff(got, want))
+				}
+				if loaded == nil {
+					// A copy of the source as it stands: the state's source
+					// goes on taking its writes.
+					snapshot := &memSource{tasks: maps.Clone(src.tasks)}
+					var err error
+					if loaded, err = LoadHead(s.Head(), snapshot); err != nil {
+						t.Fatalf("seed %d: %v", seed, err)
+					}
+				}
+			}
+		}
+		now := full.LastAt() + 5_000
+		names := namesIn(full)
+		want := answers(full, names, now)
+		for name, st := range map[string]*State{"over a source": s, "loaded from a head": loaded} {
+			if st == nil {
+				continue
+			}
+			if got := answers(st, names, now); got != want {
+				t.Fatalf("seed %d: the state %s answers differently:\n%s", seed, name, firstDiff(got, want))
+			}
+			if err := st.Damage(); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+		}
+	}
+	t.Logf("%d histories, %d writes to the source", histories, writes)
+}
+
+// TestDamagedSourceNeverAnswersWrong: a source that fails a call is damage
+// the state reports (Damage, ErrSource), never an answer built on what the
+// call would have said: every answer the state gives while it reports no
+// damage is a full replay's.
+func TestDamagedSourceNeverAnswersWrong(t *testing.T) {
+	ops := []string{"task", "submitted", "owner", "leaseRequested", "each", "queues", "queued", "lapsing", "upcoming"}
+	for seed := range 40 {
+		recs := randomRecords(t, uint64(seed))
+		full, s, src := New(), New(), newMemSource()
+		replay(t, full, recs)
+		replay(t, s, recs[:len(recs)/2])
+		src.write(s)
+		replay(t, s, recs[len(recs)/2:])
+		now := full.LastAt() + 5_000
+		names := namesIn(full)
+		want := answers(full, names, now)
+		for _, op := range ops {
+			src.fail = func(o string) bool { return o == op }
+			s.srcErr = nil
+			got := answers(s, names, now)
+			if s.Damage() == nil && got != want {
+				t.Fatalf("seed %d, %s failing: no damage reported, yet the answers differ:\n%s", seed, op, firstDiff(got, want))
+			}
+			if s.Damage() != nil && !errors.Is(s.Damage(), ErrSource) {
+				t.Fatalf("seed %d, %s failing: damage %v is not ErrSource", seed, op, s.Damage())
+			}
+		}
+	}
+}
