@@ -270,7 +270,9 @@ func (m *memSource) Queued(queue string, fn func(OrderEntry) bool) error {
 			order = append(order, t.Order(Number(t.ID)))
 		}
 	}
-	slices.SortFunc(order, func(a, b OrderEntry) int { return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Num, b.Num)) })
+	slices.SortFunc(order, func(a, b OrderEntry) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Num, b.Num))
+	})
 	for _, e := range order {
 		if !fn(e) {
 			return nil

@@ -236,9 +236,9 @@ func TestBadIndexesAreBuiltAgain(t *testing.T) {
 			}
 			os.WriteFile(p+store.IndexSuffix, b, 0o600)
 		},
-		"cut short":    func(p string) { os.WriteFile(p+store.IndexSuffix, good[:len(good)/2], 0o600) },
-		"empty":        func(p string) { os.WriteFile(p+store.IndexSuffix, nil, 0o600) },
-		"a directory":  func(p string) { os.Remove(p + store.IndexSuffix); os.Mkdir(p+store.IndexSuffix, 0o700) },
+		"cut short":     func(p string) { os.WriteFile(p+store.IndexSuffix, good[:len(good)/2], 0o600) },
+		"empty":         func(p string) { os.WriteFile(p+store.IndexSuffix, nil, 0o600) },
+		"a directory":   func(p string) { os.Remove(p + store.IndexSuffix); os.Mkdir(p+store.IndexSuffix, 0o700) },
 		"another WAL's": func(p string) { os.WriteFile(p+store.IndexSuffix, mustRead(t, other+store.IndexSuffix), 0o600) },
 		"ahead of the WAL": func(p string) {
 			b := mustRead(t, p)
