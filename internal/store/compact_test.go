@@ -390,3 +390,34 @@ func TestCompactThrough(t *testing.T) {
 		t.Fatalf("a compaction through a seq the base covers: %v", err)
 	}
 }
+
+// TestABaseOfManyTasksIsReadInBoundedMemory: a replay moves a base's tasks
+// into its index as the base's parts come, not only once it has ended, and
+// answers as a replay holding every task.
+func TestABaseOfManyTasksIsReadInBoundedMemory(t *testing.T) {
+	path := backlogWAL(t, t.TempDir(), 6000, 2000)
+	if _, err := handle(path, nil).Compact(keepAll); err != nil {
+		t.Fatal(err)
+	}
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	want := replayedAnswers(t, path, now)
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, FullReplay: true, SpillAfter: 100, Clock: fixedClock(now)})
+	defer h.Close()
+	var got string
+	tasks := 0
+	if err := h.Read(func(tx *store.Tx) error {
+		got = answersOf(t, tx)
+		all, err := tx.State.Tasks()
+		tasks = len(all)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatal("a replay moving a base's tasks out of memory answers differently from one holding every task")
+	}
+	parts := strings.Count(string(mustRead(t, path)), `"type":"BasePart"`)
+	if peak := h.PeakHot(); parts < 2 || peak >= tasks {
+		t.Fatalf("memory held %d tasks at once while reading a base of %d in %d parts: the base was read whole", peak, tasks, parts)
+	}
+}

@@ -38,6 +38,10 @@ func IndexOf(path string) (int, bool) {
 	return meta.Position.Count, err == nil && st.LastSeq() >= int64(meta.Position.Count) && meta.Seq == st.LastSeq()
 }
 
+// PeakHot is the most tasks memory held during the handle's last replay
+// from the WAL's start.
+func (h *Handle) PeakHot() int { return h.peakHot }
+
 // PollEvery is pollEvery.
 const PollEvery = pollEvery
 

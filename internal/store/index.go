@@ -178,14 +178,16 @@ func (h *Handle) newBuilder(own bool) *builder { return &builder{h: h, own: own}
 
 // check writes the tasks memory holds into the index once they are many,
 // or once the records read since are many bytes; size is the bytes of the
-// record just applied, after the position after it. Never inside a base:
-// its tasks load as its parts come, and it ends whole.
+// record just applied, after the position after it. Inside a base too: its
+// tasks load as its parts come, so that a base of millions is read in
+// bounded memory (the index is put in place only once the base has ended).
 func (b *builder) check(st *state.State, size int, after wal.Position) {
 	if b == nil || b.err != nil {
 		return
 	}
 	b.read += int64(size)
-	if st.HotCount() < b.h.spillAfter() && b.read < b.h.spillBytes() || st.Loading() {
+	b.h.peakHot = max(b.h.peakHot, st.HotCount())
+	if st.HotCount() < b.h.spillAfter() && b.read < b.h.spillBytes() {
 		return
 	}
 	b.flush(st, after)

@@ -95,7 +95,10 @@ type Handle struct {
 	idx       *openIndex
 	forceFull bool // the index could not be trusted twice: replay the WAL
 	rebuilt   bool // an index was dropped: the next one is built from the WAL
-	closed    bool
+	// peakHot is the most tasks memory held during the last replay from the
+	// WAL's start: what its builder bounds.
+	peakHot int
+	closed  bool
 	// payloads reads back the payloads the state holds as where the WAL has
 	// them; it lets the file go when the handle forgets the state.
 	payloads payloadFile
