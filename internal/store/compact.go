@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasewal/leasewal/internal/index"
 	"github.com/leasewal/leasewal/state"
 	"github.com/leasewal/leasewal/wal"
 )
@@ -188,6 +189,7 @@ type PreparedCompaction struct {
 	// rebaseOf before the segments before it go.
 	rebased, rebasedAs, rebaseOf string
 	replacement                  *wal.Replacement
+	based                        string     // the new WAL's index, built from its base
 	out                          Compaction // what Finish reports, as far as the first step knows
 }
 
@@ -282,12 +284,36 @@ func (p *PreparedCompaction) prepare() error {
 		})
 		return err
 	})
+	if err == nil {
+		p.based = p.replacement.Name() + index.Suffix
+		h.indexBase(p.replacement.Name())
+	}
 	return err
+}
+
+// indexBase builds the index of the new WAL a compaction wrote, beside it,
+// by reading its base as a replay would (the frames keep their offsets once
+// the WAL is replaced, and the records appended meanwhile are the index's
+// tail): Finish puts it in place, so that the command after a compaction
+// reads an index, not the base. A base of few tasks gets none, as a short
+// WAL does. Without the lock: nothing but this compaction knows the file.
+func (h *Handle) indexBase(path string) {
+	opts := h.opts
+	opts.Path, opts.FullReplay, opts.Verifier, opts.ReplayFrom, opts.Resident = path, false, nil, 0, false
+	opts.OnRecord, opts.BeforeRecord, opts.Progress = nil, nil, nil
+	based := Open(opts)
+	defer based.Close()
+	if err := based.Read(func(*Tx) error { return nil }); err != nil {
+		h.warn("could not index the compacted WAL (%v); the next command builds its index", err)
+	}
 }
 
 // Abandon drops a prepared compaction: the WAL is as it was.
 func (p *PreparedCompaction) Abandon() {
 	p.history.close()
+	if p.based != "" {
+		_ = os.Remove(p.based)
+	}
 	p.replacement.Abandon()
 	if p.rebased != "" {
 		os.Remove(p.rebased)
@@ -333,9 +359,8 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 	if err := log.Replace(p.replacement, p.read.End); err != nil {
 		return Compaction{}, err
 	}
-	if err := h.opts.FS.Remove(h.indexPath()); err != nil { // it holds the WAL before: the next command builds the new one's
-		h.warn("could not remove the index of the WAL before the compaction (%v); the next command builds it again", err)
-	}
+	h.placeIndex(p.based)
+	p.based = ""
 	if p.rebased != "" {
 		err := os.Rename(p.rebased, p.rebasedAs)
 		if err == nil {
@@ -356,13 +381,29 @@ func (p *PreparedCompaction) Finish() (Compaction, error) {
 	return out, nil
 }
 
+// placeIndex puts the index built for the WAL that replaced the old one in
+// place of the old one's (which the next command would find of another WAL,
+// and drop), or removes the old one when none was built.
+func (h *Handle) placeIndex(built string) {
+	err := os.Rename(built, h.indexPath())
+	if err == nil {
+		err = wal.SyncDir(filepath.Dir(h.indexPath()))
+	} else if errors.Is(err, fs.ErrNotExist) {
+		err = h.opts.FS.Remove(h.indexPath())
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		h.warn("could not put the compacted WAL's index in place (%v); the next command builds it", err)
+	}
+}
+
 // removeReplacementsBut removes the new WALs that compactions which never
 // finished left beside the WAL (a writer must not: a compaction writes its
-// own before it takes the lock), all but the one named.
+// own before it takes the lock), and their indexes, all but the one named
+// and its index.
 func (h *Handle) removeReplacementsBut(name string) {
 	leftovers, _ := filepath.Glob(globEscape(h.side("")) + ".compacting-*")
 	for _, path := range leftovers {
-		if filepath.Base(path) != filepath.Base(name) { // both beside the WAL, named as it was given
+		if base := strings.TrimSuffix(filepath.Base(path), index.Suffix); base != filepath.Base(name) { // both beside the WAL, named as it was given
 			_ = h.opts.FS.Remove(path)
 		}
 	}
