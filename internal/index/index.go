@@ -68,6 +68,8 @@ var (
 	kPosition = []byte("position")
 	kSeq      = []byte("seq")
 	kHead     = []byte("head")
+	kBoot     = []byte("boot")
+	kSynced   = []byte("synced")
 )
 
 // ErrNoIndex is an index that is not there, or not one this version reads.
@@ -79,10 +81,15 @@ var ErrLocked = errors.New("the index is in use by another process")
 
 // Meta is what an index says of the records it holds: those of the WAL
 // before Position (checked there against the WAL's chained checksum), the
-// last of them of seq Seq.
+// last of them of seq Seq. Boot is the boot of the machine that last wrote
+// it, and Synced whether every write of it was on disk at its end: an
+// index written without sync is trusted in the boot that wrote it (a
+// process killed leaves the page cache to the kernel), never after.
 type Meta struct {
 	Position wal.Position
 	Seq      int64
+	Boot     string
+	Synced   bool
 }
 
 // DB is an open index.
@@ -166,6 +173,8 @@ func (d *DB) Meta() (m Meta, head []byte, err error) {
 				return ErrNoIndex
 			}
 			m.Seq = int64(binary.BigEndian.Uint64(seq))
+			m.Boot = string(b.Get(kBoot))
+			m.Synced = bytes.Equal(b.Get(kSynced), []byte{1})
 			head = bytes.Clone(b.Get(kHead))
 			return nil
 		})

@@ -126,7 +126,7 @@ func TestTheIndexHoldsTheTasks(t *testing.T) {
 			if r != nil {
 				r.Close()
 			}
-			if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: int(st.LastSeq())}, Seq: st.LastSeq()}); err != nil {
+			if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: int(st.LastSeq())}, Seq: st.LastSeq()}, true); err != nil {
 				t.Fatal(err)
 			}
 			if r, err = db.Read(); err != nil {
@@ -279,7 +279,7 @@ func TestAnIndexItCannotReadIsNone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: 300, End: 9000}, Seq: st.LastSeq()}); err != nil {
+	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: 300, End: 9000}, Seq: st.LastSeq()}, true); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

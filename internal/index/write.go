@@ -11,8 +11,11 @@ import (
 // Write makes the index hold the state whose hot tasks are tasks and whose
 // head is head, as of meta, in one transaction: each task replaces its
 // copy and the keys that copy had, and meta and head say what the index
-// now holds.
-func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta) error {
+// now holds. sync waits for the transaction to be on disk; without it the
+// kernel writes it back when it will.
+func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error {
+	d.db.NoSync = !sync
+	defer func() { d.db.NoSync = false }()
 	return guard(func() error {
 		return d.db.Update(func(tx *bolt.Tx) error {
 			w := writer{tx: tx}
@@ -21,16 +24,39 @@ func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta) error {
 					return err
 				}
 			}
-			m := tx.Bucket(bMeta)
-			for k, v := range map[string][]byte{string(kSchema): binary.BigEndian.AppendUint64(nil, Schema), string(kPosition): encodePosition(meta.Position),
-				string(kSeq): binary.BigEndian.AppendUint64(nil, uint64(meta.Seq)), string(kHead): head} {
-				if err := m.Put([]byte(k), v); err != nil {
-					return err
-				}
-			}
-			return nil
+			return putMeta(tx.Bucket(bMeta), map[string][]byte{string(kSchema): binary.BigEndian.AppendUint64(nil, Schema), string(kPosition): encodePosition(meta.Position),
+				string(kSeq): binary.BigEndian.AppendUint64(nil, uint64(meta.Seq)), string(kHead): head, string(kBoot): []byte(meta.Boot), string(kSynced): synced(meta.Synced)})
 		})
 	})
+}
+
+// MarkSynced syncs the index and then says so in its meta: what every
+// write before holds is on disk (fsync covers every write of the file).
+func (d *DB) MarkSynced() error {
+	return guard(func() error {
+		return d.db.Update(func(tx *bolt.Tx) error {
+			if err := tx.DB().Sync(); err != nil {
+				return err
+			}
+			return putMeta(tx.Bucket(bMeta), map[string][]byte{string(kSynced): synced(true)})
+		})
+	})
+}
+
+func putMeta(m *bolt.Bucket, values map[string][]byte) error {
+	for k, v := range values {
+		if err := m.Put([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func synced(yes bool) []byte {
+	if yes {
+		return []byte{1}
+	}
+	return []byte{0}
 }
 
 // writer is one update transaction's buckets.

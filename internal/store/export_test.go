@@ -90,3 +90,25 @@ func PayloadsRead(path string) (payloads map[string]string, bytesRead int64, err
 	})
 	return payloads, counting.n, err
 }
+
+// SetBootID makes the store take id for this boot's, until restore.
+func SetBootID(id string) (restore func()) {
+	was := bootID
+	bootID = id
+	return func() { bootID = was }
+}
+
+// IndexSynced says whether the index beside the WAL at path says it was
+// synced, and the boot that wrote it.
+func IndexSynced(path string) (bool, string) {
+	db, err := index.Open(path+index.Suffix, false, time.Minute)
+	if err != nil {
+		return false, ""
+	}
+	defer db.Close()
+	meta, _, _ := db.Meta()
+	return meta.Synced, meta.Boot
+}
+
+// BootID is this boot's id as the store reads it.
+func BootID() string { return bootID }

@@ -129,6 +129,9 @@ func (h *Handle) openIndex(writing bool) (*openIndex, index.Meta, []byte, bool) 
 		return nil, index.Meta{}, nil, false
 	}
 	meta, head, err := db.Meta()
+	if err == nil && !meta.Synced && meta.Boot != bootID {
+		err = fmt.Errorf("the index %s was written without sync before the machine restarted, and may be half on disk", h.indexPath())
+	}
 	if err == nil {
 		var r *index.Reader
 		if r, err = db.Read(); err == nil {
@@ -190,12 +193,13 @@ func (b *builder) check(st *state.State, size int, after wal.Position) {
 	if st.HotCount() < b.h.spillAfter() && b.read < b.h.spillBytes() {
 		return
 	}
-	b.flush(st, after)
+	b.flush(st, after, false)
 }
 
 // flush writes what memory holds into the index being built (made at the
-// first flush) and reads on from it.
-func (b *builder) flush(st *state.State, after wal.Position) {
+// first flush) and reads on from it; the last flush syncs what every flush
+// wrote, before the index is put in place.
+func (b *builder) flush(st *state.State, after wal.Position, last bool) {
 	b.read = 0
 	h := b.h
 	if h.idx == nil {
@@ -207,7 +211,7 @@ func (b *builder) flush(st *state.State, after wal.Position) {
 		}
 		h.idx = o
 	}
-	if err := h.writeIndex(st, after); err != nil {
+	if err := h.writeIndex(st, index.Meta{Position: after, Synced: true}, last && !b.own); err != nil {
 		b.err = err
 		h.warn("could not write the index during the replay (%v); it holds its tasks in memory", err)
 		return
@@ -256,7 +260,7 @@ func (b *builder) finish(st *state.State, pos wal.Position) {
 	if !b.built && pos.Count < indexAfter && st.HotCount() < indexAfter {
 		return // a short history, and no base of many tasks: replayed faster than an index is made
 	}
-	b.flush(st, pos)
+	b.flush(st, pos, true)
 	if b.err != nil {
 		return
 	}
@@ -273,11 +277,12 @@ func (b *builder) finish(st *state.State, pos wal.Position) {
 }
 
 // writeIndex writes what st holds in memory into the open index, as of
-// pos, and reads every task from it from then on.
-func (h *Handle) writeIndex(st *state.State, pos wal.Position) error {
+// meta's position, and reads every task from it from then on.
+func (h *Handle) writeIndex(st *state.State, meta index.Meta, sync bool) error {
 	o := h.idx
 	o.closeReader()
-	if err := o.db.Write(st.Hot(), st.Head(), index.Meta{Position: pos, Seq: st.LastSeq()}); err != nil {
+	meta.Seq, meta.Boot = st.LastSeq(), bootID
+	if err := o.db.Write(st.Hot(), st.Head(), meta, sync); err != nil {
 		return err
 	}
 	r, err := o.db.Read()
@@ -338,15 +343,48 @@ func (h *Handle) commitIndex(st *state.State, pos wal.Position) {
 		_ = db.Close() // not what the state was built on: a replay builds it again
 		return
 	}
+	// A resident handle writes without sync (the index needs none to be
+	// right: the WAL is), once its first write, synced, has said so: a
+	// crash of the machine may leave any of them half on disk, and the
+	// index is built again after it. Close syncs it and says so.
+	unsynced := h.opts.Resident && bootID != ""
 	h.idx = &openIndex{db: db}
-	if err := h.writeIndex(st, pos); err != nil {
+	if err := h.writeIndex(st, index.Meta{Position: pos, Synced: !unsynced}, !unsynced || err != nil || meta.Synced); err != nil {
 		h.idx.close()
 		h.idx = nil
 		h.dropIndex(fmt.Errorf("could not write the index: %w", err))
 		return
 	}
-	h.indexed = pos
+	h.indexed, h.unsynced = pos, unsynced
 }
+
+// markSynced syncs the index a resident handle wrote without sync, at its
+// clean end, so that it is trusted after the machine restarts.
+func (h *Handle) markSynced() {
+	if !h.unsynced {
+		return
+	}
+	h.unsynced = false
+	db, err := index.Open(h.indexPath(), true, h.opts.LockTimeout)
+	if err != nil {
+		h.warn("could not sync the index (%v); it is built again if the machine restarts first", err)
+		return
+	}
+	defer db.Close()
+	if err := db.MarkSynced(); err != nil {
+		h.warn("could not sync the index (%v); it is built again if the machine restarts first", err)
+	}
+}
+
+// bootID names this boot of the machine ("" where the system does not say:
+// then every write of the index is synced).
+var bootID = func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}()
 
 // isLockWait is an index held by another process past the wait.
 func isLockWait(err error) bool { return errors.Is(err, index.ErrLocked) }

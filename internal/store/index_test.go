@@ -432,3 +432,71 @@ func TestBuildingByBytes(t *testing.T) {
 		t.Fatalf("the replay held %d tasks at once: it never wrote the index for their bytes", held)
 	}
 }
+
+// TestAnIndexWrittenWithoutSyncIsTrustedInItsBootOnly: a resident handle
+// (a server's) writes the index without sync. Killed (its files copied as
+// it runs), it leaves an index the same boot trusts and answers from as a
+// full replay does, and that another boot (a power loss may have left any
+// of its writes half on disk) builds again, saying why. Closed, it syncs
+// the index and says so: every boot trusts it.
+func TestAnIndexWrittenWithoutSyncIsTrustedInItsBootOnly(t *testing.T) {
+	if store.BootID() == "" {
+		t.Skip("this system names no boot: every write of the index is synced")
+	}
+	path := backlogWAL(t, t.TempDir(), 3000, 1000)
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	stateOf(t, path) // a one-shot command builds the index, synced
+	server := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Resident: true, SpillAfter: 20, Clock: fixedClock(now)})
+	for i := range 70 {
+		if err := server.Write(func(tx *store.Tx) error {
+			d, err := tx.State.DecideSubmit(state.Submit{Payload: fmt.Sprint("p", i), Window: state.NoWindow, Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+			if err == nil {
+				err = tx.Commit(d.Records)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killed := copyOf(t, path)
+	copyFile(t, path+store.IndexSuffix, killed+store.IndexSuffix)
+	if synced, boot := store.IndexSynced(killed); synced || boot != store.BootID() {
+		t.Fatalf("the index a server writes says synced %v, boot %q", synced, boot)
+	}
+	want := replayedAnswers(t, killed, now)
+	otherBoot := copyOf(t, killed)
+	copyFile(t, killed+store.IndexSuffix, otherBoot+store.IndexSuffix)
+
+	if count, ok := store.IndexOf(killed); !ok || count < 3000 {
+		t.Fatalf("in the boot that wrote it, the index is not trusted (%d records, %v)", count, ok)
+	}
+	if answersAt(t, killed, now, true, store.Options{}) != want {
+		t.Fatal("from an index written without sync, in its boot, the answers differ from a full replay's")
+	}
+
+	restore := store.SetBootID("another boot")
+	defer restore()
+	if _, ok := store.IndexOf(otherBoot); ok {
+		t.Fatal("after a restart of the machine, an index written without sync is trusted")
+	}
+	var warned []string
+	if answersAt(t, otherBoot, now, true, store.Options{Warn: func(s string) { warned = append(warned, s) }}) != want {
+		t.Fatal("after a restart, the answers differ from a full replay's")
+	}
+	if len(warned) == 0 || !strings.Contains(warned[0], "without sync") {
+		t.Fatalf("the rebuild says %q", warned)
+	}
+	if synced, _ := store.IndexSynced(otherBoot); !synced {
+		t.Fatal("the index built again is not synced")
+	}
+
+	restore()
+	server.Close()
+	restore = store.SetBootID("another boot")
+	if synced, _ := store.IndexSynced(path); !synced {
+		t.Fatal("a server closed cleanly leaves its index unsynced")
+	}
+	if _, ok := store.IndexOf(path); !ok {
+		t.Fatal("after a clean stop and a restart of the machine, the index is not trusted")
+	}
+}

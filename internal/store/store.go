@@ -69,7 +69,7 @@ type Options struct {
 	Progress func(done, total int64)
 	// Resident says the handle serves many operations and keeps its state
 	// between them (a server, a worker loop): it writes the index less
-	// often (residentIndexTail).
+	// often (residentIndexTail), without sync, and syncs it at Close.
 	Resident bool
 	// SpillAfter is how many tasks a replay from the WAL's start holds in
 	// memory before it writes them into the index it builds, and the most a
@@ -98,7 +98,9 @@ type Handle struct {
 	// peakHot is the most tasks memory held during the last replay from the
 	// WAL's start: what its builder bounds.
 	peakHot int
-	closed  bool
+	// unsynced: the handle wrote the index without sync (Close syncs it).
+	unsynced bool
+	closed   bool
 	// payloads reads back the payloads the state holds as where the WAL has
 	// them; it lets the file go when the handle forgets the state.
 	payloads payloadFile
@@ -126,6 +128,7 @@ func (h *Handle) Path() string { return h.opts.Path }
 // Close releases what the handle holds between operations.
 func (h *Handle) Close() {
 	h.forget()
+	h.markSynced()
 	h.closed = true
 }
 
