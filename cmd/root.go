@@ -230,7 +230,7 @@ shell script drives it, and any number may run at once. A worker is one line:
 		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
 		a.newCompleteCmd(), a.newFailCmd(), a.newReleaseCmd(), a.newExpireCmd(),
 		a.newAbortCmd(), a.newRedactCmd(), a.newRequeueCmd(), a.newQueueCmd(), a.newPauseCmd(), a.newResumeCmd(), a.newScheduleCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
-		a.newInspectCmd(), a.newLogCmd(), a.newReportCmd(), a.newVerifyCmd(), a.newStatsCmd(), a.newRepairCmd(), a.newBackupCmd(), a.newCompactCmd(),
+		a.newInspectCmd(), a.newLogCmd(), a.newReportCmd(), a.newVerifyCmd(), a.newStatsCmd(), a.newRepairCmd(), a.newReindexCmd(), a.newBackupCmd(), a.newCompactCmd(),
 		a.newWorkleaseCmd(), a.newVersionCmd(),
 	)
 	a.registerCompletions(root)

@@ -34,7 +34,7 @@ import (
 // itself, or are local by nature. run is not among them for a client, which
 // runs its children itself and leases through the server (runcoord.go); a
 // server never starts a client's children.
-var localOnly = map[string]bool{"verify": true, "repair": true, "backup": true, "serve": true, "completion": true, "help": true}
+var localOnly = map[string]bool{"verify": true, "repair": true, "reindex": true, "backup": true, "serve": true, "completion": true, "help": true}
 
 type serveOptions struct {
 	listen        string

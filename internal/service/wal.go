@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/answers"
+	"github.com/leasewal/leasewal/internal/index"
 	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/internal/trace"
 	"github.com/leasewal/leasewal/state"
@@ -263,6 +265,33 @@ func (l *Local) Compact(ctx context.Context, r api.CompactRequest) (api.Compacte
 		Segment: c.Segment, Expired: c.Expired, HistoryFrom: c.HistoryFrom, Redacted: c.Redacted}
 	if v.Expired == nil {
 		v.Expired = []string{}
+	}
+	return v, nil
+}
+
+// Reindexed is what reindex built.
+type Reindexed struct {
+	Result  api.Outcome `json:"result"`
+	Index   string      `json:"index"` // the index's path ("": a WAL of no record has none)
+	Records int         `json:"records"`
+	Bytes   int64       `json:"bytes"`
+}
+
+// Reindex builds the WAL's index again from the WAL, in place of the one
+// beside it, under the exclusive lock.
+func (l *Local) Reindex(ctx context.Context) (Reindexed, error) {
+	if err := l.exists("reindex"); err != nil {
+		return Reindexed{}, err
+	}
+	h := store.Open(l.store)
+	defer h.Close()
+	r, err := h.Reindex()
+	if err != nil {
+		return Reindexed{}, err
+	}
+	v := Reindexed{Result: api.ResultOK, Records: r.Records, Bytes: r.Bytes}
+	if r.Records > 0 {
+		v.Index = filepath.Clean(l.store.Path) + index.Suffix
 	}
 	return v, nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,6 +166,41 @@ func (h *Handle) reopenIndex() bool {
 	return true
 }
 
+// Reindexed is what Reindex built.
+type Reindexed struct {
+	Records int   // the records the index holds: every record of the WAL
+	Bytes   int64 // the index's size
+}
+
+// Reindex builds the index again from the WAL and puts it in place of the
+// one beside it (which it does not read), under the WAL's exclusive lock:
+// writers wait for it, readers read on.
+func (h *Handle) Reindex() (Reindexed, error) {
+	h.forget()
+	h.reindexing = true
+	defer func() { h.reindexing = false }()
+	var out Reindexed
+	err := h.Write(func(tx *Tx) error {
+		out.Records = tx.Records()
+		return nil
+	})
+	if err != nil {
+		return Reindexed{}, err
+	}
+	switch {
+	case out.Records == 0: // nothing to index
+		if err := h.opts.FS.Remove(h.indexPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return out, err
+		}
+	case h.indexed.Count != out.Records:
+		return out, fmt.Errorf("the index of %s could not be built (the warning above says why); the WAL is unchanged", h.opts.Path)
+	}
+	if info, err := os.Stat(h.indexPath()); err == nil {
+		out.Bytes = info.Size()
+	}
+	return out, nil
+}
+
 // builder writes the tasks a replay from the WAL's start holds into an
 // index as it goes, so that memory holds at most a spill's worth.
 type builder struct {
@@ -257,7 +293,7 @@ func (b *builder) finish(st *state.State, pos wal.Position) {
 		return
 	}
 	h := b.h
-	if !b.built && pos.Count < indexAfter && st.HotCount() < indexAfter {
+	if !b.built && pos.Count < indexAfter && st.HotCount() < indexAfter && !h.reindexing {
 		return // a short history, and no base of many tasks: replayed faster than an index is made
 	}
 	b.flush(st, pos, true)

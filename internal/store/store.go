@@ -100,6 +100,8 @@ type Handle struct {
 	peakHot int
 	// unsynced: the handle wrote the index without sync (Close syncs it).
 	unsynced bool
+	// reindexing: the next replay builds the index whatever it finds.
+	reindexing bool
 	closed   bool
 	// payloads reads back the payloads the state holds as where the WAL has
 	// them; it lets the file go when the handle forgets the state.
@@ -329,7 +331,7 @@ func (h *Handle) begin(mode wal.Mode) (*Tx, error) {
 	if h.cache != nil && h.cache.HasSource() && h.idx == nil && !h.reopenIndex() {
 		h.forget() // the index it read is gone, or is no longer what it was built on
 	}
-	if h.cache == nil && !h.fullReplay() {
+	if h.cache == nil && !h.fullReplay() && !h.reindexing {
 		h.loadIndex()
 	}
 	tx, err := h.catchUp(mode)
