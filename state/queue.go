@@ -165,7 +165,7 @@ func (s *State) DecideAbort(taskID, reason string, now int64) (Decision, error) 
 // any answer, listing or log), and the next compaction drops it from the
 // WAL. A task redacted already answers Duplicate, whatever the reason.
 func (s *State) DecideRedact(taskID, reason string, now int64) (Decision, error) {
-	if err := checkReason(reason, "a redaction needs a reason: say why the payload must go, e.g. --reason 'a password was pasted'"); err != nil {
+	if err := checkReason(reason, "a redaction needs a reason: say why the payload must go"); err != nil {
 		return Decision{}, err
 	}
 	t, err := s.Task(taskID)

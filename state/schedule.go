@@ -84,7 +84,7 @@ func (sc *Schedule) slots(zones Zones) (slots, error) {
 
 func parseCron(expr string) (cron.Schedule, error) {
 	if strings.Contains(expr, "TZ=") {
-		return nil, fmt.Errorf("cron expression %q names a time zone: give it with --tz", expr)
+		return nil, fmt.Errorf("cron expression %q names a time zone: give the zone apart from the expression", expr)
 	}
 	s, err := cron.ParseStandard(expr)
 	if err != nil {
@@ -185,15 +185,15 @@ func validSchedule(sp ScheduleSpec) error {
 	}
 	switch {
 	case (sp.Every > 0) == (sp.Cron != ""):
-		return fmt.Errorf("a schedule needs one of --every and --cron")
+		return fmt.Errorf("a schedule needs either an interval or a cron expression")
 	case sp.Every < 0 || (sp.Every == 0 && sp.Cron == ""):
-		return fmt.Errorf("--every must be positive")
+		return fmt.Errorf("a schedule's interval must be positive")
 	case sp.Every > 0 && sp.Every.Millis() == 0:
-		return fmt.Errorf("--every %s is under a millisecond", time.Duration(sp.Every))
+		return fmt.Errorf("a schedule's interval of %s is under a millisecond", time.Duration(sp.Every))
 	case sp.TZ != "" && sp.Cron == "":
-		return fmt.Errorf("--tz goes with --cron")
+		return fmt.Errorf("a schedule's time zone goes with a cron expression only")
 	case sp.CatchUp != CatchUpNone && sp.CatchUp != CatchUpLast && sp.CatchUp != CatchUpAll:
-		return fmt.Errorf("--catch-up %q: give none, last or all", sp.CatchUp)
+		return fmt.Errorf("a schedule's catch-up %q is none of none, last or all", sp.CatchUp)
 	}
 	if sp.Cron != "" {
 		if _, err := parseCron(sp.Cron); err != nil {
@@ -202,7 +202,7 @@ func validSchedule(sp ScheduleSpec) error {
 	}
 	t := sp.Template
 	if t.RequestID != "" || t.Delay != 0 || t.NotBefore != 0 {
-		return fmt.Errorf("a schedule's task takes no --request-id, --delay or --not-before: each firing is due at its slot")
+		return fmt.Errorf("a schedule's task has no request id, delay or not-before: each firing is due at its slot")
 	}
 	_, err := validSubmit(t)
 	return err

@@ -752,6 +752,16 @@ func (l *Local) ScheduleAdd(ctx context.Context, r api.ScheduleAddRequest) (api.
 		return api.ScheduleAdded{}, err
 	}
 	spec := state.ScheduleSpec{Name: r.Name, Cron: r.Cron, TZ: r.TZ, CatchUp: r.CatchUp}
+	switch {
+	case (r.Every == "") == (r.Cron == ""):
+		return api.ScheduleAdded{}, api.Usage("a schedule needs one of --every and --cron, e.g. --every 1h or --cron '0 3 * * *'")
+	case r.TZ != "" && r.Cron == "":
+		return api.ScheduleAdded{}, api.Usage("--tz goes with --cron: an interval (--every) counts from when the schedule is added")
+	case strings.Contains(r.Cron, "TZ="):
+		return api.ScheduleAdded{}, api.Usage("cron expression %q names a time zone: give it with --tz", r.Cron)
+	case r.CatchUp != "" && r.CatchUp != state.CatchUpNone && r.CatchUp != state.CatchUpLast && r.CatchUp != state.CatchUpAll:
+		return api.ScheduleAdded{}, api.Usage("--catch-up %q: give none, last or all", r.CatchUp)
+	}
 	if r.Every != "" {
 		every, err := api.ParseDuration("every", r.Every)
 		if err != nil {
