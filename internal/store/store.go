@@ -102,7 +102,7 @@ type Handle struct {
 	unsynced bool
 	// reindexing: the next replay builds the index whatever it finds.
 	reindexing bool
-	closed   bool
+	closed     bool
 	// payloads reads back the payloads the state holds as where the WAL has
 	// them; it lets the file go when the handle forgets the state.
 	payloads payloadFile
