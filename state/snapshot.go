@@ -438,7 +438,9 @@ func (d *snapDecoder) head(s *State) (uint64, error) {
 	if d.bool() {
 		s.base = &Base{Seq: d.int(), At: d.int(), KeptFrom: d.int(), History: d.str(), Hash: d.str(), ChainFrom: d.str()}
 	}
-	if d.bool() || d.bool() { // a snapshot holds every task: none names a file of them
+	// Two flags older caches set when they named files of tasks: a snapshot
+	// holds every task itself.
+	if namesRuns, namesCold := d.bool(), d.bool(); namesRuns || namesCold {
 		d.fail()
 	}
 	return version, d.err

@@ -700,6 +700,31 @@ func (l *Log) Section(from, to int64) *io.SectionReader {
 	return io.NewSectionReader(l.file, from, to-from)
 }
 
+// Frames hands each the frames between from and to, two positions of
+// this log's valid frames (which never change under a reader, locked or
+// not), checking each against the chain from from on; version is the
+// file's format version when they were written (Version, which an append
+// of a newer record changes).
+func (l *Log) Frames(from, to Position, version int, each func(Frame) error) error {
+	if from.Count == 0 {
+		from = start
+	}
+	if to.End < from.End || to.Count < from.Count {
+		return fmt.Errorf("frames from %d to %d: %w", from.End, to.End, ErrStalePosition)
+	}
+	pos, torn, err := scanFrames(l.Section(from.End, to.End), to.End-from.End, from, func(f Frame) error {
+		f.Version = version
+		return each(f)
+	})
+	switch {
+	case err != nil:
+		return err
+	case torn != nil || pos != to:
+		return fmt.Errorf("the frames from %d to %d are not those recorded: %w", from.End, to.End, ErrStalePosition)
+	}
+	return nil
+}
+
 // A Replacement is the new WAL a compaction writes beside the old one before
 // it takes the lock: the header and the frames of a base, fsynced. Log.Replace
 // then appends the old WAL's frames after the base's seq and renames it over

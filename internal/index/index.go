@@ -48,6 +48,10 @@ import (
 // never misread.
 const Schema = 1
 
+// writeMapping is how much of the file OpenHeld maps at once, as etcd's
+// backend does (10 GB there).
+const writeMapping = 1 << 32
+
 // Suffix is the index's name beside its WAL.
 const Suffix = ".index"
 
@@ -103,6 +107,18 @@ type DB struct {
 // (the caller builds the index again). bbolt panics on some damage: that is
 // caught and said as an error.
 func Open(path string, writing bool, timeout time.Duration) (db *DB, err error) {
+	return open(path, writing, timeout, 0)
+}
+
+// OpenHeld opens the index for writing for a while, during which read
+// transactions run beside commits (a server's): it maps writeMapping of it
+// at once, since a commit that grows the file past its mapping waits for
+// every read transaction to end. Address space costs nothing until touched.
+func OpenHeld(path string, timeout time.Duration) (*DB, error) {
+	return open(path, true, timeout, writeMapping)
+}
+
+func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB, err error) {
 	if !writing {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return nil, ErrNoIndex
@@ -113,7 +129,7 @@ func Open(path string, writing bool, timeout time.Duration) (db *DB, err error) 
 			db, err = nil, fmt.Errorf("the index %s is damaged: %v", path, p)
 		}
 	}()
-	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
+	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, NoFreelistSync: true, InitialMmapSize: mapping})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("opening the index %s: %w", path, ErrLocked)
 	}

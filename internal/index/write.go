@@ -139,32 +139,3 @@ func (w writer) unkey(t *state.Task, n int64) error {
 	}
 	return nil
 }
-
-// drop removes a task and every key of it (a compaction dropped it).
-func (w writer) drop(n int64) error {
-	key := num(n)
-	old := w.tx.Bucket(bTasks).Get(key)
-	if old == nil {
-		return nil
-	}
-	t, err := unseal(n, old)
-	if err != nil {
-		return err
-	}
-	if err := w.unkey(t, n); err != nil {
-		return err
-	}
-	dels := []struct{ bucket, key []byte }{{bTasks, key}, {bSubmits, []byte(t.RequestID)}}
-	for _, a := range t.Attempts {
-		dels = append(dels, struct{ bucket, key []byte }{bLeases, []byte(a.LeaseID)})
-		if a.RequestID != "" {
-			dels = append(dels, struct{ bucket, key []byte }{bLeaseReqs, []byte(a.RequestID)})
-		}
-	}
-	for _, d := range dels {
-		if err := w.tx.Bucket(d.bucket).Delete(d.key); err != nil {
-			return err
-		}
-	}
-	return nil
-}

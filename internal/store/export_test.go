@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -136,4 +137,47 @@ func TamperIndex(path string, n int64) error {
 	}
 	t.Priority = (t.Priority + 1) % state.MaxPriority
 	return db.Write([]*state.Task{t}, head, meta, true)
+}
+
+// Committing says whether a committer writes the pipe's index.
+func (p *Pipe) Committing() bool { return p.commit != nil }
+
+// WaitCommitted waits until the pipe's committer has written the index up
+// to at least records records; a hang guard says what it waited for.
+func (p *Pipe) WaitCommitted(records int) error {
+	guard := time.After(2 * time.Minute)
+	for p.commit.written.Load() < int64(records) {
+		select {
+		case <-guard:
+			return fmt.Errorf("the committer wrote the index up to record %d in 2 minutes, not %d", p.commit.written.Load(), records)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Rebase makes the pipe take the committer's state at its next batch,
+// however few tasks its own holds.
+func (p *Pipe) Rebase() { p.rebase(true) }
+
+// IndexedAt is how many records the index the handle's state reads holds.
+func (h *Handle) IndexedAt() int { return h.indexed.Count }
+
+// HotCount is how many tasks the pipe's state holds in memory.
+func (p *Pipe) HotCount() int { return p.tx.State.HotCount() }
+
+// MarkIndexUnsynced makes the index beside the WAL at path say it was
+// written without sync in the boot named boot.
+func MarkIndexUnsynced(path, boot string) error {
+	db, err := index.Open(path+index.Suffix, true, time.Minute)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	meta, head, err := db.Meta()
+	if err != nil {
+		return err
+	}
+	meta.Synced, meta.Boot = false, boot
+	return db.Write(nil, head, meta, true)
 }

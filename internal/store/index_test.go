@@ -213,17 +213,21 @@ func TestAReplayBuildingTheIndexAnswersAsAFullReplay(t *testing.T) {
 	}
 }
 
-// TestBadIndexesAreBuiltAgain: an index that is damaged (bytes flipped, cut
-// short, empty, a directory in its place), of another WAL, ahead of the WAL
-// (records cut after it was written), from before a compaction, or behind
-// by many records: every command answers exactly as a full replay does,
-// and the next writer leaves a good index.
+// TestBadIndexesAreBuiltAgain: an index that is damaged (bytes flipped,
+// pages zeroed, cut short, empty, a directory in its place), of another
+// WAL, ahead of the WAL (records cut after it was written, as repair cuts),
+// from before a compaction, older than the WAL by many records, or written
+// without sync in another boot: every command answers exactly as a full
+// replay does, and the next writer leaves a good index.
 func TestBadIndexesAreBuiltAgain(t *testing.T) {
 	dir := t.TempDir()
 	path := historyWAL(t, dir, 3000)
 	now := t0 + int64(400*24*time.Hour/time.Millisecond)
 	want := replayedAnswers(t, path, now)
-	answersAt(t, path, now, true, store.Options{}) // builds the index
+	older := copyOf(t, path)
+	os.WriteFile(older, mustRead(t, path)[:len(mustRead(t, path))*3/5], 0o600)
+	answersAt(t, older, now, true, store.Options{}) // an index of the WAL's first records
+	answersAt(t, path, now, true, store.Options{})  // builds the index
 	good := mustRead(t, path+store.IndexSuffix)
 	other := historyWAL(t, t.TempDir(), 2000)
 	answersAt(t, other, now, true, store.Options{})
@@ -240,6 +244,25 @@ func TestBadIndexesAreBuiltAgain(t *testing.T) {
 		"empty":         func(p string) { os.WriteFile(p+store.IndexSuffix, nil, 0o600) },
 		"a directory":   func(p string) { os.Remove(p + store.IndexSuffix); os.Mkdir(p+store.IndexSuffix, 0o700) },
 		"another WAL's": func(p string) { os.WriteFile(p+store.IndexSuffix, mustRead(t, other+store.IndexSuffix), 0o600) },
+		"zeroed pages": func(p string) {
+			b := bytes.Clone(good)
+			for i := 4096; i < len(b); i += 4096 * 4 {
+				clear(b[i:min(i+4096, len(b))])
+			}
+			os.WriteFile(p+store.IndexSuffix, b, 0o600)
+		},
+		"older than the WAL": func(p string) { os.WriteFile(p+store.IndexSuffix, mustRead(t, older+store.IndexSuffix), 0o600) },
+		"from before a compaction": func(p string) {
+			if _, err := handle(p, nil).Compact(store.CompactOptions{KeepFinished: 24 * time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(p+store.IndexSuffix, good, 0o600)
+		},
+		"unsynced in another boot": func(p string) {
+			if err := store.MarkIndexUnsynced(p, "another boot"); err != nil {
+				t.Fatal(err)
+			}
+		},
 		"ahead of the WAL": func(p string) {
 			b := mustRead(t, p)
 			os.WriteFile(p, b[:len(b)-len(b)/5], 0o600) // as if records were cut after the index was written
@@ -252,7 +275,7 @@ func TestBadIndexesAreBuiltAgain(t *testing.T) {
 			os.WriteFile(p+store.IndexSuffix, good, 0o600)
 			spoil(p)
 			expected := want
-			if name == "ahead of the WAL" {
+			if name == "ahead of the WAL" || name == "from before a compaction" {
 				expected = replayedAnswers(t, p, now)
 			}
 			for _, writing := range []bool{false, true, false} {
@@ -492,7 +515,7 @@ func TestAnIndexWrittenWithoutSyncIsTrustedInItsBootOnly(t *testing.T) {
 
 	restore()
 	server.Close()
-	restore = store.SetBootID("another boot")
+	defer store.SetBootID("another boot")()
 	if synced, _ := store.IndexSynced(path); !synced {
 		t.Fatal("a server closed cleanly leaves its index unsynced")
 	}

@@ -38,6 +38,10 @@ type Pipe struct {
 
 	mu      sync.Mutex
 	durable wal.Position // what a Sync made durable
+	// version is the WAL's format version at durable's end.
+	version int
+	// commit writes the index while the pipe runs (nil: Close writes it).
+	commit *committer
 	// stopped is why no batch may be decided any more (a write that
 	// failed, a state that diverged): the flights before it stand.
 	stopped error
@@ -50,6 +54,7 @@ type Pipe struct {
 // Flight is a batch in the pipe, written and waiting for its fsync.
 type Flight struct {
 	end     wal.Position // the WAL up to the batch's last record
+	version int          // the WAL's format version after it
 	err     error
 	done    chan struct{}
 	settled chan struct{} // closed once the batch is durable, or its fsync failed (then Close answers it)
@@ -87,7 +92,12 @@ func (h *Handle) Pipe() (*Pipe, error) {
 		}
 		p := &Pipe{h: h, tx: tx, flights: make(chan *Flight, 1024), done: make(chan struct{})}
 		if tx.log != nil {
-			p.durable = tx.log.Position
+			p.durable, p.version = tx.log.Position, tx.log.Version
+		}
+		if !p.startCommitter() && h.idx == nil && tx.State.HasSource() { // it lost its read of the index
+			tx.end()
+			h.forget()
+			continue
 		}
 		go p.sync()
 		return p, nil
@@ -106,6 +116,7 @@ func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.R
 	if p.Stopped() {
 		return nil, nil, nil, ErrPipeStopped
 	}
+	p.rebase(false)
 	tx := p.tx
 	errs, committed = make([]error, len(fns)), make([][]state.Record, len(fns))
 	tx.staging = true
@@ -143,7 +154,7 @@ func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.R
 		}
 	}
 	if tx.log != nil {
-		f.end = tx.log.Position
+		f.end, f.version = tx.log.Position, tx.log.Version
 	}
 	p.flights <- f
 	return errs, committed, f, nil
@@ -155,7 +166,17 @@ func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.R
 // Batch may call it.
 func (p *Pipe) Due() bool {
 	log := p.tx.log
+	if p.commit != nil { // it writes the index; memory grows only if it cannot
+		return p.tx.State.HotCount() >= p.h.spillAfter()
+	}
 	return log != nil && p.h.indexDue(p.tx.State, log.Position)
+}
+
+// durableEnd is what a Sync made durable, and the format version there.
+func (p *Pipe) durableEnd() (wal.Position, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.durable, p.version
 }
 
 // Stopped says whether the pipe takes no more batches: it must be closed.
@@ -204,10 +225,13 @@ func (p *Pipe) sync() {
 			if err != nil {
 				p.syncFailed = err
 			} else {
-				p.durable = end
+				p.durable, p.version = end, run[len(run)-1].version
 			}
 			failed = p.syncFailed
 			p.mu.Unlock()
+			if p.commit != nil && err == nil {
+				p.commit.nudge(end)
+			}
 		}
 		if failed != nil {
 			p.mu.Lock()
@@ -238,6 +262,16 @@ func (p *Pipe) Close() {
 	p.mu.Lock()
 	stopped, failed := p.stopped, p.syncFailed
 	p.mu.Unlock()
+	if c := p.commit; c != nil {
+		c.end(p.h)
+		if failed == nil && stopped == nil {
+			p.rebase(true)
+		}
+		if rb := c.take(); rb != nil {
+			rb.r.Close()
+		}
+		p.commit = nil
+	}
 	switch {
 	case failed == nil && stopped == nil:
 		if p.tx.log != nil {

@@ -202,3 +202,82 @@ func TestAPipeSaysWhenToWriteTheIndex(t *testing.T) {
 		t.Fatalf("due again at once after a close (%v)", err)
 	}
 }
+
+// TestAServerWritesTheIndexOffItsRequestPath: while a server's pipe holds
+// the WAL, a committer follows what it made durable and writes the index,
+// and the pipe decides on the state the committer prepared from then on
+// (its own tasks in memory let go). The WAL it writes so is byte for byte
+// the one a writer holding every task in memory writes for the same
+// requests, and after it every handle answers as a full replay does.
+func TestAServerWritesTheIndexOffItsRequestPath(t *testing.T) {
+	dir := t.TempDir()
+	path := backlogWAL(t, dir, 3000, 1000)
+	stateOf(t, path) // the index, built
+	twin := copyOf(t, path)
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	fsys := gatedfs.New()
+	fsys.Gated.Store(false)
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(now), Resident: true, FS: fsys})
+	defer h.Close()
+	full := store.Open(store.Options{Path: twin, LockTimeout: time.Minute, Clock: fixedClock(now), FullReplay: true})
+	defer full.Close()
+	var leased, twinLeased []string
+	batch := func(leased *[]string) []func(*store.Tx) error {
+		return []func(*store.Tx) error{addOne, leaseOne(leased), addOne, leaseOne(leased), addOne}
+	}
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := true
+	defer func() {
+		if open {
+			p.Close()
+		}
+	}()
+	if !p.Committing() {
+		t.Fatal("a resident handle's pipe over an index has no committer")
+	}
+	for range 3 {
+		for range 40 {
+			_, _, f, err := p.Batch(batch(&leased))
+			if err == nil {
+				err = f.Wait()
+			}
+			if _, _, werr := full.WriteBatch(batch(&twinLeased)); err != nil || werr != nil {
+				t.Fatal(err, werr)
+			}
+		}
+		if err := p.WaitCommitted(int(p.LastSeq())); err != nil {
+			t.Fatal(err)
+		}
+		// Records after the commit, their fsync held so that no commit takes
+		// them: the pipe applies them to the committer's state.
+		fsys.Gated.Store(true)
+		for range 2 {
+			_, _, _, err := p.Batch(batch(&leased))
+			if _, _, werr := full.WriteBatch(batch(&twinLeased)); err != nil || werr != nil {
+				t.Fatal(err, werr)
+			}
+		}
+		p.Rebase()
+		hot := p.HotCount()
+		fsys.Gated.Store(false)
+		<-fsys.Syncing
+		fsys.Gate <- nil
+		if hot == 0 || hot > 2*5 {
+			t.Fatalf("after taking the committer's state, the pipe holds %d tasks in memory, not those of the last 2 batches", hot)
+		}
+	}
+	p.Close()
+	open = false
+	if !bytes.Equal(mustRead(t, path), mustRead(t, twin)) {
+		t.Fatal("the WAL written over the committer's states differs from the one a writer holding every task wrote")
+	}
+	if want := replayedAnswers(t, path, now); answersAt(t, path, now, false, store.Options{}) != want {
+		t.Fatal("from the index the committer wrote, a new handle answers differently from a full replay")
+	}
+	if count, ok := store.IndexOf(path); !ok || count < bytes.Count(mustRead(t, path), []byte("\n"))-1-2*5 {
+		t.Fatalf("the committer's index holds %d records (%v): not all but the last batches'", count, ok)
+	}
+}
