@@ -129,7 +129,7 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 			db, err = nil, fmt.Errorf("the index %s is damaged: %v", path, p)
 		}
 	}()
-	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, NoFreelistSync: true, InitialMmapSize: mapping})
+	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, InitialMmapSize: mapping})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("opening the index %s: %w", path, ErrLocked)
 	}
