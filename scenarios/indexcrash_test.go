@@ -1,0 +1,200 @@
+package scenarios
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasewal/leasewal/internal/histgen"
+)
+
+// TestIndexCrashImages: the index beside a WAL as crashes and damage leave
+// it never changes an answer. From every image (a reindex killed at a
+// random moment of its rebuild; a server killed at a random moment while
+// its committer writes the index; a good index with bytes flipped, pages
+// zeroed or its end cut off at random places) the next commands answer
+// exactly as a replay of the WAL alone does, verify passes, and a writer
+// leaves an index the command after it reads.
+func TestIndexCrashImages(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.wal")
+	if err := histgen.WriteFile(src, histgen.Options{Records: 20_000, Waiting: 2_000}); err != nil {
+		t.Fatal(err)
+	}
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 44))
+	t.Logf("seed %d", seed)
+
+	// Each image is a directory of its own holding q.wal and what stands
+	// beside it.
+	image := func(withIndex bool) string {
+		p := filepath.Join(t.TempDir(), "q.wal")
+		copyTo(t, src, p)
+		if withIndex {
+			copyTo(t, src+".index", p+".index")
+		}
+		return p
+	}
+	if code, out, errOut := run(t, src, nil, "reindex"); code != 0 {
+		t.Fatalf("reindex: exit %d %s %s", code, out, errOut)
+	}
+	began := time.Now()
+	run(t, image(true), nil, "reindex")
+	rebuild := time.Since(began)
+
+	check := func(t *testing.T, p, what string) {
+		t.Helper()
+		alone := filepath.Join(t.TempDir(), "alone.wal")
+		copyTo(t, p, alone)
+		want := answersOf(t, alone)
+		if got := answersOf(t, p); got != want {
+			t.Fatalf("%s: the next command answers differently from a replay of the WAL alone", what)
+		}
+		if code, out, errOut := run(t, p, nil, "verify", "-o", "json"); code != 0 {
+			t.Fatalf("%s: verify: exit %d %s %s", what, code, out, errOut)
+		}
+		if code, out, errOut := run(t, p, nil, "submit", "--payload", "after", "--request-id", "after", "-o", "json"); code != 0 {
+			t.Fatalf("%s: a writer after it: exit %d %s %s", what, code, out, errOut)
+		}
+		copyTo(t, p, alone)
+		if got, want := answersOf(t, p), answersOf(t, alone); got != want {
+			t.Fatalf("%s: after a writer, the answers differ from a replay of the WAL alone", what)
+		}
+	}
+
+	good, err := os.ReadFile(src + ".index")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("reindex killed", func(t *testing.T) {
+		for i := range 4 {
+			p := image(true)
+			cmd := exec.Command(binary(), "--wal", p, "reindex")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Duration(rng.Int64N(int64(rebuild)*5/4 + 1)))
+			cmd.Process.Kill()
+			cmd.Wait()
+			check(t, p, fmt.Sprintf("reindex killed (%d)", i))
+		}
+	})
+
+	t.Run("server killed while it writes the index", func(t *testing.T) {
+		for i := range 2 {
+			p := image(true)
+			server, url, _ := startServe(t, "--wal", p, "serve", "--listen", "127.0.0.1:0")
+			batch := filepath.Join(t.TempDir(), "batch.jsonl")
+			var lines strings.Builder
+			for j := range 200 {
+				fmt.Fprintf(&lines, "{\"payload\":\"p%d\"}\n", j)
+			}
+			if err := os.WriteFile(batch, []byte(lines.String()), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			var clients sync.WaitGroup
+			clients.Add(2)
+			go func() { // submits
+				defer clients.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					exec.Command(binary(), "--server", url, "submit", "--batch-file", batch).Run()
+				}
+			}()
+			go func() { // work done, and the next task leased
+				defer clients.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					out, err := exec.Command(binary(), "--server", url, "lease", "--worker", "W", "-o", "tsv", "--no-headers").Output()
+					if f := strings.Fields(string(out)); err == nil && len(f) >= 3 {
+						exec.Command(binary(), "--server", url, "complete", "--task", f[1], "--lease", f[2]).Run()
+					}
+				}
+			}()
+			time.Sleep(300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond))))
+			server.Process.Kill()
+			server.Wait()
+			close(stop)
+			clients.Wait()
+			if n := countRecords(t, p); n <= countRecords(t, src) {
+				t.Fatalf("the server wrote nothing before it was killed (%d records)", n)
+			}
+			if written, _ := os.ReadFile(p + ".index"); bytes.Equal(written, good) {
+				t.Fatal("the server never wrote the index before it was killed: the image is not one of a commit")
+			}
+			check(t, p, fmt.Sprintf("server killed (%d)", i))
+		}
+	})
+
+	t.Run("damaged copies", func(t *testing.T) {
+		for i := range 6 {
+			p := image(false)
+			b := bytes.Clone(good)
+			at := rng.IntN(len(b))
+			var what string
+			switch i % 3 {
+			case 0:
+				for j := at; j < min(at+16, len(b)); j++ {
+					b[j] ^= byte(1 + rng.IntN(255))
+				}
+				what = fmt.Sprintf("16 bytes flipped at %d", at)
+			case 1:
+				at -= at % 4096
+				clear(b[at:min(at+4096, len(b))])
+				what = fmt.Sprintf("the page at %d zeroed", at)
+			default:
+				b = b[:at]
+				what = fmt.Sprintf("cut at %d", at)
+			}
+			if err := os.WriteFile(p+".index", b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			check(t, p, what)
+		}
+	})
+}
+
+// answersOf is what the commands that read every task answer on the WAL
+// at p, as it stands beside what it has: every task, the domains, the
+// counts.
+func answersOf(t *testing.T, p string) string {
+	t.Helper()
+	var all strings.Builder
+	for _, args := range [][]string{{"inspect", "-o", "json", "--now", "+1s"}, {"worklease", "inspect", "-o", "json", "--now", "+1s"}, {"stats", "-o", "json", "--now", "+1s", "--recent", "0"}} {
+		code, out, errOut := run(t, p, nil, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d %s", args, code, errOut)
+		}
+		all.WriteString(out)
+	}
+	return all.String()
+}
+
+func copyTo(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
