@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -400,4 +401,28 @@ func (d *decoder) retryPolicy() (*RetryPolicy, error) {
 		return err
 	})
 	return p, err
+}
+
+// PeekAt reads a record's time from the start of its body as EncodeRecord
+// writes it ({"seq":N,"at":M,…}) without decoding the rest; false for a
+// body that does not start so (then decode it).
+func PeekAt(body []byte) (int64, bool) {
+	rest, ok := bytes.CutPrefix(body, []byte(`{"seq":`))
+	if !ok {
+		return 0, false
+	}
+	i := bytes.IndexByte(rest, ',')
+	if i < 0 {
+		return 0, false
+	}
+	rest, ok = bytes.CutPrefix(rest[i+1:], []byte(`"at":`))
+	if !ok {
+		return 0, false
+	}
+	end := bytes.IndexAny(rest, ",}")
+	if end < 0 {
+		return 0, false
+	}
+	at, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+	return at, err == nil
 }

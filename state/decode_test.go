@@ -23,3 +23,28 @@ func TestIntegerParser(t *testing.T) {
 		}
 	}
 }
+
+// TestPeekAtReadsWhatTheDecoderReads: on every record EncodeRecord writes,
+// PeekAt finds the time the decoder finds; on bodies of another shape it
+// says it cannot.
+func TestPeekAtReadsWhatTheDecoderReads(t *testing.T) {
+	for _, at := range []int64{0, 1, -62135596800000, 1767225600000, 253402300799999} {
+		r := Record{Seq: 7, At: at, Type: TaskCreated, TaskID: "T1", Payload: "p"}
+		body, err := EncodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded, err := DecodeRecord(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := PeekAt(body); !ok || got != decoded.At {
+			t.Fatalf("PeekAt of %s: %d %v, the decoder reads %d", body, got, ok, decoded.At)
+		}
+	}
+	for _, body := range []string{`{"at":5,"seq":1}`, `{"seq":1}`, `{"seq":1,"at":x}`, ``, `{"seq":1,"at":5`} {
+		if at, ok := PeekAt([]byte(body)); ok {
+			t.Fatalf("PeekAt of %q: %d", body, at)
+		}
+	}
+}

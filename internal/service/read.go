@@ -654,8 +654,23 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 func (l *Local) countFinished(ctx context.Context, queue string, now int64, recent time.Duration, byQueue map[string]*api.QueueStats) error {
 	since := now - recent.Milliseconds()
 	ended := map[string]bool{}
-	_, err := l.Log(ctx, api.LogRequest{Since: api.FormatTime(since), Queue: queue, Type: "TaskCompleted,TaskFailed,TaskDead,TaskAborted,LeaseExpired"},
-		func(rec api.Record) error { ended[rec.TaskID] = true; return nil })
+	// The records of the span are the WAL's last ones: a scan finds them
+	// without building a state, unless a compaction within the span sealed
+	// some of them in the history, which log reads through.
+	h := store.Open(l.store)
+	whole, err := h.RecordsSince(since, func(rec state.Record) error {
+		switch rec.Type {
+		case state.TaskCompleted, state.TaskFailed, state.TaskDead, state.TaskAborted, state.LeaseExpired:
+			ended[rec.TaskID] = true
+		}
+		return nil
+	})
+	h.Close()
+	if err == nil && !whole {
+		clear(ended)
+		_, err = l.Log(ctx, api.LogRequest{Since: api.FormatTime(since), Type: "TaskCompleted,TaskFailed,TaskDead,TaskAborted,LeaseExpired"},
+			func(rec api.Record) error { ended[rec.TaskID] = true; return nil })
+	}
 	if err != nil {
 		return err
 	}
@@ -669,8 +684,8 @@ func (l *Local) countFinished(ctx context.Context, queue string, now int64, rece
 				continue // compacted meanwhile: it ended before the span
 			}
 			c := t.At(now)
-			if !c.State.Terminal() || c.Ended < since || c.Ended > now {
-				continue // retried, or ended outside the span
+			if !c.State.Terminal() || c.Ended < since || c.Ended > now || (queue != "" && c.Queue != queue) {
+				continue // retried, ended outside the span, or of another queue
 			}
 			q := byQueue[c.Queue]
 			if q == nil {
