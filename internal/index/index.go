@@ -19,8 +19,13 @@
 //	order       queue, 0, 1000-priority (2 bytes), number -> from, to, leased:
 //	            each queue's unfinished tasks in lease order
 //	lapse       time, number: when time alone ends a task's lease or window
-//	wake        time, number: when a waiting task becomes eligible
-//	ended       time, number: the finished tasks by when they ended
+//	wake        time, number: when a waiting task becomes eligible, for the
+//	            times after the last record the index holds (every caller
+//	            asks from a later now)
+//
+// Finished tasks are not kept by end time: nothing reads them so (a
+// compaction reads every task to write its base, and decides there which
+// it keeps).
 //
 // state knows the rules and these keys' meaning (Task.Order, LapseAt,
 // WakeAt); this package knows bytes and bbolt, never a rule.
@@ -65,8 +70,7 @@ var (
 	bOrder     = []byte("order")
 	bLapse     = []byte("lapse")
 	bWake      = []byte("wake")
-	bEnded     = []byte("ended")
-	buckets    = [][]byte{bMeta, bTasks, bLive, bSubmits, bLeases, bLeaseReqs, bOrder, bLapse, bWake, bEnded}
+	buckets    = [][]byte{bMeta, bTasks, bLive, bSubmits, bLeases, bLeaseReqs, bOrder, bLapse, bWake}
 
 	kSchema   = []byte("schema")
 	kPosition = []byte("position")
@@ -92,8 +96,11 @@ var ErrLocked = errors.New("the index is in use by another process")
 type Meta struct {
 	Position wal.Position
 	Seq      int64
-	Boot     string
-	Synced   bool
+	// At is the time of that last record, written and not kept: a waiting
+	// task eligible at or before it is not put in wake.
+	At     int64
+	Boot   string
+	Synced bool
 }
 
 // DB is an open index.

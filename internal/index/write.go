@@ -1,7 +1,9 @@
 package index
 
 import (
+	"bytes"
 	"encoding/binary"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -18,11 +20,26 @@ func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error
 	defer func() { d.db.NoSync = false }()
 	return guard(func() error {
 		return d.db.Update(func(tx *bolt.Tx) error {
-			w := writer{tx: tx}
+			c := changes{}
+			newest := int64(0) // tasks numbered after it have no copy to replace
+			if k, _ := tx.Bucket(bTasks).Cursor().Last(); len(k) == 8 {
+				newest = int64(binary.BigEndian.Uint64(k))
+			}
 			for _, t := range tasks {
-				if err := w.put(t); err != nil {
-					return err
+				n := state.Number(t.ID)
+				if n <= newest {
+					if old := tx.Bucket(bTasks).Get(num(n)); old != nil {
+						prev, err := unseal(n, old)
+						if err != nil {
+							return err
+						}
+						c.unkey(prev, n)
+					}
 				}
+				c.key(t, n, meta.At)
+			}
+			if err := c.apply(tx); err != nil {
+				return err
 			}
 			return putMeta(tx.Bucket(bMeta), map[string][]byte{string(kSchema): binary.BigEndian.AppendUint64(nil, Schema), string(kPosition): encodePosition(meta.Position),
 				string(kSeq): binary.BigEndian.AppendUint64(nil, uint64(meta.Seq)), string(kHead): head, string(kBoot): []byte(meta.Boot), string(kSynced): synced(meta.Synced)})
@@ -59,82 +76,97 @@ func synced(yes bool) []byte {
 	return []byte{0}
 }
 
-// writer is one update transaction's buckets.
-type writer struct {
-	tx *bolt.Tx
+// changes are one write's deletes and puts, by bucket: applied in key
+// order (deletes first: a task's new keys may be its old copy's), so that
+// each bucket is walked once, leaf after leaf, however the tasks' ids and
+// times are ordered.
+type changes struct {
+	dels map[string][][]byte
+	puts map[string][]kv
 }
 
-// put writes t over its copy: the keys that were the copy's (its lease
-// order, times, live mark) go, the new ones come; ids a task had stay its
-// own (a request id or lease id never changes owner).
-func (w writer) put(t *state.Task) error {
-	n := state.Number(t.ID)
+type kv struct{ k, v []byte }
+
+func (c *changes) del(bucket []byte, key []byte) {
+	if c.dels == nil {
+		c.dels = map[string][][]byte{}
+	}
+	c.dels[string(bucket)] = append(c.dels[string(bucket)], key)
+}
+
+func (c *changes) put(bucket []byte, key, value []byte) {
+	if c.puts == nil {
+		c.puts = map[string][]kv{}
+	}
+	c.puts[string(bucket)] = append(c.puts[string(bucket)], kv{key, value})
+}
+
+// key writes t over its copy: its own value, and the keys it has now; ids
+// a task had stay its own (a request id or lease id never changes owner).
+func (c *changes) key(t *state.Task, n, at int64) {
 	key := num(n)
-	tasks := w.tx.Bucket(bTasks)
-	if old := tasks.Get(key); old != nil {
-		prev, err := unseal(n, old)
-		if err != nil {
-			return err
-		}
-		if err := w.unkey(prev, n); err != nil {
-			return err
-		}
-	}
-	if err := tasks.Put(key, sealed(n, state.EncodeTask(t))); err != nil {
-		return err
-	}
-	if err := w.tx.Bucket(bSubmits).Put([]byte(t.RequestID), key); err != nil {
-		return err
-	}
+	c.put(bTasks, key, sealed(n, state.EncodeTask(t)))
+	c.put(bSubmits, []byte(t.RequestID), key)
 	for _, a := range t.Attempts {
-		if err := w.tx.Bucket(bLeases).Put([]byte(a.LeaseID), key); err != nil {
-			return err
-		}
+		c.put(bLeases, []byte(a.LeaseID), key)
 		if a.RequestID != "" {
-			if err := w.tx.Bucket(bLeaseReqs).Put([]byte(a.RequestID), key); err != nil {
-				return err
-			}
+			c.put(bLeaseReqs, []byte(a.RequestID), key)
 		}
 	}
 	if t.State.Terminal() {
-		return w.tx.Bucket(bEnded).Put(timeKey(t.Ended, n), nil)
+		return
 	}
-	e := t.Order(n)
-	puts := []struct {
-		bucket []byte
-		key    []byte
-		value  []byte
-	}{{bLive, key, nil}, {bOrder, orderKey(t.Queue, t.Priority, n), orderValue(e)}}
+	c.put(bLive, key, nil)
+	c.put(bOrder, orderKey(t.Queue, t.Priority, n), orderValue(t.Order(n)))
 	if at := t.LapseAt(); at != 0 {
-		puts = append(puts, struct{ bucket, key, value []byte }{bLapse, timeKey(at, n), nil})
+		c.put(bLapse, timeKey(at, n), nil)
 	}
-	if at := t.WakeAt(); at != 0 {
-		puts = append(puts, struct{ bucket, key, value []byte }{bWake, timeKey(at, n), nil})
+	if wake := t.WakeAt(); wake > at {
+		c.put(bWake, timeKey(wake, n), nil)
 	}
-	for _, p := range puts {
-		if err := w.tx.Bucket(p.bucket).Put(p.key, p.value); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // unkey removes the keys of a task's copy that a change of the task
 // changes: its live mark, lease order and times, or its end.
-func (w writer) unkey(t *state.Task, n int64) error {
-	dels := []struct{ bucket, key []byte }{{bLive, num(n)}, {bOrder, orderKey(t.Queue, t.Priority, n)}}
+func (c *changes) unkey(t *state.Task, n int64) {
+	if t.State.Terminal() {
+		return
+	}
+	c.del(bLive, num(n))
+	c.del(bOrder, orderKey(t.Queue, t.Priority, n))
 	if at := t.LapseAt(); at != 0 {
-		dels = append(dels, struct{ bucket, key []byte }{bLapse, timeKey(at, n)})
+		c.del(bLapse, timeKey(at, n))
 	}
 	if at := t.WakeAt(); at != 0 {
-		dels = append(dels, struct{ bucket, key []byte }{bWake, timeKey(at, n)})
+		c.del(bWake, timeKey(at, n))
 	}
-	if t.State.Terminal() {
-		dels = append(dels, struct{ bucket, key []byte }{bEnded, timeKey(t.Ended, n)})
+}
+
+// apply writes the changes, each bucket's in key order. A bucket whose
+// keys mostly come after every key it holds (tasks by number, the live
+// marks, times) fills its pages: bbolt's half-full default is for keys
+// that land anywhere.
+func (c *changes) apply(tx *bolt.Tx) error {
+	for name, keys := range c.dels {
+		b := tx.Bucket([]byte(name))
+		slices.SortFunc(keys, bytes.Compare)
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
 	}
-	for _, d := range dels {
-		if err := w.tx.Bucket(d.bucket).Delete(d.key); err != nil {
-			return err
+	for name, kvs := range c.puts {
+		b := tx.Bucket([]byte(name))
+		switch name {
+		case string(bTasks), string(bLive), string(bLapse), string(bWake):
+			b.FillPercent = 0.9
+		}
+		slices.SortFunc(kvs, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
+		for _, e := range kvs {
+			if err := b.Put(e.k, e.v); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

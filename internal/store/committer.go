@@ -151,7 +151,7 @@ func (c *committer) commit(to wal.Position, version int) error {
 	}
 	c.r.Close()
 	head := c.st.Head()
-	meta := index.Meta{Position: to, Seq: c.st.LastSeq(), Boot: bootID, Synced: bootID == ""}
+	meta := index.Meta{Position: to, Seq: c.st.LastSeq(), At: c.st.LastAt(), Boot: bootID, Synced: bootID == ""}
 	if err := c.db.Write(c.st.Hot(), head, meta, c.sync); err != nil {
 		return err
 	}

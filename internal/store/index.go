@@ -42,7 +42,7 @@ const (
 	// (readers hold it shared while they read): it writes next time.
 	writeLockWait = 50 * time.Millisecond
 
-	defaultSpillAfter      = 1 << 16
+	defaultSpillAfter      = 1 << 12
 	defaultSpillAfterBytes = 64 << 20
 )
 
@@ -317,7 +317,7 @@ func (b *builder) finish(st *state.State, pos wal.Position) {
 func (h *Handle) writeIndex(st *state.State, meta index.Meta, sync bool) error {
 	o := h.idx
 	o.closeReader()
-	meta.Seq, meta.Boot = st.LastSeq(), bootID
+	meta.Seq, meta.At, meta.Boot = st.LastSeq(), st.LastAt(), bootID
 	if err := o.db.Write(st.Hot(), st.Head(), meta, sync); err != nil {
 		return err
 	}

@@ -73,7 +73,7 @@ type Options struct {
 	Resident bool
 	// SpillAfter is how many tasks a replay from the WAL's start holds in
 	// memory before it writes them into the index it builds, and the most a
-	// writer holds before it writes the index; 0: 65,536. SpillAfterBytes
+	// writer holds before it writes the index; 0: 4,096. SpillAfterBytes
 	// is how many bytes of records it reads before it does whatever the
 	// count; 0: 64 MiB.
 	SpillAfter      int
