@@ -143,7 +143,7 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 	if err != nil {
 		return nil, fmt.Errorf("opening the index %s: %w", path, err)
 	}
-	if writing {
+	if writing && !hasBuckets(b) { // a write transaction, synced: only for a new index
 		if err := b.Update(func(tx *bolt.Tx) error {
 			for _, name := range buckets {
 				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -157,6 +157,18 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 		}
 	}
 	return &DB{db: b}, nil
+}
+
+// hasBuckets reports whether every bucket is there.
+func hasBuckets(b *bolt.DB) bool {
+	all := true
+	_ = b.View(func(tx *bolt.Tx) error {
+		for _, name := range buckets {
+			all = all && tx.Bucket(name) != nil
+		}
+		return nil
+	})
+	return all
 }
 
 // CopyTo writes the whole index as one read transaction sees it (a backup).

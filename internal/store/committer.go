@@ -125,12 +125,14 @@ func (c *committer) run() {
 	defer close(c.done)
 	tick := time.NewTicker(commitEvery)
 	defer tick.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-tick.C:
-		case <-c.wake:
+	for first := true; ; first = false {
+		if !first { // the first commit at once: a pipe may be shorter than commitEvery
+			select {
+			case <-c.stop:
+				return
+			case <-tick.C:
+			case <-c.wake:
+			}
 		}
 		to, version := c.durable()
 		if to.Count <= c.pos.Count {
