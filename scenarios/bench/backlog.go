@@ -9,18 +9,19 @@ import (
 	"github.com/leasewal/leasewal/internal/histgen"
 )
 
-// backlog prints per-command latency (median of reps, each command a process
-// starting from the checkpoint its predecessors wrote) with 100, 10,000 and
-// 100,000 tasks waiting, the commands interleaved across the backlogs
+// backlog prints per-command latency (median and mean of reps, each
+// command a process reading the index its predecessors wrote and the
+// records after it; the mean carries the index writes a command does once
+// the WAL has run indexTail records past the index) with each number of
+// tasks waiting in sizes, the commands interleaved across the backlogs
 // (A B C A B C …) so that the machine's drift cancels; the target is the
-// 100,000 column within 1.2x of the 100 one.
-func backlog(dir, leasewal, floor string, reps int) {
-	sizes := []int{100, 10_000, 100_000}
+// largest backlog within 1.15x of the smallest.
+func backlog(dir, leasewal, floor string, sizes []int, reps int) {
 	wals := make([]string, len(sizes))
 	for i, n := range sizes {
 		wals[i] = filepath.Join(dir, fmt.Sprintf("backlog-%d.wal", n))
 		check(histgen.WriteFile(wals[i], histgen.Options{Records: 1000, Waiting: n}))
-		execute(leasewal, "--wal", wals[i], "submit", "--payload", "warm") // writes the checkpoint
+		execute(leasewal, "--wal", wals[i], "submit", "--payload", "warm") // builds the index
 	}
 	lat := map[string][][]time.Duration{"submit": make([][]time.Duration, len(sizes)), "lease": make([][]time.Duration, len(sizes)), "complete": make([][]time.Duration, len(sizes))}
 	var floorRuns []time.Duration
@@ -38,20 +39,35 @@ func backlog(dir, leasewal, floor string, reps int) {
 			}
 		}
 	}
-	fmt.Printf("per-command latency by backlog (medians of %d, ms; target: 100,000 waiting within 1.2x of 100)\n", reps)
-	fmt.Printf("%-9s %10s %10s %10s %12s %14s\n", "", "100", "10,000", "100,000", "100k / 100", "100k / floor")
+	last := len(sizes) - 1
+	fmt.Printf("per-command latency by tasks waiting (median / mean of %d, ms; target: %d waiting within 1.15x of %d)\n", reps, sizes[last], sizes[0])
+	fmt.Printf("%-9s", "")
+	for _, n := range sizes {
+		fmt.Printf(" %15d", n)
+	}
+	fmt.Printf(" %14s %14s\n", "last / first", "last / floor")
 	for _, op := range []string{"submit", "lease", "complete"} {
-		m := make([]time.Duration, len(sizes))
+		med, avg := make([]time.Duration, len(sizes)), make([]time.Duration, len(sizes))
+		fmt.Printf("%-9s", op)
 		for i := range sizes {
-			m[i] = median(lat[op][i])
+			med[i], avg[i] = median(lat[op][i]), meanDuration(lat[op][i])
+			fmt.Printf(" %7.2f / %5.2f", ms(med[i]), ms(avg[i]))
 		}
 		againstFloor := "n/a"
 		if len(floorRuns) > 0 {
-			againstFloor = fmt.Sprintf("%.2fx", float64(m[2])/float64(median(floorRuns)))
+			againstFloor = fmt.Sprintf("%.2fx", float64(med[last])/float64(median(floorRuns)))
 		}
-		fmt.Printf("%-9s %10.2f %10.2f %10.2f %11.2fx %14s\n", op, ms(m[0]), ms(m[1]), ms(m[2]), float64(m[2])/float64(m[0]), againstFloor)
+		fmt.Printf(" %6.2fx/%5.2fx %14s\n", float64(med[last])/float64(med[0]), float64(avg[last])/float64(avg[0]), againstFloor)
 	}
 	if len(floorRuns) > 0 {
 		fmt.Printf("I/O floor (open, lock, read, append, fsync; target <= 1.15x): %.2f ms\n", ms(median(floorRuns)))
 	}
+}
+
+func meanDuration(d []time.Duration) time.Duration {
+	xs := make([]float64, len(d))
+	for i, x := range d {
+		xs[i] = float64(x)
+	}
+	return time.Duration(mean(xs))
 }

@@ -35,7 +35,7 @@ func main() {
 	lockPhase := flag.Duration("contention", 0, "measure the lock instead, in phases of this length (readers beside a writer; writers against writers)")
 	workerPhase := flag.Duration("workers", 0, "measure leasewal run instead, in phases of this length (against shell loops; pickup after a lapse)")
 	servePhase := flag.Duration("serve", 0, "measure leasewal serve instead, in phases of this length (16 HTTP clients against 16 process loops)")
-	backlogOnly := flag.Bool("backlog", false, "measure per-command latency against the number of waiting tasks instead")
+	backlogOnly := flag.String("backlog", "", "measure per-command latency against these numbers of waiting tasks instead (e.g. 100,1000000)")
 	batch := flag.Int("batch", 0, "measure the batch door instead: this many tasks in one submit --batch-file")
 	compaction := flag.String("compaction", "", "measure compaction instead, on WALs of these sizes in records (e.g. 100000,1000000)")
 	reports := flag.String("report", "", "measure report instead, on WALs of these sizes in records (e.g. 10000,100000,1000000)")
@@ -108,8 +108,14 @@ func main() {
 		}
 		return
 	}
-	if *backlogOnly {
-		backlog(dir, *leasewal, *floor, *reps)
+	if *backlogOnly != "" {
+		var backlogSizes []int
+		for _, field := range strings.Split(*backlogOnly, ",") {
+			n, err := strconv.Atoi(field)
+			check(err)
+			backlogSizes = append(backlogSizes, n)
+		}
+		backlog(dir, *leasewal, *floor, backlogSizes, *reps)
 		return
 	}
 	fmt.Println("latencies are medians in ms; ratio = leasewal / sqlite3 (one process per command, fsync per transaction)")
