@@ -14,9 +14,10 @@ func (a *app) newBackupCmd() *cobra.Command {
 		Short: "Copy the task log safely while it is in use",
 		Long: `Copy the task log to DEST while it is in use: writers (a server too) wait for
 the copy, readers do not. After a crash DEST holds the whole copy or does not
-exist. DEST must not exist. --index copies the index
-beside it too (DEST.index), so that the copy starts as fast as the original. Restore by pointing --wal at the copy (or moving it in place of
-the WAL while nothing runs); 'leasewal --wal DEST verify' checks it.`,
+exist. DEST must not exist. --index copies the index beside it too
+(DEST.index), so that the copy starts as fast as the original. Restore by
+pointing --wal at the copy (or moving it in place of the WAL while nothing
+runs); 'leasewal --wal DEST verify' checks it.`,
 		Example: `  leasewal backup /backups/q-$(date +%F).wal
   leasewal backup /backups/q.wal --index && leasewal --wal /backups/q.wal verify`,
 		Args: func(c *cobra.Command, args []string) error {
