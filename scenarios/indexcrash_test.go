@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -104,31 +105,24 @@ func TestIndexCrashImages(t *testing.T) {
 			stop := make(chan struct{})
 			var clients sync.WaitGroup
 			clients.Add(2)
-			go func() { // submits
+			client := func(work func()) {
 				defer clients.Done()
 				for {
 					select {
 					case <-stop:
 						return
 					default:
-					}
-					exec.Command(binary(), "--server", url, "submit", "--batch-file", batch).Run()
-				}
-			}()
-			go func() { // work done, and the next task leased
-				defer clients.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					out, err := exec.Command(binary(), "--server", url, "lease", "--worker", "W", "-o", "tsv", "--no-headers").Output()
-					if f := strings.Fields(string(out)); err == nil && len(f) >= 3 {
-						exec.Command(binary(), "--server", url, "complete", "--task", f[1], "--lease", f[2]).Run()
+						work()
 					}
 				}
-			}()
+			}
+			go client(func() { exec.Command(binary(), "--server", url, "submit", "--batch-file", batch).Run() })
+			go client(func() { // work done, and the next task leased
+				out, err := exec.Command(binary(), "--server", url, "lease", "--worker", "W", "-o", "json").Output()
+				if m := leased.FindStringSubmatch(string(out)); err == nil && m != nil {
+					exec.Command(binary(), "--server", url, "complete", "--task", m[1], "--lease", m[2]).Run()
+				}
+			})
 			time.Sleep(300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond))))
 			server.Process.Kill()
 			server.Wait()
@@ -171,6 +165,8 @@ func TestIndexCrashImages(t *testing.T) {
 		}
 	})
 }
+
+var leased = regexp.MustCompile(`"task_id":"(T\d+)","lease_id":"(L\d+)"`)
 
 // answersOf is what the commands that read every task answer on the WAL
 // at p, as it stands beside what it has: every task, the domains, the

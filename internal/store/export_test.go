@@ -117,6 +117,24 @@ func BootID() string { return bootID }
 // TamperIndex changes task number n's priority in the index beside the WAL
 // at path, behind the WAL's back: an index that loads and is wrong.
 func TamperIndex(path string, n int64) error {
+	return rewriteIndex(path, func(db *index.DB, _ *index.Meta) ([]*state.Task, error) {
+		r, err := db.Read()
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		t, err := r.Task(n)
+		if err != nil {
+			return nil, err
+		}
+		t.Priority = (t.Priority + 1) % state.MaxPriority
+		return []*state.Task{t}, nil
+	})
+}
+
+// rewriteIndex writes into the index beside the WAL at path the tasks and
+// the meta change makes of its own.
+func rewriteIndex(path string, change func(*index.DB, *index.Meta) ([]*state.Task, error)) error {
 	db, err := index.Open(path+index.Suffix, true, time.Minute)
 	if err != nil {
 		return err
@@ -126,17 +144,11 @@ func TamperIndex(path string, n int64) error {
 	if err != nil {
 		return err
 	}
-	r, err := db.Read()
+	tasks, err := change(db, &meta)
 	if err != nil {
 		return err
 	}
-	t, err := r.Task(n)
-	r.Close()
-	if err != nil {
-		return err
-	}
-	t.Priority = (t.Priority + 1) % state.MaxPriority
-	return db.Write([]*state.Task{t}, head, meta, true)
+	return db.Write(tasks, head, meta, true)
 }
 
 // Committing says whether a committer writes the pipe's index.
@@ -169,15 +181,8 @@ func (p *Pipe) HotCount() int { return p.tx.State.HotCount() }
 // MarkIndexUnsynced makes the index beside the WAL at path say it was
 // written without sync in the boot named boot.
 func MarkIndexUnsynced(path, boot string) error {
-	db, err := index.Open(path+index.Suffix, true, time.Minute)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	meta, head, err := db.Meta()
-	if err != nil {
-		return err
-	}
-	meta.Synced, meta.Boot = false, boot
-	return db.Write(nil, head, meta, true)
+	return rewriteIndex(path, func(_ *index.DB, meta *index.Meta) ([]*state.Task, error) {
+		meta.Synced, meta.Boot = false, boot
+		return nil, nil
+	})
 }
