@@ -143,6 +143,12 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 	if err != nil {
 		return nil, fmt.Errorf("opening the index %s: %w", path, err)
 	}
+	if mapping > 0 {
+		// With a mapping this large bbolt grows the file by AllocSize past
+		// what it needs (16 MB by default): an index of a few pages would
+		// take that on disk.
+		b.AllocSize = 1 << 20
+	}
 	if writing && !hasBuckets(b) { // a write transaction, synced: only for a new index
 		if err := b.Update(func(tx *bolt.Tx) error {
 			for _, name := range buckets {
