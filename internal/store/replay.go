@@ -13,7 +13,9 @@ import (
 // cores. Records are applied in WAL order, in batches of pipelineBatch
 // records or pipelineBytes bytes, whichever comes first (a base's parts are
 // a few hundred KiB each: a batch of them would hold a base in memory); the
-// error of the earliest record wins (finish).
+// error of the earliest record wins (finish). pipelineBuffers batches may
+// wait, so that the scanner decodes on while the applier writes a batch of
+// tasks into the index (at most 32 MiB of records).
 type pipeline struct {
 	apply  func(decoded) error
 	full   chan []decoded
@@ -36,7 +38,7 @@ type decoded struct {
 const (
 	pipelineBatch   = 256
 	pipelineBytes   = 1 << 20
-	pipelineBuffers = 3
+	pipelineBuffers = 32
 )
 
 // errApplyFailed stops the scan once the applier has failed; finish returns
