@@ -17,6 +17,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/leasewal/leasewal/api"
@@ -555,22 +556,26 @@ func legend() []Mark {
 //go:embed report.html.tmpl
 var pageTemplate string
 
-var tmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"pct":      func(x float64) string { return fmt.Sprintf("%.2f", x) },
-	"add":      func(a, b float64) float64 { return a + b },
-	"sub":      func(a, b float64) float64 { return a - b },
-	"row":      func(i int) int { return 4 + 18*i },
-	"row1":     func(i int) int { return 14 + 18*i },
-	"height":   func(t Task) int { return 22 + 18*len(t.Spans) },
-	"maxTasks": func() int { return MaxTasks },
-	"add0":     func(a, b int) int { return a + b },
-}).Parse(pageTemplate))
+// tmpl is parsed on the first page drawn, not at every command's start
+// (a third of a millisecond, which most commands never need).
+var tmpl = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report").Funcs(template.FuncMap{
+		"pct":      func(x float64) string { return fmt.Sprintf("%.2f", x) },
+		"add":      func(a, b float64) float64 { return a + b },
+		"sub":      func(a, b float64) float64 { return a - b },
+		"row":      func(i int) int { return 4 + 18*i },
+		"row1":     func(i int) int { return 14 + 18*i },
+		"height":   func(t Task) int { return 22 + 18*len(t.Spans) },
+		"maxTasks": func() int { return MaxTasks },
+		"add0":     func(a, b int) int { return a + b },
+	}).Parse(pageTemplate))
+})
 
 // Render writes the page as one self-contained HTML document: whole, or
 // nothing when it cannot be drawn.
 func Render(w io.Writer, p Page) error {
 	var b bytes.Buffer
-	if err := tmpl.Execute(&b, p); err != nil {
+	if err := tmpl().Execute(&b, p); err != nil {
 		return fmt.Errorf("drawing the report: %w", err)
 	}
 	_, err := b.WriteTo(w)
