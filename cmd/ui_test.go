@@ -21,6 +21,21 @@ import (
 	"github.com/leasewal/leasewal/internal/testwait"
 )
 
+// liveServer is serve on the WAL at walPath, as an httptest server, with
+// the token secret and the read-only token viewer; it stops with the test,
+// as serve stops: the page's event stream ends first.
+func liveServer(t *testing.T, walPath string) *httptest.Server {
+	t.Helper()
+	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: 2 * time.Minute, Actor: "test"}}
+	opts := e.storeOptions()
+	opts.Resident = true
+	h := store.Open(opts)
+	s, _, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret", ReadToken: "viewer"})
+	ts := httptest.NewServer(s)
+	t.Cleanup(func() { s.Stop(); ts.Close(); h.Close() })
+	return ts
+}
+
 // TestLivePageInABrowser: serve's /ui behind a token, in headless
 // Chromium: a wrong token is refused, the read-only token opens the page
 // (kept in a cookie the page's script cannot read), which shows the WAL's
@@ -38,14 +53,7 @@ func TestLivePageInABrowser(t *testing.T) {
 	if err := os.WriteFile(walPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: 2 * time.Minute, Actor: "test"}}
-	opts := e.storeOptions()
-	opts.Resident = true
-	h := store.Open(opts)
-	defer h.Close()
-	s, _, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret", ReadToken: "viewer"})
-	ts := httptest.NewServer(s)
-	defer func() { s.Stop(); ts.Close() }() // as serve stops: the page's event stream ends first
+	ts := liveServer(t, walPath)
 
 	resp, err := http.Get(ts.URL + "/ui")
 	if err != nil {
@@ -117,14 +125,7 @@ func TestLivePageFollowsOtherWriters(t *testing.T) {
 	if code, _, stderr := cli("--wal", walPath, "submit", "--payload", "first"); code != 0 {
 		t.Fatal(stderr)
 	}
-	e := env{Config: Config{WAL: walPath, Output: "json", LockTimeout: 2 * time.Minute, Actor: "test"}}
-	opts := e.storeOptions()
-	opts.Resident = true
-	h := store.Open(opts)
-	defer h.Close()
-	s, _, _, _, _ := newServer(e, service.NewWALBackend(h, "http://test"), nil, 64, server.Options{Token: "secret", ReadToken: "viewer"})
-	ts := httptest.NewServer(s)
-	defer func() { s.Stop(); ts.Close() }()
+	ts := liveServer(t, walPath)
 	guard, cancel := context.WithTimeout(context.Background(), testwait.HangGuard) // a hang guard, not a deadline of the story
 	defer cancel()
 	get := func(path string) *http.Response {

@@ -323,10 +323,7 @@ type JoinRequest struct {
 func (s *Server) join(w http.ResponseWriter, r *http.Request, body []byte) {
 	var req JoinRequest
 	switch {
-	case s.notANode(w):
-		return
-	case !s.node.Leading():
-		s.forward(w, r, body)
+	case !s.onLeader(w, r, body):
 		return
 	case json.Unmarshal(body, &req) != nil:
 		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", `the body is not {"id":…,"raft_addr":…,"url":…}`)
@@ -341,6 +338,20 @@ func (s *Server) join(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	writeJSON(w, map[string]string{"result": "JOINED", "id": req.ID})
+}
+
+// onLeader reports whether a cluster request that only the leader decides
+// is this node's to decide: a single server refuses it and a follower
+// forwards it (then it is answered: false).
+func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	if s.notANode(w) {
+		return false
+	}
+	if !s.node.Leading() {
+		s.forward(w, r, body)
+		return false
+	}
+	return true
 }
 
 // notANode answers a cluster request that reached a single server.
@@ -380,10 +391,7 @@ type RemoveRequest struct {
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, body []byte) {
 	var req RemoveRequest
 	switch {
-	case s.notANode(w):
-		return
-	case !s.node.Leading():
-		s.forward(w, r, body)
+	case !s.onLeader(w, r, body):
 		return
 	case decodes(body, &req) != nil || req.ID == "":
 		Error(w, http.StatusBadRequest, api.ExitUsage, "Usage", `the body is not {"id":"<node id>"}`)
