@@ -218,7 +218,7 @@ func applyFrames(st *state.State, log *wal.Log, from, to wal.Position, version i
 			err = st.Apply(r)
 		}
 		if err != nil {
-			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+			return damageAt(f, err)
 		}
 		return nil
 	})

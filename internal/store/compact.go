@@ -131,7 +131,7 @@ func (c *historyReader) read(f wal.Frame) error {
 		err = c.v.Step(r)
 	}
 	if err != nil {
-		return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+		return damageAt(f, err)
 	}
 	c.build.check(c.v.State, len(f.Body), f.After)
 	r.Frame = 0 // begin and end are compared with a base as built, which is in no file
@@ -142,7 +142,7 @@ func (c *historyReader) read(f wal.Frame) error {
 		c.end, c.baseBodies[1], c.afterBase = r, slices.Clone(f.Body), f.Offset+wal.FrameSize(f.Body)
 		hash, err := hex.DecodeString(r.Hash)
 		if err != nil || len(hash) != sha256.Size {
-			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: fmt.Errorf("the base's hash %q is not SHA-256 hex", r.Hash)}
+			return damageAt(f, fmt.Errorf("the base's hash %q is not SHA-256 hex", r.Hash))
 		}
 		copy(c.hash[:], hash)
 	case state.BasePart:

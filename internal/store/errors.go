@@ -22,6 +22,11 @@ func (e *DamageError) Error() string {
 
 func (e *DamageError) Unwrap() error { return e.Err }
 
+// damageAt is err, about the record of frame f.
+func damageAt(f wal.Frame, err error) error {
+	return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+}
+
 // The wal package's errors, as callers of store meet them (cmd maps each to
 // its exit code without reaching below store).
 type (

@@ -109,7 +109,7 @@ func (h *Handle) RecordsSince(since int64, fn func(state.Record) error) (whole b
 		r, err := decodeFrame(f)
 		switch {
 		case err != nil:
-			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+			return damageAt(f, err)
 		case r.Type == state.BaseBegin:
 			whole = r.At < since
 		case r.Type.IsBase(), r.At < since:

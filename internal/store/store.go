@@ -413,7 +413,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 		report.at(f.Offset)
 		r, err := decodeFrame(f)
 		if err != nil {
-			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+			return damageAt(f, err)
 		}
 		return add(decoded{r: r, index: f.Index, offset: f.Offset, size: len(f.Body), after: f.After})
 	})

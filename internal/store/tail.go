@@ -53,7 +53,7 @@ func startOf(path string, lockTimeout time.Duration) (first state.Record, _ *stu
 	log, err := wal.OpenAt(path, wal.Read, lockTimeout, wal.Position{}, func(f wal.Frame) error {
 		r, err := decodeFrame(f)
 		if err != nil {
-			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+			return damageAt(f, err)
 		}
 		r.Frame = 0
 		if f.Index == 1 {
@@ -240,7 +240,7 @@ func lastBefore(path string, cut int64, lockTimeout time.Duration) (int64, error
 		r, err := decodeFrame(f)
 		switch {
 		case err != nil:
-			return &DamageError{Seq: int64(f.Index), Offset: f.Offset, Err: err}
+			return damageAt(f, err)
 		case r.Type.IsBase():
 		case r.At >= cut:
 			return errPastCut
