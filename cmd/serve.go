@@ -321,6 +321,9 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(own.Collectors()...)
 	reg.MustRegister(metrics.NewStatsCollector(func(ctx context.Context) (api.Stats, error) { return svc.Stats(ctx, api.StatsRequest{}) }))
+	if synced, ok := back.(interface{ Syncs() int64 }); ok {
+		reg.MustRegister(metrics.NewSyncCounter(synced.Syncs))
+	}
 	if node != nil {
 		reg.MustRegister(metrics.NewRaftCollector(func() metrics.Raft {
 			term, commit, applied := node.Indexes()

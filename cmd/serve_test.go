@@ -11,6 +11,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -624,6 +626,11 @@ func TestReadOnlyToken(t *testing.T) {
 	if strings.Contains(body, "leasewal_batch_size_count 0") {
 		t.Errorf("GET /metrics counted no batch:\n%s", body)
 	}
+	// every write was made durable by a fsync, and none took more than one
+	batches, syncs := metricValue(body, "leasewal_batch_size_count"), metricValue(body, "leasewal_wal_syncs_total")
+	if syncs < 1 || syncs > batches {
+		t.Errorf("GET /metrics: %v WAL fsyncs for %v batches:\n%s", syncs, batches, body)
+	}
 	// the exposition as Prometheus reads it: its own parser, and its linter
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
@@ -942,4 +949,18 @@ func TestCompactThroughAServer(t *testing.T) {
 	if code, out, _ := cli("--server", ts.URL, "compact", "-o", "json"); code != 0 || !strings.Contains(out, `"records":0`) {
 		t.Fatalf("a second compaction, with nothing to compact: exit %d %s", code, out)
 	}
+}
+
+// metricValue is the value of an unlabelled series in a text exposition
+// (-1 if there is none).
+func metricValue(body, name string) float64 {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }

@@ -187,6 +187,14 @@ func (s *Server) Observe(size int, durable time.Duration) {
 	s.BatchDurable.Observe(durable.Seconds())
 }
 
+// NewSyncCounter reports the fsyncs that made a server's writes durable,
+// read at each scrape: beside leasewal_batch_size, how many requests share
+// one fsync.
+func NewSyncCounter(read func() int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasewal_wal_syncs_total",
+		Help: "Fsyncs that made this server's writes to its WAL durable."}, func() float64 { return float64(read()) })
+}
+
 // Raft is a raft node's figures.
 type Raft struct {
 	Role                  string

@@ -90,6 +90,9 @@ func (b *WALBackend) Commit(fns []func(*store.Tx) error) ([]error, [][]state.Rec
 	return b.h.WriteBatch(fns)
 }
 
+// Syncs is how many fsyncs made the backend's writes durable so far.
+func (b *WALBackend) Syncs() int64 { return b.h.Syncs() }
+
 // Pipe takes the WAL's lock for a run of batches; the handle is the pipe's
 // until Unpipe.
 func (b *WALBackend) Pipe() (*store.Pipe, error) {
@@ -289,11 +292,17 @@ type inFlight struct {
 	f         *store.Flight
 }
 
+// pipeLinger is how long a pipe with nothing in flight waits for a request
+// before it lets the lock go: a client that sends its next request as soon
+// as it is answered keeps the pipe, and its state, instead of paying for a
+// new one at every request.
+const pipeLinger = 5 * time.Millisecond
+
 // pipelined is loop on a WAL of its own: batch N+1 is decided (on the state
 // that includes N) and written while N's fsync runs; each batch is answered
 // once it is durable, in order. The lock is held while requests keep
-// coming, and given back when none waits, so that local writers get their
-// turn. A batch is answered once, with what became of it (store.Pipe): a
+// coming, and given back when none has come for pipeLinger, so that local
+// writers get their turn. A batch is answered once, with what became of it (store.Pipe): a
 // failed write or fsync answers the batches it took down with the failure,
 // and the pipe is closed; the requests the pipe refused before deciding
 // them are decided on a new one.
@@ -314,6 +323,8 @@ func (b *Batcher) pipelined(back Piper) {
 		pipe *store.Pipe
 		last *store.Flight // the latest batch written in the pipe
 	)
+	linger := time.NewTimer(pipeLinger)
+	defer linger.Stop()
 	closePipe := func() {
 		if pipe != nil {
 			back.Unpipe(pipe)
@@ -343,7 +354,21 @@ func (b *Batcher) pipelined(back Piper) {
 			case <-last.Settled():
 			}
 		}
-		if len(batch) == 0 { // nothing waits and nothing is in flight: the lock goes back to local writers
+		if len(batch) == 0 && pipe != nil { // nothing waits and nothing is in flight: the lock goes back to local writers unless a request comes soon
+			linger.Reset(pipeLinger)
+			select {
+			case p, ok := <-b.queue:
+				if ok && p.exclusive != nil {
+					b.takeFirst([]*pending{p})
+					continue
+				} else if ok {
+					batch = append(batch, p)
+				}
+			case <-linger.C:
+			}
+			linger.Stop()
+		}
+		if len(batch) == 0 {
 			closePipe()
 			continue
 		}

@@ -221,6 +221,7 @@ func (p *Pipe) sync() {
 		p.mu.Unlock()
 		if failed == nil && end.Count > durable.Count {
 			err := p.tx.log.Sync()
+			p.h.syncs.Add(1)
 			p.mu.Lock()
 			if err != nil {
 				p.syncFailed = err

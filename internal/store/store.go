@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasewal/leasewal/state"
@@ -106,6 +107,9 @@ type Handle struct {
 	// payloads reads back the payloads the state holds as where the WAL has
 	// them; it lets the file go when the handle forgets the state.
 	payloads payloadFile
+	// syncs counts the fsyncs that made records of this handle's writes
+	// durable (a server's /metrics: requests per fsync is its grouping).
+	syncs atomic.Int64
 	// poisoned is an append whose rollback failed: the WAL may hold records
 	// never acknowledged, so the handle writes nothing more (a server
 	// refuses writes until it starts again, and its next writer cuts or
@@ -744,6 +748,7 @@ func (tx *Tx) decideEach(fns []func(*Tx) error, errs []error, committed [][]stat
 // need. A new WAL is created at wal.NewVersion; an older one is upgraded
 // only when a record needs it.
 func (tx *Tx) append(bodies [][]byte, version int) error {
+	tx.h.syncs.Add(1)
 	if tx.log == nil {
 		log, err := wal.CreateBatch(tx.h.opts.Path, bodies, max(wal.NewVersion, version), tx.h.opts.Fault, seamOf(tx.h.opts.FS))
 		if err != nil {
@@ -759,6 +764,9 @@ func (tx *Tx) append(bodies [][]byte, version int) error {
 	tx.h.poisonOn(err)
 	return err
 }
+
+// Syncs is how many fsyncs made this handle's writes durable so far.
+func (h *Handle) Syncs() int64 { return h.syncs.Load() }
 
 // poisonOn stops the handle writing after an append whose rollback failed.
 func (h *Handle) poisonOn(err error) {

@@ -44,6 +44,9 @@ func main() {
 	residentOps := flag.Int("ops", 200000, "with -resident: submits, then as many complete-and-lease-next")
 	residentWork := flag.Int("work", 0, "with -resident: complete-and-lease-next, if not -ops")
 	peerPhase := flag.Duration("peers", 0, "measure leasewal serve beside beanstalkd and redis instead, in phases of this length (both on PATH)")
+	peerRounds := flag.Int("rounds", 5, "with -peers: interleaved rounds of every figure")
+	peerClients := flag.String("clients", "1,8,32", "with -peers: numbers of clients")
+	peerOnly := flag.String("only", "", "with -peers: only these servers (leasewal, serial, beanstalkd, redis), comma-separated")
 	abuse := flag.Int("abuse", 0, "measure a server's bounds instead, on a WAL of this many records: garbage and a log of every record (peak RSS), a batch at the limit beside submits, heartbeats at 10 and 5,000 workers, submits/s (-leasewal may name several binaries: A B A B)")
 	abusePhase := flag.Duration("abuse-phase", 3*time.Second, "with -abuse: how long each submits/s figure runs")
 	flag.Parse()
@@ -70,7 +73,16 @@ func main() {
 		return
 	}
 	if *peerPhase > 0 {
-		peersBench(dir, *leasewal, *peerPhase)
+		o := peerOptions{phase: *peerPhase, rounds: max(1, *peerRounds)}
+		for _, c := range strings.Split(*peerClients, ",") {
+			n, err := strconv.Atoi(c)
+			check(err)
+			o.clients = append(o.clients, n)
+		}
+		if *peerOnly != "" {
+			o.only = strings.Split(*peerOnly, ",")
+		}
+		peersBench(dir, *leasewal, o)
 		return
 	}
 	if *batch > 0 {

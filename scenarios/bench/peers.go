@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,75 +24,206 @@ import (
 )
 
 // peersBench drives leasewal serve, beanstalkd and redis with the same load
-// generator, side by side: 1, 8 and 32 clients submitting (put, LPUSH), and
-// taking and finishing tasks (leasewal's complete-and-lease-next and its
-// separate lease and complete; beanstalkd's reserve and delete; redis's
-// RPOPLPUSH and LREM), every write fsynced before it is answered:
-// beanstalkd with -f 0, redis with appendfsync always. The three are
-// interleaved, twice, for every figure. With strace on PATH it first counts
-// each server's fsyncs per operation, to show that each really syncs.
-func peersBench(dir, leasewal string, phase time.Duration) {
+// generator, side by side: clients submitting (put, LPUSH), and taking and
+// finishing tasks (leasewal's complete-and-lease-next and its separate lease
+// and complete; beanstalkd's reserve and delete; redis's RPOPLPUSH and
+// LREM), every write fsynced before it is answered: beanstalkd with -f 0,
+// redis with appendfsync always. The peers are interleaved, rounds times,
+// for every figure; each figure is the median of the rounds with their
+// spread, and a ratio the median of the rounds' ratios. Beside each rate,
+// the server's CPU per operation (its user and system time over the phase,
+// every thread counted, divided by the operations answered). With strace on
+// PATH it first counts each server's fsyncs per operation at 8 and 32
+// clients, to show that each really syncs and how many requests share one;
+// leasewal's own counters (batches, WAL fsyncs) say the same from inside.
+func peersBench(dir, leasewal string, o peerOptions) {
 	beanstalkd, errB := exec.LookPath("beanstalkd")
 	redis, errR := exec.LookPath("redis-server")
 	if errB != nil || errR != nil {
 		fmt.Println("peers: needs beanstalkd and redis-server on PATH (apt-get install -y redis-server beanstalkd); nothing measured")
 		return
 	}
-	peers := []peer{
+	var peers []peer
+	for _, p := range []peer{
 		leasewalPeer{bin: leasewal, dir: dir},
 		leasewalPeer{bin: leasewal, dir: dir, serial: true},
 		beanstalkPeer{bin: beanstalkd, dir: dir},
 		redisPeer{bin: redis, dir: dir},
+	} {
+		if len(o.only) == 0 || slices.Contains(o.only, p.name()) {
+			peers = append(peers, p)
+		}
 	}
-	fmt.Printf("peers: %s phases, each figure the mean of two interleaved runs; every acknowledged write fsynced\n", phase)
+	fmt.Printf("peers: %s phases, %d interleaved rounds: each figure the median [lowest-highest] of the rounds; every acknowledged write fsynced\n", o.phase, o.rounds)
 	if _, err := exec.LookPath("strace"); err == nil {
-		fmt.Println("fsyncs per operation (strace -f, 8 clients, 1 s; fewer than 1 is group commit):")
-		for _, p := range peers {
-			for _, work := range []string{"submit", "take"} {
-				s := p.start(work == "take")
-				ops, syncs := countSyncs(s, work, 8)
-				s.stop()
-				fmt.Printf("  %-10s %-7s %6d ops %6d fsyncs  %.2f per op\n", p.name(), work, ops, syncs, float64(syncs)/float64(max(ops, 1)))
+		fmt.Println("requests per fsync (strace -f, 1 s; more than 1 is group commit):")
+		for _, clients := range []int{8, 32} {
+			for _, p := range peers {
+				for _, work := range []string{"submit", "take"} {
+					s := p.start(work == "take")
+					ops, syncs := countSyncs(s, work, clients)
+					s.stop()
+					fmt.Printf("  %2d clients %-10s %-7s %6d ops %6d fsyncs  %5.1f per fsync\n", clients, p.name(), work, ops, syncs, float64(ops)/float64(max(syncs, 1)))
+				}
 			}
 		}
 	} else {
 		fmt.Println("(strace is not on PATH: the fsync counts are not shown; apt-get install -y strace)")
 	}
-	fmt.Printf("%-8s %-34s %12s %12s %12s %12s\n", "clients", "operation", "github.com/leasewal/leasewal/s", "beanstalkd/s", "redis/s", "serial/s")
-	for _, clients := range []int{1, 8, 32} {
+	names := make([]string, len(peers))
+	for i, p := range peers {
+		names[i] = p.name()
+	}
+	fmt.Printf("%-8s %-24s", "clients", "operation")
+	for _, n := range names {
+		fmt.Printf(" %26s", n+"/s, CPU µs/op")
+	}
+	fmt.Println()
+	for _, clients := range o.clients {
 		for _, work := range []string{"submit", "take", "take-separate"} {
-			rates := map[string][]float64{}
-			for range 2 {
+			runs := map[string][]phaseResult{}
+			for range o.rounds {
 				for _, p := range peers {
-					if work == "take-separate" && p.name() != "leasewal" && p.name() != "serial" {
+					if work == "take-separate" && !strings.HasPrefix(p.name(), "leasewal") && p.name() != "serial" {
 						continue
 					}
 					s := p.start(work != "submit")
-					rates[p.name()] = append(rates[p.name()], rate(s, work, clients, phase))
+					runs[p.name()] = append(runs[p.name()], measure(s, work, clients, o.phase))
 					s.stop()
 				}
 			}
-			label := map[string]string{"submit": "submit (put, LPUSH)",
-				"take":          "complete-and-lease-next (reserve+delete, RPOPLPUSH+LREM)",
-				"take-separate": "lease, then complete (2 requests)"}[work]
-			fmt.Printf("%-8d %-34s %12s %12s %12s %12s\n", clients, label, figure(rates["leasewal"]), figure(rates["beanstalkd"]), figure(rates["redis"]), figure(rates["serial"]))
-			fmt.Printf("%-8s %-34s %12s %12s %12s %12s\n", "", "  leasewal as a multiple of", "", ratio(rates["leasewal"], rates["beanstalkd"]), ratio(rates["leasewal"], rates["redis"]), ratio(rates["leasewal"], rates["serial"]))
+			label := map[string]string{"submit": "submit", "take": "complete-and-lease-next", "take-separate": "lease, then complete"}[work]
+			fmt.Printf("%-8d %-24s", clients, label)
+			for _, n := range names {
+				fmt.Printf(" %26s", figure(runs[n]))
+			}
+			fmt.Println()
+			if lw := runs["leasewal"]; len(lw) > 0 {
+				fmt.Printf("%-8s %-24s", "", "  leasewal ÷ it")
+				for _, n := range names {
+					fmt.Printf(" %26s", ratio(lw, runs[n]))
+				}
+				fmt.Println()
+			}
+			if lw := runs["leasewal"]; len(lw) > 0 && lw[0].batches > 0 {
+				var perBatch, perSync []float64
+				for _, r := range lw {
+					perBatch = append(perBatch, r.requests/max(r.batches, 1))
+					perSync = append(perSync, r.requests/max(r.syncs, 1))
+				}
+				fmt.Printf("%-8s   leasewal's counters: %s requests a batch, %s a WAL fsync\n", "", spread(perBatch, "%.1f"), spread(perSync, "%.1f"))
+			}
 		}
 	}
 }
 
-func figure(xs []float64) string {
+// peerOptions are peersBench's flags.
+type peerOptions struct {
+	phase   time.Duration
+	rounds  int
+	clients []int
+	only    []string
+}
+
+// phaseResult is one phase of one server: what it answered, and the CPU it
+// spent (and, for leasewal, its own counters over the phase).
+type phaseResult struct {
+	rate, cpuPerOp           float64 // operations a second; CPU seconds an operation
+	requests, batches, syncs float64
+}
+
+// measure runs clients clients against s for d, and reads s's CPU time and
+// counters around it.
+func measure(s server, work string, clients int, d time.Duration) phaseResult {
+	cpu0 := cpuSeconds(s.pid())
+	c0 := serverCounters(s)
+	r := phaseResult{rate: rate(s, work, clients, d)}
+	cpu := cpuSeconds(s.pid()) - cpu0
+	c1 := serverCounters(s)
+	r.requests, r.batches, r.syncs = c1[0]-c0[0], c1[1]-c0[1], c1[2]-c0[2]
+	if ops := r.rate * d.Seconds(); ops > 0 {
+		r.cpuPerOp = cpu / ops
+	}
+	return r
+}
+
+// cpuSeconds is a process's user and system time so far, its exited threads
+// included (/proc/PID/stat, in clock ticks of 1/100 s).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	check(err)
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100
+}
+
+// serverCounters are leasewal's requests decided in batches, batches, and
+// WAL fsyncs so far (its /metrics); zeros for a peer without them.
+func serverCounters(s server) [3]float64 {
+	l, ok := s.(*leasewalServer)
+	if !ok {
+		return [3]float64{}
+	}
+	resp, err := l.http.Get(l.base + "/metrics")
+	check(err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	check(err)
+	var c [3]float64
+	for i, name := range []string{"leasewal_batch_size_sum", "leasewal_batch_size_count", "leasewal_wal_syncs_total"} {
+		if m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(b); m != nil {
+			c[i], _ = strconv.ParseFloat(string(m[1]), 64)
+		}
+	}
+	return c
+}
+
+// figure is a peer's rate and CPU per operation, medians of its rounds.
+func figure(rs []phaseResult) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	var rates, cpus []float64
+	for _, r := range rs {
+		rates = append(rates, r.rate)
+		cpus = append(cpus, r.cpuPerOp*1e6)
+	}
+	return fmt.Sprintf("%s, %.0f", spread(rates, "%.0f"), medianOf(cpus))
+}
+
+// ratio is the median of a's rate over b's, round by round, with its spread.
+func ratio(a, b []phaseResult) string {
+	if len(a) == 0 || len(b) == 0 {
+		return "-"
+	}
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		if b[i].rate > 0 {
+			rs = append(rs, a[i].rate/b[i].rate)
+		}
+	}
+	return spread(rs, "%.2f") + "x"
+}
+
+// spread is the median of xs and, with more than one, their range.
+func spread(xs []float64, format string) string {
 	if len(xs) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.0f", mean(xs))
+	m := fmt.Sprintf(format, medianOf(xs))
+	if len(xs) == 1 {
+		return m
+	}
+	return m + " [" + fmt.Sprintf(format, slices.Min(xs)) + "-" + fmt.Sprintf(format, slices.Max(xs)) + "]"
 }
 
-func ratio(a, b []float64) string {
-	if len(a) == 0 || len(b) == 0 || mean(b) == 0 {
-		return "-"
+func medianOf(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
 	}
-	return fmt.Sprintf("%.2fx", mean(a)/mean(b))
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // peer is one server under test.
@@ -139,7 +271,7 @@ func rate(s server, work string, clients int, d time.Duration) float64 {
 	return float64(done.Load()) / d.Seconds()
 }
 
-// countSyncs runs 8 clients for a second under strace and counts the
+// countSyncs runs clients clients for a second under strace and counts the
 // server's fsync and fdatasync calls.
 func countSyncs(s server, work string, clients int) (int64, int64) {
 	out, err := os.CreateTemp("", "strace-")
@@ -433,9 +565,13 @@ func (p redisPeer) start(filled bool) server {
 	c, err := dialRedis(s.addr)
 	check(err)
 	defer c.conn.Close()
-	if filled {
-		for i := range fill {
-			_, err := c.do("LPUSH", "q", fmt.Sprintf("job-%d", i))
+	if filled { // ten times the others': redis takes them faster than a phase's fill
+		for from := 0; from < 10*fill; from += 1000 {
+			args := []string{"LPUSH", "q"}
+			for i := from; i < from+1000; i++ {
+				args = append(args, fmt.Sprintf("job-%d", i))
+			}
+			_, err := c.do(args...)
 			check(err)
 		}
 	}
