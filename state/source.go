@@ -35,8 +35,9 @@ type Source interface {
 	// Queues is every queue holding an unfinished task, by name.
 	Queues() ([]string, error)
 	// Queued hands fn a queue's unfinished tasks in lease order (higher
-	// priority first, then older: Task.Order), until fn returns false.
-	Queued(queue string, fn func(OrderEntry) bool) error
+	// priority first, then older: Task.Order), those after after (all of
+	// them for a zero after), until fn returns false.
+	Queued(queue string, after OrderEntry, fn func(OrderEntry) bool) error
 	// Lapsing hands fn, by time, the unfinished tasks whose lapse time
 	// (Task.LapseAt) is at or before until, until fn returns false.
 	Lapsing(until int64, fn func(num int64) bool) error
@@ -150,13 +151,13 @@ func (s *State) Flushed(src Source) {
 	clear(s.submits)
 	clear(s.leaseTask)
 	clear(s.leaseRequests)
-	s.order, s.live, s.ended, s.src, s.srcErr = nil, nil, 0, src, nil
+	s.order, s.live, s.ended, s.src, s.srcErr, s.skipped = nil, nil, 0, src, nil, nil
 }
 
 // Reattach gives the state a new read of the same index (a read
 // transaction ends with each operation): one that holds at least what the
 // old did, and nothing of what the state replayed on top of it.
-func (s *State) Reattach(src Source) { s.src, s.srcErr = src, nil }
+func (s *State) Reattach(src Source) { s.src, s.srcErr, s.skipped = src, nil, nil }
 
 // HasSource reports whether the state reads tasks from a Source.
 func (s *State) HasSource() bool { return s.src != nil }
@@ -205,8 +206,22 @@ func (s *State) isHot(num int64) bool {
 	if len(s.tasks) == 0 {
 		return false
 	}
-	_, hot := s.tasks["T"+strconv.FormatInt(num, 10)]
+	var id [20]byte
+	_, hot := s.tasks[string(strconv.AppendInt(append(id[:0], 'T'), num, 10))]
 	return hot
+}
+
+// skip notes that e and every entry before it in queue's lease order name
+// hot tasks: the next pick there reads the Source after e. Under a steady
+// run of leases the tasks taken since the index was written lead every
+// queue; without it each pick would read past all of them again. It holds
+// until the Source or the hot tasks change (Flushed, Reattach): until then
+// a hot task stays hot and the Source's order stays as it is.
+func (s *State) skip(queue string, e OrderEntry) {
+	if s.skipped == nil {
+		s.skipped = map[string]OrderEntry{}
+	}
+	s.skipped[queue] = e
 }
 
 // adopt brings into memory a task a record changed that was read from the
@@ -279,11 +294,19 @@ func (s *State) srcPick(queues []string, full map[string]bool, now int64) (pick 
 			continue
 		}
 		_, stretched := s.pauses[q] // a pause moved its deadlines past their entries' bound
-		err := s.src.Queued(q, func(e OrderEntry) bool {
+		allHot := true
+		err := s.src.Queued(q, s.skipped[q], func(e OrderEntry) bool {
 			if pick != nil && (e.Priority < pick.Priority || e.Priority == pick.Priority && e.Num > Number(pick.ID)) {
 				return false // every task after it in this queue is behind the pick
 			}
-			if now < e.From || (now >= e.To && !stretched) || s.isHot(e.Num) {
+			if s.isHot(e.Num) {
+				if allHot {
+					s.skip(q, e)
+				}
+				return true
+			}
+			allHot = false
+			if now < e.From || (now >= e.To && !stretched) {
 				return true
 			}
 			t, err := s.fromSource(e.Num)

@@ -227,8 +227,14 @@ func checkHolds(t *testing.T, seed uint64, r *Reader, full *state.State) {
 			return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Num, b.Num))
 		})
 		var listed []state.OrderEntry
-		if err := r.Queued(q, func(e state.OrderEntry) bool { listed = append(listed, e); return true }); err != nil || !slices.Equal(listed, order) {
+		if err := r.Queued(q, state.OrderEntry{}, func(e state.OrderEntry) bool { listed = append(listed, e); return true }); err != nil || !slices.Equal(listed, order) {
 			fail("queue %s in lease order:\n%+v\nwant\n%+v", q, listed, order)
+		}
+		for i, after := range order { // a pick resumes after the entries it knows hot
+			var rest []state.OrderEntry
+			if err := r.Queued(q, after, func(e state.OrderEntry) bool { rest = append(rest, e); return true }); err != nil || !slices.Equal(rest, order[i+1:]) {
+				fail("queue %s after %+v:\n%+v\nwant\n%+v", q, after, rest, order[i+1:])
+			}
 		}
 	}
 	byTime := func(a, b due) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.n, b.n)) }

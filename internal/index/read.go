@@ -167,11 +167,18 @@ func (r *Reader) Queues() (queues []string, err error) {
 }
 
 // Queued hands fn a queue's unfinished tasks in lease order.
-func (r *Reader) Queued(queue string, fn func(state.OrderEntry) bool) error {
+func (r *Reader) Queued(queue string, after state.OrderEntry, fn func(state.OrderEntry) bool) error {
 	return guard(func() error {
 		prefix := append([]byte(queue), 0)
 		c := r.tx.Bucket(bOrder).Cursor()
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		k, v := c.Seek(prefix)
+		if after.Num != 0 {
+			from := orderKey(queue, after.Priority, after.Num)
+			if k, v = c.Seek(from); bytes.Equal(k, from) {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			rest := k[len(prefix):]
 			if len(rest) != 10 || len(v) != 17 {
 				return errKey("order", k)
