@@ -43,14 +43,23 @@ func peersBench(dir, leasewal string, o peerOptions) {
 		fmt.Println("peers: needs beanstalkd and redis-server on PATH (apt-get install -y redis-server beanstalkd); nothing measured")
 		return
 	}
+	// With several leasewal binaries (A,B), the last is "leasewal" and the
+	// others are named by their file: an A/B in the same rounds.
+	bins := strings.Split(leasewal, ",")
+	var all []peer
+	for i, bin := range bins {
+		name := "leasewal"
+		if i < len(bins)-1 {
+			name += "@" + filepath.Base(bin)
+		}
+		all = append(all, leasewalPeer{bin: bin, dir: dir, label: name})
+	}
+	all = append(all, leasewalPeer{bin: bins[len(bins)-1], dir: dir, serial: true},
+		beanstalkPeer{bin: beanstalkd, dir: dir}, redisPeer{bin: redis, dir: dir})
 	var peers []peer
-	for _, p := range []peer{
-		leasewalPeer{bin: leasewal, dir: dir},
-		leasewalPeer{bin: leasewal, dir: dir, serial: true},
-		beanstalkPeer{bin: beanstalkd, dir: dir},
-		redisPeer{bin: redis, dir: dir},
-	} {
-		if len(o.only) == 0 || slices.Contains(o.only, p.name()) {
+	for _, p := range all {
+		name, _, _ := strings.Cut(p.name(), "@")
+		if len(o.only) == 0 || slices.Contains(o.only, name) {
 			peers = append(peers, p)
 		}
 	}
@@ -301,11 +310,15 @@ const fill = 60000
 type leasewalPeer struct {
 	bin, dir string
 	serial   bool
+	label    string // "leasewal", or "leasewal@FILE" for an A of an A/B
 }
 
 func (p leasewalPeer) name() string {
-	if p.serial {
+	switch {
+	case p.serial:
 		return "serial"
+	case p.label != "":
+		return p.label
 	}
 	return "leasewal"
 }
