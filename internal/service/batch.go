@@ -283,15 +283,6 @@ func (b *Batcher) loop() {
 	}
 }
 
-// inFlight is a batch decided and written in a pipe, waiting for its fsync.
-type inFlight struct {
-	written   time.Time
-	batch     []*pending
-	errs      []error
-	committed [][]state.Record
-	f         *store.Flight
-}
-
 // pipeLinger is how long a pipe with nothing in flight waits for a request
 // before it lets the lock go: a client that sends its next request as soon
 // as it is answered keeps the pipe, and its state, instead of paying for a
@@ -300,38 +291,26 @@ const pipeLinger = 5 * time.Millisecond
 
 // pipelined is loop on a WAL of its own: batch N+1 is decided (on the state
 // that includes N) and written while N's fsync runs; each batch is answered
-// once it is durable, in order. The lock is held while requests keep
-// coming, and given back when none has come for pipeLinger, so that local
-// writers get their turn. A batch is answered once, with what became of it (store.Pipe): a
-// failed write or fsync answers the batches it took down with the failure,
-// and the pipe is closed; the requests the pipe refused before deciding
-// them are decided on a new one.
+// once it is durable, in order, by the goroutine that fsyncs it. The lock
+// is held while requests keep coming, and given back when none has come for
+// pipeLinger, so that local writers get their turn. A batch is answered
+// once, with what became of it (store.Pipe): a failed write or fsync
+// answers the batches it took down with the failure, and the pipe is
+// closed; the requests the pipe refused before deciding them are decided on
+// a new one.
 func (b *Batcher) pipelined(back Piper) {
-	flights := make(chan inFlight, 4096)
-	var outstanding sync.WaitGroup
-	answered := make(chan struct{})
-	go func() {
-		defer close(answered)
-		for x := range flights {
-			err := x.f.Wait()
-			b.observed(len(x.batch), x.written)
-			b.answer(x.batch, x.errs, x.committed, err)
-			outstanding.Done()
-		}
-	}()
 	var (
 		pipe *store.Pipe
 		last *store.Flight // the latest batch written in the pipe
 	)
-	linger := time.NewTimer(pipeLinger)
-	defer linger.Stop()
 	closePipe := func() {
 		if pipe != nil {
-			back.Unpipe(pipe)
+			back.Unpipe(pipe) // every batch of it answered: what must be decided again is queued before anything new
 			pipe, last = nil, nil
-			outstanding.Wait() // what must be decided again is queued before anything new
 		}
 	}
+	linger := time.NewTimer(pipeLinger)
+	defer linger.Stop()
 	for {
 		batch, exclusive, open := b.next(pipe == nil)
 		if !open {
@@ -384,7 +363,10 @@ func (b *Batcher) pipelined(back Piper) {
 			fns[i] = p.decide
 		}
 		written := time.Now()
-		errs, committed, f, err := pipe.Batch(fns)
+		_, _, f, err := pipe.Batch(fns, func(errs []error, committed [][]state.Record, err error) {
+			b.observed(len(batch), written)
+			b.answer(batch, errs, committed, err)
+		})
 		switch {
 		case errors.Is(err, store.ErrPipeStopped): // nothing of it was decided
 			closePipe()
@@ -393,8 +375,6 @@ func (b *Batcher) pipelined(back Piper) {
 			closePipe()
 			b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
 		default:
-			outstanding.Add(1)
-			flights <- inFlight{written: written, batch: batch, errs: errs, committed: committed, f: f}
 			last = f
 			b.signalWrote()
 			// A stopped pipe takes no more batches; under steady load nothing
@@ -405,8 +385,6 @@ func (b *Batcher) pipelined(back Piper) {
 		}
 	}
 	closePipe()
-	close(flights)
-	<-answered
 }
 
 // answer tells each request of a batch its outcome: err, the batch's, voids

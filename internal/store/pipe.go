@@ -58,6 +58,25 @@ type Flight struct {
 	err     error
 	done    chan struct{}
 	settled chan struct{} // closed once the batch is durable, or its fsync failed (then Close answers it)
+	// then hears the batch's decisions and outcome once it is known, on
+	// the goroutine that learns it: no other goroutine need wake to pass
+	// it on.
+	then      Then
+	errs      []error
+	committed [][]state.Record
+}
+
+// Then hears a batch's decisions (Batch's errs and committed) and its
+// outcome (Flight.Wait's).
+type Then func(errs []error, committed [][]state.Record, err error)
+
+// answer settles f with err.
+func (f *Flight) answer(err error) {
+	f.err = err
+	close(f.done)
+	if f.then != nil {
+		f.then(f.errs, f.committed, err)
+	}
 }
 
 // Settled is closed once the batch is durable, or its fsync failed (then
@@ -107,12 +126,14 @@ func (h *Handle) Pipe() (*Pipe, error) {
 
 // Batch decides fns in order, each on the state that includes the ones
 // before it and every earlier batch, writes their records in one write and
-// queues their fsync. errs[i] and committed[i] are fns[i]'s. The batch's own
+// queues their fsync. errs[i] and committed[i] are fns[i]'s. then, if not
+// nil, hears them and the batch's outcome (Flight.Wait's) once it is known:
+// from the goroutine that fsyncs, or from Close. The batch's own
 // error is ErrPipeStopped (nothing of it was decided: the pipe must be
 // closed) or its write's failure (nothing of it was written: the pipe
 // stops). A batch whose decisions left the state unusable is written up to
 // them (its later fns answer ErrNotDecided) and stops the pipe: Stopped.
-func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.Record, f *Flight, err error) {
+func (p *Pipe) Batch(fns []func(*Tx) error, then Then) (errs []error, committed [][]state.Record, f *Flight, err error) {
 	if p.Stopped() {
 		return nil, nil, nil, ErrPipeStopped
 	}
@@ -131,7 +152,7 @@ func (p *Pipe) Batch(fns []func(*Tx) error) (errs []error, committed [][]state.R
 	if tx.diverged != nil {
 		p.stop(tx.diverged)
 	}
-	f = &Flight{done: make(chan struct{}), settled: make(chan struct{})}
+	f = &Flight{done: make(chan struct{}), settled: make(chan struct{}), then: then, errs: errs, committed: committed}
 	switch {
 	case len(staged) == 0: // nothing to write: durable once what is before it is
 	case tx.log == nil: // a new WAL, created durably (its directory fsynced) at once
@@ -242,7 +263,7 @@ func (p *Pipe) sync() {
 		for _, g := range run {
 			close(g.settled)
 			if failed == nil {
-				close(g.done)
+				g.answer(nil)
 			}
 		}
 	}
@@ -288,8 +309,7 @@ func (p *Pipe) Close() {
 	p.h.poisonOn(cut)
 	p.h.forget()
 	for _, f := range p.unanswered {
-		f.err = cut
-		close(f.done)
+		f.answer(cut)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,12 +52,18 @@ func TestPipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	var leased []string
-	_, committed, first, err := p.Batch([]func(*store.Tx) error{leaseOne(&leased), addOne})
+	told := make(chan [][]state.Record, 1) // the first batch's then: its records, once durable
+	_, committed, first, err := p.Batch([]func(*store.Tx) error{leaseOne(&leased), addOne}, func(errs []error, committed [][]state.Record, err error) {
+		if err != nil || errs[0] != nil || errs[1] != nil {
+			t.Errorf("the first batch's then heard %v, %v", err, errs)
+		}
+		told <- committed
+	})
 	if err != nil || len(committed[0]) != 1 || len(committed[1]) != 1 {
 		t.Fatalf("the first batch: %v %v", err, committed)
 	}
 	<-fsys.Syncing // its fsync is under way, and held
-	_, _, second, err := p.Batch([]func(*store.Tx) error{leaseOne(&leased)})
+	_, _, second, err := p.Batch([]func(*store.Tx) error{leaseOne(&leased)}, nil)
 	if err != nil || len(leased) != 2 || leased[1] != "T2" {
 		t.Fatalf("the second batch, decided while the first's fsync runs: %v, leased %v (want T1, then the T2 the first created)", err, leased)
 	}
@@ -71,6 +79,9 @@ func TestPipe(t *testing.T) {
 	fsys.Gate <- nil // the first fsync returns
 	if err := first.Wait(); err != nil {
 		t.Fatal(err)
+	}
+	if heard := <-told; !reflect.DeepEqual(heard, committed) {
+		t.Fatalf("the first batch's then heard %v, want %v", heard, committed)
 	}
 	fsys.Gated.Store(false)
 	select {
@@ -111,19 +122,28 @@ func TestPipeFsyncFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, first, err := p.Batch([]func(*store.Tx) error{addOne})
+	var mu sync.Mutex
+	heard := map[string][]error{} // what each batch's then heard, and how often
+	then := func(name string) store.Then {
+		return func(errs []error, _ [][]state.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			heard[name] = append(heard[name], err)
+		}
+	}
+	_, _, first, err := p.Batch([]func(*store.Tx) error{addOne}, then("the batch whose fsync failed"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-fsys.Syncing
-	_, _, second, err := p.Batch([]func(*store.Tx) error{addOne})
+	_, _, second, err := p.Batch([]func(*store.Tx) error{addOne}, then("the batch written after it"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fsys.Gated.Store(false) // the rollback's own fsync goes through
 	fsys.Gate <- errors.New("injected: EIO")
 	<-second.Settled()
-	if _, _, _, err := p.Batch([]func(*store.Tx) error{addOne}); !errors.Is(err, store.ErrPipeStopped) || !p.Stopped() {
+	if _, _, _, err := p.Batch([]func(*store.Tx) error{addOne}, nil); !errors.Is(err, store.ErrPipeStopped) || !p.Stopped() {
 		t.Fatalf("a batch after the failed fsync: %v, want ErrPipeStopped", err)
 	}
 	p.Close()
@@ -131,6 +151,9 @@ func TestPipeFsyncFails(t *testing.T) {
 		var failed *store.AppendError
 		if err := f.Wait(); !errors.As(err, &failed) || !failed.RolledBack {
 			t.Fatalf("%s: %v, want a rolled-back append error", name, err)
+		}
+		if len(heard[name]) != 1 || heard[name][0] != f.Wait() { // told once, by the time Close returned
+			t.Fatalf("%s: its then heard %v, want once %v", name, heard[name], f.Wait())
 		}
 	}
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
@@ -170,7 +193,7 @@ func TestAPipeSaysWhenToWriteTheIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		for {
-			_, _, f, err := p.Batch(fns)
+			_, _, f, err := p.Batch(fns, nil)
 			if err == nil {
 				err = f.Wait()
 			}
@@ -198,7 +221,7 @@ func TestAPipeSaysWhenToWriteTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if _, _, _, err := p.Batch(fns); err != nil || p.Due() {
+	if _, _, _, err := p.Batch(fns, nil); err != nil || p.Due() {
 		t.Fatalf("due again at once after a close (%v)", err)
 	}
 }
@@ -240,7 +263,7 @@ func TestAServerWritesTheIndexOffItsRequestPath(t *testing.T) {
 	}
 	for range 3 {
 		for range 40 {
-			_, _, f, err := p.Batch(batch(&leased))
+			_, _, f, err := p.Batch(batch(&leased), nil)
 			if err == nil {
 				err = f.Wait()
 			}
@@ -255,7 +278,7 @@ func TestAServerWritesTheIndexOffItsRequestPath(t *testing.T) {
 		// them: the pipe applies them to the committer's state.
 		fsys.Gated.Store(true)
 		for range 2 {
-			_, _, _, err := p.Batch(batch(&leased))
+			_, _, _, err := p.Batch(batch(&leased), nil)
 			if _, _, werr := full.WriteBatch(batch(&twinLeased)); err != nil || werr != nil {
 				t.Fatal(err, werr)
 			}
