@@ -125,6 +125,23 @@ func OpenHeld(path string, timeout time.Duration) (*DB, error) {
 	return open(path, true, timeout, writeMapping)
 }
 
+// OpenToWrite opens the index for writing about tasks tasks at once: it maps
+// the file and room for them from the start, since each time a write
+// transaction outgrows the mapping bbolt copies every node it has touched
+// out of it and maps the file again (a batch of 100,000 tasks did so a dozen
+// times, a tenth of its time).
+func OpenToWrite(path string, timeout time.Duration, tasks int) (*DB, error) {
+	mapping := tasks * roomPerTask
+	if st, err := os.Stat(path); err == nil && mapping > 0 {
+		mapping += int(st.Size())
+	}
+	return open(path, true, timeout, mapping)
+}
+
+// roomPerTask is what a task takes in the index, with room to spare: its
+// value, its keys in the other buckets, and bbolt's half-full pages.
+const roomPerTask = 1 << 10
+
 func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB, err error) {
 	if !writing {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {

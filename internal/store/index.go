@@ -361,7 +361,7 @@ func (h *Handle) commitIndex(st *state.State, pos wal.Position) {
 	}
 	h.idx.close()
 	h.idx = nil
-	db, err := index.Open(h.indexPath(), true, writeLockWait)
+	db, err := index.OpenToWrite(h.indexPath(), writeLockWait, st.HotCount())
 	if err != nil {
 		if !errors.Is(err, index.ErrNoIndex) && !isLockWait(err) {
 			h.dropIndex(fmt.Errorf("the index could not be opened for writing: %w", err))
