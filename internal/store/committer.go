@@ -83,7 +83,7 @@ func (p *Pipe) startCommitter() bool {
 		return p.readsAgain()
 	}
 	c := &committer{db: db, log: p.tx.log, pos: pos, durable: p.durableEnd, warn: h.warn,
-		sync: bootID == "" || meta.Synced, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		sync: bootID() == "" || meta.Synced, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	mine, err1 := db.Read()
 	cs, err2 := db.Read()
 	if err := errors.Join(err1, err2); err != nil {
@@ -99,7 +99,7 @@ func (p *Pipe) startCommitter() bool {
 	c.r = cs
 	h.cache.Reattach(mine)
 	h.idx = &openIndex{db: db, r: mine}
-	h.unsynced = h.unsynced || bootID != ""
+	h.unsynced = h.unsynced || bootID() != ""
 	c.written.Store(int64(pos.Count))
 	p.commit = c
 	go c.run()
@@ -153,11 +153,11 @@ func (c *committer) commit(to wal.Position, version int) error {
 	}
 	c.r.Close()
 	head := c.st.Head()
-	meta := index.Meta{Position: to, Seq: c.st.LastSeq(), At: c.st.LastAt(), Boot: bootID, Synced: bootID == ""}
+	meta := index.Meta{Position: to, Seq: c.st.LastSeq(), At: c.st.LastAt(), Boot: bootID(), Synced: bootID() == ""}
 	if err := c.db.Write(c.st.Hot(), head, meta, c.sync); err != nil {
 		return err
 	}
-	c.sync = bootID == ""
+	c.sync = bootID() == ""
 	mine, err1 := c.db.Read()
 	next, err2 := c.db.Read()
 	if err := errors.Join(err1, err2); err != nil {

@@ -95,7 +95,7 @@ func PayloadsRead(path string) (payloads map[string]string, bytesRead int64, err
 // SetBootID makes the store take id for this boot's, until restore.
 func SetBootID(id string) (restore func()) {
 	was := bootID
-	bootID = id
+	bootID = func() string { return id }
 	return func() { bootID = was }
 }
 
@@ -112,7 +112,7 @@ func IndexSynced(path string) (bool, string) {
 }
 
 // BootID is this boot's id as the store reads it.
-func BootID() string { return bootID }
+func BootID() string { return bootID() }
 
 // TamperIndex changes task number n's priority in the index beside the WAL
 // at path, behind the WAL's back: an index that loads and is wrong.

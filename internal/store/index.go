@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasewal/leasewal/internal/index"
@@ -130,7 +131,7 @@ func (h *Handle) openIndex(writing bool) (*openIndex, index.Meta, []byte, bool) 
 		return nil, index.Meta{}, nil, false
 	}
 	meta, head, err := db.Meta()
-	if err == nil && !meta.Synced && meta.Boot != bootID {
+	if err == nil && !meta.Synced && meta.Boot != bootID() {
 		err = fmt.Errorf("the index %s was written without sync before the machine restarted, and may be half on disk", h.indexPath())
 	}
 	if err == nil {
@@ -317,7 +318,7 @@ func (b *builder) finish(st *state.State, pos wal.Position) {
 func (h *Handle) writeIndex(st *state.State, meta index.Meta, sync bool) error {
 	o := h.idx
 	o.closeReader()
-	meta.Seq, meta.At, meta.Boot = st.LastSeq(), st.LastAt(), bootID
+	meta.Seq, meta.At, meta.Boot = st.LastSeq(), st.LastAt(), bootID()
 	if err := o.db.Write(st.Hot(), st.Head(), meta, sync); err != nil {
 		return err
 	}
@@ -383,7 +384,7 @@ func (h *Handle) commitIndex(st *state.State, pos wal.Position) {
 	// right: the WAL is), once its first write, synced, has said so: a
 	// crash of the machine may leave any of them half on disk, and the
 	// index is built again after it. Close syncs it and says so.
-	unsynced := h.opts.Resident && bootID != ""
+	unsynced := h.opts.Resident && bootID() != ""
 	h.idx = &openIndex{db: db}
 	if err := h.writeIndex(st, index.Meta{Position: pos, Synced: !unsynced}, !unsynced || err != nil || meta.Synced); err != nil {
 		h.idx.close()
@@ -414,13 +415,15 @@ func (h *Handle) markSynced() {
 
 // bootID names this boot of the machine ("" where the system does not say:
 // then every write of the index is synced).
-var bootID = func() string {
+// Read when first asked: a command that writes no index and finds one
+// synced never asks.
+var bootID = sync.OnceValue(func() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
-}()
+})
 
 // isLockWait is an index held by another process past the wait.
 func isLockWait(err error) bool { return errors.Is(err, index.ErrLocked) }
