@@ -124,7 +124,7 @@ func init() { cobra.EnableCommandSorting = false }
 // TuneGC lets the collector run less often than Go's default: a command is a
 // short-lived process whose heap is mostly the replayed state, all of it live.
 // A soft memory limit keeps the peak bounded on a very large WAL: 192 MiB,
-// which with the mapped pages of the archive and cold set a command reads
+// which with the mapped pages of the index a command reads
 // (about 100 MB on the first command over two million waiting tasks) keeps
 // a command under 300 MB (220 MiB let that one reach 320 MB; the time was
 // the same). GOGC and GOMEMLIMIT, when set, win. It is the process's to call

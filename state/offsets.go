@@ -5,7 +5,7 @@ import "slices"
 // Offsets is a set of work offsets, kept as sorted, disjoint, non-touching
 // runs [lo, hi]. A domain's finished offsets are mostly consecutive, so a
 // domain that has processed a million offsets costs a few runs, in memory and
-// in the checkpoint, not a million entries.
+// in the index and in a base, not a million entries.
 type Offsets struct {
 	runs []offsetRun
 	n    int

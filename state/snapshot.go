@@ -553,7 +553,7 @@ func (s *State) keySubmits() {
 		return
 	}
 	for _, t := range s.unkeyed {
-		if s.tasks[t.ID] == t { // not archived since it was loaded
+		if s.tasks[t.ID] == t { // still the task memory holds by that id
 			s.submits[t.RequestID] = t
 		}
 	}

@@ -93,7 +93,7 @@ func (l *Log) Route(seam Seam) {
 	l.keep = seam.Keep
 }
 
-// ErrStalePosition means a position recorded earlier (by a checkpoint) does
+// ErrStalePosition means a position recorded earlier (by an index) does
 // not describe this WAL's prefix any more: the file is shorter, or the frame
 // ending there is not the one that was recorded.
 var ErrStalePosition = errors.New("the recorded position does not match the WAL")
@@ -101,7 +101,7 @@ var ErrStalePosition = errors.New("the recorded position does not match the WAL"
 // OpenAt opens and locks an existing WAL and reads the frames after from,
 // handing each valid one to each (which may be nil) in order; a zero from
 // reads the whole WAL. A caller passes a non-zero from when it already holds
-// the state up to there (a checkpoint): from is checked first, the file must
+// the state up to there (an index): from is checked first, the file must
 // be at least that long and the frame ending there must carry the recorded
 // chained checksum, which (the chain being what it is) vouches for the whole
 // prefix. A missing file is reported as an error wrapping fs.ErrNotExist,

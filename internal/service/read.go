@@ -177,7 +177,7 @@ func (l *Local) List(ctx context.Context, r api.InspectRequest, into api.Listing
 		st := tx.State
 		// Two passes, one to count and one to hand out, each reading the
 		// tasks one at a time: a listing never holds the backlog.
-		live := in.only.unfinishedOnly() // a finished task never waits or holds a lease again: the archive is not read
+		live := in.only.unfinishedOnly() // a finished task never waits or holds a lease again: the finished tasks are not read
 		head := api.Inspect{Result: api.ResultOK, At: api.FormatTime(at), Counts: map[string]int{}, Summary: summarize(st, at, in.only.queue), Tasks: []api.Task{}}
 		matched := 0
 		err := st.EachTaskInAnyOrder(live, func(t *state.Task) bool {
@@ -466,7 +466,7 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 	opts.FullReplay = true
 	if r.From > 1 && !strings.HasPrefix(r.Since, "+") && !strings.HasPrefix(r.Until, "+") {
 		// Only a time after the first record reads that record: else a
-		// checkpoint that ends before From stands in for the records before it.
+		// the index, which ends before From, stands in for the records before it.
 		opts.FullReplay, opts.ReplayFrom = false, r.From
 	}
 	redacted, err := l.redactedTasks(ctx)

@@ -64,9 +64,9 @@ var ErrEmptyFile = wal.ErrEmptyFile
 // read what it needs.
 var ErrStop = errors.New("replay stopped")
 
-// errArchiveDamaged stops an operation whose state read a damaged archive
+// errIndexDamaged stops an operation whose state read a damaged index
 // before it wrote anything; the handle runs it again from a full replay.
-var errArchiveDamaged = errors.New("the checkpoint's archive is damaged")
+var errIndexDamaged = errors.New("the index is damaged")
 
 // RefusedRecordError is a record refused before anything of its operation
 // was written: by the gate (state.CheckRecord, the WAL's largest record, the

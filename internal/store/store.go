@@ -557,7 +557,7 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	case tx.diverged != nil:
 		return ErrNotDecided
 	case tx.State.Damage() != nil:
-		return errArchiveDamaged // decided on answers a damaged archive gave: run again from the WAL
+		return errIndexDamaged // decided on answers a damaged index gave: run again from the WAL
 	}
 	stamped := make([]state.Record, len(recs))
 	bodies := make([][]byte, len(recs))
@@ -738,7 +738,7 @@ func (tx *Tx) decideEach(fns []func(*Tx) error, errs []error, committed [][]stat
 		committed[i] = tx.Committed
 		if tx.State.Damage() != nil {
 			tx.Committed = nil // nothing of the batch was written: it runs again from a full replay
-			return errArchiveDamaged
+			return errIndexDamaged
 		}
 	}
 	return nil

@@ -24,7 +24,7 @@ func compactionBench(dir, leasewal, self string, sizes []int) {
 	for _, n := range sizes {
 		wal := filepath.Join(dir, fmt.Sprintf("compact-%d.wal", n))
 		execute(self, "-generate", wal, "-records", strconv.Itoa(n), "-waiting", "10000")
-		execute(leasewal, "--wal", wal, "submit", "--payload", "warm") // the checkpoint and cold set, as a live WAL has them
+		execute(leasewal, "--wal", wal, "submit", "--payload", "warm") // the index, as a live WAL has it
 		before := statSize(wal)
 		var quiet []time.Duration
 		for i := range 15 {

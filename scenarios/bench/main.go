@@ -39,7 +39,7 @@ func main() {
 	batch := flag.Int("batch", 0, "measure the batch door instead: this many tasks in one submit --batch-file")
 	compaction := flag.String("compaction", "", "measure compaction instead, on WALs of these sizes in records (e.g. 100000,1000000)")
 	reports := flag.String("report", "", "measure report instead, on WALs of these sizes in records (e.g. 10000,100000,1000000)")
-	firstStarts := flag.String("firststart", "", "measure the first command on a backlog with no checkpoint instead, at these numbers of waiting tasks (e.g. 10000,100000,1000000)")
+	firstStarts := flag.String("firststart", "", "measure the first command on a backlog with no index instead, at these numbers of waiting tasks (e.g. 10000,100000,1000000)")
 	resident := flag.Int("resident", 0, "measure a resident server over this many waiting tasks instead (-leasewal may name several binaries, comma-separated: A B A B)")
 	residentOps := flag.Int("ops", 200000, "with -resident: submits, then as many complete-and-lease-next")
 	residentWork := flag.Int("work", 0, "with -resident: complete-and-lease-next, if not -ops")
@@ -132,7 +132,7 @@ func main() {
 	}
 	fmt.Println("latencies are medians in ms; ratio = leasewal / sqlite3 (one process per command, fsync per transaction)")
 	startupFloor(dir, *floor, sqlite)
-	fmt.Println("first = the first submit, with no checkpoint yet: a full replay that writes the checkpoint and the archive")
+	fmt.Println("first = the first submit, with no index yet: a full replay that builds the index")
 	fmt.Println("max RSS = the largest of verify, submit, lease, complete, inspect (table and -o json), inspect T1, log -o json")
 	fmt.Printf("%9s %8s | %8s %10s %7s %7s | %8s | %-21s %-21s %-21s | %8s\n", "records", "WAL MB", "verify s", "records/s", "MB/s", "RSS MB",
 		"first ms", "submit lw/sq (ratio)", "lease lw/sq (ratio)", "complete lw/sq (ratio)", "max RSS")
@@ -251,8 +251,8 @@ func benchSize(dir, leasewal, floor, sqlite string, n, reps int) {
 	}
 	first := execute(leasewal, "--wal", walPath, "submit", "--payload", "first", "-o", "json")
 	maxRSS = max(maxRSS, first.rssKB)
-	tableWithCheckpoint := executeTo(false, leasewal, "--wal", walPath, "inspect")
-	maxRSS = max(maxRSS, tableWithCheckpoint.rssKB)
+	tableWithIndex := executeTo(false, leasewal, "--wal", walPath, "inspect")
+	maxRSS = max(maxRSS, tableWithIndex.rssKB)
 	var tableFloor time.Duration
 	if floor != "" {
 		tableFloor = executeTo(false, floor, "-table", strconv.Itoa(tasks)).elapsed
@@ -288,10 +288,10 @@ func benchSize(dir, leasewal, floor, sqlite string, n, reps int) {
 	fmt.Printf("%9d %8.1f | %8.3f %10.0f %7.1f %7.1f | %8.1f | %-21s %-21s %-21s | %8.1f\n", records, float64(info.Size())/1e6,
 		v.Seconds(), float64(records)/v.Seconds(), float64(info.Size())/1e6/v.Seconds(), float64(verifyRSS)/1024, ms(first.elapsed),
 		cell("submit"), cell("lease"), cell("complete"), float64(max(cmdRSS, maxRSS))/1024)
-	fmt.Printf("%9s   targets: verify %.2f M records/s (>= 2) at %.0f MB (<= 250); inspect -o json %.2f s (<= 1 at 1M), log -o json %.2f s (<= 2.5 at 1M), inspect table %.2f s without a checkpoint, %.2f s with one",
-		"", float64(records)/v.Seconds()/1e6, float64(verifyRSS)/1024, reads["inspect -o json"].Seconds(), reads["log -o json"].Seconds(), reads["inspect"].Seconds(), tableWithCheckpoint.elapsed.Seconds())
+	fmt.Printf("%9s   targets: verify %.2f M records/s (>= 2) at %.0f MB (<= 250); inspect -o json %.2f s (<= 1 at 1M), log -o json %.2f s (<= 2.5 at 1M), inspect table %.2f s without an index, %.2f s with one",
+		"", float64(records)/v.Seconds()/1e6, float64(verifyRSS)/1024, reads["inspect -o json"].Seconds(), reads["log -o json"].Seconds(), reads["inspect"].Seconds(), tableWithIndex.elapsed.Seconds())
 	if tableFloor > 0 {
-		fmt.Printf(" = %.2fx tablewriter alone streaming its %d rows (%.2f s; <= 1.2)", float64(tableWithCheckpoint.elapsed)/float64(tableFloor), tasks, tableFloor.Seconds())
+		fmt.Printf(" = %.2fx tablewriter alone streaming its %d rows (%.2f s; <= 1.2)", float64(tableWithIndex.elapsed)/float64(tableFloor), tasks, tableFloor.Seconds())
 	}
 	if len(lw["floor"]) > 0 {
 		fl := median(lw["floor"])
