@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/leasewal/leasewal/api"
@@ -318,19 +316,22 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 		Committed: func(recs []state.Record) { own.Records(recs); scheduled(recs); live.Add(recs) }})
 	live.LoadFrom(func() ([]api.Record, int64, error) { return latest(svc) }) // when the page is first looked at
 	o.Live = live
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(own.Collectors()...)
-	reg.MustRegister(metrics.NewStatsCollector(func(ctx context.Context) (api.Stats, error) { return svc.Stats(ctx, api.StatsRequest{}) }))
-	if synced, ok := back.(interface{ Syncs() int64 }); ok {
-		reg.MustRegister(metrics.NewSyncCounter(synced.Syncs))
-	}
-	if node != nil {
-		reg.MustRegister(metrics.NewRaftCollector(func() metrics.Raft {
+	synced, _ := back.(interface{ Syncs() int64 }) // a single server's WAL; a raft node's is the node's
+	o.Metrics = metrics.Handler(func(ctx context.Context) ([]metrics.Family, error) {
+		stats, err := svc.Stats(ctx, api.StatsRequest{})
+		if err != nil {
+			return nil, err
+		}
+		families := append(metrics.StatsFamilies(stats), own.Families()...)
+		if synced != nil {
+			families = append(families, metrics.SyncFamily(synced.Syncs()))
+		}
+		if node != nil {
 			term, commit, applied := node.Indexes()
-			return metrics.Raft{Role: node.Role(), Term: term, Commit: commit, Applied: applied}
-		}))
-	}
-	o.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+			families = append(families, metrics.RaftFamilies(metrics.Raft{Role: node.Role(), Term: term, Commit: commit, Applied: applied})...)
+		}
+		return families, nil
+	})
 	o.Describe, o.Unknown, o.StopWaits, o.Stop = describe, unknownRoute, stopWaits, batch.Stop
 	if node == nil { // a raft node's page is fed what it applies: every write goes through raft
 		following, stopFollowing := context.WithCancel(context.Background())

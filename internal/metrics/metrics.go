@@ -1,41 +1,141 @@
-// Package metrics reports leasewal's figures in the Prometheus text format:
-// the same figures `leasewal stats` prints (api.Stats), for a server's GET
-// /metrics and for `stats -o prom`, and what only a server knows (its
-// batches, its raft node). Series are bounded: per queue for at most
-// api.MaxStatsQueues queues (the rest summed in series of their own, which
-// no queue's name can be taken for), per record type, never per task or
-// worker.
+// Package metrics reports leasewal's figures in the Prometheus text format
+// (version 0.0.4): the same figures `leasewal stats` prints (api.Stats), for
+// a server's GET /metrics and for `stats -o prom`, and what only a server
+// knows (its batches, its fsyncs, its raft node). Series are bounded: per
+// queue for at most api.MaxStatsQueues queues (the rest summed in series of
+// their own, which no queue's name can be taken for), per record type,
+// never per task or worker.
+//
+// It writes the format itself rather than through client_golang, whose
+// package initialisation (its default registry's Go and process
+// collectors) every command paid at start-up, serving or not: see
+// docs/design.md. The tests read what it writes with Prometheus's own
+// parser and linter.
 package metrics
 
 import (
+	"bufio"
+	"cmp"
 	"context"
+	"fmt"
 	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/state"
 )
 
-var (
-	tasksDesc    = prometheus.NewDesc("leasewal_tasks", "Unfinished tasks by queue and state.", []string{"queue", "state"}, nil)
-	eligibleDesc = prometheus.NewDesc("leasewal_tasks_eligible", "Waiting tasks that could be leased now, by queue.", []string{"queue"}, nil)
-	latencyDesc  = prometheus.NewDesc("leasewal_oldest_eligible_age_seconds", "How long the task eligible longest has waited, by queue (0: none is eligible).", []string{"queue"}, nil)
-	recordsDesc  = prometheus.NewDesc("leasewal_records_total", "Records in the WAL's history by type, compacted ones included.", []string{"type"}, nil)
-	leasesDesc   = prometheus.NewDesc("leasewal_leases_total", "Lease events: granted, extended, lapsed (LeaseExpired), completed, failed, cancelled, released.", []string{"event"}, nil)
-	lastSeqDesc  = prometheus.NewDesc("leasewal_last_seq", "The seq of the WAL's last record.", nil, nil)
-	pausedDesc   = prometheus.NewDesc("leasewal_queue_paused", "1 for each paused queue (at most the first 50 by name; leasewal_other_queues_paused counts the rest).", []string{"queue"}, nil)
+// Family is one metric as the text format writes it: its name, help, type
+// ("gauge", "counter" or "histogram") and samples.
+type Family struct {
+	Name, Help, Type string
+	Samples          []Sample
+}
 
-	otherQueuesDesc   = prometheus.NewDesc("leasewal_other_queues", "Queues with unfinished tasks beyond the 50 busiest, which are summed in the *_other_queues series.", nil, nil)
-	otherTasksDesc    = prometheus.NewDesc("leasewal_other_queues_tasks", "Unfinished tasks of the queues beyond the 50 busiest, by state.", []string{"state"}, nil)
-	otherEligibleDesc = prometheus.NewDesc("leasewal_other_queues_tasks_eligible", "Waiting tasks that could be leased now, of the queues beyond the 50 busiest.", nil, nil)
-	otherLatencyDesc  = prometheus.NewDesc("leasewal_other_queues_oldest_eligible_age_seconds", "The longest wait of an eligible task in the queues beyond the 50 busiest.", nil, nil)
-	otherPausedDesc   = prometheus.NewDesc("leasewal_other_queues_paused", "Paused queues beyond the first 50 by name.", nil, nil)
+// Sample is one line of a family: the suffix of its name (a histogram's
+// _bucket, _sum and _count), its labels in order, and its value.
+type Sample struct {
+	Suffix string
+	Labels []Label
+	Value  float64
+}
+
+// Label is a label's name and value.
+type Label struct{ Name, Value string }
+
+func gauge(name, help string, samples ...Sample) Family {
+	return Family{Name: name, Help: help, Type: "gauge", Samples: samples}
+}
+
+func counter(name, help string, samples ...Sample) Family {
+	return Family{Name: name, Help: help, Type: "counter", Samples: samples}
+}
+
+func value(v float64, labels ...string) Sample {
+	s := Sample{Value: v}
+	for i := 0; i+1 < len(labels); i += 2 {
+		s.Labels = append(s.Labels, Label{labels[i], labels[i+1]})
+	}
+	return s
+}
+
+// Write writes families in the text format, by name, each family's series
+// by their labels (a histogram's lines as they are); a family without
+// samples is left out.
+func Write(w io.Writer, families []Family) error {
+	families = slices.Clone(families)
+	slices.SortStableFunc(families, func(a, b Family) int { return cmp.Compare(a.Name, b.Name) })
+	out := bufio.NewWriter(w)
+	for _, f := range families {
+		if len(f.Samples) == 0 {
+			continue
+		}
+		samples := f.Samples
+		if f.Type != "histogram" {
+			samples = slices.Clone(samples)
+			slices.SortStableFunc(samples, func(a, b Sample) int {
+				return slices.CompareFunc(a.Labels, b.Labels, func(x, y Label) int { return cmp.Compare(x.Value, y.Value) })
+			})
+		}
+		fmt.Fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", f.Name, helpEscaper.Replace(f.Help), f.Name, f.Type)
+		for _, s := range samples {
+			out.WriteString(f.Name + s.Suffix)
+			for i, l := range s.Labels {
+				sep := ","
+				if i == 0 {
+					sep = "{"
+				}
+				out.WriteString(sep + l.Name + `="` + labelEscaper.Replace(l.Value) + `"`)
+			}
+			if len(s.Labels) > 0 {
+				out.WriteString("}")
+			}
+			out.WriteString(" " + formatFloat(s.Value) + "\n")
+		}
+	}
+	return out.Flush()
+}
+
+var (
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
 )
+
+// formatFloat writes a value as the text format does.
+func formatFloat(v float64) string {
+	switch {
+	case math.IsInf(v, +1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	case math.IsNaN(v):
+		return "NaN"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// Handler answers GET /metrics with the families read returns, read afresh
+// at every scrape (within 30 s); a read that fails is HTTP 500 with its
+// error, nothing else sent.
+func Handler(read func(context.Context) ([]Family, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		families, err := read(ctx)
+		if err != nil {
+			http.Error(w, "reading the metrics: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_ = Write(w, families)
+	})
+}
 
 // leaseEvents names the lease counters by the records that count them.
 var leaseEvents = []struct {
@@ -44,87 +144,111 @@ var leaseEvents = []struct {
 }{{"granted", state.LeaseGranted}, {"extended", state.LeaseExtended}, {"lapsed", state.LeaseExpired},
 	{"completed", state.TaskCompleted}, {"failed", state.TaskFailed}, {"cancelled", state.TaskCancelled}, {"released", state.LeaseReleased}}
 
-// statsCollector reports a Stats read at each scrape.
-type statsCollector struct {
-	read func(context.Context) (api.Stats, error)
-}
-
-// NewStatsCollector reports the figures read returns, read afresh at
-// every scrape.
-func NewStatsCollector(read func(context.Context) (api.Stats, error)) prometheus.Collector {
-	return statsCollector{read: read}
-}
-
-func (c statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{tasksDesc, eligibleDesc, latencyDesc, recordsDesc, leasesDesc, lastSeqDesc, pausedDesc,
-		otherQueuesDesc, otherTasksDesc, otherEligibleDesc, otherLatencyDesc, otherPausedDesc} {
-		ch <- d
-	}
-}
-
-func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := c.read(ctx)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(lastSeqDesc, err)
-		return
-	}
+// StatsFamilies are the figures of s.
+func StatsFamilies(s api.Stats) []Family {
+	tasks := gauge("leasewal_tasks", "Unfinished tasks by queue and state.")
+	eligible := gauge("leasewal_tasks_eligible", "Waiting tasks that could be leased now, by queue.")
+	latency := gauge("leasewal_oldest_eligible_age_seconds", "How long the task eligible longest has waited, by queue (0: none is eligible).")
 	for _, q := range s.Queues {
-		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(q.Waiting), q.Queue, string(state.Waiting))
-		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(q.Leased), q.Queue, string(state.Leased))
-		ch <- prometheus.MustNewConstMetric(eligibleDesc, prometheus.GaugeValue, float64(q.Eligible), q.Queue)
-		ch <- prometheus.MustNewConstMetric(latencyDesc, prometheus.GaugeValue, float64(q.OldestEligibleAgeMs)/1000, q.Queue)
+		tasks.Samples = append(tasks.Samples, value(float64(q.Waiting), "queue", q.Queue, "state", string(state.Waiting)),
+			value(float64(q.Leased), "queue", q.Queue, "state", string(state.Leased)))
+		eligible.Samples = append(eligible.Samples, value(float64(q.Eligible), "queue", q.Queue))
+		latency.Samples = append(latency.Samples, value(float64(q.OldestEligibleAgeMs)/1000, "queue", q.Queue))
 	}
+	families := []Family{tasks, eligible, latency}
 	if o := s.Others; o != nil {
-		ch <- prometheus.MustNewConstMetric(otherQueuesDesc, prometheus.GaugeValue, float64(o.Queues))
-		ch <- prometheus.MustNewConstMetric(otherTasksDesc, prometheus.GaugeValue, float64(o.Waiting), string(state.Waiting))
-		ch <- prometheus.MustNewConstMetric(otherTasksDesc, prometheus.GaugeValue, float64(o.Leased), string(state.Leased))
-		ch <- prometheus.MustNewConstMetric(otherEligibleDesc, prometheus.GaugeValue, float64(o.Eligible))
-		ch <- prometheus.MustNewConstMetric(otherLatencyDesc, prometheus.GaugeValue, float64(o.OldestEligibleAgeMs)/1000)
+		families = append(families,
+			gauge("leasewal_other_queues", "Queues with unfinished tasks beyond the 50 busiest, which are summed in the *_other_queues series.", value(float64(o.Queues))),
+			gauge("leasewal_other_queues_tasks", "Unfinished tasks of the queues beyond the 50 busiest, by state.",
+				value(float64(o.Waiting), "state", string(state.Waiting)), value(float64(o.Leased), "state", string(state.Leased))),
+			gauge("leasewal_other_queues_tasks_eligible", "Waiting tasks that could be leased now, of the queues beyond the 50 busiest.", value(float64(o.Eligible))),
+			gauge("leasewal_other_queues_oldest_eligible_age_seconds", "The longest wait of an eligible task in the queues beyond the 50 busiest.", value(float64(o.OldestEligibleAgeMs)/1000)))
 	}
+	records := counter("leasewal_records_total", "Records in the WAL's history by type, compacted ones included.")
 	for t, n := range s.Records {
-		ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.CounterValue, float64(n), t)
+		records.Samples = append(records.Samples, value(float64(n), "type", t))
 	}
+	leases := counter("leasewal_leases_total", "Lease events: granted, extended, lapsed (LeaseExpired), completed, failed, cancelled, released.")
 	for _, e := range leaseEvents {
-		ch <- prometheus.MustNewConstMetric(leasesDesc, prometheus.CounterValue, float64(s.Records[string(e.typ)]), e.event)
+		leases.Samples = append(leases.Samples, value(float64(s.Records[string(e.typ)]), "event", e.event))
 	}
-	ch <- prometheus.MustNewConstMetric(lastSeqDesc, prometheus.GaugeValue, float64(s.LastSeq))
+	families = append(families, records, leases, gauge("leasewal_last_seq", "The seq of the WAL's last record.", value(float64(s.LastSeq))))
+	paused := gauge("leasewal_queue_paused", "1 for each paused queue (at most the first 50 by name; leasewal_other_queues_paused counts the rest).")
 	for i, q := range s.Paused {
 		if i == api.MaxStatsQueues {
-			ch <- prometheus.MustNewConstMetric(otherPausedDesc, prometheus.GaugeValue, float64(len(s.Paused)-i))
+			families = append(families, gauge("leasewal_other_queues_paused", "Paused queues beyond the first 50 by name.", value(float64(len(s.Paused)-i))))
 			break
 		}
-		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, 1, q.Queue)
+		paused.Samples = append(paused.Samples, value(1, "queue", q.Queue))
 	}
+	return append(families, paused)
 }
 
 // WriteText writes s in the Prometheus text format, as a server's
 // /metrics reports it (without what only a server knows).
-func WriteText(w io.Writer, s api.Stats) error {
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(NewStatsCollector(func(context.Context) (api.Stats, error) { return s, nil })); err != nil {
-		return err
+func WriteText(w io.Writer, s api.Stats) error { return Write(w, StatsFamilies(s)) }
+
+// Histogram counts observations in buckets by their upper bounds, as a
+// Prometheus histogram does; safe for concurrent use.
+type Histogram struct {
+	name, help string
+	bounds     []float64
+
+	mu     sync.Mutex
+	counts []uint64 // per bound, then those above the last
+	sum    float64
+}
+
+// NewHistogram is a histogram of the bounds given, in increasing order.
+func NewHistogram(name, help string, bounds []float64) *Histogram {
+	return &Histogram{name: name, help: help, bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+}
+
+// ExponentialBuckets are n bounds, the first start, each factor times the
+// one before.
+func ExponentialBuckets(start, factor float64, n int) []float64 {
+	bounds := make([]float64, n)
+	for i := range bounds {
+		bounds[i] = start
+		start *= factor
 	}
-	families, err := reg.Gather()
-	if err != nil {
-		return err
-	}
-	for _, mf := range families {
-		if _, err := expfmt.MetricFamilyToText(w, mf); err != nil {
-			return err
+	return bounds
+}
+
+// Observe counts v.
+func (h *Histogram) Observe(v float64) {
+	i, _ := slices.BinarySearch(h.bounds, v) // the first bound at or above v
+	h.mu.Lock()
+	h.counts[i]++
+	h.sum += v
+	h.mu.Unlock()
+}
+
+// Family is h's buckets (cumulative), sum and count.
+func (h *Histogram) Family() Family {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f := Family{Name: h.name, Help: h.help, Type: "histogram"}
+	var total uint64
+	for i, n := range h.counts {
+		total += n
+		le := math.Inf(+1)
+		if i < len(h.bounds) {
+			le = h.bounds[i]
 		}
+		f.Samples = append(f.Samples, Sample{Suffix: "_bucket", Labels: []Label{{"le", formatFloat(le)}}, Value: float64(total)})
 	}
-	return nil
+	f.Samples = append(f.Samples, Sample{Suffix: "_sum", Value: h.sum}, Sample{Suffix: "_count", Value: float64(total)})
+	return f
 }
 
 // Server is what only a server knows: its batches, the leases it granted
 // and, on a raft node, its role and indexes.
 type Server struct {
-	BatchSize     prometheus.Histogram
-	BatchDurable  prometheus.Histogram
-	LeaseDuration prometheus.Histogram
-	RunTime       prometheus.Histogram
+	BatchSize     *Histogram
+	BatchDurable  *Histogram
+	LeaseDuration *Histogram
+	RunTime       *Histogram
 
 	mu      sync.Mutex
 	granted map[string]int64 // lease -> when this server granted it, until it ends
@@ -137,21 +261,19 @@ const maxTracked = 100_000
 // NewServer makes a server's own metrics.
 func NewServer() *Server {
 	return &Server{
-		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasewal_batch_size", Help: "Requests decided in one batch (group commit).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
-		BatchDurable: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasewal_batch_durable_seconds",
-			Help: "From a batch's write to its records being durable (the fsync it waits for), in seconds.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
-		LeaseDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasewal_lease_duration_seconds",
-			Help: "How long leases are granted or extended for, in seconds.", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
-		RunTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasewal_task_run_seconds",
-			Help: "From a lease's grant to the task's completion under it, for the leases this server granted, in seconds.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 20)}),
+		BatchSize: NewHistogram("leasewal_batch_size", "Requests decided in one batch (group commit).", ExponentialBuckets(1, 2, 10)),
+		BatchDurable: NewHistogram("leasewal_batch_durable_seconds",
+			"From a batch's write to its records being durable (the fsync it waits for), in seconds.", ExponentialBuckets(0.0005, 2, 14)),
+		LeaseDuration: NewHistogram("leasewal_lease_duration_seconds", "How long leases are granted or extended for, in seconds.", ExponentialBuckets(1, 2, 14)),
+		RunTime: NewHistogram("leasewal_task_run_seconds",
+			"From a lease's grant to the task's completion under it, for the leases this server granted, in seconds.", ExponentialBuckets(0.01, 2, 20)),
 		granted: map[string]int64{},
 	}
 }
 
-// Collectors is every metric of s, to register.
-func (s *Server) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.BatchSize, s.BatchDurable, s.LeaseDuration, s.RunTime}
+// Families is every metric of s.
+func (s *Server) Families() []Family {
+	return []Family{s.BatchSize.Family(), s.BatchDurable.Family(), s.LeaseDuration.Family(), s.RunTime.Family()}
 }
 
 // Records notes the records a request committed: the leases' durations,
@@ -187,12 +309,10 @@ func (s *Server) Observe(size int, durable time.Duration) {
 	s.BatchDurable.Observe(durable.Seconds())
 }
 
-// NewSyncCounter reports the fsyncs that made a server's writes durable,
-// read at each scrape: beside leasewal_batch_size, how many requests share
-// one fsync.
-func NewSyncCounter(read func() int64) prometheus.Collector {
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasewal_wal_syncs_total",
-		Help: "Fsyncs that made this server's writes to its WAL durable."}, func() float64 { return float64(read()) })
+// SyncFamily reports the fsyncs that made a server's writes durable:
+// beside leasewal_batch_size, how many requests share one.
+func SyncFamily(syncs int64) Family {
+	return counter("leasewal_wal_syncs_total", "Fsyncs that made this server's writes to its WAL durable.", value(float64(syncs)))
 }
 
 // Raft is a raft node's figures.
@@ -201,28 +321,12 @@ type Raft struct {
 	Term, Commit, Applied uint64
 }
 
-// NewRaftCollector reports a raft node's role and indexes, read at each scrape.
-func NewRaftCollector(read func() Raft) prometheus.Collector { return raftCollector{read: read} }
-
-var (
-	roleDesc    = prometheus.NewDesc("leasewal_raft_role", "1 for this node's raft role.", []string{"role"}, nil)
-	termDesc    = prometheus.NewDesc("leasewal_raft_term", "The node's raft term.", nil, nil)
-	commitDesc  = prometheus.NewDesc("leasewal_raft_commit_index", "The last raft index known committed.", nil, nil)
-	appliedDesc = prometheus.NewDesc("leasewal_raft_applied_index", "The last raft index applied to the node's WAL.", nil, nil)
-)
-
-type raftCollector struct{ read func() Raft }
-
-func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{roleDesc, termDesc, commitDesc, appliedDesc} {
-		ch <- d
+// RaftFamilies reports a raft node's role and indexes.
+func RaftFamilies(r Raft) []Family {
+	return []Family{
+		gauge("leasewal_raft_role", "1 for this node's raft role.", value(1, "role", strings.ToLower(r.Role))),
+		gauge("leasewal_raft_term", "The node's raft term.", value(float64(r.Term))),
+		gauge("leasewal_raft_commit_index", "The last raft index known committed.", value(float64(r.Commit))),
+		gauge("leasewal_raft_applied_index", "The last raft index applied to the node's WAL.", value(float64(r.Applied))),
 	}
-}
-
-func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
-	r := c.read()
-	ch <- prometheus.MustNewConstMetric(roleDesc, prometheus.GaugeValue, 1, strings.ToLower(r.Role))
-	ch <- prometheus.MustNewConstMetric(termDesc, prometheus.GaugeValue, float64(r.Term))
-	ch <- prometheus.MustNewConstMetric(commitDesc, prometheus.GaugeValue, float64(r.Commit))
-	ch <- prometheus.MustNewConstMetric(appliedDesc, prometheus.GaugeValue, float64(r.Applied))
 }
