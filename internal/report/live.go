@@ -83,7 +83,7 @@ func (l *Live) Load(recs []api.Record, last int64) {
 // Add takes the records a request committed, or a raft node applied, in
 // order (a redaction masks its task's payload here, as the log does).
 func (l *Live) Add(recs []state.Record) {
-	if len(recs) == 0 {
+	if len(recs) == 0 || l.unseen() {
 		return
 	}
 	read := make([]api.Record, len(recs))
@@ -101,6 +101,15 @@ func (l *Live) Follow(recs []api.Record) {
 	if len(recs) > 0 {
 		l.add(recs, true)
 	}
+}
+
+// unseen says that no one has looked at the page yet: the first look reads
+// from the WAL what was committed until then, so nothing is kept (nor made
+// into an answer's record) before it.
+func (l *Live) unseen() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.load != nil && !l.looked
 }
 
 func (l *Live) add(recs []api.Record, read bool) {

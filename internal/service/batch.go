@@ -283,17 +283,11 @@ func (b *Batcher) loop() {
 	}
 }
 
-// pipeLinger is how long a pipe with nothing in flight waits for a request
-// before it lets the lock go: a client that sends its next request as soon
-// as it is answered keeps the pipe, and its state, instead of paying for a
-// new one at every request.
-const pipeLinger = 5 * time.Millisecond
-
 // pipelined is loop on a WAL of its own: batch N+1 is decided (on the state
 // that includes N) and written while N's fsync runs; each batch is answered
 // once it is durable, in order, by the goroutine that fsyncs it. The lock
-// is held while requests keep coming, and given back when none has come for
-// pipeLinger, so that local writers get their turn. A batch is answered
+// is held while requests keep coming, and given back when none waits, so
+// that local writers get their turn. A batch is answered
 // once, with what became of it (store.Pipe): a failed write or fsync
 // answers the batches it took down with the failure, and the pipe is
 // closed; the requests the pipe refused before deciding them are decided on
@@ -309,8 +303,6 @@ func (b *Batcher) pipelined(back Piper) {
 			pipe, last = nil, nil
 		}
 	}
-	linger := time.NewTimer(pipeLinger)
-	defer linger.Stop()
 	for {
 		batch, exclusive, open := b.next(pipe == nil)
 		if !open {
@@ -333,21 +325,7 @@ func (b *Batcher) pipelined(back Piper) {
 			case <-last.Settled():
 			}
 		}
-		if len(batch) == 0 && pipe != nil { // nothing waits and nothing is in flight: the lock goes back to local writers unless a request comes soon
-			linger.Reset(pipeLinger)
-			select {
-			case p, ok := <-b.queue:
-				if ok && p.exclusive != nil {
-					b.takeFirst([]*pending{p})
-					continue
-				} else if ok {
-					batch = append(batch, p)
-				}
-			case <-linger.C:
-			}
-			linger.Stop()
-		}
-		if len(batch) == 0 {
+		if len(batch) == 0 { // nothing waits and nothing is in flight: the lock goes back to local writers
 			closePipe()
 			continue
 		}
