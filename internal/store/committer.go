@@ -61,9 +61,8 @@ const (
 	rebaseAfter   = 4096
 )
 
-// startCommitter opens the index for writing for the rest of the pipe's
-// life, gives the pipe's state a read of it, and starts the committer
-// (between two batches: Batch); false when the
+// startCommitter opens the index for writing for the pipe's life, gives
+// the pipe's state a read of it, and starts the committer; false when the
 // index cannot be opened so (then the pipe writes it at Close, as a one-shot
 // writer does), with the state reading the index as before.
 func (p *Pipe) startCommitter() bool {
@@ -102,9 +101,7 @@ func (p *Pipe) startCommitter() bool {
 	h.idx = &openIndex{db: db, r: mine}
 	h.unsynced = h.unsynced || bootID() != ""
 	c.written.Store(int64(pos.Count))
-	p.mu.Lock()
 	p.commit = c
-	p.mu.Unlock()
 	go c.run()
 	return true
 }
@@ -129,22 +126,20 @@ func (c *committer) run() {
 	tick := time.NewTicker(commitEvery)
 	defer tick.Stop()
 	for first := true; ; first = false {
-		last := false
 		if !first { // the first commit at once: a pipe may be shorter than commitEvery
 			select {
-			case <-c.stop: // a last commit: the pipe's end leaves in memory nothing it made durable
-				last = true
+			case <-c.stop:
+				return
 			case <-tick.C:
 			case <-c.wake:
 			}
 		}
-		if to, version := c.durable(); to.Count > c.pos.Count {
-			if err := c.commit(to, version); err != nil {
-				c.warn("could not write the index (%v); the server writes it when it next lets other writers in", err)
-				return
-			}
+		to, version := c.durable()
+		if to.Count <= c.pos.Count {
+			continue
 		}
-		if last {
+		if err := c.commit(to, version); err != nil {
+			c.warn("could not write the index (%v); the server writes it when it next lets other writers in", err)
 			return
 		}
 	}

@@ -14,10 +14,6 @@ import (
 // unusable. The pipe must be closed; the batch may be decided on a new one.
 var ErrPipeStopped = errors.New("the pipe stopped at an earlier batch: nothing of this batch was decided")
 
-// errIndexLost stops a pipe whose state reads from an index that it could
-// neither open for its committer nor open again as it was.
-var errIndexLost = errors.New("the index could not be opened again")
-
 // Pipe holds the WAL's exclusive lock across a run of batches (a resident
 // server's group commit, pipelined): each batch is decided on the state that
 // includes every batch before it, written at once, and made durable by a
@@ -44,11 +40,8 @@ type Pipe struct {
 	durable wal.Position // what a Sync made durable
 	// version is the WAL's format version at durable's end.
 	version int
-	// commit writes the index while the pipe runs (nil: Close writes it);
-	// set by the goroutine that calls Batch, under mu.
+	// commit writes the index while the pipe runs (nil: Close writes it).
 	commit *committer
-	// batches counts the batches taken (the second starts the committer).
-	batches int
 	// stopped is why no batch may be decided any more (a write that
 	// failed, a state that diverged): the flights before it stand.
 	stopped error
@@ -120,6 +113,11 @@ func (h *Handle) Pipe() (*Pipe, error) {
 		if tx.log != nil {
 			p.durable, p.version = tx.log.Position, tx.log.Version
 		}
+		if !p.startCommitter() && h.idx == nil && tx.State.HasSource() { // it lost its read of the index
+			tx.end()
+			h.forget()
+			continue
+		}
 		go p.sync()
 		return p, nil
 	}
@@ -137,15 +135,6 @@ func (h *Handle) Pipe() (*Pipe, error) {
 // them (its later fns answer ErrNotDecided) and stops the pipe: Stopped.
 func (p *Pipe) Batch(fns []func(*Tx) error, then Then) (errs []error, committed [][]state.Record, f *Flight, err error) {
 	if p.Stopped() {
-		return nil, nil, nil, ErrPipeStopped
-	}
-	// A pipe that takes a second batch is busy: a committer writes its
-	// index beside it from then on. One that takes a single batch (a lone
-	// client's request) writes it at Close when due, as a one-shot writer
-	// does: opening the index for writing and starting a committer would
-	// cost more than the request.
-	if p.batches++; p.batches == 2 && !p.startCommitter() && p.h.idx == nil && p.tx.State.HasSource() {
-		p.stop(errIndexLost)
 		return nil, nil, nil, ErrPipeStopped
 	}
 	p.rebase(false)
@@ -262,11 +251,8 @@ func (p *Pipe) sync() {
 			}
 			failed = p.syncFailed
 			p.mu.Unlock()
-			p.mu.Lock()
-			c := p.commit
-			p.mu.Unlock()
-			if c != nil && err == nil {
-				c.nudge(end)
+			if p.commit != nil && err == nil {
+				p.commit.nudge(end)
 			}
 		}
 		if failed != nil {
