@@ -218,6 +218,9 @@ func (s *State) isHot(num int64) bool {
 // until the Source or the hot tasks change (Flushed, Reattach): until then
 // a hot task stays hot and the Source's order stays as it is.
 func (s *State) skip(queue string, e OrderEntry) {
+	if e == s.skipped[queue] {
+		return
+	}
 	if s.skipped == nil {
 		s.skipped = map[string]OrderEntry{}
 	}
@@ -294,14 +297,15 @@ func (s *State) srcPick(queues []string, full map[string]bool, now int64) (pick 
 			continue
 		}
 		_, stretched := s.pauses[q] // a pause moved its deadlines past their entries' bound
+		skipped := s.skipped[q]
 		allHot := true
-		err := s.src.Queued(q, s.skipped[q], func(e OrderEntry) bool {
+		err := s.src.Queued(q, skipped, func(e OrderEntry) bool {
 			if pick != nil && (e.Priority < pick.Priority || e.Priority == pick.Priority && e.Num > Number(pick.ID)) {
 				return false // every task after it in this queue is behind the pick
 			}
 			if s.isHot(e.Num) {
 				if allHot {
-					s.skip(q, e)
+					skipped = e
 				}
 				return true
 			}
@@ -328,6 +332,7 @@ func (s *State) srcPick(queues []string, full map[string]bool, now int64) (pick 
 		if s.sourced(err) != nil {
 			return nil
 		}
+		s.skip(q, skipped)
 	}
 	return pick
 }

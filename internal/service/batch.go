@@ -287,11 +287,10 @@ func (b *Batcher) loop() {
 // that includes N) and written while N's fsync runs; each batch is answered
 // once it is durable, in order, by the goroutine that fsyncs it. The lock
 // is held while requests keep coming, and given back when none waits, so
-// that local writers get their turn. A batch is answered
-// once, with what became of it (store.Pipe): a failed write or fsync
-// answers the batches it took down with the failure, and the pipe is
-// closed; the requests the pipe refused before deciding them are decided on
-// a new one.
+// that local writers get their turn. A batch is answered once, with what
+// became of it (store.Pipe): a failed write or fsync answers the batches it
+// took down with the failure, and the pipe is closed; the requests the pipe
+// refused before deciding them are decided on a new one.
 func (b *Batcher) pipelined(back Piper) {
 	var (
 		pipe *store.Pipe

@@ -465,8 +465,8 @@ func (l *Local) Log(ctx context.Context, r api.LogRequest, each func(api.Record)
 	opts := l.store
 	opts.FullReplay = true
 	if r.From > 1 && !strings.HasPrefix(r.Since, "+") && !strings.HasPrefix(r.Until, "+") {
-		// Only a time after the first record reads that record: else a
-		// the index, which ends before From, stands in for the records before it.
+		// Only a time after the first record reads that record: else the
+		// index, which ends before From, stands in for the records before it.
 		opts.FullReplay, opts.ReplayFrom = false, r.From
 	}
 	redacted, err := l.redactedTasks(ctx)
@@ -647,6 +647,10 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 	return v, nil
 }
 
+// endingTypes are the records that may end a task (whether it stays ended
+// is the state's to say at now).
+var endingTypes = []state.RecordType{state.TaskCompleted, state.TaskFailed, state.TaskDead, state.TaskAborted, state.LeaseExpired}
+
 // countFinished counts, in each queue's Finished, the tasks that ended in
 // the span of length recent before now: those a record of the span is
 // about (read from the WAL's tail, not from every task) that are final at
@@ -659,8 +663,7 @@ func (l *Local) countFinished(ctx context.Context, queue string, now int64, rece
 	// some of them in the history, which log reads through.
 	h := store.Open(l.store)
 	whole, err := h.RecordsSince(since, func(rec state.Record) error {
-		switch rec.Type {
-		case state.TaskCompleted, state.TaskFailed, state.TaskDead, state.TaskAborted, state.LeaseExpired:
+		if slices.Contains(endingTypes, rec.Type) {
 			ended[rec.TaskID] = true
 		}
 		return nil
@@ -668,7 +671,11 @@ func (l *Local) countFinished(ctx context.Context, queue string, now int64, rece
 	h.Close()
 	if err == nil && !whole {
 		clear(ended)
-		_, err = l.Log(ctx, api.LogRequest{Since: api.FormatTime(since), Type: "TaskCompleted,TaskFailed,TaskDead,TaskAborted,LeaseExpired"},
+		types := make([]string, len(endingTypes))
+		for i, t := range endingTypes {
+			types[i] = string(t)
+		}
+		_, err = l.Log(ctx, api.LogRequest{Since: api.FormatTime(since), Type: api.List(strings.Join(types, ","))},
 			func(rec api.Record) error { ended[rec.TaskID] = true; return nil })
 	}
 	if err != nil {

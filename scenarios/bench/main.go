@@ -213,9 +213,11 @@ func executeTo(keep bool, name string, args ...string) run {
 	return run{elapsed: elapsed, rssKB: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss, out: out.Bytes()}
 }
 
-func median(d []time.Duration) time.Duration {
-	slices.Sort(d)
-	return d[len(d)/2]
+// median sorts xs and returns its middle (the upper of the two middles of
+// an even count).
+func median[T time.Duration | float64](xs []T) T {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -198,7 +198,7 @@ func figure(rs []phaseResult) string {
 		rates = append(rates, r.rate)
 		cpus = append(cpus, r.cpuPerOp*1e6)
 	}
-	return fmt.Sprintf("%s, %.0f", spread(rates, "%.0f"), medianOf(cpus))
+	return fmt.Sprintf("%s, %.0f", spread(rates, "%.0f"), median(cpus))
 }
 
 // ratio is the median of a's rate over b's, round by round, with its spread.
@@ -220,19 +220,11 @@ func spread(xs []float64, format string) string {
 	if len(xs) == 0 {
 		return "-"
 	}
-	m := fmt.Sprintf(format, medianOf(xs))
+	m := fmt.Sprintf(format, median(xs))
 	if len(xs) == 1 {
 		return m
 	}
 	return m + " [" + fmt.Sprintf(format, slices.Min(xs)) + "-" + fmt.Sprintf(format, slices.Max(xs)) + "]"
-}
-
-func medianOf(xs []float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // peer is one server under test.
