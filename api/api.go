@@ -194,6 +194,38 @@ type QueueLimit struct {
 	Duplicate bool    `json:"duplicate"`
 }
 
+// QueueRateRequest sets or lifts the rate of a queue (queue rate): at most
+// Burst + rate × t of its tasks leased in any span t. Rate is N/s, N/m or
+// N/h, or none to lift it; Burst absent is one second's worth (at least 1).
+type QueueRateRequest struct {
+	Queue string `json:"queue"`
+	Rate  string `json:"rate"`
+	Burst *int   `json:"burst,omitempty"`
+	Actor string `json:"actor,omitempty"`
+}
+
+// QueueRate is a queue's rate set or lifted (OK), or found as asked already
+// (Duplicate).
+type QueueRate struct {
+	Result    Outcome `json:"result"`
+	Queue     string  `json:"queue"`
+	Rate      *string `json:"rate"`  // null: none
+	Burst     int     `json:"burst"` // 0 with no rate
+	Duplicate bool    `json:"duplicate"`
+}
+
+// RatedQueue is a queue's rate as stats shows it.
+type RatedQueue struct {
+	Queue string `json:"queue"`
+	Rate  string `json:"rate"`
+	Burst int    `json:"burst"`
+	// NextGrantAt is when the rate allows a grant again (null: now).
+	NextGrantAt *string `json:"next_grant_at"`
+	// HeldBack is how many leases the rate answered EMPTY since the
+	// server started (null: not counted, as by a one-shot command).
+	HeldBack *int64 `json:"held_back"`
+}
+
 // PauseRequest pauses a queue (pause): it leases nothing, and its tasks'
 // windows stand still, for For (empty: until a resume).
 type PauseRequest struct {
@@ -531,6 +563,7 @@ type Stats struct {
 	Queues  []QueueStats     `json:"queues"`
 	Others  *OtherQueues     `json:"others"` // null: every queue is named
 	Paused  []PausedQueue    `json:"paused"`
+	Rated   []RatedQueue     `json:"rated"`
 	Records map[string]int64 `json:"records"`
 }
 
@@ -735,6 +768,8 @@ type Record struct {
 	MaxRetries   *int         `json:"max_retries,omitempty"`
 	Result       string       `json:"result,omitempty"`
 	Limit        *int         `json:"limit,omitempty"`
+	Rate         string       `json:"rate,omitempty"`
+	Burst        int          `json:"burst,omitempty"`
 	Schedule     string       `json:"schedule,omitempty"`
 	Every        string       `json:"every,omitempty"`
 	Cron         string       `json:"cron,omitempty"`

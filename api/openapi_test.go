@@ -45,6 +45,7 @@ var routes = []route{
 	{"/v1/heartbeat", "Note that a worker is alive (nothing written to the WAL)", api.HeartbeatRequest{}, []any{api.Heartbeat{}}, false, nil, `{"worker":"W1"}`},
 	{"/v1/expire", "Record what time has revoked (LeaseExpired, TaskDead)", api.ExpireRequest{}, []any{api.Expired{}}, false, nil, `{}`},
 	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false, nil, `{"task":"T1","reason":"bad batch"}`},
+	{"/v1/queue/rate", "Set or lift a queue's rate of grants (QueueRated)", api.QueueRateRequest{}, []any{api.QueueRate{}}, false, nil, `{"queue":"mail","rate":"10/s","burst":5}`},
 	{"/v1/queue/limit", "Set or lift a queue's limit of current leases (QueueLimited)", api.QueueLimitRequest{}, []any{api.QueueLimit{}}, false, nil, `{"queue":"img","limit":2}`},
 	{"/v1/stats", "The figures an operator watches: queues, their latency, records by type", api.StatsRequest{}, []any{api.Stats{}}, false, nil, `{"queue":"default"}`},
 	{"/v1/redact", "Stop serving a task's payload; the next compaction drops it (TaskRedacted)", api.RedactRequest{}, []any{api.Redacted{}}, false, nil, `{"task":"T1","reason":"a password was pasted"}`},

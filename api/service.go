@@ -29,6 +29,7 @@ type Service interface {
 	Redact(context.Context, RedactRequest) (Redacted, error)
 	Stats(context.Context, StatsRequest) (Stats, error)
 	QueueLimit(context.Context, QueueLimitRequest) (QueueLimit, error)
+	QueueRate(context.Context, QueueRateRequest) (QueueRate, error)
 	Pause(context.Context, PauseRequest) (Paused, error)
 	Resume(context.Context, ResumeRequest) (Resumed, error)
 	ScheduleAdd(context.Context, ScheduleAddRequest) (ScheduleAdded, error)

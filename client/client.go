@@ -520,6 +520,12 @@ func (c *Client) QueueLimit(ctx context.Context, req api.QueueLimitRequest) (api
 	return callAs[api.QueueLimit](ctx, c, "queue/limit", req)
 }
 
+// QueueRate sets or lifts a queue's rate of grants.
+func (c *Client) QueueRate(ctx context.Context, req api.QueueRateRequest) (api.QueueRate, error) {
+	req.Actor = c.actor(req.Actor)
+	return callAs[api.QueueRate](ctx, c, "queue/rate", req)
+}
+
 // Stats is the figures an operator watches.
 func (c *Client) Stats(ctx context.Context, req api.StatsRequest) (api.Stats, error) {
 	return callAs[api.Stats](ctx, c, "stats", req)

@@ -69,7 +69,7 @@ func TestBadFiles(t *testing.T) {
 	}{
 		{"no header", []byte("hello\nworld\n"), ExitDamaged, "not a leasewal WAL"},
 		{"wrong magic", []byte("leasewol-wal v1\n"), ExitDamaged, "not a leasewal WAL"},
-		{"future version", []byte("leasewal-wal v4\n"), ExitDamaged, "version 4 is not supported"},
+		{"future version", []byte("leasewal-wal v5\n"), ExitDamaged, "version 5 is not supported"},
 		{"partial header", []byte("leasewal-w"), ExitDamaged, "not a leasewal WAL"},
 		{"CRLF line ends", bytes.ReplaceAll(good, []byte("\n"), []byte("\r\n")), ExitDamaged, "not a leasewal WAL"},
 		{"a CRLF record mid-file", mutate(good, func(b []byte) []byte {

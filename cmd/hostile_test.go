@@ -42,6 +42,7 @@ var hostileRoutes = map[string][]string{
 	"redact":            {"task", "reason", "actor"},
 	"requeue":           {"task", "request-id", "actor"},
 	"queue/limit":       {"queue", "limit", "actor"},
+	"queue/rate":        {"queue", "rate", "burst", "actor"},
 	"pause":             {"queue", "for", "reason", "actor"},
 	"resume":            {"queue", "actor"},
 	"schedule/add":      {"name", "every", "cron", "tz", "catch-up", "task", "actor"},

@@ -121,6 +121,10 @@ var doors = map[limits.Limit]door{
 		body: func(v string) string { return `{"payload":"p","max_attempts":` + v + `}` }},
 	limits.QueueLimit: {cli: func(v string) []string { return []string{"queue", "limit", "q", v} }, path: "queue/limit",
 		body: func(v string) string { return `{"queue":"q","limit":` + v + `}` }},
+	limits.Rate: {cli: func(v string) []string { return []string{"queue", "rate", "q", v + "/s"} }, path: "queue/rate",
+		body: func(v string) string { return `{"queue":"q","rate":"` + v + `/s"}` }},
+	limits.Burst: {cli: func(v string) []string { return []string{"queue", "rate", "q", "1/s", "--burst", v} }, path: "queue/rate",
+		body: func(v string) string { return `{"queue":"q","rate":"1/s","burst":` + v + `}` }},
 	limits.MaxRetries: {setup: acquired, cli: func(v string) []string {
 		return []string{"worklease", "fail", "--domain", "d", "--token", "K1", "--max-retries", v}
 	}, path: "worklease/fail",

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -381,8 +382,14 @@ func details(e api.Record) string {
 	}
 	add("schedule", e.Schedule)
 	add("slot", e.Slot)
-	if e.Type == string(state.QueuePaused) || e.Type == string(state.QueueResumed) || e.Type == string(state.QueueLimited) {
+	if e.Type == string(state.QueuePaused) || e.Type == string(state.QueueResumed) || e.Type == string(state.QueueLimited) || e.Type == string(state.QueueRated) {
 		add("queue", e.Queue)
+	}
+	if e.Type == string(state.QueueRated) {
+		add("rate", cmp.Or(e.Rate, "none"))
+		if e.Burst != 0 {
+			add("burst", strconv.Itoa(e.Burst))
+		}
 	}
 	if e.Type == string(state.QueueLimited) {
 		limit := "none"

@@ -121,5 +121,17 @@ func statsTable(w io.Writer, p palette, v api.Stats) error {
 			return err
 		}
 	}
+	for _, q := range v.Rated {
+		next := "may grant now"
+		if q.NextGrantAt != nil {
+			next = "next grant at " + *q.NextGrantAt
+		}
+		if q.HeldBack != nil {
+			next += fmt.Sprintf(", %d %s held back", *q.HeldBack, api.Plural(int(*q.HeldBack), "lease", "leases"))
+		}
+		if _, err := fmt.Fprintf(w, "rated: %s %s (burst %d), %s\n", escape(q.Queue), q.Rate, q.Burst, next); err != nil {
+			return err
+		}
+	}
 	return nil
 }

@@ -38,7 +38,7 @@ type buildInfo struct {
 // module's (go install …@vX.Y.Z), else baseVersion-dev; the commit from the
 // build's VCS stamp.
 func build() buildInfo {
-	b := buildInfo{Version: stamped, Commit: "unknown", WALWrites: wal.NewVersion, WALCompacted: wal.Version,
+	b := buildInfo{Version: stamped, Commit: "unknown", WALWrites: wal.NewVersion, WALCompacted: wal.BaseVersion,
 		Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	for v := 1; v <= wal.Version; v++ {
 		b.WALReads = append(b.WALReads, v)

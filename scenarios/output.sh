@@ -52,6 +52,6 @@ echo "   the new record appeared; SIGINT ends it with exit 0"
 
 step "--version"
 "$LEASEWAL" --version | grep -q '^leasewal [0-9]' || fail "--version"
-"$LEASEWAL" version -o json | grep -q '"wal_reads":\[1,2,3\]' || fail "version -o json"
+"$LEASEWAL" version -o json | grep -q '"wal_reads":\[1,2,3,4\]' || fail "version -o json"
 rm -rf "$DIR"
 echo "output: OK"

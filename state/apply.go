@@ -56,6 +56,8 @@ type State struct {
 
 	// limits holds the queues' most current leases (QueueLimited).
 	limits map[string]int
+	// rates holds the rated queues' rules (QueueRated, rate.go).
+	rates map[string]queueRate
 	// pauses holds every queue ever paused, with its spans (pause.go).
 	pauses map[string]*queuePauses
 	// schedules holds the periodic tasks, by name (schedule.go).
@@ -353,6 +355,8 @@ func (s *State) applyTyped(r Record) error {
 		return s.applyReleased(r)
 	case QueueLimited:
 		return s.applyLimited(r)
+	case QueueRated:
+		return s.applyRated(r)
 	case QueuePaused:
 		return s.applyPaused(r)
 	case QueueResumed:
@@ -566,6 +570,10 @@ func (s *State) applyGranted(r Record) error {
 	t.Lease = &Lease{ID: r.LeaseID, Worker: r.WorkerID, Expiry: r.Expiry}
 	t.Attempts = append(t.Attempts, Attempt{Number: r.Attempt, LeaseID: r.LeaseID, Worker: r.WorkerID, RequestID: r.RequestID, GrantedAt: r.At, Expiry: r.Expiry})
 	s.leaseTask[r.LeaseID] = t.ID
+	if q, rated := s.rates[t.Queue]; rated {
+		q.granted(r.At)
+		s.rates[t.Queue] = q
+	}
 	s.lastLeaseNum = n
 	if r.RequestID != "" {
 		s.leaseRequests[r.RequestID] = leaseRequest{taskID: t.ID, leaseID: r.LeaseID, worker: r.WorkerID}

@@ -56,6 +56,9 @@ type Decision struct {
 	// queues or task.
 	NextEligibleAt int64
 	Live           int
+	// HeldBack is the queues whose rate held back a task EMPTY would
+	// otherwise have leased.
+	HeldBack []string
 
 	More int // a bulk requeue: the tasks selected past its limit
 }
@@ -279,6 +282,7 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 	why := "no task is WAITING and eligible"
 	full := s.fullQueues(now)
 	paused := s.pausedQueues(now)
+	held := s.heldQueues(now)
 	empty := Decision{Outcome: ResultEmpty, TaskID: c.TaskID}
 	if c.TaskID != "" {
 		t, err := s.Task(c.TaskID)
@@ -296,11 +300,14 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 			}
 		case s.fullMessage(full, t.Queue) != "": // it waits for a completion, not for a time
 			why, empty.Live = s.fullMessage(full, t.Queue), liveCount(settled)
+		case settled.leasable(now) && held[t.Queue] != 0:
+			why, empty.Live, empty.NextEligibleAt = s.rateMessage(t.Queue, held[t.Queue]), liveCount(settled), held[t.Queue]
+			empty.HeldBack = []string{t.Queue}
 		case settled.leasable(now):
 			pick = t
 		default:
 			why = settled.whyNotLeasable(now)
-			empty.NextEligibleAt, empty.Live = settled.nextEligibleAt(now), liveCount(settled)
+			empty.NextEligibleAt, empty.Live = rateBound(settled.nextEligibleAt(now), held[t.Queue]), liveCount(settled)
 		}
 	} else {
 		skip := map[string]bool{}
@@ -319,7 +326,17 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 				why += "; " + s.fullMessage(full, q)
 			}
 		}
-		pick, empty.NextEligibleAt, empty.Live = s.best(c.Queues, skip, paused, now)
+		rated := map[string]int64{}
+		for _, q := range slices.Sorted(maps.Keys(held)) {
+			if skip[q] {
+				continue
+			}
+			skip[q], rated[q] = true, held[q]
+			if len(c.Queues) == 0 || slices.Contains(c.Queues, q) {
+				why += "; " + s.rateMessage(q, held[q])
+			}
+		}
+		pick, empty.NextEligibleAt, empty.Live, empty.HeldBack = s.best(c.Queues, skip, paused, rated, now)
 	}
 	if pick == nil {
 		empty.Reason = why

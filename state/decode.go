@@ -344,6 +344,10 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 		if n, err = d.optInteger(); n != nil {
 			r.Limit = ptr(int(*n)) // checked, or clamped, by checkRecord
 		}
+	case "rate":
+		return d.setString(&r.Rate)
+	case "burst":
+		return d.setInt(&r.Burst)
 	case "until":
 		r.Until, err = d.optInteger()
 	case "schedule":

@@ -32,7 +32,7 @@ func checkRecord(r *Record, legacy bool) error {
 		{"reason", r.Reason}, {"queue", r.Queue}, {"requeued_from", r.RequeuedFrom}, {"domain", r.Domain},
 		{"token", r.Token}, {"outcome", r.Outcome}, {"result", r.Result}, {"schedule", r.Schedule},
 		{"cron", r.Cron}, {"tz", r.TZ}, {"catch_up", r.CatchUp}, {"history", r.History}, {"data", r.Data},
-		{"digest", r.Digest}, {"hash", r.Hash},
+		{"digest", r.Digest}, {"hash", r.Hash}, {"rate", r.Rate},
 	} {
 		if !utf8.ValidString(f.value) {
 			return fmt.Errorf("%s is not UTF-8 text", f.name)
@@ -53,6 +53,16 @@ func checkRecord(r *Record, legacy bool) error {
 			r.Limit = ptr(int(limits.QueueLimit.Max))
 		}
 		if err := limits.QueueLimit.Int(int64(*r.Limit)); err != nil {
+			return err
+		}
+	}
+	if r.Rate != "" {
+		if _, err := ParseRate(r.Rate); err != nil {
+			return err
+		}
+	}
+	if r.Burst != 0 {
+		if err := limits.Burst.Int(int64(r.Burst)); err != nil {
 			return err
 		}
 	}

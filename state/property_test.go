@@ -47,7 +47,7 @@ func TestRandomHistories(t *testing.T) {
 	}
 	t.Logf("%d histories, %d records: every answer and every task equal to the reference model's, every invariant checked after every record", histories, total)
 	t.Logf("calls by outcome: %v", outcomes)
-	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED", "pause OK", "resume OK", "resume ERROR", "schedule OK", "schedule ERROR", "unschedule OK", "unschedule ERROR", "fire OK"} {
+	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED", "pause OK", "resume OK", "resume ERROR", "schedule OK", "schedule ERROR", "unschedule OK", "unschedule ERROR", "fire OK", "rate OK"} {
 		if outcomes[must] == 0 {
 			t.Errorf("no call ended %q: the generator does not reach it", must)
 		}
@@ -131,7 +131,7 @@ func (c call) String() string {
 func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 	c := call{worker: "W" + strconv.Itoa(rng.IntN(4)), d: time.Duration(1+rng.IntN(40)) * time.Second}
 	views := m.Views(now)
-	switch op := rng.IntN(18); {
+	switch op := rng.IntN(19); {
 	case op < 2 || len(views) == 0:
 		c.op = "submit"
 		c.submit = Submit{
@@ -188,6 +188,12 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 		c.submit = Submit{Payload: "p" + strconv.Itoa(rng.IntN(2)), Window: randomWindow(rng),
 			Policy: RetryPolicy{MaxAttempts: 1 + rng.IntN(3)}, Queue: []string{"default", "mail"}[rng.IntN(2)]}
 		return c
+	case op == 18:
+		c.op, c.queues = "rate", []string{[]string{"default", "mail", "img"}[rng.IntN(3)]}
+		c.limit = rng.IntN(4) // a rate of 0: none
+		c.delay = []time.Duration{time.Second, time.Minute}[rng.IntN(2)]
+		c.permanent = rng.IntN(2) == 0 // with a burst of 2
+		return c
 	case op == 16:
 		c.op, c.reason = "unschedule", []string{"s1", "s2"}[rng.IntN(2)]
 		return c
@@ -242,6 +248,15 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 			limit = &c.limit
 		}
 		return s.DecideQueueLimit(c.queues[0], limit)
+	case "rate":
+		if c.limit == 0 {
+			return s.DecideQueueRate(c.queues[0], nil)
+		}
+		r := Rate{Count: c.limit, Per: c.delay.Milliseconds()}
+		if c.permanent {
+			r.Burst = 2
+		}
+		return s.DecideQueueRate(c.queues[0], &r)
 	case "schedule":
 		return s.DecideScheduleAdd(ScheduleSpec{Name: c.reason, Every: Duration(c.delay), CatchUp: c.result, Template: c.submit}, nil, now)
 	case "unschedule":
@@ -295,6 +310,12 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 		return m.Release(now, c.task, c.lease, c.delay.Milliseconds())
 	case "limit":
 		return m.Limit(now, c.queues[0], c.limit)
+	case "rate":
+		burst := 0
+		if c.permanent && c.limit > 0 {
+			burst = 2
+		}
+		return m.Rate(now, c.queues[0], c.limit, c.delay.Milliseconds(), burst)
 	case "schedule":
 		p := c.submit.Policy
 		return m.ScheduleAdd(now, c.reason, c.delay.Milliseconds(), c.result, refmodel.Spec{Payload: c.submit.Payload, Window: modelWindow(c.submit.Window),

@@ -34,12 +34,14 @@ func ahead(a, b *Task) bool {
 }
 
 // best is the task lease takes among queues at now (nil for none), skipping
-// the queues that hold as many leases as their limit and the paused ones
-// (skip); when there is none, also when the next one becomes eligible by
-// time (0 for never: a task held back by a limit waits for a completion, one
-// paused until a resume for the resume, not for a time) and how many are
-// live.
-func (s *State) best(queues []string, skip map[string]bool, paused map[string]PauseSpan, now int64) (pick *Task, next int64, live int) {
+// the queues that hold as many leases as their limit, the paused ones and
+// those at their rate (skip); when there is none, also when the next one
+// becomes eligible by time (0 for never: a task held back by a limit waits
+// for a completion, one paused until a resume for the resume, not for a
+// time; one held by its queue's rate until the rate allows a grant, in
+// rated), how many are live, and which rated queues held an eligible task
+// back.
+func (s *State) best(queues []string, skip map[string]bool, paused map[string]PauseSpan, rated map[string]int64, now int64) (pick *Task, next int64, live int, heldBack []string) {
 	full := skip
 	for _, t := range s.live {
 		if t.State.Terminal() || !inQueues(t, queues) || full[t.Queue] {
@@ -55,7 +57,7 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 		}
 	}
 	if pick != nil {
-		return pick, 0, 0
+		return pick, 0, 0, nil
 	}
 	s.EachLive(func(t *Task) bool {
 		if t.State.Terminal() || !inQueues(t, queues) {
@@ -66,6 +68,13 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 		at := c.nextEligibleAt(now)
 		if sp, ok := paused[t.Queue]; ok {
 			at = afterPause(c, sp, now)
+		} else if until, ok := rated[t.Queue]; ok && c.leasable(now) {
+			at = until
+			if !slices.Contains(heldBack, t.Queue) {
+				heldBack = append(heldBack, t.Queue)
+			}
+		} else if ok {
+			at = rateBound(at, until)
 		} else if full[t.Queue] {
 			at = 0
 		}
@@ -74,7 +83,8 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 		}
 		return true
 	})
-	return nil, next, live
+	slices.Sort(heldBack)
+	return nil, next, live, heldBack
 }
 
 // nextEligibleAt is when the task, as it stands at now, next becomes
@@ -124,6 +134,9 @@ func (s *State) NextEventAt(now int64) int64 {
 	}
 	for _, sp := range s.pausedQueues(now) {
 		note(sp.To) // a pause --for ends by itself
+	}
+	for _, at := range s.heldQueues(now) {
+		note(at) // a rate allows a grant again
 	}
 	return next
 }
@@ -312,6 +325,7 @@ const (
 	BecauseAborted           = "aborted"
 	BecauseQueueFull         = "queue_full"
 	BecausePaused            = "queue_paused"
+	BecauseRated             = "queue_rated"
 )
 
 // Why is the facts of why a task is where it is at now: a person reads a
@@ -326,6 +340,7 @@ type Why struct {
 	LastEnd    *Attempt
 	Limit      string     // with BecauseQueueFull: "3 of 3 leases of queue api are held"
 	Pause      *PauseSpan // with BecausePaused: the pause its queue is in
+	Rate       string     // with BecauseRated: its queue's rate, "10/s (burst 10)"
 }
 
 // Explain says why taskID is where it is at now.
@@ -347,6 +362,7 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 	})
 	limit := s.fullMessage(s.fullQueues(now), c.Queue)
 	pause, paused := s.PausedAt(c.Queue, now)
+	held := s.heldQueues(now)
 	switch {
 	case c.State == Leased:
 		w.Because, w.Extensions = BecauseLeased, len(c.current().Extended)
@@ -354,6 +370,8 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 		w.Because, w.Pause, w.EligibleAt = BecausePaused, &pause, afterPause(c, pause, now)
 	case c.leasable(now) && limit != "":
 		w.Because, w.Limit = BecauseQueueFull, limit
+	case c.leasable(now) && held[c.Queue] != 0:
+		w.Because, w.EligibleAt, w.Rate = BecauseRated, held[c.Queue], s.rates[c.Queue].text()
 	case c.leasable(now):
 		w.Eligible, w.Because = true, BecauseEligible
 	case c.State == Waiting && now < c.AvailableAt:

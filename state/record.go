@@ -33,6 +33,7 @@ const (
 	QueueResumed    RecordType = "QueueResumed"    // format version 3
 	ScheduleAdded   RecordType = "ScheduleAdded"   // format version 3
 	ScheduleRemoved RecordType = "ScheduleRemoved" // format version 3
+	QueueRated      RecordType = "QueueRated"      // format version 4
 )
 
 // The records of a compaction's base (format version 3): a WAL that was
@@ -46,7 +47,7 @@ const (
 
 // recordTypes lists every record type, tasks first, as help texts show them.
 var recordTypes = []RecordType{TaskCreated, LeaseGranted, LeaseExtended, LeaseExpired, TaskCompleted, TaskCancelled,
-	TaskFailed, TaskDead, TaskAborted, TaskRedacted, LeaseReleased, QueueLimited, QueuePaused, QueueResumed, ScheduleAdded, ScheduleRemoved, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
+	TaskFailed, TaskDead, TaskAborted, TaskRedacted, LeaseReleased, QueueLimited, QueueRated, QueuePaused, QueueResumed, ScheduleAdded, ScheduleRemoved, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed, BaseBegin, BasePart, BaseEnd}
 
 // RecordTypeNames returns the names of all record types.
 func RecordTypeNames() []string {
@@ -184,6 +185,11 @@ type Record struct {
 	// Limit is a QueueLimited's most current leases in its queue (absent:
 	// no limit any more).
 	Limit *int `json:"limit,omitempty"`
+	// Rate is a QueueRated's rate (N/s, N/m, N/h; absent: no rate any
+	// more), and Burst how many of its grants may come at once (format
+	// version 4).
+	Rate  string `json:"rate,omitempty"`
+	Burst int    `json:"burst,omitempty"`
 	// Until is when a QueuePaused's pause ends by itself (absent: when a
 	// QueueResumed ends it).
 	Until *int64 `json:"until,omitempty"`
@@ -222,10 +228,13 @@ type Record struct {
 	PayloadAt *PayloadRef `json:"-"`
 }
 
-// FormatVersion is the WAL format version a record needs: 3 for a base, a
-// redaction and a completion's result, 2
-// for the record types and fields of revision 2, else 1.
+// FormatVersion is the WAL format version a record needs: 4 for a rate, 3
+// for a base, a redaction and a completion's result, 2 for the record types
+// and fields of revision 2, else 1.
 func (r Record) FormatVersion() int {
+	if r.Type == QueueRated {
+		return 4
+	}
 	if r.Type.IsBase() || r.Type == TaskRedacted || r.Type == QueueLimited || r.Type == LeaseReleased || r.Type == QueuePaused || r.Type == QueueResumed ||
 		r.Type == ScheduleAdded || r.Type == ScheduleRemoved || r.Schedule != "" || r.Result != "" {
 		return 3

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
+
+	"github.com/leasewal/leasewal/internal/limits"
 )
 
 // A snapshot is a state encoded: what a compacted WAL's base holds, and,
@@ -19,10 +22,12 @@ import (
 // long payload instead of its text.
 
 // snapshotVersion is the version a snapshot is written in when it needs
-// the newest: one with paused queues or schedules. Without them it is written in version
-// 5 as before, so that a base an older leasewal wrote is the base this one
-// writes for the same state (verify --history compares them byte for byte).
-const snapshotVersion = 6
+// the newest: one with rated queues. Without them it is written in version
+// 6 when it has paused queues or schedules, else in 5, so that a base an
+// older leasewal wrote is the base this one writes for the same state
+// (verify --history compares them byte for byte), and an older leasewal
+// reads what it can hold.
+const snapshotVersion = 7
 
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
 var ErrSnapshot = errors.New("not a valid state snapshot")
@@ -79,8 +84,11 @@ func (e *encoder) liveList(live []uint32, ended int) {
 
 // snapshotVersion is the oldest version that holds everything the state has.
 func (s *State) snapshotVersion() uint64 {
-	if len(s.pauses) > 0 || len(s.schedules) > 0 {
+	switch {
+	case len(s.rates) > 0:
 		return snapshotVersion
+	case len(s.pauses) > 0 || len(s.schedules) > 0:
+		return 6
 	}
 	return 5
 }
@@ -160,6 +168,18 @@ func (s *State) encodeTail(e *encoder, version uint64) {
 		e.int(int64(t.Priority))
 		e.int(sc.AddedAt)
 		e.int(sc.LastSlot)
+	}
+	if version < 7 {
+		return
+	}
+	e.uint(uint64(len(s.rates)))
+	for _, q := range slices.Sorted(maps.Keys(s.rates)) {
+		r := s.rates[q]
+		e.str(q)
+		e.int(int64(r.Count))
+		e.int(r.Per)
+		e.int(int64(r.Burst))
+		e.int(r.tat)
 	}
 }
 
@@ -431,7 +451,7 @@ func (d *snapDecoder) head(s *State) (uint64, error) {
 	switch {
 	case d.err != nil:
 		return 0, d.err
-	case version != 5 && version != snapshotVersion:
+	case version < 5 || version > snapshotVersion:
 		return 0, fmt.Errorf("%w: unknown version", ErrSnapshot)
 	}
 	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
@@ -495,6 +515,30 @@ func (d *snapDecoder) rest(s *State, version uint64) {
 	if version >= 6 {
 		d.pauses(s)
 		d.schedules(s)
+	}
+	if version >= 7 {
+		d.rates(s)
+	}
+}
+
+// rates reads every rated queue's rule, each checked as a QueueRated is.
+func (d *snapDecoder) rates(s *State) {
+	for range d.count() {
+		q, r := d.str(), queueRate{Rate: Rate{Count: int(d.int()), Per: d.int(), Burst: int(d.int())}, tat: d.int()}
+		if d.err != nil {
+			return
+		}
+		_, err := ParseRate(r.Rate.String())
+		// tat: no grant moves it past half an int64 (each moves it by a
+		// Per at most), so that no sum of the rule overflows.
+		if err != nil || ValidateQueue(q) != nil || limits.Burst.Int(int64(r.Burst)) != nil || r.tat < MinTime*int64(r.Count) || r.tat > math.MaxInt64/2 {
+			d.fail()
+			return
+		}
+		if s.rates == nil {
+			s.rates = map[string]queueRate{}
+		}
+		s.rates[q] = r
 	}
 }
 

@@ -730,10 +730,11 @@ func (l *Log) Frames(from, to Position, version int, each func(Frame) error) err
 // then appends the old WAL's frames after the base's seq and renames it over
 // the old WAL; Abandon removes it.
 type Replacement struct {
-	f     *os.File
-	store Storage // f, or f failing as the fault says
-	end   int64   // the bytes written
-	fault *Fault
+	f       *os.File
+	store   Storage // f, or f failing as the fault says
+	end     int64   // the bytes written
+	fault   *Fault
+	version int // of its header
 }
 
 // StartReplacement writes a new WAL beside path: the header of version and
@@ -743,7 +744,7 @@ func StartReplacement(path string, version int, fault *Fault, bodies func(write 
 	if err != nil {
 		return nil, fmt.Errorf("writing the new WAL beside %s: %w; the WAL is unchanged", path, err)
 	}
-	r := &Replacement{f: tmp, store: tmp, fault: fault}
+	r := &Replacement{f: tmp, store: tmp, fault: fault, version: version}
 	if fault != nil && fault.Point == "" {
 		r.store = &faultyStore{Storage: tmp, action: fault.Action}
 	}
@@ -804,12 +805,19 @@ func (r *Replacement) write(version int, bodies func(write func(body []byte) err
 // any point leaves the old WAL or the new one, each whole. The log stays
 // open and locked on the old file, so that the commands waiting for its lock
 // find it replaced (ErrReplaced) and start over on the new one; it must only
-// be closed after.
+// be closed after. A log upgraded to a newer version since the replacement
+// was started (by a record it appended) upgrades the replacement too.
 func (l *Log) Replace(r *Replacement, from int64) error {
 	dir := filepath.Dir(l.Path)
 	defer r.Abandon() // nothing once renamed
+	var err error
+	if l.Version > r.version {
+		_, err = r.store.WriteAt(HeaderLine(l.Version), 0)
+	}
 	out := &appender{w: r.store, off: r.end}
-	_, err := io.Copy(out, l.Section(from, l.End))
+	if err == nil {
+		_, err = io.Copy(out, l.Section(from, l.End))
+	}
 	if err == nil {
 		err = r.store.Sync()
 	}

@@ -33,8 +33,13 @@ import (
 const Magic = "leasewal-wal"
 
 // Version is the newest format version this code reads and writes; it reads
-// every version from 1. Version 3 is a compacted WAL: it starts with a base.
-const Version = 3
+// every version from 1. Version 3 is a compacted WAL: it starts with a base;
+// version 4 adds queue rates.
+const Version = 4
+
+// BaseVersion is the version of a WAL that starts with a base and holds
+// nothing newer.
+const BaseVersion = 3
 
 // NewVersion is the version of a new WAL: the newest for a WAL that does not
 // start with a base.
@@ -50,7 +55,7 @@ const crcHexLen = 8
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// HeaderLine is the exact first line of a WAL of version v (1 to 3).
+// HeaderLine is the exact first line of a WAL of version v (1 to Version).
 func HeaderLine(v int) []byte { return []byte(fmt.Sprintf("%s v%d\n", Magic, v)) }
 
 // headerLen is the length of every header line.

@@ -107,6 +107,9 @@ func Scan(data []byte) (*Scanned, error) {
 }
 
 // readHeader checks the header line at the start of r and returns the version.
+// ReadVersion reads a WAL's header from r: its format version.
+func ReadVersion(r io.Reader) (int, error) { return readHeader(r) }
+
 func readHeader(r io.Reader) (int, error) {
 	head := make([]byte, headerLen)
 	n, err := io.ReadFull(r, head)

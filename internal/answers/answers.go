@@ -60,7 +60,7 @@ func Record(r state.Record) api.Record {
 	v := api.Record{ChainFrom: r.ChainFrom, Seq: r.Seq, Type: string(r.Type), Actor: r.Actor, TaskID: r.TaskID, Payload: r.Payload,
 		RequestID: r.RequestID, LeaseID: r.LeaseID, WorkerID: r.WorkerID, Attempt: r.Attempt, Reason: r.Reason, Permanent: r.Permanent,
 		Queue: r.Queue, Priority: r.Priority, RequeuedFrom: r.RequeuedFrom, Domain: r.Domain, Offset: r.Offset, Token: r.Token,
-		RetryCount: r.RetryCount, Outcome: r.Outcome, Hint: r.Hint, MaxRetries: r.MaxRetries, Result: r.Result, Limit: r.Limit,
+		RetryCount: r.RetryCount, Outcome: r.Outcome, Hint: r.Hint, MaxRetries: r.MaxRetries, Result: r.Result, Limit: r.Limit, Rate: r.Rate, Burst: r.Burst,
 		Schedule: r.Schedule, Cron: r.Cron, TZ: r.TZ, CatchUp: r.CatchUp, Parts: r.Parts, KeptFrom: r.KeptFrom, History: r.History,
 		Cut: r.Cut, Part: r.Part, Data: r.Data, Digest: r.Digest, Hash: r.Hash,
 		At: api.FormatTime(r.At), Expiry: Stamp(r.Expiry), AcquiredAt: Stamp(r.AcquiredAt)}

@@ -89,8 +89,13 @@ var (
 	Priority    = Limit{"priority", Integer, MinPriority, MaxPriority}
 	MaxAttempts = Limit{"max_attempts", Integer, 1, math.MaxInt32}
 	QueueLimit  = Limit{"limit", Integer, 1, math.MaxInt32}
-	MaxRetries  = Limit{"max_retries", Integer, 0, math.MaxInt32}
-	Offset      = Limit{"offset", Integer, 0, math.MaxInt64}
+	// Rate is a queue rate's count of grants per second, minute or hour,
+	// and Burst how many may come at once: their products with any time
+	// stay within an int64 (state/rate.go).
+	Rate       = Limit{"rate", Integer, 1, 10_000}
+	Burst      = Limit{"burst", Integer, 1, 1_000_000}
+	MaxRetries = Limit{"max_retries", Integer, 0, math.MaxInt32}
+	Offset     = Limit{"offset", Integer, 0, math.MaxInt64}
 
 	Window        = Limit{"window", Duration, int64(time.Millisecond), math.MaxInt64}
 	Backoff       = Limit{"backoff", Duration, 0, math.MaxInt64}
@@ -127,7 +132,7 @@ var (
 var Table = []Limit{
 	Payload, Result, Reason, PauseReason,
 	Worker, RequestID, Queue, Domain, Schedule, TaskID, LeaseID, Token, NodeID, Actor, Cron, TZ,
-	Priority, MaxAttempts, QueueLimit, MaxRetries, Offset,
+	Priority, MaxAttempts, QueueLimit, Rate, Burst, MaxRetries, Offset,
 	Window, Backoff, BackoffMax, LeaseDuration, Delay, PauseFor, Every,
 	NotBefore, CatchUpAll, RecordBytes, BatchLines, BatchBytes, BatchLine,
 }

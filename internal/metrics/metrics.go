@@ -181,7 +181,32 @@ func StatsFamilies(s api.Stats) []Family {
 		}
 		paused.Samples = append(paused.Samples, value(1, "queue", q.Queue))
 	}
-	return append(families, paused)
+	return append(append(families, paused), rateFamilies(s.Rated)...)
+}
+
+// rateFamilies are the rated queues' figures, of the first 50 by name: the
+// rate in grants a second, the burst, and how many leases the rate held
+// back (when the service counts them: a server).
+func rateFamilies(rated []api.RatedQueue) []Family {
+	rates := gauge("leasewal_queue_rate_per_second", "Each rated queue's rate, in grants a second (the first 50 by name).")
+	bursts := gauge("leasewal_queue_rate_burst", "Each rated queue's burst: how many grants may come at once.")
+	held := counter("leasewal_queue_rate_held_back_total", "Leases answered EMPTY because the queue was at its rate, since the server started.")
+	for _, q := range rated[:min(len(rated), api.MaxStatsQueues)] {
+		r, err := state.ParseRate(q.Rate)
+		if err != nil {
+			continue
+		}
+		rates.Samples = append(rates.Samples, value(float64(r.Count)*1000/float64(r.Per), "queue", q.Queue))
+		bursts.Samples = append(bursts.Samples, value(float64(q.Burst), "queue", q.Queue))
+		if q.HeldBack != nil {
+			held.Samples = append(held.Samples, value(float64(*q.HeldBack), "queue", q.Queue))
+		}
+	}
+	families := []Family{rates, bursts}
+	if len(held.Samples) > 0 {
+		families = append(families, held)
+	}
+	return families
 }
 
 // WriteText writes s in the Prometheus text format, as a server's

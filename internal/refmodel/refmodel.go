@@ -114,8 +114,17 @@ type Model struct {
 	lastTask  int
 	lastLease int
 	limits    map[string]int     // queue -> most LEASED tasks at once
+	rates     map[string]rate    // queue -> its rate and the grants since it was set
 	pauses    map[string][]pause // queue -> every time it was paused, in order
 	schedules map[string]schedule
+}
+
+// rate is a queue's rate: count grants per per ms, burst at once, and the
+// times of the grants of the queue's tasks since it was set.
+type rate struct {
+	count, burst int
+	per          int64
+	grants       []int64
 }
 
 // schedule is a periodic task (every ms, from when it was added).
@@ -137,6 +146,13 @@ func (m *Model) Clone() *Model {
 	c := &Model{byID: map[string]*task{}, submits: map[string]*task{}, leases: map[string]*lease{},
 		leaseReqs: maps.Clone(m.leaseReqs), lastTask: m.lastTask, lastLease: m.lastLease, limits: maps.Clone(m.limits)}
 	c.schedules = maps.Clone(m.schedules)
+	for q, r := range m.rates {
+		if c.rates == nil {
+			c.rates = map[string]rate{}
+		}
+		r.grants = slices.Clone(r.grants)
+		c.rates[q] = r
+	}
 	for q, ps := range m.pauses {
 		if c.pauses == nil {
 			c.pauses = map[string][]pause{}
@@ -158,7 +174,7 @@ func (m *Model) Clone() *Model {
 
 // Key is a canonical description of the state, equal for equal states.
 func (m *Model) Key() string {
-	s := fmt.Sprint(m.lastTask, m.lastLease, m.leaseReqs, m.limits, m.pauses, m.schedules)
+	s := fmt.Sprint(m.lastTask, m.lastLease, m.leaseReqs, m.limits, m.pauses, m.schedules, m.rates)
 	for _, t := range m.tasks {
 		s += fmt.Sprintf("|%+v", *t)
 	}
@@ -439,6 +455,22 @@ func (m *Model) lease(now int64, worker string, d int64, taskID, req string, que
 			}
 			return
 		}
+		if until := m.rateAllows(t.queue, now); until > now {
+			eligible := m.eligible(t, now)
+			if !terminal(t.state) {
+				empty.Live++
+			}
+			at := m.nextEligible(t, now)
+			if eligible {
+				at = until
+			} else if at != 0 {
+				at = max(at, until)
+			}
+			if at != 0 && (empty.NextEligibleAt == 0 || at < empty.NextEligibleAt) {
+				empty.NextEligibleAt = at
+			}
+			return
+		}
 		if m.eligible(t, now) {
 			if pick == nil || t.priority > pick.priority {
 				pick = t
@@ -471,6 +503,10 @@ func (m *Model) lease(now int64, worker string, d int64, taskID, req string, que
 	pick.attempt++
 	l := &lease{task: pick.id, worker: worker, req: req, attempt: pick.attempt, expiry: min(now+d, m.deadline(pick))}
 	m.leases[id] = l
+	if r, ok := m.rates[pick.queue]; ok {
+		r.grants = append(r.grants, now)
+		m.rates[pick.queue] = r
+	}
 	pick.state, pick.lease, pick.recordedLease = "LEASED", id, id
 	if req != "" {
 		m.leaseReqs[req] = id
@@ -515,6 +551,59 @@ func (m *Model) Limit(now int64, queue string, limit int) Answer {
 			m.limits[queue] = limit
 		}
 		return Answer{Result: "OK", Written: []string{"QueueLimited"}}
+	})
+}
+
+// rateAllows is the first time at or after now at which a grant of queue
+// keeps its rate. The README: "at most burst + rate × t grants of the
+// queue's tasks in any interval of length t". A grant at a time a makes the
+// grants from the i-th on one more; the interval from the i-th to a is a
+// - g_i long; so a must be at least g_i + (grants from i, +1, - burst) ×
+// per / count, for every i.
+func (m *Model) rateAllows(queue string, now int64) int64 {
+	r, ok := m.rates[queue]
+	if !ok {
+		return now
+	}
+	at := now
+	for i, g := range r.grants {
+		over := int64(len(r.grants)-i+1-r.burst) * r.per // ms × count the interval must last
+		if over <= 0 {
+			continue
+		}
+		earliest := g + over/int64(r.count)
+		if over%int64(r.count) != 0 {
+			earliest++
+		}
+		at = max(at, earliest)
+	}
+	return at
+}
+
+// Rate sets a queue's rate: count grants per per ms, burst at once (0:
+// one second's worth, at least 1); count 0 lifts it. The same again
+// writes nothing; another starts afresh, forgetting the grants before it.
+func (m *Model) Rate(now int64, queue string, count int, per int64, burst int) Answer {
+	return m.tentative(func() Answer {
+		if queue == "" || count < 0 || burst < 0 {
+			return refused("InvalidInput")
+		}
+		if burst == 0 {
+			burst = max(1, int(int64(count)*1000/per))
+		}
+		old, rated := m.rates[queue]
+		switch {
+		case count == 0 && !rated, rated && old.count == count && old.per == per && old.burst == burst:
+			return Answer{Result: "OK", Duplicate: true}
+		case count == 0:
+			delete(m.rates, queue)
+		default:
+			if m.rates == nil {
+				m.rates = map[string]rate{}
+			}
+			m.rates[queue] = rate{count: count, per: per, burst: burst}
+		}
+		return Answer{Result: "OK", Written: []string{"QueueRated"}}
 	})
 }
 

@@ -106,6 +106,7 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 		"abort":       typed(func(ctx context.Context, r api.AbortRequest) reply { return answer(svc.Abort(ctx, r)) }),
 		"redact":      typed(func(ctx context.Context, r api.RedactRequest) reply { return answer(svc.Redact(ctx, r)) }),
 		"queue/limit": typed(func(ctx context.Context, r api.QueueLimitRequest) reply { return answer(svc.QueueLimit(ctx, r)) }),
+		"queue/rate":  typed(func(ctx context.Context, r api.QueueRateRequest) reply { return answer(svc.QueueRate(ctx, r)) }),
 		"stats":       readOnly(typed(func(ctx context.Context, r api.StatsRequest) reply { return answer(svc.Stats(ctx, r)) })),
 		"requeue":     typed(func(ctx context.Context, r api.RequeueRequest) reply { return answer(svc.Requeue(ctx, r)) }),
 		"requeue/all": typed(func(ctx context.Context, r api.RequeueAllRequest) reply { return answer(svc.RequeueAll(ctx, r)) }),

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasewal/leasewal/api"
@@ -76,6 +77,38 @@ type Local struct {
 	o     Options
 	store store.Options
 	held  *store.Handle // Options.Resident's
+	// rateHolds counts, by queue, the leases the queue's rate answered
+	// EMPTY since a resident service started (nil for a one-shot, which
+	// has no such since).
+	rateHolds *rateHolds
+}
+
+type rateHolds struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+// count counts one EMPTY answer that each of queues' rates held back.
+func (h *rateHolds) count(queues []string) {
+	if h == nil || len(queues) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, q := range queues {
+		h.n[q]++
+	}
+}
+
+// of is how many leases queue's rate held back (nil: not counted).
+func (h *rateHolds) of(queue string) *int64 {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.n[queue]
+	return &n
 }
 
 var _ api.Service = (*Local)(nil)
@@ -87,6 +120,7 @@ func New(o Options) *Local {
 		opts := l.store
 		opts.Resident = true
 		l.held = store.Open(opts)
+		l.rateHolds = &rateHolds{n: map[string]int64{}}
 	}
 	return l
 }

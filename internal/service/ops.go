@@ -195,6 +195,7 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 		}
 		switch dec.Outcome {
 		case state.ResultEmpty:
+			l.rateHolds.count(dec.HeldBack)
 			if wait > 0 {
 				next = nextEvent(tx) // it reads every unfinished task: only when the lease will wait
 			}
@@ -329,6 +330,7 @@ func (l *Local) Complete(ctx context.Context, r api.CompleteRequest) (api.Commit
 		if err != nil {
 			return nil, err
 		}
+		l.rateHolds.count(leased.HeldBack)
 		next := &api.Next{NextEligibleAt: answers.Null(answers.Stamp(leased.NextEligibleAt))}
 		if leased.Outcome == state.ResultLeased {
 			lease, err := answers.Lease(leased, tx.Payload)
@@ -469,6 +471,45 @@ func (l *Local) QueueLimit(ctx context.Context, r api.QueueLimitRequest) (api.Qu
 			return nil, err
 		}
 		return api.QueueLimit{Result: api.Outcome(d.Outcome), Queue: r.Queue, Limit: r.Limit, Duplicate: d.Duplicate}, nil
+	}))
+}
+
+func (l *Local) QueueRate(ctx context.Context, r api.QueueRateRequest) (api.QueueRate, error) {
+	if err := required("queue rate", "queue", r.Queue); err != nil {
+		return api.QueueRate{}, err
+	}
+	if err := required("queue rate", "rate", r.Rate); err != nil {
+		return api.QueueRate{}, err
+	}
+	var rate *state.Rate
+	if r.Rate != "none" {
+		parsed, err := state.ParseRate(r.Rate)
+		if err != nil {
+			return api.QueueRate{}, api.Usage("%v", err)
+		}
+		if r.Burst != nil {
+			if err := limits.Burst.Int(int64(*r.Burst)); err != nil {
+				return api.QueueRate{}, api.Usage("%v: give how many grants may come at once, or leave it out for one second's worth", err)
+			}
+			parsed.Burst = *r.Burst
+		}
+		rate = &parsed
+	} else if r.Burst != nil {
+		return api.QueueRate{}, api.Usage("a burst with no rate: give a rate with it (e.g. 10/s), or no burst with none")
+	}
+	return as[api.QueueRate](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		d, err := committer(tx)(tx.State.DecideQueueRate(r.Queue, rate))
+		if err != nil {
+			return nil, err
+		}
+		v := api.QueueRate{Result: api.Outcome(d.Outcome), Queue: r.Queue, Duplicate: d.Duplicate}
+		for _, q := range tx.State.Rates() {
+			if q.Queue == r.Queue {
+				text := q.Rate.String()
+				v.Rate, v.Burst = &text, q.Burst
+			}
+		}
+		return v, nil
 	}))
 }
 

@@ -627,6 +627,17 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 			byQueue[q.Queue] = &qs
 		}
 		v.Paused = pausedList(tx.State, tx.Now, r.Queue)
+		v.Rated = []api.RatedQueue{}
+		for _, q := range tx.State.Rates() {
+			if r.Queue != "" && q.Queue != r.Queue {
+				continue
+			}
+			rq := api.RatedQueue{Queue: q.Queue, Rate: q.Rate.String(), Burst: q.Burst, HeldBack: l.rateHolds.of(q.Queue)}
+			if q.NextGrantAt > tx.Now {
+				rq.NextGrantAt = answers.Null(answers.Stamp(q.NextGrantAt))
+			}
+			v.Rated = append(v.Rated, rq)
+		}
 		return v, nil
 	})
 	if err != nil {

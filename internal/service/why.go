@@ -31,6 +31,9 @@ func whySentence(w state.Why, now int64) string {
 			return s
 		}
 		return s + fmt.Sprintf("; its execution window keeps running (deadline %s)", at(t.DeadlineAt(now)))
+	case state.BecauseRated:
+		return fmt.Sprintf("%s is WAITING and eligible, but queue %s is at its rate of %s: a lease of it may take a task again at %s",
+			t.ID, t.Queue, w.Rate, at(w.EligibleAt))
 	case state.BecauseDelayed:
 		return fmt.Sprintf("%s is WAITING until %s: it was submitted with a delay (queue %s)", t.ID, at(w.EligibleAt), t.Queue)
 	case state.BecauseBackoff:

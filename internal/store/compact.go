@@ -271,7 +271,7 @@ func (p *PreparedCompaction) prepare() error {
 		}
 		p.rebaseOf = segs[kept].Path
 	}
-	p.replacement, err = wal.StartReplacement(h.opts.Path, wal.Version, h.opts.Fault, func(write func([]byte) error) error {
+	p.replacement, err = wal.StartReplacement(h.opts.Path, max(wal.BaseVersion, log.Version, st.FormatVersion()), h.opts.Fault, func(write func([]byte) error) error {
 		var err error
 		read := newPayloadSource(log.Section(0, log.End), h.opts.Path).read
 		spec := baseSpec{at: now, keptFrom: out.KeptFrom, history: history, hash: hex.EncodeToString(c.hash[:]), chainFrom: log.LastSum}
@@ -460,7 +460,7 @@ func (h *Handle) startSegment(log *wal.Log, read wal.Position, c *historyReader,
 	}
 	if tail {
 		out := bufio.NewWriterSize(f, 1<<20)
-		frames := wal.NewFrameWriter(out, wal.Version)
+		frames := wal.NewFrameWriter(out, max(wal.BaseVersion, log.Version))
 		if err = frames.Write(c.baseBodies[0]); err == nil {
 			err = frames.Write(c.baseBodies[1])
 		}

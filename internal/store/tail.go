@@ -106,6 +106,10 @@ func (h *Handle) writeSegment(st *state.State, read func(*state.PayloadRef) (str
 		return "", err
 	}
 	defer src.Close()
+	version, err := wal.ReadVersion(src)
+	if err != nil {
+		return "", fmt.Errorf("the history segment %s: %w", path, err)
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), prefix+"*")
 	if err != nil {
 		return "", fmt.Errorf("a whole copy of the history segment %s: %w", path, err)
@@ -117,7 +121,7 @@ func (h *Handle) writeSegment(st *state.State, read func(*state.PayloadRef) (str
 		}
 	}()
 	out := bufio.NewWriterSize(f, 1<<20)
-	frames := wal.NewFrameWriter(out, wal.Version)
+	frames := wal.NewFrameWriter(out, max(wal.BaseVersion, version, st.FormatVersion()))
 	var derived []state.Record
 	_, _, err = h.writeBase(st, read, spec, func(r state.Record) error {
 		if r.Type != state.BasePart {
