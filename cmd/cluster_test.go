@@ -520,6 +520,9 @@ func TestClusterFailover(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"duplicate":true`) || !strings.Contains(out, `"task_id":"T1"`) {
 		t.Fatalf("a blind retry of the first submit, sent before the failover: exit %d %s", code, out)
 	}
+	if code, out = c.definite(0, "queue", "rate", "default", "none"); code != 0 { // the clients may have left one
+		t.Fatalf("queue rate none: exit %d %s", code, out)
+	}
 	if code, out = c.definite(0, "submit", "--payload", "late", "--priority", "9", "-o", "json"); code != 0 {
 		t.Fatalf("submit: exit %d %s", code, out)
 	}

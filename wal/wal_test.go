@@ -355,3 +355,32 @@ func TestNotRegularFile(t *testing.T) {
 		t.Fatalf("a directory: %v", err)
 	}
 }
+
+// TestAReplacementTakesTheLogsUpgrade: a record of a newer version appended
+// while a compaction wrote its replacement (in an older one) upgrades the
+// log; the replacement that takes it is upgraded as it is put in place, so
+// that no record is in a file of an older version than its own.
+func TestAReplacementTakesTheLogsUpgrade(t *testing.T) {
+	path, bodies := buildWAL(t, 3)
+	r, err := StartReplacement(path, BaseVersion, nil, func(write func([]byte) error) error { return write(bodies[0]) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenAt(path, Write, time.Second, Position{}, func(Frame) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	from := l.End
+	if _, err := l.AppendBatch([][]byte{body(4)}, Version); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Replace(r, from); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(path)
+	frame := append(body(4), '\n')
+	if !bytes.HasPrefix(data, HeaderLine(Version)) || !bytes.HasSuffix(data, frame) {
+		t.Fatalf("the replaced WAL starts %.16q and ends %q; want the header of version %d and the frame appended meanwhile", data, data[max(0, len(data)-len(frame)):], Version)
+	}
+}

@@ -25,8 +25,9 @@ import (
 // so that the model computes the same now in whatever order it linearizes.
 // Req, if set, is the call's request id (submit and lease).
 type Input struct {
-	Op     string // submit, lease, extend, complete, fail, release
+	Op     string // submit, lease, extend, complete, fail, release, rate
 	Worker string
+	Rate   string // rate: the default queue's rate (N/s), or none
 	Task   string
 	Lease  string
 	Req    string
@@ -62,6 +63,8 @@ func (in Input) Args(withNow bool) []string {
 		return append([]string{"complete", "--task", in.Task, "--lease", in.Lease}, tail...)
 	case "release":
 		return append([]string{"release", "--task", in.Task, "--lease", in.Lease}, tail...)
+	case "rate":
+		return append([]string{"queue", "rate", "default", in.Rate}, tail...) // no request id: a rate repeats as itself
 	}
 	return append([]string{"fail", "--task", in.Task, "--lease", in.Lease, "--reason", "flaky"}, tail...)
 }
@@ -119,6 +122,10 @@ func call(m *refmodel.Model, in Input, now int64) refmodel.Answer {
 		return m.Complete(now, in.Task, in.Lease, "")
 	case "release":
 		return m.Release(now, in.Task, in.Lease, 0)
+	case "rate":
+		count := 0 // none
+		fmt.Sscanf(in.Rate, "%d/s", &count)
+		return m.Rate(now, "default", count, 1000, 0)
 	}
 	return m.Fail(now, in.Task, in.Lease, false)
 }
@@ -170,7 +177,8 @@ func Check(initialAt int64, history []porcupine.Operation, limit time.Duration) 
 
 // Clients runs n clients at once, each making at least ops calls and going
 // on while more() says so: a random mix of submits, leases (each with a
-// request id) and completions, failures or releases of the lease it holds, each call
+// request id), completions, failures or releases of the lease it holds and
+// (client 0's second call, then now and then) the default queue's rate, each call
 // Offset after the last record. send makes client i's call with args and
 // returns what it printed, a definite answer (the caller retries unknown
 // outcomes). Times are since began; answered counts the calls answered so
@@ -201,6 +209,8 @@ func Clients(n, ops int, offset time.Duration, began time.Time, more func() bool
 					in.Op, in.Task, in.Lease, in.Req = "fail", task, lease, ""
 				case lease != "" && k < 9:
 					in.Op, in.Task, in.Lease, in.Req = "release", task, lease, ""
+				case (client == 0 && i == 1) || (k == 9 && rng.IntN(3) == 0): // a rate holds leases back, replay-exactly on every node
+					in.Op, in.Rate, in.Req = "rate", []string{"1/s", "2/s", "none"}[rng.IntN(3)*min(1, i-1)], ""
 				}
 				call := time.Since(began).Nanoseconds()
 				stdout, err := send(client, in.Args(false))

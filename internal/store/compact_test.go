@@ -83,6 +83,8 @@ func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 			args = []string{"resume", "default"}
 		case op == 5 && rng.IntN(3) == 0:
 			args = []string{"schedule", "add", "tick", "--every", "20s", "--", "--payload", "tick"}
+		case op == 5 && rng.IntN(2) == 0: // a rate's grants since it was set are in the base
+			args = [][]string{{"queue", "rate", "default", "3/m"}, {"queue", "rate", "default", "2/m", "--burst", "3"}, {"queue", "rate", "default", "none"}}[rng.IntN(3)]
 		default:
 			args = []string{"lease", "--worker", "W", "--duration", "20s"}
 		}
@@ -115,6 +117,9 @@ func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 	}
 	if code, out, errOut := cli("--wal", b, "verify", "--history", "-o", "json"); code != 0 || !strings.Contains(out, fmt.Sprintf("%d bases checked", compactions)) {
 		t.Fatalf("verify --history: exit %d %s %s", code, out, errOut)
+	}
+	if head, _ := os.ReadFile(b); !bytes.HasPrefix(head, wal.HeaderLine(4)) {
+		t.Errorf("the compacted WAL of a queue rate starts %.16q, not as a version 4", head)
 	}
 	if len(leases) == 0 || compactions < 3 {
 		t.Fatalf("%d leases and %d compactions: the test needs more", len(leases), compactions)
