@@ -46,8 +46,8 @@ func ParseRate(text string) (Rate, error) {
 	if !ok || err != nil {
 		return Rate{}, fmt.Errorf("the rate %q is not N/s, N/m or N/h (e.g. 10/s), or none", text)
 	}
-	if err := limits.Rate.Int(n); err != nil {
-		return Rate{}, fmt.Errorf("the rate %q: %w", text, err)
+	if limits.Rate.Int(n) != nil {
+		return Rate{}, fmt.Errorf("the rate %q counts %d grants: give %s a second, minute or hour (e.g. 10/s), or none", text, n, limits.Rate.Range())
 	}
 	for _, u := range rateUnits {
 		if unit == u.letter {
