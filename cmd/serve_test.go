@@ -967,3 +967,36 @@ func metricValue(body, name string) float64 {
 	}
 	return v
 }
+
+// TestAServerCountsWhatARateHeldBack: a server counts the leases a queue's
+// rate answered EMPTY (stats' held_back, /metrics), lease --task's and
+// complete --next-worker's included; a one-shot command has no such count.
+func TestAServerCountsWhatARateHeldBack(t *testing.T) {
+	t.Parallel()
+	walPath, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	for _, args := range [][]string{
+		{"submit", "--payload", "a", "--queue", "mail"}, {"submit", "--payload", "b", "--queue", "mail"},
+		{"queue", "rate", "mail", "1/h"}, {"lease", "--worker", "W", "--duration", "1h"},
+	} {
+		if code, out, stderr := cli(append([]string{"--server", ts.URL}, args...)...); code != 0 {
+			t.Fatalf("%v: exit %d %s %s", args, code, out, stderr)
+		}
+	}
+	for _, args := range [][]string{{"lease", "--worker", "W"}, {"lease", "--worker", "W", "--task", "T2"}, {"complete", "--task", "T1", "--lease", "L1", "--next-worker", "W"}} {
+		code, out, _ := cli(append([]string{"--server", ts.URL, "-o", "json"}, args...)...)
+		if code == 0 && strings.Contains(out, `"task_id":"T2"`) && !strings.Contains(out, `"lease":null`) {
+			t.Fatalf("%v took T2 while its queue is at its rate: %s", args, out)
+		}
+	}
+	if code, out, _ := cli("--server", ts.URL, "stats", "-o", "json"); code != 0 || !strings.Contains(out, `"rated":[{"queue":"mail","rate":"1/h","burst":1,`) || !strings.Contains(out, `"held_back":3}]`) {
+		t.Fatalf("stats through the server: exit %d %s", code, out)
+	}
+	if code, out, _ := cli("--server", ts.URL, "stats", "-o", "prom"); code != 0 || !strings.Contains(out, `leasewal_queue_rate_held_back_total{queue="mail"} 3`) {
+		t.Fatalf("stats -o prom through the server: exit %d %s", code, out)
+	}
+	if code, out, _ := cli("--wal", walPath, "stats", "-o", "json"); code != 0 || !strings.Contains(out, `"held_back":null}]`) {
+		t.Fatalf("stats of the WAL: exit %d %s", code, out)
+	}
+}

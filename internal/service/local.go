@@ -78,7 +78,7 @@ type Local struct {
 	store store.Options
 	held  *store.Handle // Options.Resident's
 	// rateHolds counts, by queue, the leases the queue's rate answered
-	// EMPTY since a resident service started (nil for a one-shot, which
+	// EMPTY since a server or a runner started (nil for a one-shot, which
 	// has no such since).
 	rateHolds *rateHolds
 }
@@ -120,6 +120,8 @@ func New(o Options) *Local {
 		opts := l.store
 		opts.Resident = true
 		l.held = store.Open(opts)
+	}
+	if o.Resident || o.Batch != nil { // a runner's or a server's: it has a since
 		l.rateHolds = &rateHolds{n: map[string]int64{}}
 	}
 	return l
