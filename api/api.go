@@ -75,7 +75,13 @@ type SubmitRequest struct {
 	NotBefore   string `json:"not_before,omitempty"` // RFC 3339 or unix ms
 	Queue       string `json:"queue,omitempty"`
 	Priority    int    `json:"priority,omitempty"`
-	Actor       string `json:"actor,omitempty"` // recorded for audit only
+	// After names the tasks it waits to see COMPLETED (one that ends
+	// otherwise ends it DEAD), AfterEnded those it waits to see end: task
+	// ids, or, in a batch, request ids of its earlier lines. Its delay and
+	// window count from when the last is met.
+	After      []string `json:"after,omitempty"`
+	AfterEnded []string `json:"after_ended,omitempty"`
+	Actor      string   `json:"actor,omitempty"` // recorded for audit only
 }
 
 // LeaseRequest leases the next eligible task to a worker (lease).
@@ -395,17 +401,18 @@ type WhyRequest struct {
 // Ack is the answer of a submit (or a requeue): the task it created, or
 // the one its request id created before (Duplicate).
 type Ack struct {
-	Result       Outcome `json:"result"`
-	TaskID       string  `json:"task_id"`
-	RequestID    string  `json:"request_id"`
-	Duplicate    bool    `json:"duplicate"`
-	Queue        string  `json:"queue"`
-	Priority     int     `json:"priority"`
-	AvailableAt  string  `json:"available_at"`
-	Deadline     *string `json:"deadline"` // null: the task has no window
-	RequeuedFrom string  `json:"requeued_from,omitempty"`
-	Window       string  `json:"window"` // the execution window, such as 5m0s, or none
-	MaxAttempts  int     `json:"max_attempts"`
+	Result       Outcome  `json:"result"`
+	TaskID       string   `json:"task_id"`
+	RequestID    string   `json:"request_id"`
+	Duplicate    bool     `json:"duplicate"`
+	Queue        string   `json:"queue"`
+	Priority     int      `json:"priority"`
+	AvailableAt  *string  `json:"available_at"` // null: when what it waits for is met
+	Deadline     *string  `json:"deadline"`     // null: the task has no window (yet)
+	RequeuedFrom string   `json:"requeued_from,omitempty"`
+	WaitingFor   []string `json:"waiting_for,omitempty"`
+	Window       string   `json:"window"` // the execution window, such as 5m0s, or none
+	MaxAttempts  int      `json:"max_attempts"`
 }
 
 // Lease is a lease granted (LEASED).
@@ -575,6 +582,7 @@ type OtherQueues struct {
 	Queues   int `json:"queues"`
 	Waiting  int `json:"waiting"`
 	Eligible int `json:"eligible"`
+	Blocked  int `json:"blocked"`
 	Leased   int `json:"leased"`
 	// OldestEligibleAgeMs is the longest any of them has had a task
 	// eligible.
@@ -586,6 +594,7 @@ type QueueStats struct {
 	Queue    string `json:"queue"`
 	Waiting  int    `json:"waiting"`
 	Eligible int    `json:"eligible"` // waiting and leasable now
+	Blocked  int    `json:"blocked"`  // waiting for another task (among waiting)
 	Leased   int    `json:"leased"`
 	// OldestEligibleAgeMs is how long the task eligible longest has been
 	// eligible (0: none is): the queue's latency.
@@ -616,6 +625,20 @@ type Why struct {
 	Queue      string  `json:"queue"`
 	Priority   int     `json:"priority"`
 	Sentence   string  `json:"sentence"`
+	// WaitingFor is what it waits for (because waiting_for_dependencies),
+	// each as it stands; Dependents the unfinished tasks that wait for it.
+	WaitingFor []Dependency `json:"waiting_for,omitempty"`
+	Dependents []string     `json:"dependents,omitempty"`
+}
+
+// Dependency is a task another waits for, as it stands: its state, whether
+// any end meets it (after_ended) or only COMPLETED, and what it waits for
+// in turn.
+type Dependency struct {
+	TaskID     string   `json:"task_id"`
+	State      string   `json:"state"`
+	AfterEnded bool     `json:"after_ended"`
+	WaitingFor []string `json:"waiting_for,omitempty"`
 }
 
 // Error is a refusal or a failure: what the command line prints as JSON on
@@ -717,25 +740,31 @@ type WorkInspectRequest struct {
 
 // Task is a task as it stands at a time (inspect, wait).
 type Task struct {
-	TaskID      string   `json:"task_id"`
-	State       string   `json:"state"`
-	Attempt     int      `json:"attempt"`
-	MaxAttempts int      `json:"max_attempts"`
-	LeaseID     *string  `json:"lease_id"`
-	WorkerID    *string  `json:"worker_id"`
-	Expiry      *string  `json:"expiry"`
-	Deadline    *string  `json:"deadline"` // null: the task has no window
-	NotBefore   *string  `json:"not_before"`
-	CreatedAt   string   `json:"created_at"`
-	Queue       string   `json:"queue"`
-	Priority    int      `json:"priority"`
-	AvailableAt string   `json:"available_at"`
-	Payload     string   `json:"payload"`
-	Redacted    string   `json:"redacted,omitempty"` // why its payload is no longer served
-	Result      string   `json:"result,omitempty"`   // what its completing worker reported
-	Reason      string   `json:"reason,omitempty"`
-	Requeued    string   `json:"requeued_from,omitempty"`
-	Records     []Record `json:"records,omitempty"` // when one task is named: its records
+	TaskID      string  `json:"task_id"`
+	State       string  `json:"state"`
+	Attempt     int     `json:"attempt"`
+	MaxAttempts int     `json:"max_attempts"`
+	LeaseID     *string `json:"lease_id"`
+	WorkerID    *string `json:"worker_id"`
+	Expiry      *string `json:"expiry"`
+	Deadline    *string `json:"deadline"` // null: the task has no window
+	NotBefore   *string `json:"not_before"`
+	CreatedAt   string  `json:"created_at"`
+	Queue       string  `json:"queue"`
+	Priority    int     `json:"priority"`
+	AvailableAt *string `json:"available_at"` // null: when what it waits for is met
+	Payload     string  `json:"payload"`
+	Redacted    string  `json:"redacted,omitempty"` // why its payload is no longer served
+	Result      string  `json:"result,omitempty"`   // what its completing worker reported
+	Reason      string  `json:"reason,omitempty"`
+	Requeued    string  `json:"requeued_from,omitempty"`
+	// After and AfterEnded are what it was submitted to wait for;
+	// WaitingFor those it still waits for (its not_before and available_at
+	// count from when the last is met).
+	After      []string `json:"after,omitempty"`
+	AfterEnded []string `json:"after_ended,omitempty"`
+	WaitingFor []string `json:"waiting_for,omitempty"`
+	Records    []Record `json:"records,omitempty"` // when one task is named: its records
 }
 
 // Record is a WAL record as log and inspect show it: every field of the
@@ -768,6 +797,9 @@ type Record struct {
 	MaxRetries   *int         `json:"max_retries,omitempty"`
 	Result       string       `json:"result,omitempty"`
 	Limit        *int         `json:"limit,omitempty"`
+	After        []string     `json:"after,omitempty"`
+	AfterEnded   []string     `json:"after_ended,omitempty"`
+	Dependency   string       `json:"dependency,omitempty"`
 	Rate         string       `json:"rate,omitempty"`
 	Burst        int          `json:"burst,omitempty"`
 	Schedule     string       `json:"schedule,omitempty"`
@@ -816,6 +848,7 @@ type Inspect struct {
 // out, what has waited longest, and what expires next.
 type InspectSummary struct {
 	CurrentLeases int            `json:"current_leases"`
+	Blocked       int            `json:"blocked"` // waiting for another task
 	OldestWaiting *OldestWaiting `json:"oldest_waiting"`
 	NextExpiry    *HeldLease     `json:"next_expiry"`
 	// Queues counts the live tasks of each queue by state.

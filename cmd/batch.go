@@ -102,7 +102,7 @@ func (b batchAcks) table() func(io.Writer, palette) error {
 	return func(w io.Writer, p palette) error {
 		t := newTable(w, p, "TASK", "REQUEST", "DUPLICATE", "QUEUE", "PRIORITY", "AVAILABLE AT")
 		for _, a := range b {
-			t.Append(a.TaskID, escape(a.RequestID), strconv.FormatBool(a.Duplicate), a.Queue, strconv.Itoa(a.Priority), a.AvailableAt)
+			t.Append(a.TaskID, escape(a.RequestID), strconv.FormatBool(a.Duplicate), a.Queue, strconv.Itoa(a.Priority), deref(a.AvailableAt))
 		}
 		return t.Render()
 	}

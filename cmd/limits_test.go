@@ -158,6 +158,7 @@ var notRequestFields = map[limits.Limit]string{
 	limits.CatchUpAll:  "the most slots a schedule fires at once (schedule.txtar, state.MaxCatchUp)",
 	limits.RecordBytes: "the gate's largest record: every limit above fits (TestEveryLimitAtEveryDoor sends a payload of escaped bytes)",
 	limits.BatchLines:  "TestTheBatchDoorTakesABoundedBatch",
+	limits.After:       "how many tasks one waits for, a list's length: TestDependenciesAtTheirCreation and TestABatchIsAGraph (state), after.txtar",
 	limits.BatchBytes:  "TestTheBatchDoorTakesABoundedBatch",
 	limits.BatchLine:   "the batch door's longest line (TestTheBatchDoorTakesABoundedBatch)",
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -118,6 +119,17 @@ func statsTable(w io.Writer, p palette, v api.Stats) error {
 			reason = " (" + escape(q.Reason) + ")"
 		}
 		if _, err := fmt.Fprintf(w, "paused: %s since %s%s, %s\n", escape(q.Queue), q.Since, reason, untilPhrase(q)); err != nil {
+			return err
+		}
+	}
+	var blocked []string
+	for _, q := range v.Queues {
+		if q.Blocked > 0 {
+			blocked = append(blocked, fmt.Sprintf("%s %d", escape(q.Queue), q.Blocked))
+		}
+	}
+	if len(blocked) > 0 {
+		if _, err := fmt.Fprintf(w, "waiting for other tasks (among WAITING): %s\n", strings.Join(blocked, ", ")); err != nil {
 			return err
 		}
 	}

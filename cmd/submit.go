@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -26,6 +27,8 @@ type submitOptions struct {
 	notBefore   string
 	queue       string
 	priority    int
+	after       []string
+	afterEnded  []string
 	batchFile   string
 }
 
@@ -37,17 +40,24 @@ func (a *app) newSubmitCmd() *cobra.Command {
 		Long: `Create a WAITING task with an execution window and a retry policy, in a queue
 with a priority. Writes one TaskCreated record. A task submitted with --delay or
 --not-before is eligible only from then on (SQS's DelaySeconds), and its window
-counts from then. Repeating a submit with the same --request-id and the same
-payload, policy, queue and priority writes nothing and answers with the first
-task id (and its first time).
+counts from then. A task submitted with --after waits until every task named
+has COMPLETED; if one ends FAILED or DEAD instead, it ends DEAD too (recorded by
+the next expire), unless it named that task with --after-ended, which waits for
+an end of any outcome. Its --delay and --window count from when the last is met;
+an unknown task is exit 4. Repeating a submit with the same --request-id and the
+same payload, policy, queue, priority and dependencies writes nothing and
+answers with the first task id (and its first time).
 
 --batch-file submits many tasks at once, all or nothing:
 each line is a JSON object with the flags' names in snake_case as keys
 ("payload", "window", "max_attempts", "request_id", "queue", "priority", …), the other
 flags given being every line's defaults; if any line is refused, none is
-written. It answers one line per task (-o json: one JSON object per line).`,
+written. A line's "after" and "after_ended" (arrays) name request ids of earlier
+lines first, then task ids: a whole graph of tasks in one write. It answers one
+line per task (-o json: one JSON object per line).`,
 		Example: `  leasewal submit --payload 'resize img-42' --window 5m --max-attempts 3 --request-id job-42
   leasewal submit --payload 'send digest' --delay 10m --queue mail --priority 5
+  leasewal submit --payload 'upload out.mp4' --after T7 --window 10m
   printf '{"payload":"a","request_id":"a"}\n{"payload":"b","request_id":"b","priority":5}\n' | leasewal submit --batch-file - --queue mail`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runSubmit(a.env, *o) },
@@ -70,6 +80,8 @@ func (o *submitOptions) flags(f *pflag.FlagSet) {
 	f.StringVar(&o.notBefore, "not-before", "", "eligible only from this time (RFC 3339 or unix ms; a past time is now)")
 	f.StringVar(&o.queue, "queue", state.DefaultQueue, "the queue: lease --queue takes only from the queues it names")
 	f.IntVar(&o.priority, "priority", 0, "from -1000 to 1000; a lease takes the highest first, the oldest within a priority")
+	f.StringSliceVar(&o.after, "after", nil, "wait until these tasks have COMPLETED (T3,T4); one that ends otherwise ends this one DEAD. Its --delay and --window count from then")
+	f.StringSliceVar(&o.afterEnded, "after-ended", nil, "wait until these tasks have ended, whatever their outcome")
 	f.StringVar(&o.batchFile, "batch-file", "", "submit many tasks at once from FILE (or stdin with -): one JSON object per line, e.g. {\"payload\":\"x\",\"request_id\":\"r1\"}; the other flags are every line's defaults")
 }
 
@@ -85,7 +97,7 @@ func (o *submitOptions) request(stdin io.Reader) (api.SubmitRequest, error) {
 	}
 	maxAttempts := o.maxAttempts
 	return api.SubmitRequest{Payload: payload, Window: o.window, MaxAttempts: &maxAttempts, Backoff: o.backoff, BackoffMax: o.backoffMax,
-		RequestID: o.requestID, Delay: o.delay, NotBefore: o.notBefore, Queue: o.queue, Priority: o.priority}, nil
+		RequestID: o.requestID, Delay: o.delay, NotBefore: o.notBefore, Queue: o.queue, Priority: o.priority, After: o.after, AfterEnded: o.afterEnded}, nil
 }
 
 // readText is a payload or a result (what) as its flags give it: --what
@@ -138,8 +150,8 @@ func ackTable(v api.Ack) func(io.Writer, palette) error {
 	return func(w io.Writer, p palette) error {
 		return fields(w, p, "result", string(v.Result), "task", v.TaskID, "request", v.RequestID,
 			"duplicate", fmt.Sprint(v.Duplicate), "queue", v.Queue, "priority", fmt.Sprint(v.Priority),
-			"available at", v.AvailableAt, "deadline", cmp.Or(deref(v.Deadline), "none"), "requeued from", v.RequeuedFrom,
-			"window", v.Window, "max attempts", fmt.Sprint(v.MaxAttempts))
+			"available at", cmp.Or(deref(v.AvailableAt), "after "+strings.Join(v.WaitingFor, ", ")), "deadline", cmp.Or(deref(v.Deadline), "none"),
+			"requeued from", v.RequeuedFrom, "window", v.Window, "max attempts", fmt.Sprint(v.MaxAttempts))
 	}
 }
 

@@ -269,6 +269,9 @@ func TestClusterNemesisProcesses(t *testing.T) {
 
 	// A clock that jumps: the leader's runs ten minutes ahead from now on, so
 	// a 5-minute lease granted just before lapses at once by its time.
+	if code, out := definite(0, "queue", "rate", "default", "none"); code != 0 { // the clients may have left one
+		t.Fatalf("queue rate none: exit %d %s", code, out)
+	}
 	if code, out := definite(0, "submit", "--payload", "before the jump", "--request-id", "pre-jump", "-o", "json"); code != 0 {
 		t.Fatalf("a submit before the jump: exit %d %s", code, out)
 	}

@@ -58,6 +58,12 @@ type State struct {
 	limits map[string]int
 	// rates holds the rated queues' rules (QueueRated, rate.go).
 	rates map[string]queueRate
+	// dependents holds, by task id, the tasks in memory that still wait
+	// for it (after.go); the Source keeps those of its tasks.
+	dependents map[string][]string
+	// newest says a record of the newest format version (4) was applied:
+	// a snapshot of the state is of the newest version too.
+	newest bool
 	// pauses holds every queue ever paused, with its spans (pause.go).
 	pauses map[string]*queuePauses
 	// schedules holds the periodic tasks, by name (schedule.go).
@@ -239,11 +245,19 @@ func (s *State) apply(r Record) (*Task, error) {
 		s.records = map[RecordType]int64{}
 	}
 	s.records[r.Type]++
+	s.newest = s.newest || r.FormatVersion() >= 4
 	if t != nil {
-		if t.State.Terminal() && t.Ended == 0 {
+		ended := t.State.Terminal() && t.Ended == 0
+		if ended {
 			t.Ended = r.At
 		}
 		s.adopt(t)
+		if ended {
+			s.forgetDeps(t)
+			if err := s.settleDependents(t, r.At); err != nil {
+				return nil, err
+			}
+		}
 	}
 	s.noteEnded(t)
 	return t, nil
@@ -464,6 +478,9 @@ func (s *State) applyCreated(r Record) error {
 	if err := s.queueFields(r, t); err != nil {
 		return err
 	}
+	if err := s.createdDeps(r, t); err != nil {
+		return err
+	}
 	if r.Schedule != "" || r.Slot != nil {
 		sched, err := s.firing(r)
 		if err != nil {
@@ -479,6 +496,7 @@ func (s *State) applyCreated(r Record) error {
 	s.touched = t
 	s.submits[r.RequestID] = t
 	s.lastTaskNum = max(s.lastTaskNum, n)
+	s.noteDeps(t)
 	return nil
 }
 
@@ -701,6 +719,9 @@ func (s *State) applyDead(r Record) error {
 	t, err := s.subject(r)
 	if err != nil {
 		return err
+	}
+	if r.Dependency != "" {
+		return s.applyDeadByDependency(r, t)
 	}
 	if r.At < t.Deadline() {
 		return invalid("%s's window closes at %d, after this record's time %d", t.ID, t.Deadline(), r.At)

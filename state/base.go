@@ -144,7 +144,8 @@ func (s *State) WriteBase(w io.Writer, keptFrom int64, read func(*PayloadRef) (s
 		return BaseSnapshot{}, errors.New("there is nothing to compact: no record follows the base")
 	}
 	snap := BaseSnapshot{Seq: s.lastSeq, KeptFrom: keptFrom}
-	tasks, live := &encoder{read: read}, &encoder{}
+	version := s.snapshotVersion()
+	tasks, live := &encoder{read: read, deps: version >= 7}, &encoder{}
 	unfinished := []uint32{} // never nil: a base always has its live list, if empty
 	var werr error
 	flush := func() {
@@ -176,7 +177,6 @@ func (s *State) WriteBase(w io.Writer, keptFrom int64, read func(*PayloadRef) (s
 	}
 	// A base lists as live exactly its unfinished tasks in creation order,
 	// and so has none ended among them.
-	version := s.snapshotVersion()
 	head := &encoder{}
 	s.encodeHead(head, version)
 	head.length(snap.Kept, false)
@@ -271,7 +271,7 @@ func (s *State) loadTasks(l *baseLoad) error {
 	if l.version != 0 && l.left == 0 {
 		return nil // the tail, read whole at the BaseEnd
 	}
-	d := &snapDecoder{b: l.pending, all: string(l.pending), own: true}
+	d := &snapDecoder{b: l.pending, all: string(l.pending), own: true, deps: l.version >= 7}
 	defer func(size int) { l.consumed(size - len(l.pending)) }(len(l.pending))
 	if l.version == 0 {
 		version, err := d.head(s)
@@ -289,7 +289,7 @@ func (s *State) loadTasks(l *baseLoad) error {
 		case err != nil:
 			return invalid("the base's snapshot does not load: %v", err)
 		}
-		l.version, l.left = version, n
+		l.version, l.left, d.deps = version, n, version >= 7
 		l.pending = l.pending[len(l.pending)-len(d.b):]
 	}
 	for l.left > 0 {
@@ -308,6 +308,7 @@ func (s *State) loadTasks(l *baseLoad) error {
 		s.tasks[t.ID] = t
 		s.order = append(s.order, t)
 		s.unkeyed, s.unleased = append(s.unkeyed, t), append(s.unleased, t)
+		s.noteDeps(t)
 		if !t.State.Terminal() {
 			s.live = append(s.live, t)
 			l.unfinished = append(l.unfinished, uint32(l.loaded))

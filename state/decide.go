@@ -80,6 +80,10 @@ type Submit struct {
 	NotBefore int64
 	Queue     string // empty: DefaultQueue
 	Priority  int
+	// After names the tasks it waits to see COMPLETED, AfterEnded those it
+	// waits to see end: task ids, or, in a batch, request ids of the
+	// batch's earlier submits. Its delay counts from when they are met.
+	After, AfterEnded []string
 }
 
 // DecideSubmit creates a task at now, or repeats the answer for a known
@@ -113,8 +117,9 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // is refused, none. The decisions' records are to be applied in order.
 func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 	type created struct {
-		id string
-		c  Submit
+		id                string
+		c                 Submit
+		after, afterEnded []string
 	}
 	var (
 		ds      = make([]Decision, 0, len(cs))
@@ -127,10 +132,19 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 		if err != nil {
 			return nil, &BatchError{Index: i, Err: err}
 		}
+		var inBatch func(string) string
+		if len(cs) > 1 {
+			inBatch = func(req string) string { return batch[req].id }
+		}
+		after, afterEnded, err := s.submitDeps(c, inBatch)
+		if err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
 		if c.RequestID != "" {
 			if earlier, ok := batch[c.RequestID]; ok {
-				if !repeats(c, textPayload(earlier.c.Payload), earlier.c.Window, earlier.c.Policy, earlier.c.Queue, earlier.c.Priority, false) {
-					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q is given twice in the batch with a different payload, policy, queue or priority", c.RequestID)}
+				if !repeats(c, textPayload(earlier.c.Payload), earlier.c.Window, earlier.c.Policy, earlier.c.Queue, earlier.c.Priority, false) ||
+					!slices.Equal(after, earlier.after) || !slices.Equal(afterEnded, earlier.afterEnded) {
+					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q is given twice in the batch with a different payload, policy, queue, priority or dependencies", c.RequestID)}
 				}
 				ds = append(ds, Decision{Outcome: ResultAck, TaskID: earlier.id, Duplicate: true})
 				continue
@@ -144,10 +158,16 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 				if t.Redacted != "" { // its payload is gone: a repeat is known by the rest
 					payload = textPayload(c.Payload)
 				}
-				if !repeats(c, payload, t.Window, t.Policy, t.Queue, t.Priority, t.RequeuedFrom != "") {
-					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q already created %s with a different payload, policy, queue or priority", c.RequestID, t.ID)}
+				if !repeats(c, payload, t.Window, t.Policy, t.Queue, t.Priority, t.RequeuedFrom != "") || !sameDeps(t.Deps, after, afterEnded) {
+					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q already created %s with a different payload, policy, queue, priority or dependencies", c.RequestID, t.ID)}
 				}
 				ds = append(ds, Decision{Outcome: ResultAck, TaskID: t.ID, Duplicate: true})
+				if len(cs) > 1 { // a later line may wait for it
+					if batch == nil {
+						batch = map[string]created{}
+					}
+					batch[c.RequestID] = created{id: t.ID, c: c, after: after, afterEnded: afterEnded}
+				}
 				continue
 			}
 		}
@@ -170,12 +190,12 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 			if batch == nil {
 				batch = map[string]created{}
 			}
-			batch[req] = created{id: id, c: c}
+			batch[req] = created{id: id, c: c, after: after, afterEnded: afterEnded}
 		}
 		policy := c.Policy
 		notBefore := max(now, c.NotBefore, addTime(now, c.Delay.Milliseconds()))
 		ds = append(ds, write(Record{Type: TaskCreated, TaskID: id, Payload: c.Payload, Window: c.Window, RetryPolicy: &policy, RequestID: req,
-			NotBefore: &notBefore, Queue: c.Queue, Priority: &c.Priority},
+			NotBefore: &notBefore, Queue: c.Queue, Priority: &c.Priority, After: after, AfterEnded: afterEnded},
 			Decision{Outcome: ResultAck, TaskID: id}))
 	}
 	return ds, nil
@@ -550,19 +570,28 @@ func (s *State) FailAnswer(taskID, leaseID string) (Decision, error) {
 // LeaseExpired for every current lease whose expiry has passed, and a TaskDead
 // for every task whose window has closed, unless a lapse of its lease ended
 // it first (a TaskDead follows a LeaseExpired only when the lapse left the
-// task WAITING past its deadline).
-func (s *State) DecideExpire(now int64) Decision {
+// task WAITING past its deadline), or that a dependency's end has ended;
+// then a TaskDead for every dependent that those ends end, and theirs in
+// turn (after.go).
+func (s *State) DecideExpire(now int64) (Decision, error) {
 	d := Decision{Outcome: ResultOK}
 	lapsing := slices.Clone(s.live)
 	if s.src != nil {
 		lapsing = append(lapsing, s.srcLapsing(now)...)
 	}
 	slices.SortFunc(lapsing, byCreation) // a task read from the index joins live out of order
+	var ended []*Task
 	for _, t := range lapsing {
 		if t.State.Terminal() {
 			continue
 		}
 		c := t
+		if t.killedBy(now) {
+			d.Records = append(d.Records, Record{Type: TaskDead, TaskID: t.ID, Reason: t.deathByDependency(), Dependency: t.DeadBy})
+			d.States = append(d.States, Dead)
+			ended = append(ended, t.At(now))
+			continue
+		}
 		if t.leaseLapsedBy(now) {
 			d.Records = append(d.Records, Record{Type: LeaseExpired, TaskID: t.ID, LeaseID: t.Lease.ID})
 			c = t.At(t.Lease.Expiry)
@@ -571,7 +600,11 @@ func (s *State) DecideExpire(now int64) Decision {
 		if c.windowClosedBy(now) {
 			d.Records = append(d.Records, Record{Type: TaskDead, TaskID: t.ID, Reason: "execution window closed"})
 			d.States = append(d.States, Dead)
+			c = t.At(now)
+		}
+		if c.State.Terminal() {
+			ended = append(ended, c)
 		}
 	}
-	return d
+	return d, s.expireDependents(&d, ended)
 }

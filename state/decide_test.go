@@ -185,11 +185,11 @@ func TestExpireWritesWhatTimeRevoked(t *testing.T) {
 	run(t, s, t0, func() (Decision, error) {
 		return s.DecideLease(LeaseRequest{Worker: "W1", Duration: 30 * time.Second}, t0)
 	})
-	d := run(t, s, sec(60), func() (Decision, error) { return s.DecideExpire(sec(60)), nil })
+	d := run(t, s, sec(60), func() (Decision, error) { return s.DecideExpire(sec(60)) })
 	if len(d.Records) != 2 || d.Records[0].Type != LeaseExpired || d.Records[1].Type != TaskDead {
 		t.Fatalf("expire: %+v", d.Records)
 	}
-	if again := s.DecideExpire(sec(60)); len(again.Records) != 0 {
+	if again, _ := s.DecideExpire(sec(60)); len(again.Records) != 0 {
 		t.Fatalf("a second expire must find nothing: %+v", again.Records)
 	}
 }

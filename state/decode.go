@@ -344,6 +344,12 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 		if n, err = d.optInteger(); n != nil {
 			r.Limit = ptr(int(*n)) // checked, or clamped, by checkRecord
 		}
+	case "after":
+		r.After, err = d.strs()
+	case "after_ended":
+		r.AfterEnded, err = d.strs()
+	case "dependency":
+		return d.setString(&r.Dependency)
 	case "rate":
 		return d.setString(&r.Rate)
 	case "burst":
@@ -384,6 +390,38 @@ func (d *decoder) recordField(r *Record, key []byte) (err error) {
 		return fmt.Errorf("unknown field %q", key)
 	}
 	return err
+}
+
+// strs parses an array of strings (null: none). Its length is bounded by
+// the body's, which the frame's limit bounds.
+func (d *decoder) strs() ([]string, error) {
+	if d.null() {
+		return nil, nil
+	}
+	if err := d.consume('['); err != nil {
+		return nil, err
+	}
+	out := []string{}
+	if d.next() == ']' {
+		d.i++
+		return out, nil
+	}
+	for {
+		s, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+		switch d.next() {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return out, nil
+		default:
+			return nil, fmt.Errorf("%w: expected ',' or ']' at byte %d", errSyntax, d.i)
+		}
+	}
 }
 
 func (d *decoder) retryPolicy() (*RetryPolicy, error) {

@@ -120,8 +120,8 @@ func snap(s *State) []byte {
 	if s.src != nil {
 		panic("snap of a state over a source")
 	}
-	e := &encoder{}
 	version := s.snapshotVersion()
+	e := &encoder{deps: version >= 7}
 	s.encodeHead(e, version)
 	index := make(map[*Task]uint32, len(s.order))
 	e.length(len(s.order), s.order == nil)

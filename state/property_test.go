@@ -47,7 +47,7 @@ func TestRandomHistories(t *testing.T) {
 	}
 	t.Logf("%d histories, %d records: every answer and every task equal to the reference model's, every invariant checked after every record", histories, total)
 	t.Logf("calls by outcome: %v", outcomes)
-	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED", "pause OK", "resume OK", "resume ERROR", "schedule OK", "schedule ERROR", "unschedule OK", "unschedule ERROR", "fire OK", "rate OK"} {
+	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED", "pause OK", "resume OK", "resume ERROR", "schedule OK", "schedule ERROR", "unschedule OK", "unschedule ERROR", "fire OK", "rate OK", "TaskDead by a dependency"} {
 		if outcomes[must] == 0 {
 			t.Errorf("no call ended %q: the generator does not reach it", must)
 		}
@@ -76,6 +76,9 @@ func runHistory(t *testing.T, seed uint64, steps int, outcomes map[string]int) i
 			}
 			if err := v.Step(r); err != nil {
 				t.Fatalf("seed %d step %d %s: %v", seed, step, c, err)
+			}
+			if r.Dependency != "" {
+				outcomes["TaskDead by a dependency"]++
 			}
 			if r.Type == TaskCompleted {
 				if completions[r.TaskID]++; completions[r.TaskID] > 1 {
@@ -144,6 +147,19 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 		c.submit.Policy.BackoffMax = c.submit.Policy.Backoff * Duration(1+rng.IntN(4))
 		if rng.IntN(3) == 0 {
 			c.submit.RequestID = "req" + strconv.Itoa(rng.IntN(6))
+		}
+		if rng.IntN(3) == 0 && len(views) > 0 { // chains, fan-in, fan-out: what it waits for
+			for range 1 + rng.IntN(3) {
+				id := views[rng.IntN(len(views))].ID
+				if rng.IntN(25) == 0 {
+					id = "T9999"
+				}
+				if rng.IntN(3) == 0 {
+					c.submit.AfterEnded = append(c.submit.AfterEnded, id)
+				} else {
+					c.submit.After = append(c.submit.After, id)
+				}
+			}
 		}
 		switch rng.IntN(5) {
 		case 0:
@@ -268,7 +284,7 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 	case "resume":
 		return s.DecideResume(c.queues[0], now)
 	}
-	return s.DecideExpire(now), nil
+	return s.DecideExpire(now)
 }
 
 // randomWindow is a window of 30s to 330s, or (one in four) none.
@@ -293,7 +309,7 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 		s, p := c.submit, c.submit.Policy
 		return m.Submit(now, refmodel.Spec{Payload: s.Payload, Window: modelWindow(s.Window),
 			Policy: refmodel.Policy{MaxAttempts: p.MaxAttempts, Backoff: p.Backoff.Millis(), BackoffMax: p.BackoffMax.Millis()},
-			Req:    s.RequestID, Delay: s.Delay.Milliseconds(), NotBefore: s.NotBefore, Queue: s.Queue, Priority: s.Priority})
+			Req:    s.RequestID, Delay: s.Delay.Milliseconds(), NotBefore: s.NotBefore, Queue: s.Queue, Priority: s.Priority, After: s.After, AfterEnded: s.AfterEnded})
 	case "lease":
 		return m.Lease(now, c.worker, c.d.Milliseconds(), c.task, c.req, c.queues)
 	case "abort":
@@ -384,6 +400,9 @@ func viewsOf(s *State, now int64) []refmodel.View {
 		}
 		if c.State == Waiting {
 			v.NotBefore = c.NotBefore
+			for _, d := range c.Waits() {
+				v.Waits += " " + d.ID
+			}
 		}
 		out = append(out, v)
 	}

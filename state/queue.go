@@ -89,13 +89,14 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 
 // nextEligibleAt is when the task, as it stands at now, next becomes
 // eligible by time alone: the end of a delay or a backoff, or after its
-// lease lapses; 0 when it is eligible now or never will be by itself.
+// lease lapses; 0 when it is eligible now or never will be by itself (as
+// one waiting for a dependency).
 func (t *Task) nextEligibleAt(now int64) int64 {
 	c := t
 	if t.State == Leased {
 		c = t.At(t.Lease.Expiry)
 	}
-	if c.State != Waiting || c.NotBefore <= now || c.NotBefore >= c.Deadline() {
+	if c.State != Waiting || c.Pending() || c.NotBefore <= now || c.NotBefore >= c.Deadline() {
 		return 0
 	}
 	return c.NotBefore
@@ -107,10 +108,11 @@ func (t *Task) noteEvents(now int64, note func(int64)) {
 		return
 	}
 	c := t.At(now)
-	switch c.State {
-	case Leased:
+	switch {
+	case c.State == Leased:
 		note(c.Lease.Expiry)
-	case Waiting:
+	case c.Pending(): // its dependencies' ends are records, not times
+	case c.State == Waiting:
 		note(c.NotBefore)
 		note(c.Deadline())
 	}
@@ -326,6 +328,8 @@ const (
 	BecauseQueueFull         = "queue_full"
 	BecausePaused            = "queue_paused"
 	BecauseRated             = "queue_rated"
+	BecauseBlocked           = "waiting_for_dependencies"
+	BecauseDependency        = "dependency_failed"
 )
 
 // Why is the facts of why a task is where it is at now: a person reads a
@@ -341,6 +345,9 @@ type Why struct {
 	Limit      string     // with BecauseQueueFull: "3 of 3 leases of queue api are held"
 	Pause      *PauseSpan // with BecausePaused: the pause its queue is in
 	Rate       string     // with BecauseRated: its queue's rate, "10/s (burst 10)"
+	Waits      []WaitFor  // with BecauseBlocked: what it waits for, as each stands
+	// Dependents is the unfinished tasks that wait for it.
+	Dependents []string
 }
 
 // Explain says why taskID is where it is at now.
@@ -363,7 +370,19 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 	limit := s.fullMessage(s.fullQueues(now), c.Queue)
 	pause, paused := s.PausedAt(c.Queue, now)
 	held := s.heldQueues(now)
+	deps, err := s.dependentsOf(t.ID)
+	if err != nil {
+		return Why{}, err
+	}
+	for _, d := range deps {
+		w.Dependents = append(w.Dependents, d.ID)
+	}
 	switch {
+	case c.State == Waiting && c.Blocked():
+		w.Because = BecauseBlocked
+		if w.Waits, err = s.waitsAt(c, now); err != nil {
+			return Why{}, err
+		}
 	case c.State == Leased:
 		w.Because, w.Extensions = BecauseLeased, len(c.current().Extended)
 	case c.State == Waiting && paused && now < c.Deadline():
@@ -442,6 +461,7 @@ func (s *State) DecideQueueLimit(queue string, limit *int) (Decision, error) {
 type QueueStat struct {
 	Queue                     string
 	Waiting, Eligible, Leased int
+	Blocked                   int // waiting for a dependency (among Waiting)
 	// EligibleSince is when the task eligible longest became eligible (0:
 	// none is eligible).
 	EligibleSince int64
@@ -465,6 +485,9 @@ func (s *State) QueueStats(now int64) []QueueStat {
 		switch {
 		case c.State == Leased:
 			q.Leased++
+		case c.Blocked():
+			q.Waiting++
+			q.Blocked++
 		case c.leasable(now) && !paused:
 			q.Waiting++
 			q.Eligible++

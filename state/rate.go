@@ -208,9 +208,9 @@ func (s *State) applyRated(r Record) error {
 }
 
 // FormatVersion is the WAL format version a base of the state needs: 4
-// with a rated queue, else 3.
+// once a record of that version was applied, else 3.
 func (s *State) FormatVersion() int {
-	if len(s.rates) > 0 {
+	if s.newest {
 		return 4
 	}
 	return 3

@@ -180,6 +180,15 @@ type Record struct {
 	Hint       *int64 `json:"hint,omitempty"`
 	MaxRetries *int   `json:"max_retries,omitempty"`
 
+	// Dependencies (format version 4): a TaskCreated's after names the
+	// tasks it waits to see COMPLETED, and after_ended those it waits to
+	// see end whatever their outcome; its not_before is then its delay
+	// after the last of them is met. A TaskDead's dependency names the task
+	// whose end (not COMPLETED) ended it.
+	After      []string `json:"after,omitempty"`
+	AfterEnded []string `json:"after_ended,omitempty"`
+	Dependency string   `json:"dependency,omitempty"`
+
 	// Result is what a TaskCompleted's worker reported (format version 3).
 	Result string `json:"result,omitempty"`
 	// Limit is a QueueLimited's most current leases in its queue (absent:
@@ -228,11 +237,12 @@ type Record struct {
 	PayloadAt *PayloadRef `json:"-"`
 }
 
-// FormatVersion is the WAL format version a record needs: 4 for a rate, 3
+// FormatVersion is the WAL format version a record needs: 4 for a rate or
+// a dependency, 3
 // for a base, a redaction and a completion's result, 2 for the record types
 // and fields of revision 2, else 1.
 func (r Record) FormatVersion() int {
-	if r.Type == QueueRated {
+	if r.Type == QueueRated || r.After != nil || r.AfterEnded != nil || r.Dependency != "" {
 		return 4
 	}
 	if r.Type.IsBase() || r.Type == TaskRedacted || r.Type == QueueLimited || r.Type == LeaseReleased || r.Type == QueuePaused || r.Type == QueueResumed ||

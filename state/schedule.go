@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -238,8 +239,11 @@ func (s *State) DecideScheduleAdd(sp ScheduleSpec, zones Zones, now int64) (Deci
 	if sp.Every != 0 && limits.Every.Duration(time.Duration(sp.Every)) != nil {
 		return Decision{}, refuse(InvalidInput, "schedule", "an interval of %s is too short: a schedule fires at most once a second (give %s)", time.Duration(sp.Every), limits.Every.Range())
 	}
+	if sp.Template.After != nil || sp.Template.AfterEnded != nil {
+		return Decision{}, refuse(InvalidInput, "after", "a schedule's task waits for nothing: each firing is a task of its own")
+	}
 	if old, ok := s.schedules[sp.Name]; ok {
-		if old.ScheduleSpec != sp {
+		if !reflect.DeepEqual(old.ScheduleSpec, sp) {
 			return Decision{}, refuse(RequestConflict, "schedule", "schedule %q exists with other options; 'leasewal schedule rm %s' first to replace it", sp.Name, sp.Name)
 		}
 		return Decision{Outcome: ResultOK, Duplicate: true}, nil

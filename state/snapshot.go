@@ -22,11 +22,12 @@ import (
 // long payload instead of its text.
 
 // snapshotVersion is the version a snapshot is written in when it needs
-// the newest: one with rated queues. Without them it is written in version
-// 6 when it has paused queues or schedules, else in 5, so that a base an
-// older leasewal wrote is the base this one writes for the same state
-// (verify --history compares them byte for byte), and an older leasewal
-// reads what it can hold.
+// the newest: the state of records of WAL format version 4 (rates, tasks'
+// dependencies). Without them it is written in version 6 when it has
+// paused queues or schedules, else in 5, so that a base an older leasewal
+// wrote is the base this one writes for the same state (verify --history
+// compares them byte for byte), and an older leasewal reads what it can
+// hold.
 const snapshotVersion = 7
 
 // ErrSnapshot means snapshot bytes are not a snapshot this version wrote.
@@ -40,6 +41,8 @@ type encoder struct {
 	refs bool
 	read func(*PayloadRef) (string, error)
 	err  error // the first payload read failed
+	// deps says a task is followed by its dependencies (version 7).
+	deps bool
 }
 
 func (e *encoder) int(v int64)   { e.b = binary.AppendVarint(e.b, v) }
@@ -85,7 +88,7 @@ func (e *encoder) liveList(live []uint32, ended int) {
 // snapshotVersion is the oldest version that holds everything the state has.
 func (s *State) snapshotVersion() uint64 {
 	switch {
-	case len(s.rates) > 0:
+	case s.newest:
 		return snapshotVersion
 	case len(s.pauses) > 0 || len(s.schedules) > 0:
 		return 6
@@ -226,6 +229,19 @@ func (e *encoder) task(t *Task) {
 		e.int(a.NotBefore)
 	}
 	e.ints(t.Seqs)
+	if !e.deps {
+		return
+	}
+	e.length(len(t.Deps), t.Deps == nil)
+	for _, d := range t.Deps {
+		e.str(d.ID)
+		e.bool(d.Ended)
+		e.bool(d.Met)
+	}
+	e.int(t.Delay)
+	e.str(t.DeadBy)
+	e.str(string(t.DeadEnd))
+	e.int(t.DeadAt)
 }
 
 // payload writes a task's payload: its text and, in a cache, where the WAL
@@ -299,6 +315,8 @@ type snapDecoder struct {
 	// own says each string read is a copy of its own, not a piece of all: a
 	// base's tasks must not keep alive the parts they were read from.
 	own bool
+	// deps says a task is followed by its dependencies (encoder.deps).
+	deps bool
 }
 
 func (d *snapDecoder) fail() {
@@ -408,6 +426,7 @@ func LoadSnapshot(b []byte) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.deps = version >= 7
 	if n, isNil := d.length(); !isNil {
 		s.order = make([]*Task, 0, n)
 		s.tasks = make(map[string]*Task, n)
@@ -420,6 +439,7 @@ func LoadSnapshot(b []byte) (*State, error) {
 			}
 			s.tasks[t.ID] = t
 			s.order = append(s.order, t)
+			s.noteDeps(t)
 		}
 		s.unkeyed, s.unleased = s.order, s.order
 	}
@@ -455,6 +475,7 @@ func (d *snapDecoder) head(s *State) (uint64, error) {
 		return 0, fmt.Errorf("%w: unknown version", ErrSnapshot)
 	}
 	s.lastSeq, s.lastAt, s.lastLeaseNum, s.lastTaskNum, s.lastTokenNum = d.int(), d.int(), d.int(), d.int(), d.int()
+	s.newest = version >= 7
 	if d.bool() {
 		s.base = &Base{Seq: d.int(), At: d.int(), KeptFrom: d.int(), History: d.str(), Hash: d.str(), ChainFrom: d.str()}
 	}
@@ -648,6 +669,16 @@ func (d *snapDecoder) task(t *Task) {
 		}
 	}
 	t.Seqs = d.ints()
+	if !d.deps {
+		return
+	}
+	if n, isNil := d.length(); !isNil {
+		t.Deps = make([]Dep, n)
+		for i := range t.Deps {
+			t.Deps[i] = Dep{ID: d.str(), Ended: d.bool(), Met: d.bool()}
+		}
+	}
+	t.Delay, t.DeadBy, t.DeadEnd, t.DeadAt = d.int(), d.str(), TaskState(d.str()), d.int()
 }
 
 // payload reads a task's payload (see encoder.payload).
@@ -713,7 +744,7 @@ func (d *snapDecoder) offsets(set *Offsets) {
 // EncodeTask is t as an index keeps it: a long payload named where the WAL
 // holds it (a PayloadRef), not its text.
 func EncodeTask(t *Task) []byte {
-	e := &encoder{refs: true}
+	e := &encoder{refs: true, deps: true}
 	e.task(t)
 	return e.b
 }
@@ -721,7 +752,7 @@ func EncodeTask(t *Task) []byte {
 // DecodeTask reads back what EncodeTask wrote; the task holds its own copy
 // of b's bytes.
 func DecodeTask(b []byte) (*Task, error) {
-	d := &snapDecoder{b: b, all: string(b), refs: true}
+	d := &snapDecoder{b: b, all: string(b), refs: true, deps: true}
 	t := &Task{}
 	d.task(t)
 	if d.err == nil && len(d.b) != 0 {

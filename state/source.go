@@ -35,12 +35,16 @@ type Source interface {
 	// Queues is every queue holding an unfinished task, by name.
 	Queues() ([]string, error)
 	// Queued hands fn a queue's unfinished tasks in lease order (higher
-	// priority first, then older: Task.Order), those after after (all of
-	// them for a zero after), until fn returns false.
+	// priority first, then older: Task.Order), but those a dependency keeps
+	// from running (Task.Pending), those after after (all of them for a
+	// zero after), until fn returns false.
 	Queued(queue string, after OrderEntry, fn func(OrderEntry) bool) error
 	// Lapsing hands fn, by time, the unfinished tasks whose lapse time
 	// (Task.LapseAt) is at or before until, until fn returns false.
 	Lapsing(until int64, fn func(num int64) bool) error
+	// Dependents hands fn the number of every unfinished task that waits,
+	// as recorded, for task num, until fn returns false.
+	Dependents(num int64, fn func(num int64) bool) error
 	// Upcoming hands fn, by time, the lapse and wake times (Task.LapseAt,
 	// Task.WakeAt) after after, each with its task's number, until fn
 	// returns false.
@@ -68,12 +72,14 @@ func (t *Task) Order(num int64) OrderEntry {
 }
 
 // LapseAt is when time alone next ends something of t as recorded: its
-// lease's expiry, else its window's end (pauses not counted); 0 for a
-// finished task, or one with neither.
+// death by a dependency, its lease's expiry, else its window's end (pauses
+// not counted); 0 for a finished task, or one with none.
 func (t *Task) LapseAt() int64 {
 	switch {
 	case t.State.Terminal():
 		return 0
+	case t.DeadBy != "":
+		return t.DeadAt
 	case t.State == Leased:
 		return t.Lease.Expiry
 	case t.HasDeadline():
@@ -83,9 +89,9 @@ func (t *Task) LapseAt() int64 {
 }
 
 // WakeAt is when a waiting task becomes eligible by time (its not_before);
-// 0 for one that is not waiting.
+// 0 for one that is not waiting, or waits for a dependency.
 func (t *Task) WakeAt() int64 {
-	if t.State != Waiting {
+	if t.State != Waiting || t.Pending() {
 		return 0
 	}
 	return t.NotBefore
@@ -151,7 +157,7 @@ func (s *State) Flushed(src Source) {
 	clear(s.submits)
 	clear(s.leaseTask)
 	clear(s.leaseRequests)
-	s.order, s.live, s.ended, s.src, s.srcErr, s.skipped = nil, nil, 0, src, nil, nil
+	s.order, s.live, s.ended, s.src, s.srcErr, s.skipped, s.dependents = nil, nil, 0, src, nil, nil, nil
 }
 
 // Reattach gives the state a new read of the same index (a read

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func lookups(s *State, names []string, now int64) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seq %d at %d\n", s.LastSeq(), s.LastAt())
 	for _, at := range []int64{now, now + 60_000, now + 3_600_000} {
-		fmt.Fprintf(&b, "at %d: expire %s; next event %d; live %s; stats %s\n", at, jsonOf(s.DecideExpire(at)), s.NextEventAt(at), idsOf(unfinished(s.Live())), jsonOf(s.QueueStats(at)))
+		fmt.Fprintf(&b, "at %d: expire %s; next event %d; live %s; stats %s\n", at, jsonOf(first(s.DecideExpire(at))), s.NextEventAt(at), idsOf(unfinished(s.Live())), jsonOf(s.QueueStats(at)))
 		for _, queues := range [][]string{nil, {"default"}, {"q1", "q2"}} {
 			d, err := s.DecideLease(LeaseRequest{Worker: "W9", Duration: time.Second, Queues: queues}, at)
 			fmt.Fprintf(&b, "  lease in %v: %s %v\n", queues, jsonOf(d), err)
@@ -267,7 +268,7 @@ func (m *memSource) Queued(queue string, after OrderEntry, fn func(OrderEntry) b
 	var order []OrderEntry
 	for _, t := range m.all() {
 		e := t.Order(Number(t.ID))
-		if t.State.Terminal() || t.Queue != queue || after.Num != 0 && (e.Priority > after.Priority || e.Priority == after.Priority && e.Num <= after.Num) {
+		if t.State.Terminal() || t.Pending() || t.Queue != queue || after.Num != 0 && (e.Priority > after.Priority || e.Priority == after.Priority && e.Num <= after.Num) {
 			continue
 		}
 		order = append(order, e)
@@ -277,6 +278,19 @@ func (m *memSource) Queued(queue string, after OrderEntry, fn func(OrderEntry) b
 	})
 	for _, e := range order {
 		if !fn(e) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (m *memSource) Dependents(num int64, fn func(int64) bool) error {
+	if err := m.failing("dependents"); err != nil {
+		return err
+	}
+	id := "T" + strconv.FormatInt(num, 10)
+	for _, t := range m.all() {
+		if !t.State.Terminal() && slices.ContainsFunc(t.Deps, func(d Dep) bool { return d.ID == id && !d.Met }) && !fn(Number(t.ID)) {
 			return nil
 		}
 	}
@@ -427,3 +441,6 @@ func TestDamagedSourceNeverAnswersWrong(t *testing.T) {
 		}
 	}
 }
+
+// first is a pair's first value.
+func first[T any](v T, _ error) T { return v }

@@ -94,8 +94,72 @@ type Task struct {
 	Attempts []Attempt
 	Seqs     []int64 // every record about this task, in order
 
+	// Deps is what the task waits for (nil: nothing); Delay, with deps, is
+	// how long after the last is met it becomes eligible (its AvailableAt
+	// and NotBefore are set then). DeadBy is the dependency whose end (not
+	// COMPLETED) ends the task, as it ended (DeadEnd), DeadAt when: as a
+	// lapse does, from then on the task is DEAD, and expire records it.
+	Deps    []Dep
+	Delay   int64
+	DeadBy  string
+	DeadEnd TaskState
+	DeadAt  int64
+
 	counted bool         // its end has been counted toward compacting State.live
 	pauses  *queuePauses // its queue's pauses (nil: never paused)
+}
+
+// Dep is one task a task waits for.
+type Dep struct {
+	ID string
+	// Ended: any end meets it (after_ended); else only COMPLETED does, and
+	// any other end kills the dependent.
+	Ended bool
+	// Met: its end was recorded (and met it, unless it killed the
+	// dependent).
+	Met bool
+}
+
+// Blocked reports whether the task still waits for a dependency.
+func (t *Task) Blocked() bool {
+	if t.DeadBy != "" {
+		return false
+	}
+	for _, d := range t.Deps {
+		if !d.Met {
+			return true
+		}
+	}
+	return false
+}
+
+// Pending reports whether the task's dependencies keep it from running: it
+// waits for one, or one ended it.
+func (t *Task) Pending() bool { return t.DeadBy != "" || t.Blocked() }
+
+// Waits is the dependencies the task still waits for.
+func (t *Task) Waits() []Dep {
+	var out []Dep
+	for _, d := range t.Deps {
+		if !d.Met && t.DeadBy == "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// deathByDependency is the reason of a death by a dependency's end.
+func (t *Task) deathByDependency() string {
+	return "dependency " + t.DeadBy + " ended " + string(t.DeadEnd)
+}
+
+// depIDs lists dependencies' ids: "T3, T4".
+func depIDs(deps []Dep) string {
+	ids := make([]string, len(deps))
+	for i, d := range deps {
+		ids[i] = d.ID
+	}
+	return strings.Join(ids, ", ")
 }
 
 // Deadline is the end of the task's execution window: the window's length
@@ -120,7 +184,7 @@ func (t *Task) HasDeadline() bool { return t.Window != NoWindow }
 // windowEnd is the end of the window as submitted, no pause counted: a
 // lower bound of the deadline.
 func (t *Task) windowEnd() int64 {
-	if !t.HasDeadline() {
+	if !t.HasDeadline() || t.Pending() { // a window opens once the dependencies are met
 		return NoDeadline
 	}
 	return addTime(t.AvailableAt, t.Window.Millis())
@@ -207,7 +271,14 @@ func (t *Task) leaseLapsedBy(at int64) bool  { return t.State == Leased && t.Lea
 func (t *Task) windowClosedBy(at int64) bool { return !t.State.Terminal() && at >= t.Deadline() }
 
 // lapsesBy reports whether time alone changes the task by at.
-func (t *Task) lapsesBy(at int64) bool { return t.leaseLapsedBy(at) || t.windowClosedBy(at) }
+func (t *Task) lapsesBy(at int64) bool {
+	return t.leaseLapsedBy(at) || t.windowClosedBy(at) || t.killedBy(at)
+}
+
+// killedBy reports whether a dependency's end has ended the task by at.
+func (t *Task) killedBy(at int64) bool {
+	return t.DeadBy != "" && !t.State.Terminal() && at >= t.DeadAt
+}
 
 // lapse applies what the passage of time does without any record: a lease
 // expires at its expiry, and a window closes at the deadline. These
@@ -218,6 +289,9 @@ func (t *Task) lapse(at int64) {
 	}
 	if t.windowClosedBy(at) {
 		t.closeWindow(t.Deadline())
+	}
+	if t.killedBy(at) {
+		t.State, t.EndReason, t.EndCause = Dead, t.deathByDependency(), BecauseDependency
 	}
 }
 
@@ -239,7 +313,7 @@ func (t *Task) At(at int64) *Task {
 
 // leasable says whether a lease may be granted on the task as it stands at at.
 func (t *Task) leasable(at int64) bool {
-	return t.State == Waiting && at >= t.NotBefore && at < t.Deadline()
+	return t.State == Waiting && at >= t.NotBefore && at < t.Deadline() && !t.Pending()
 }
 
 // whyNotLeasable explains a false leasable, for messages only.
@@ -247,6 +321,8 @@ func (t *Task) whyNotLeasable(at int64) string {
 	switch {
 	case t.State != Waiting:
 		return t.ID + " is " + string(t.State)
+	case t.Blocked():
+		return t.ID + " waits for " + depIDs(t.Waits())
 	case at < t.NotBefore:
 		return t.ID + " is backing off until its not_before time"
 	}

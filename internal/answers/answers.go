@@ -25,12 +25,27 @@ func Task(t *state.Task, at int64, payloads Payloads) (api.Task, error) {
 	c := t.At(at)
 	v := api.Task{TaskID: c.ID, State: string(c.State), Attempt: c.Attempt, MaxAttempts: c.Policy.MaxAttempts,
 		Deadline: Deadline(c.DeadlineAt(at)), CreatedAt: api.FormatTime(c.CreatedAt), Payload: payload, Reason: c.EndReason,
-		Queue: c.Queue, Priority: c.Priority, AvailableAt: api.FormatTime(c.AvailableAt), Requeued: c.RequeuedFrom, Redacted: c.Redacted, Result: c.Result}
+		Queue: c.Queue, Priority: c.Priority, Requeued: c.RequeuedFrom, Redacted: c.Redacted, Result: c.Result}
 	if c.Lease != nil {
 		v.LeaseID, v.WorkerID, v.Expiry = Null(c.Lease.ID), Null(c.Lease.Worker), Null(api.FormatTime(c.Lease.Expiry))
 	}
-	if c.State == state.Waiting {
-		v.NotBefore = Null(api.FormatTime(c.NotBefore))
+	for _, d := range c.Deps {
+		if d.Ended {
+			v.AfterEnded = append(v.AfterEnded, d.ID)
+		} else {
+			v.After = append(v.After, d.ID)
+		}
+	}
+	for _, d := range c.Waits() {
+		if !c.State.Terminal() {
+			v.WaitingFor = append(v.WaitingFor, d.ID)
+		}
+	}
+	if !c.Pending() {
+		v.AvailableAt = Null(api.FormatTime(c.AvailableAt))
+		if c.State == state.Waiting {
+			v.NotBefore = Null(api.FormatTime(c.NotBefore))
+		}
 	}
 	return v, nil
 }
@@ -61,6 +76,7 @@ func Record(r state.Record) api.Record {
 		RequestID: r.RequestID, LeaseID: r.LeaseID, WorkerID: r.WorkerID, Attempt: r.Attempt, Reason: r.Reason, Permanent: r.Permanent,
 		Queue: r.Queue, Priority: r.Priority, RequeuedFrom: r.RequeuedFrom, Domain: r.Domain, Offset: r.Offset, Token: r.Token,
 		RetryCount: r.RetryCount, Outcome: r.Outcome, Hint: r.Hint, MaxRetries: r.MaxRetries, Result: r.Result, Limit: r.Limit, Rate: r.Rate, Burst: r.Burst,
+		After: r.After, AfterEnded: r.AfterEnded, Dependency: r.Dependency,
 		Schedule: r.Schedule, Cron: r.Cron, TZ: r.TZ, CatchUp: r.CatchUp, Parts: r.Parts, KeptFrom: r.KeptFrom, History: r.History,
 		Cut: r.Cut, Part: r.Part, Data: r.Data, Digest: r.Digest, Hash: r.Hash,
 		At: api.FormatTime(r.At), Expiry: Stamp(r.Expiry), AcquiredAt: Stamp(r.AcquiredAt)}

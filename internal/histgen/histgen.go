@@ -124,7 +124,7 @@ func (g *generator) lifecycle(i int) {
 		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, "", g.now))
 	case 2:
 		g.now += 31_000
-		g.decide(g.st.DecideExpire(g.now), nil)
+		g.decide(g.st.DecideExpire(g.now))
 		g.decide(g.st.DecideComplete(d.TaskID, d.LeaseID, "", g.now)) // late: cancelled
 		d = g.decide(g.st.DecideLease(state.LeaseRequest{Worker: "W8", TaskID: d.TaskID, Duration: 30 * time.Second}, g.now))
 		g.decide(g.st.DecideFail(d.TaskID, d.LeaseID, "bad input", true, g.now))

@@ -17,11 +17,14 @@
 //	leases      lease id -> number
 //	lease_reqs  lease request id -> number
 //	order       queue, 0, 1000-priority (2 bytes), number -> from, to, leased:
-//	            each queue's unfinished tasks in lease order
+//	            each queue's unfinished tasks in lease order, but those a
+//	            dependency keeps from running
 //	lapse       time, number: when time alone ends a task's lease or window
 //	wake        time, number: when a waiting task becomes eligible, for the
 //	            times after the last record the index holds (every caller
 //	            asks from a later now)
+//	after       number, number: a task an unfinished task waits for (as
+//	            recorded), then that task: what an end settles
 //
 // Finished tasks are not kept by end time: nothing reads them so (a
 // compaction reads every task to write its base, and decides there which
@@ -51,7 +54,7 @@ import (
 
 // Schema is the layout's version: an index of another is built again,
 // never misread.
-const Schema = 1
+const Schema = 2
 
 // writeMapping is how much of the file OpenHeld maps at once, as etcd's
 // backend does (10 GB there).
@@ -70,7 +73,8 @@ var (
 	bOrder     = []byte("order")
 	bLapse     = []byte("lapse")
 	bWake      = []byte("wake")
-	buckets    = [][]byte{bMeta, bTasks, bLive, bSubmits, bLeases, bLeaseReqs, bOrder, bLapse, bWake}
+	bAfter     = []byte("after")
+	buckets    = [][]byte{bMeta, bTasks, bLive, bSubmits, bLeases, bLeaseReqs, bOrder, bLapse, bWake, bAfter}
 
 	kSchema   = []byte("schema")
 	kPosition = []byte("position")
@@ -309,6 +313,12 @@ func num(n int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(n)) 
 func timeKey(at, n int64) []byte {
 	b := binary.BigEndian.AppendUint64(nil, uint64(at)^(1<<63))
 	return binary.BigEndian.AppendUint64(b, uint64(n))
+}
+
+// edgeKey is a dependency's key: the task waited for, then the task that
+// waits.
+func edgeKey(upstream, n int64) []byte {
+	return binary.BigEndian.AppendUint64(num(upstream), uint64(n))
 }
 
 func keyTime(k []byte) int64 { return int64(binary.BigEndian.Uint64(k) ^ (1 << 63)) }

@@ -67,7 +67,7 @@ func history(t *testing.T, seed uint64, steps int) []state.Record {
 		case op < 8 && task.Lease != nil:
 			commit(s.DecideFail(task.ID, task.Lease.ID, "boom", rng.IntN(3) == 0, now))
 		case op < 9:
-			commit(s.DecideExpire(now), nil)
+			commit(s.DecideExpire(now))
 		default:
 			switch rng.IntN(3) {
 			case 0:

@@ -209,6 +209,24 @@ func (r *Reader) Lapsing(until int64, fn func(int64) bool) error {
 	})
 }
 
+// Dependents hands fn every unfinished task that waits, as recorded, for
+// task n.
+func (r *Reader) Dependents(n int64, fn func(int64) bool) error {
+	return guard(func() error {
+		c := r.tx.Bucket(bAfter).Cursor()
+		prefix := num(n)
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if len(k) != 16 {
+				return errKey("after", k)
+			}
+			if !fn(int64(binary.BigEndian.Uint64(k[8:]))) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
 // Upcoming hands fn, by time, the lapse and wake times after after, each
 // with its task's number: the two buckets merged.
 func (r *Reader) Upcoming(after int64, fn func(at, n int64) bool) error {

@@ -117,7 +117,12 @@ func (c *changes) key(t *state.Task, n, at int64) {
 		return
 	}
 	c.put(bLive, key, nil)
-	c.put(bOrder, orderKey(t.Queue, t.Priority, n), orderValue(t.Order(n)))
+	for _, d := range t.Waits() {
+		c.put(bAfter, edgeKey(state.Number(d.ID), n), nil)
+	}
+	if !t.Pending() {
+		c.put(bOrder, orderKey(t.Queue, t.Priority, n), orderValue(t.Order(n)))
+	}
 	if at := t.LapseAt(); at != 0 {
 		c.put(bLapse, timeKey(at, n), nil)
 	}
@@ -133,7 +138,12 @@ func (c *changes) unkey(t *state.Task, n int64) {
 		return
 	}
 	c.del(bLive, num(n))
-	c.del(bOrder, orderKey(t.Queue, t.Priority, n))
+	for _, d := range t.Waits() {
+		c.del(bAfter, edgeKey(state.Number(d.ID), n))
+	}
+	if !t.Pending() {
+		c.del(bOrder, orderKey(t.Queue, t.Priority, n))
+	}
 	if at := t.LapseAt(); at != 0 {
 		c.del(bLapse, timeKey(at, n))
 	}
@@ -159,7 +169,7 @@ func (c *changes) apply(tx *bolt.Tx) error {
 	for name, kvs := range c.puts {
 		b := tx.Bucket([]byte(name))
 		switch name {
-		case string(bTasks), string(bLive), string(bLapse), string(bWake):
+		case string(bTasks), string(bLive), string(bLapse), string(bWake), string(bAfter):
 			b.FillPercent = 0.9
 		}
 		slices.SortFunc(kvs, func(a, b kv) int { return bytes.Compare(a.k, b.k) })

@@ -92,8 +92,11 @@ var (
 	// Rate is a queue rate's count of grants per second, minute or hour,
 	// and Burst how many may come at once: their products with any time
 	// stay within an int64 (state/rate.go).
-	Rate       = Limit{"rate", Integer, 1, 10_000}
-	Burst      = Limit{"burst", Integer, 1, 1_000_000}
+	Rate  = Limit{"rate", Integer, 1, 10_000}
+	Burst = Limit{"burst", Integer, 1, 1_000_000}
+	// After is how many tasks one task may wait for (after and after_ended
+	// together): a fan-in of ten thousand.
+	After      = Limit{"after", Integer, 1, 10_000}
 	MaxRetries = Limit{"max_retries", Integer, 0, math.MaxInt32}
 	Offset     = Limit{"offset", Integer, 0, math.MaxInt64}
 
@@ -132,7 +135,7 @@ var (
 var Table = []Limit{
 	Payload, Result, Reason, PauseReason,
 	Worker, RequestID, Queue, Domain, Schedule, TaskID, LeaseID, Token, NodeID, Actor, Cron, TZ,
-	Priority, MaxAttempts, QueueLimit, Rate, Burst, MaxRetries, Offset,
+	Priority, MaxAttempts, QueueLimit, Rate, Burst, After, MaxRetries, Offset,
 	Window, Backoff, BackoffMax, LeaseDuration, Delay, PauseFor, Every,
 	NotBefore, CatchUpAll, RecordBytes, BatchLines, BatchBytes, BatchLine,
 }

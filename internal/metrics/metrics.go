@@ -148,14 +148,16 @@ var leaseEvents = []struct {
 func StatsFamilies(s api.Stats) []Family {
 	tasks := gauge("leasewal_tasks", "Unfinished tasks by queue and state.")
 	eligible := gauge("leasewal_tasks_eligible", "Waiting tasks that could be leased now, by queue.")
+	blocked := gauge("leasewal_tasks_blocked", "Waiting tasks that wait for another task, by queue.")
 	latency := gauge("leasewal_oldest_eligible_age_seconds", "How long the task eligible longest has waited, by queue (0: none is eligible).")
 	for _, q := range s.Queues {
 		tasks.Samples = append(tasks.Samples, value(float64(q.Waiting), "queue", q.Queue, "state", string(state.Waiting)),
 			value(float64(q.Leased), "queue", q.Queue, "state", string(state.Leased)))
 		eligible.Samples = append(eligible.Samples, value(float64(q.Eligible), "queue", q.Queue))
+		blocked.Samples = append(blocked.Samples, value(float64(q.Blocked), "queue", q.Queue))
 		latency.Samples = append(latency.Samples, value(float64(q.OldestEligibleAgeMs)/1000, "queue", q.Queue))
 	}
-	families := []Family{tasks, eligible, latency}
+	families := []Family{tasks, eligible, blocked, latency}
 	if o := s.Others; o != nil {
 		families = append(families,
 			gauge("leasewal_other_queues", "Queues with unfinished tasks beyond the 50 busiest, which are summed in the *_other_queues series.", value(float64(o.Queues))),

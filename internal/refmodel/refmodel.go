@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"time"
 )
@@ -41,6 +42,9 @@ type Spec struct {
 	NotBefore int64 // unix ms, 0 for none
 	Queue     string
 	Priority  int
+	// After and AfterEnded are the ids of the tasks it waits for: to see
+	// COMPLETED, and to see ended whatever the outcome.
+	After, AfterEnded []string
 }
 
 // Answer is what a command answers, and the record types it writes.
@@ -74,6 +78,7 @@ type View struct {
 	Queue     string
 	Priority  int
 	Result    string // what the completing worker reported
+	Waits     string // the tasks it still waits for, "T1 T3"
 }
 
 type lease struct {
@@ -102,7 +107,35 @@ type task struct {
 
 	recordedLease string // the lease no record has ended yet
 	recordedOpen  bool   // no record has made the task terminal
+
+	after   []dep // what it waits for
+	delay   int64 // with after: its delay, counted from when the last is met
+	deadBy  string
+	deadEnd string // how deadBy ended
+	deadAt  int64
 }
+
+// dep is a task another waits for: to complete, or (anyEnd) to end.
+type dep struct {
+	id     string
+	anyEnd bool
+	met    bool // its end was recorded
+}
+
+// waits is the ids of what t still waits for ("" when nothing).
+func (t *task) waits() string {
+	s := ""
+	for _, d := range t.after {
+		if !d.met && t.deadBy == "" {
+			s += " " + d.id
+		}
+	}
+	return s
+}
+
+// held says t's dependencies keep it from running: it waits for one, or
+// one ended it.
+func (t *task) held() bool { return t.deadBy != "" || t.waits() != "" }
 
 // Model is the coordinator's state.
 type Model struct {
@@ -161,6 +194,7 @@ func (m *Model) Clone() *Model {
 	}
 	for _, t := range m.tasks {
 		ct := *t
+		ct.after = slices.Clone(t.after)
 		c.tasks = append(c.tasks, &ct)
 		c.byID[ct.id] = &ct
 		c.submits[ct.req] = &ct
@@ -211,7 +245,7 @@ type pause struct{ from, to int64 }
 // paused)": the window counts only the time, after it opened, that its
 // queue was not paused. Walk the gaps between the pauses until it is used.
 func (m *Model) deadline(t *task) int64 {
-	if t.window == NoWindow {
+	if t.window == NoWindow || t.held() { // the README: "its window counts from the moment its last dependency is met"
 		return never
 	}
 	left, cur := t.window, t.available
@@ -251,7 +285,7 @@ func (m *Model) afterPause(t *task, p pause, now int64) int64 {
 	if p.to == forever || terminal(t.state) {
 		return 0
 	}
-	if t.state == "WAITING" && now >= t.notBefore && now < m.deadline(t) {
+	if t.state == "WAITING" && now >= t.notBefore && now < m.deadline(t) && !t.held() {
 		return p.to
 	}
 	if at := m.nextEligible(t, now); at != 0 {
@@ -329,6 +363,40 @@ func (m *Model) settle(t *task, now int64) {
 	if !terminal(t.state) && now >= m.deadline(t) {
 		t.state = "DEAD"
 	}
+	if !terminal(t.state) && t.deadBy != "" && now >= t.deadAt { // "the dependent ends DEAD"
+		t.state = "DEAD"
+	}
+}
+
+// recordEnd is t's end, recorded at now, as the tasks that wait for it see
+// it. The README: "the new task waits until every task named has
+// COMPLETED"; "if a task it waits for ends FAILED or DEAD, the dependent
+// ends DEAD ... unless it was submitted with --after-ended, which waits for
+// those tasks to end, whatever their outcome"; "a dependency is settled by
+// the record of its end"; "a dependent's window and delay count from the
+// moment its last dependency is met".
+func (m *Model) recordEnd(t *task, now int64) {
+	t.recordedOpen = false
+	for _, x := range m.tasks {
+		if !x.recordedOpen {
+			continue
+		}
+		changed := false
+		for i := range x.after {
+			d := &x.after[i]
+			if d.id != t.id || d.met {
+				continue
+			}
+			d.met, changed = true, true
+			if !d.anyEnd && t.state != "COMPLETED" && x.deadBy == "" {
+				x.deadBy, x.deadEnd, x.deadAt = t.id, t.state, now
+			}
+		}
+		if changed && !x.held() {
+			x.available = now + x.delay
+			x.notBefore = x.available
+		}
+	}
 }
 
 func (m *Model) holds(t *task, leaseID string, now int64) bool {
@@ -350,8 +418,24 @@ func (m *Model) submit(now int64, s Spec) Answer {
 		s.Delay < 0 || (s.Delay > 0 && s.NotBefore != 0) || s.Priority < -1000 || s.Priority > 1000 {
 		return refused("InvalidInput")
 	}
+	var after []dep // "only tasks in the WAL can be named", each once
+	for i, id := range append(slices.Clone(s.After), s.AfterEnded...) {
+		if slices.ContainsFunc(after, func(d dep) bool { return d.id == id }) {
+			return refused("InvalidInput")
+		}
+		after = append(after, dep{id: id, anyEnd: i >= len(s.After)})
+	}
+	if len(after) > 0 && s.NotBefore != 0 {
+		return refused("InvalidInput")
+	}
+	for _, d := range after {
+		if _, ok := m.byID[d.id]; !ok {
+			return refused("NotFound")
+		}
+	}
 	if t, ok := m.submits[s.Req]; ok && s.Req != "" {
-		if t.payload != s.Payload || t.window != s.Window || t.policy != s.Policy || t.queue != s.Queue || t.priority != s.Priority || t.requeuedFrom != "" {
+		if t.payload != s.Payload || t.window != s.Window || t.policy != s.Policy || t.queue != s.Queue || t.priority != s.Priority || t.requeuedFrom != "" ||
+			!sameAfter(t.after, after) {
 			return refused("RequestConflict")
 		}
 		return Answer{Result: "ACK", Task: t.id, Duplicate: true}
@@ -359,7 +443,33 @@ func (m *Model) submit(now int64, s Spec) Answer {
 	t := m.create(now, s)
 	t.available = max(now, s.NotBefore, now+s.Delay)
 	t.notBefore = t.available
+	// "a dependency on a task that has already COMPLETED is met at once,
+	// one that already FAILED or is DEAD makes the new task DEAD at once
+	// (or, with --after-ended, met)"
+	for i := range after {
+		u := m.byID[after[i].id]
+		m.settle(u, now)
+		if terminal(u.state) {
+			after[i].met = true
+			if !after[i].anyEnd && u.state != "COMPLETED" && t.deadBy == "" {
+				t.deadBy, t.deadEnd, t.deadAt = u.id, u.state, now
+			}
+		}
+	}
+	t.after, t.delay = after, t.available-now
 	return Answer{Result: "ACK", Task: t.id, Written: []string{"TaskCreated"}}
+}
+
+func sameAfter(a, b []dep) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].id != b[i].id || a[i].anyEnd != b[i].anyEnd {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *Model) create(now int64, s Spec) *task {
@@ -381,7 +491,7 @@ func (m *Model) create(now int64, s Spec) *task {
 // eligible settles t at now and says whether a lease may take it.
 func (m *Model) eligible(t *task, now int64) bool {
 	m.settle(t, now)
-	return t.state == "WAITING" && now >= t.notBefore && now < m.deadline(t)
+	return t.state == "WAITING" && now >= t.notBefore && now < m.deadline(t) && !t.held()
 }
 
 // nextEligible is when t (settled at now, not eligible now) becomes eligible
@@ -396,6 +506,9 @@ func (m *Model) nextEligible(t *task, now int64) int64 {
 		}
 		notBefore = l.expiry + t.policy.backoff(t.attempt)
 	case "WAITING":
+		if t.held() { // it waits for a record, not a time
+			return 0
+		}
 	default:
 		return 0
 	}
@@ -632,7 +745,8 @@ func (m *Model) abort(now int64, taskID, reason string) Answer {
 		m.leases[fenced].end = "aborted"
 	}
 	t.state, t.lease, t.abortReason = "DEAD", "", reason
-	t.recordedLease, t.recordedOpen = "", false
+	t.recordedLease = ""
+	m.recordEnd(t, now)
 	return Answer{Result: "OK", Task: taskID, Lease: fenced, State: "DEAD", Written: []string{"TaskAborted"}}
 }
 
@@ -727,7 +841,8 @@ func (m *Model) complete(now int64, taskID, leaseID, result string) Answer {
 		return Answer{Result: "CANCELLED", Task: taskID, Lease: leaseID, Written: []string{"TaskCancelled"}}
 	}
 	l.end = "completed"
-	t.state, t.lease, t.recordedLease, t.recordedOpen, t.result = "COMPLETED", "", "", false, result
+	t.state, t.lease, t.recordedLease, t.result = "COMPLETED", "", "", result
+	m.recordEnd(t, now)
 	return Answer{Result: "COMMITTED", Task: taskID, Lease: leaseID, Written: []string{"TaskCompleted"}}
 }
 
@@ -754,7 +869,8 @@ func (m *Model) fail(now int64, taskID, leaseID string, permanent bool) Answer {
 	t.lease, t.recordedLease = "", ""
 	if permanent || t.attempt >= t.policy.MaxAttempts {
 		l.end = "failed"
-		t.state, t.recordedOpen = "FAILED", false
+		t.state = "FAILED"
+		m.recordEnd(t, now)
 		return Answer{Result: "FAILED", Task: taskID, Lease: leaseID, Attempt: l.attempt, State: "FAILED", Written: []string{"TaskFailed"}}
 	}
 	l.end = "retry"
@@ -804,11 +920,17 @@ func (m *Model) Expire(now int64) Answer { return m.tentative(func() Answer { re
 
 func (m *Model) expire(now int64) Answer {
 	a := Answer{Result: "OK"}
+	var ended []*task
 	for _, t := range m.tasks {
 		if !t.recordedOpen {
 			continue
 		}
 		m.settle(t, now)
+		if t.deadBy != "" { // "only expire records it"
+			a.Written = append(a.Written, "TaskDead")
+			ended = append(ended, t)
+			continue
+		}
 		if id := t.recordedLease; id != "" {
 			l := m.leases[id]
 			if l.expiry > now {
@@ -817,13 +939,31 @@ func (m *Model) expire(now int64) Answer {
 			a.Written = append(a.Written, "LeaseExpired")
 			t.recordedLease = ""
 			if l.attempt >= t.policy.MaxAttempts || l.expiry >= m.deadline(t) {
-				t.recordedOpen = false
+				ended = append(ended, t)
 				continue
 			}
 		}
 		if now >= m.deadline(t) {
 			a.Written = append(a.Written, "TaskDead")
-			t.recordedOpen = false
+			ended = append(ended, t)
+		}
+	}
+	// Then, in the order they end, the deaths those ends cause among the
+	// tasks that wait for them, and theirs in turn.
+	for len(ended) > 0 {
+		u := ended[0]
+		ended = ended[1:]
+		before := map[*task]string{}
+		for _, x := range m.tasks {
+			before[x] = x.deadBy
+		}
+		m.recordEnd(u, now)
+		for _, x := range m.tasks {
+			if x.recordedOpen && before[x] == "" && x.deadBy == u.id {
+				a.Written = append(a.Written, "TaskDead")
+				x.state = "DEAD"
+				ended = append(ended, x)
+			}
 		}
 	}
 	return a
@@ -842,7 +982,7 @@ func (m *Model) Views(now int64) []View {
 			v.Lease, v.Worker, v.Expiry = t.lease, l.worker, l.expiry
 		}
 		if t.state == "WAITING" {
-			v.NotBefore = t.notBefore
+			v.NotBefore, v.Waits = t.notBefore, t.waits()
 		}
 		out = append(out, v)
 	}
@@ -872,7 +1012,7 @@ func (m *Model) ScheduleAdd(now int64, name string, every int64, catchUp string,
 			return refused("InvalidInput")
 		}
 		if old, ok := m.schedules[name]; ok {
-			if old.every != every || old.catchUp != catchUp || old.spec != spec {
+			if old.every != every || old.catchUp != catchUp || !reflect.DeepEqual(old.spec, spec) {
 				return refused("RequestConflict")
 			}
 			return Answer{Result: "OK", Duplicate: true}

@@ -53,7 +53,7 @@ func SubmitOf(r api.SubmitRequest) (state.Submit, error) {
 	sub := state.Submit{
 		Payload: r.Payload, Window: state.Duration(window), RequestID: r.RequestID,
 		Policy: state.RetryPolicy{MaxAttempts: maxAttempts, Backoff: state.Duration(backoff), BackoffMax: state.Duration(backoffMax)},
-		Queue:  cmp.Or(r.Queue, state.DefaultQueue), Priority: r.Priority,
+		Queue:  cmp.Or(r.Queue, state.DefaultQueue), Priority: r.Priority, After: r.After, AfterEnded: r.AfterEnded,
 	}
 	if r.Delay != "" && r.NotBefore != "" {
 		return state.Submit{}, api.Usage("give --delay or --not-before, not both")
@@ -80,9 +80,16 @@ func SubmitOf(r api.SubmitRequest) (state.Submit, error) {
 // ackOf is the answer of a submit or a requeue that created (or names) task
 // t, at now.
 func ackOf(d state.Decision, t *state.Task, now int64) api.Ack {
-	return api.Ack{Result: api.Outcome(d.Outcome), TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
-		AvailableAt: api.FormatTime(t.AvailableAt), Deadline: answers.Deadline(t.DeadlineAt(now)), RequeuedFrom: t.RequeuedFrom,
+	v := api.Ack{Result: api.Outcome(d.Outcome), TaskID: t.ID, RequestID: t.RequestID, Duplicate: d.Duplicate, Queue: t.Queue, Priority: t.Priority,
+		Deadline: answers.Deadline(t.DeadlineAt(now)), RequeuedFrom: t.RequeuedFrom,
 		Window: state.WindowText(t.Window), MaxAttempts: t.Policy.MaxAttempts}
+	if !t.Pending() {
+		v.AvailableAt = answers.Null(api.FormatTime(t.AvailableAt))
+	}
+	for _, w := range t.Waits() {
+		v.WaitingFor = append(v.WaitingFor, w.ID)
+	}
+	return v
 }
 
 // ack commits a decision that creates a task (submit, requeue) and answers
@@ -445,7 +452,10 @@ func nextEvent(tx *store.Tx) int64 {
 func (l *Local) Expire(ctx context.Context, r api.ExpireRequest) (api.Expired, error) {
 	return as[api.Expired](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
 		fired := len(tx.Committed) // the schedules' firings due, written first
-		dec := tx.State.DecideExpire(tx.Now)
+		dec, err := tx.State.DecideExpire(tx.Now)
+		if err != nil {
+			return nil, err
+		}
 		if err := tx.Commit(dec.Records); err != nil {
 			return nil, err
 		}
@@ -640,6 +650,14 @@ func (l *Local) Why(ctx context.Context, r api.WhyRequest) (api.Why, error) {
 		case w.EligibleAt != 0:
 			v.EligibleAt = answers.Null(api.FormatTime(w.EligibleAt))
 		}
+		for _, d := range w.Waits {
+			dep := api.Dependency{TaskID: d.Task.ID, State: string(d.Task.State), AfterEnded: d.Ended}
+			for _, up := range d.Waits {
+				dep.WaitingFor = append(dep.WaitingFor, up.ID)
+			}
+			v.WaitingFor = append(v.WaitingFor, dep)
+		}
+		v.Dependents = w.Dependents
 		return v, nil
 	}))
 }

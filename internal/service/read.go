@@ -279,6 +279,8 @@ func summarize(st *state.State, at int64, queue string) *api.InspectSummary {
 				nextExpiry, nextSeq = c.Lease.Expiry, seq
 				sum.NextExpiry = &api.HeldLease{TaskID: c.ID, LeaseID: c.Lease.ID, Expiry: api.FormatTime(nextExpiry)}
 			}
+		case c.State == state.Waiting && c.Blocked():
+			sum.Blocked++
 		case c.State == state.Waiting && (sum.OldestWaiting == nil || seq < oldestSeq):
 			oldestSeq = seq
 			sum.OldestWaiting = &api.OldestWaiting{TaskID: c.ID, CreatedAt: api.FormatTime(c.CreatedAt), AgeMs: at - c.CreatedAt}
@@ -620,7 +622,7 @@ func (l *Local) Stats(ctx context.Context, r api.StatsRequest) (api.Stats, error
 			if r.Queue != "" && q.Queue != r.Queue {
 				continue
 			}
-			qs := api.QueueStats{Queue: q.Queue, Waiting: q.Waiting, Eligible: q.Eligible, Leased: q.Leased}
+			qs := api.QueueStats{Queue: q.Queue, Waiting: q.Waiting, Eligible: q.Eligible, Blocked: q.Blocked, Leased: q.Leased}
 			if q.EligibleSince != 0 {
 				qs.OldestEligibleAgeMs = max(0, tx.Now-q.EligibleSince)
 			}
@@ -737,7 +739,7 @@ func boundQueues(qs []api.QueueStats) ([]api.QueueStats, *api.OtherQueues) {
 	slices.SortStableFunc(qs, func(a, b api.QueueStats) int { return busy(b) - busy(a) })
 	other := &api.OtherQueues{Queues: len(qs) - api.MaxStatsQueues}
 	for _, q := range qs[api.MaxStatsQueues:] {
-		other.Waiting, other.Eligible, other.Leased = other.Waiting+q.Waiting, other.Eligible+q.Eligible, other.Leased+q.Leased
+		other.Waiting, other.Eligible, other.Blocked, other.Leased = other.Waiting+q.Waiting, other.Eligible+q.Eligible, other.Blocked+q.Blocked, other.Leased+q.Leased
 		other.OldestEligibleAgeMs = max(other.OldestEligibleAgeMs, q.OldestEligibleAgeMs)
 	}
 	kept := slices.Clone(qs[:api.MaxStatsQueues])

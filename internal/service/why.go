@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/state"
@@ -75,10 +76,37 @@ func whySentence(w state.Why, now int64) string {
 		return fmt.Sprintf("%s is FAILED: %s%s", t.ID, t.EndReason, requeue)
 	case state.BecauseAttemptsExhausted:
 		return fmt.Sprintf("%s is DEAD: %s (%d of %d attempts)%s", t.ID, t.EndReason, t.Attempt, t.Policy.MaxAttempts, requeue)
-	case state.BecauseAborted:
+	case state.BecauseAborted, state.BecauseDependency:
 		return fmt.Sprintf("%s is DEAD: %s%s", t.ID, t.EndReason, requeue)
+	case state.BecauseBlocked:
+		return fmt.Sprintf("%s is WAITING for %s; its delay and window start when the last is met", t.ID, waitsSentence(w.Waits))
 	}
 	return fmt.Sprintf("%s is DEAD: its execution window closed at %s after %d of %d attempts%s", t.ID, api.FormatTime(t.Deadline()), t.Attempt, t.Policy.MaxAttempts, requeue)
+}
+
+// waitsSentence says what a task waits for, one level deep: "T3 to
+// complete (T3 is WAITING for T1), T4 to end (T4 is LEASED)".
+func waitsSentence(waits []state.WaitFor) string {
+	parts := make([]string, len(waits))
+	for i, w := range waits {
+		verb := "complete"
+		if w.Ended {
+			verb = "end"
+		}
+		parts[i] = fmt.Sprintf("%s to %s (%s is %s", w.Task.ID, verb, w.Task.ID, w.Task.State)
+		if w.Task.State.Terminal() {
+			parts[i] += ": the next 'leasewal expire' records what that means"
+		}
+		if len(w.Waits) > 0 {
+			ids := make([]string, len(w.Waits))
+			for j, d := range w.Waits {
+				ids[j] = d.ID
+			}
+			parts[i] += " for " + strings.Join(ids, ", ")
+		}
+		parts[i] += ")"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // pauseSentence says a queue's pause: "queue mail is paused since … (why),

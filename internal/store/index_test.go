@@ -91,7 +91,7 @@ func answersOf(t *testing.T, tx *store.Tx) string {
 	add(st.Task("T999999"))
 	add(st.QueueStats(now), nil)
 	add(st.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute}, now))
-	add(st.DecideExpire(now), nil)
+	add(st.DecideExpire(now))
 	add(st.NextEventAt(now), nil)
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -551,5 +551,64 @@ func TestReindexBuildsTheIndexFromTheWALAlone(t *testing.T) {
 	}
 	if answersAt(t, path, now, false, store.Options{}) != want {
 		t.Fatal("after reindex, the answers differ from a full replay's")
+	}
+}
+
+// TestDependentsAreFoundThroughTheIndex: the tasks that wait for another
+// are found through the index's after bucket when that one ends, as a full
+// replay finds them in memory: a completion lets all of them run, a failure
+// ends them DEAD, and expire records it, with the same answers both ways.
+func TestDependentsAreFoundThroughTheIndex(t *testing.T) {
+	dir := t.TempDir()
+	path := backlogWAL(t, dir, 3000, 0)
+	run := func(p string, args ...string) string {
+		t.Helper()
+		code, out, errOut := cli(append([]string{"--wal", p, "--now", "+1s", "-o", "json"}, args...)...)
+		if code != 0 && code != 4 {
+			t.Fatalf("%v: exit %d %s %s", args, code, out, errOut)
+		}
+		return out
+	}
+	for _, up := range []string{"ok", "bad"} {
+		run(path, "submit", "--payload", up, "--request-id", up, "--queue", "up")
+	}
+	var batch strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&batch, "{\"payload\":\"d%d\",\"request_id\":\"d%d\",\"after\":[\"%s\"],\"queue\":\"down\"}\n", i, i, []string{"ok", "bad"}[i%2])
+	}
+	batchFile := filepath.Join(dir, "deps.jsonl")
+	if err := os.WriteFile(batchFile, []byte(batch.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(path, "submit", "--batch-file", batchFile)
+	if code, _, errOut := cli("--wal", path, "reindex"); code != 0 {
+		t.Fatalf("reindex: %s", errOut)
+	}
+	var out string
+	for _, end := range [][]string{{"complete"}, {"fail", "--reason", "no", "--permanent"}} {
+		var l struct {
+			Task  string `json:"task_id"`
+			Lease string `json:"lease_id"`
+		}
+		if err := json.Unmarshal([]byte(run(path, "lease", "--worker", "W", "--queue", "up")), &l); err != nil {
+			t.Fatal(err)
+		}
+		out += run(path, append([]string{end[0], "--task", l.Task, "--lease", l.Lease}, end[1:]...)...)
+	}
+	for _, args := range [][]string{{"stats", "--queue", "down"}, {"expire"}, {"stats", "--queue", "down"}, {"lease", "--worker", "W", "--queue", "down"}} {
+		out += run(path, args...)
+	}
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	if got, want := answersAt(t, path, now, false, store.Options{}), replayedAnswers(t, path, now); got != want {
+		t.Fatal("through the index, the tasks differ from a full replay's")
+	}
+	outs := [1]string{out}
+	for _, want := range []string{`"waiting":150,"eligible":150,"blocked":0`, `"transitions":[{`, `"task_id":"T`} {
+		if !strings.Contains(outs[0], want) {
+			t.Fatalf("the answers lack %s:\n%s", want, outs[0])
+		}
+	}
+	if n := strings.Count(outs[0], `"type":"TaskDead"`); n != 150 {
+		t.Fatalf("expire recorded %d deaths by a dependency, not 150", n)
 	}
 }

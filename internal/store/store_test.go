@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -118,7 +119,10 @@ func TestOneWriteOneFsyncPerCommand(t *testing.T) {
 	h2 := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0 + 120_000), FS: fsys})
 	defer h2.Close()
 	err := h2.Write(func(tx *store.Tx) error {
-		d := tx.State.DecideExpire(tx.Now)
+		d, err := tx.State.DecideExpire(tx.Now)
+		if err != nil {
+			return err
+		}
 		if err := tx.Commit(d.Records); err != nil {
 			return err
 		}
@@ -155,7 +159,8 @@ func TestIndexFailuresNeverFailAnOperation(t *testing.T) {
 			if err := tx.Commit(d.Records); err != nil {
 				return err
 			}
-			return tx.Commit(tx.State.DecideExpire(tx.Now).Records) // the task before is DEAD now
+			d, err = tx.State.DecideExpire(tx.Now) // the task before is DEAD now
+			return cmp.Or(err, tx.Commit(d.Records))
 		}); err != nil {
 			t.Fatalf("operation %d failed because the index could not be written: %v", i, err)
 		}

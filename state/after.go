@@ -1,0 +1,304 @@
+package state
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/leasewal/leasewal/internal/limits"
+)
+
+// Dependencies (format version 4): a task created with after waits until
+// every task named there has COMPLETED, and with after_ended until every
+// task named there has ended, whatever its outcome. A dependency is
+// settled by the record of its end (a completion, a final failure, an
+// abort, or the lapse or closed window expire records), never by a write
+// of its own: when the last is met, the dependent's delay and window start
+// counting; when one named in after ends otherwise, the dependent is DEAD
+// from then on, as a lapse is, until expire records it (TaskDead with
+// dependency), which settles the dependents after it in turn. A dependency
+// that has already ended when the dependent is created is settled at once,
+// as it stands then.
+
+// createdDeps reads a TaskCreated's after and after_ended into t: each
+// dependency must be a task that exists, named once; one that has ended by
+// the record's time is settled now.
+func (s *State) createdDeps(r Record, t *Task) error {
+	if r.After == nil && r.AfterEnded == nil {
+		return nil
+	}
+	n := len(r.After) + len(r.AfterEnded)
+	if err := limits.After.Int(int64(n)); err != nil {
+		return invalid("%v", err)
+	}
+	if *r.NotBefore < r.At {
+		return invalid("a task that waits for others has a delay, not a not_before before its creation")
+	}
+	deps := make([]Dep, 0, n)
+	named := make(map[string]bool, n)
+	for i, id := range slices.Concat(r.After, r.AfterEnded) {
+		if id == r.TaskID {
+			return invalid("%s cannot wait for itself", id)
+		}
+		if named[id] {
+			return invalid("%s is named twice among what %s waits for", id, r.TaskID)
+		}
+		named[id] = true
+		u, err := s.lookupTask(id)
+		if err != nil || u == nil {
+			return firstErr(err, invalid("%s waits for an unknown task %q", r.TaskID, id))
+		}
+		d := Dep{ID: id, Ended: i >= len(r.After)}
+		if c := u.At(r.At); c.State.Terminal() {
+			d.Met = true
+			if c.State != Completed && !d.Ended && t.DeadBy == "" {
+				t.DeadBy, t.DeadEnd, t.DeadAt = id, c.State, r.At
+			}
+		}
+		deps = append(deps, d)
+	}
+	t.Deps, t.Delay = deps, *r.NotBefore-r.At
+	return nil
+}
+
+// submitDeps resolves a submit's after and after_ended to task ids. In a
+// batch (inBatch not nil), a name inBatch knows (a request id of the
+// batch's earlier submits) is the task it created, else a task's id, else
+// the request id of a task in the WAL (a batch sent in parts); a single
+// submit names task ids. A task cannot wait for itself, nor name a task
+// twice; an unknown name is NotFound.
+func (s *State) submitDeps(c Submit, inBatch func(req string) string) (after, afterEnded []string, err error) {
+	if c.After == nil && c.AfterEnded == nil {
+		return nil, nil, nil
+	}
+	n := len(c.After) + len(c.AfterEnded)
+	if limits.After.Int(int64(n)) != nil {
+		return nil, nil, refuse(InvalidInput, "after", "a task waits for %d tasks: give %s", n, limits.After.Range())
+	}
+	if c.NotBefore != 0 {
+		return nil, nil, refuse(InvalidInput, "not_before", "a task that waits for others starts its delay when they are met: give a delay, not a not-before time")
+	}
+	names := slices.Concat(c.After, c.AfterEnded)
+	seen := make(map[string]bool, n)
+	for _, name := range names {
+		if err := ValidateID("task or request id", name); err != nil {
+			return nil, nil, refuse(InvalidInput, "after", "%v", err)
+		}
+		if name == c.RequestID {
+			return nil, nil, refuse(InvalidInput, "after", "a task cannot wait for itself (%s is its own request id)", name)
+		}
+		if seen[name] {
+			return nil, nil, refuse(InvalidInput, "after", "it names %s twice among what it waits for", name)
+		}
+		seen[name] = true
+	}
+	clear(seen)
+	for i, name := range names {
+		id := ""
+		if inBatch != nil {
+			id = inBatch(name)
+		}
+		if id == "" {
+			t, err := s.lookupTask(name)
+			if err == nil && t == nil && inBatch != nil {
+				t, err = s.submitted(name) // a line of a part of the batch sent before
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			if t == nil {
+				return nil, nil, refuse(NotFound, "after", "it waits for %q, which is no task (nor a request id of an earlier line of the batch); only a task in the WAL can be waited for", name)
+			}
+			id = t.ID
+		}
+		if seen[id] {
+			return nil, nil, refuse(InvalidInput, "after", "it names %s twice among what it waits for", id)
+		}
+		seen[id] = true
+		if i < len(c.After) {
+			after = append(after, id)
+		} else {
+			afterEnded = append(afterEnded, id)
+		}
+	}
+	return after, afterEnded, nil
+}
+
+// sameDeps reports whether deps are after and afterEnded, in order.
+func sameDeps(deps []Dep, after, afterEnded []string) bool {
+	if len(deps) != len(after)+len(afterEnded) {
+		return false
+	}
+	for i, d := range deps {
+		id := ""
+		if i < len(after) {
+			id = after[i]
+		} else {
+			id = afterEnded[i-len(after)]
+		}
+		if d.Ended != (i >= len(after)) || d.ID != id {
+			return false
+		}
+	}
+	return true
+}
+
+// noteDeps keeps, in memory, the tasks t still waits for, so that their
+// ends find it (the Source keeps those of the tasks it holds).
+func (s *State) noteDeps(t *Task) {
+	if t.State.Terminal() {
+		return
+	}
+	for _, d := range t.Deps {
+		if !d.Met {
+			if s.dependents == nil {
+				s.dependents = map[string][]string{}
+			}
+			s.dependents[d.ID] = append(s.dependents[d.ID], t.ID)
+		}
+	}
+}
+
+// forgetDeps drops, from memory's dependents, t that has ended.
+func (s *State) forgetDeps(t *Task) {
+	for _, d := range t.Deps {
+		if ids, ok := s.dependents[d.ID]; ok {
+			if ids = slices.DeleteFunc(ids, func(id string) bool { return id == t.ID }); len(ids) == 0 {
+				delete(s.dependents, d.ID)
+			} else {
+				s.dependents[d.ID] = ids
+			}
+		}
+	}
+	if len(s.dependents) == 0 {
+		s.dependents = nil // as a snapshot loads it
+	}
+}
+
+// dependentsOf is every unfinished task that named id and still waits for
+// it as recorded, in creation order.
+func (s *State) dependentsOf(id string) ([]*Task, error) {
+	ids := slices.Clone(s.dependents[id])
+	if s.src != nil {
+		err := s.src.Dependents(Number(id), func(num int64) bool {
+			ids = append(ids, "T"+strconv.FormatInt(num, 10))
+			return true
+		})
+		if err != nil {
+			return nil, s.sourced(err)
+		}
+	}
+	var out []*Task
+	taken := make(map[*Task]bool, len(ids))
+	for _, did := range ids {
+		t, err := s.lookupTask(did)
+		if err != nil {
+			return nil, err
+		}
+		if t == nil || t.State.Terminal() || taken[t] || !slices.ContainsFunc(t.Deps, func(d Dep) bool { return d.ID == id && !d.Met }) {
+			continue
+		}
+		taken[t] = true
+		out = append(out, t)
+	}
+	slices.SortFunc(out, byCreation)
+	return out, nil
+}
+
+// settleDependents is the end of u, recorded at at, as its dependents see
+// it: each one's dependency on u is met, or, named in after and u not
+// COMPLETED, ends it; one whose last dependency is met starts its delay and
+// window at at.
+func (s *State) settleDependents(u *Task, at int64) error {
+	deps, err := s.dependentsOf(u.ID)
+	if err != nil {
+		return err
+	}
+	for _, x := range deps {
+		for i := range x.Deps {
+			d := &x.Deps[i]
+			if d.ID != u.ID || d.Met {
+				continue
+			}
+			d.Met = true
+			if u.State != Completed && !d.Ended && x.DeadBy == "" {
+				x.DeadBy, x.DeadEnd, x.DeadAt = u.ID, u.State, at
+			}
+		}
+		if x.DeadBy == "" && !x.Blocked() {
+			x.AvailableAt = addTime(at, x.Delay)
+			x.NotBefore = x.AvailableAt
+		}
+		s.adopt(x)
+	}
+	delete(s.dependents, u.ID)
+	if len(s.dependents) == 0 {
+		s.dependents = nil
+	}
+	return nil
+}
+
+// applyDeadByDependency is the TaskDead rule for a death by a dependency:
+// the task is DEAD since its dependency's end was recorded.
+func (s *State) applyDeadByDependency(r Record, t *Task) error {
+	if t.State.Terminal() {
+		return breaks(InvTerminal, "%s is already %s", t.ID, t.State)
+	}
+	if t.DeadBy != r.Dependency || r.At < t.DeadAt {
+		return invalid("%s was not ended by %s by this record's time", t.ID, r.Dependency)
+	}
+	if r.Reason != t.deathByDependency() {
+		return invalid("the reason of %s's death by dependency is %q", t.ID, t.deathByDependency())
+	}
+	commit(t, t.At(r.At), r.Seq)
+	return nil
+}
+
+// expireDependents adds to d, after the records it holds, a TaskDead for
+// every dependent that the ends d records kill, and for theirs in turn:
+// one expire records every death a chain of them leads to.
+func (s *State) expireDependents(d *Decision, ended []*Task) error {
+	killed := map[string]bool{}
+	for len(ended) > 0 {
+		u := ended[0]
+		ended = ended[1:]
+		deps, err := s.dependentsOf(u.ID)
+		if err != nil {
+			return err
+		}
+		for _, x := range deps {
+			if killed[x.ID] || x.DeadBy != "" || !slices.ContainsFunc(x.Deps, func(d Dep) bool { return d.ID == u.ID && !d.Ended }) {
+				continue // already ended by another, or met by any end
+			}
+			killed[x.ID] = true
+			dead := *x
+			dead.DeadBy, dead.DeadEnd = u.ID, u.State
+			d.Records = append(d.Records, Record{Type: TaskDead, TaskID: x.ID, Reason: dead.deathByDependency(), Dependency: u.ID})
+			d.States = append(d.States, Dead)
+			dead.State = Dead
+			ended = append(ended, &dead)
+		}
+	}
+	return nil
+}
+
+// WaitFor is a dependency as it stands at a time: its task, whether any
+// end meets it, and what that task waits for in turn.
+type WaitFor struct {
+	Task  *Task
+	Ended bool
+	Waits []Dep
+}
+
+// waitsAt is what t waits for at now, each as it stands.
+func (s *State) waitsAt(t *Task, now int64) ([]WaitFor, error) {
+	var out []WaitFor
+	for _, d := range t.Waits() {
+		u, err := s.lookupTask(d.ID)
+		if err != nil || u == nil {
+			return nil, firstErr(err, refuse(NotFound, "task", "%s waits for %s, which is not in the WAL", t.ID, d.ID))
+		}
+		c := u.At(now)
+		out = append(out, WaitFor{Task: c, Ended: d.Ended, Waits: c.Waits()})
+	}
+	return out, nil
+}

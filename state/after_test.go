@@ -1,0 +1,170 @@
+package state
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// deps builds tasks and decisions for the dependency tests.
+type depFixture struct {
+	t *testing.T
+	s *State
+}
+
+func (f depFixture) submit(at int64, c Submit) string {
+	f.t.Helper()
+	c.Payload, c.Policy = "p", RetryPolicy{MaxAttempts: 1}
+	if c.Window == 0 {
+		c.Window = NoWindow
+	}
+	return run(f.t, f.s, at, func() (Decision, error) { return f.s.DecideSubmit(c, at) }).TaskID
+}
+
+func (f depFixture) lease(at int64, task string) Decision {
+	f.t.Helper()
+	return run(f.t, f.s, at, func() (Decision, error) {
+		return f.s.DecideLease(LeaseRequest{Worker: "w", Duration: time.Hour, TaskID: task}, at)
+	})
+}
+
+func (f depFixture) state(at int64, task string) TaskState {
+	f.t.Helper()
+	t, err := f.s.Task(task)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return t.At(at).State
+}
+
+func TestDependencyRules(t *testing.T) {
+	f := depFixture{t, New()}
+	convert := f.submit(t0, Submit{})
+	upload := f.submit(t0, Submit{After: []string{convert}, Delay: 5 * time.Second, Window: Duration(time.Minute)})
+	notify := f.submit(t0, Submit{After: []string{upload}})
+	cleanup := f.submit(t0, Submit{AfterEnded: []string{convert, upload}})
+
+	// Nothing that waits is leased, nor has a deadline yet.
+	if d := f.lease(t0, upload); d.Outcome != ResultEmpty || d.NextEligibleAt != 0 {
+		t.Fatalf("a lease of a task that waits: %+v", d)
+	}
+	if u, _ := f.s.Task(upload); u.Deadline() != NoDeadline || !u.Blocked() {
+		t.Fatalf("%s's window opened before what it waits for was met: %d", upload, u.Deadline())
+	}
+	if w, _ := f.s.Explain(notify, t0); w.Because != BecauseBlocked || len(w.Waits) != 1 || w.Waits[0].Task.ID != upload || len(w.Waits[0].Waits) != 1 {
+		t.Fatalf("why %s: %+v", notify, w)
+	}
+	if w, _ := f.s.Explain(convert, t0); !slices.Equal(w.Dependents, []string{upload, cleanup}) {
+		t.Fatalf("what waits for %s: %v", convert, w.Dependents)
+	}
+	// convert completes at 10s: upload's delay (5s) and window (1m) count from then.
+	l := f.lease(sec(1), convert)
+	run(t, f.s, sec(10), func() (Decision, error) { return f.s.DecideComplete(convert, l.LeaseID, "", sec(10)) })
+	u, _ := f.s.Task(upload)
+	if u.AvailableAt != sec(15) || u.Deadline() != sec(75) || u.Blocked() {
+		t.Fatalf("%s after %s completed: available %d, deadline %d", upload, convert, u.AvailableAt-t0, u.Deadline()-t0)
+	}
+	if d := f.lease(sec(12), upload); d.Outcome != ResultEmpty || d.NextEligibleAt != sec(15) {
+		t.Fatalf("%s before its delay: %+v", upload, d)
+	}
+	// upload fails: notify is DEAD from then, derived, until expire records
+	// it; cleanup, which waits for any end, may run.
+	l = f.lease(sec(20), upload)
+	run(t, f.s, sec(21), func() (Decision, error) { return f.s.DecideFail(upload, l.LeaseID, "broken", true, sec(21)) })
+	if got := f.state(sec(21), notify); got != Dead {
+		t.Fatalf("%s after %s failed: %s", notify, upload, got)
+	}
+	if n, _ := f.s.Task(notify); n.At(sec(21)).EndReason != "dependency "+upload+" ended FAILED" {
+		t.Fatalf("its reason: %q", n.At(sec(21)).EndReason)
+	}
+	if d := f.lease(sec(22), ""); d.TaskID != cleanup {
+		t.Fatalf("the lease after the failure: %+v", d)
+	}
+	d := run(t, f.s, sec(30), func() (Decision, error) { return f.s.DecideExpire(sec(30)) })
+	if len(d.Records) != 1 || d.Records[0].Dependency != upload || d.Records[0].TaskID != notify {
+		t.Fatalf("expire: %+v", d.Records)
+	}
+	if again, _ := f.s.DecideExpire(sec(31)); len(again.Records) != 0 {
+		t.Fatalf("a second expire: %+v", again.Records)
+	}
+}
+
+func TestDependenciesAtTheirCreation(t *testing.T) {
+	f := depFixture{t, New()}
+	done, failed := f.submit(t0, Submit{}), f.submit(t0, Submit{})
+	l := f.lease(t0, done)
+	run(t, f.s, t0, func() (Decision, error) { return f.s.DecideComplete(done, l.LeaseID, "", t0) })
+	run(t, f.s, t0, func() (Decision, error) { return f.s.DecideAbort(failed, "no", t0) })
+	met := f.submit(sec(1), Submit{After: []string{done}})
+	dead := f.submit(sec(1), Submit{After: []string{done, failed}})
+	ended := f.submit(sec(1), Submit{AfterEnded: []string{failed}})
+	if f.state(sec(1), met) != Waiting || f.state(sec(1), ended) != Waiting || f.state(sec(1), dead) != Dead {
+		t.Fatalf("met at once, DEAD at once, met by any end: %s %s %s", f.state(sec(1), met), f.state(sec(1), dead), f.state(sec(1), ended))
+	}
+	for name, c := range map[string]struct {
+		sub  Submit
+		kind Kind
+	}{
+		"an unknown task":    {Submit{After: []string{"T99"}}, NotFound},
+		"a task named twice": {Submit{After: []string{done}, AfterEnded: []string{done}}, InvalidInput},
+		"itself":             {Submit{RequestID: "me", After: []string{"me"}}, InvalidInput},
+		"with a not-before":  {Submit{After: []string{done}, NotBefore: sec(9)}, InvalidInput},
+		"too many":           {Submit{After: slices.Repeat([]string{done}, 10_001)}, InvalidInput},
+		"not a name":         {Submit{After: []string{"T1\n"}}, InvalidInput},
+		"an empty name":      {Submit{After: []string{""}}, InvalidInput},
+	} {
+		c.sub.Payload, c.sub.Policy, c.sub.Window = "p", RetryPolicy{MaxAttempts: 1}, NoWindow
+		if _, err := f.s.DecideSubmit(c.sub, sec(2)); refusalKind(err) != c.kind {
+			t.Errorf("%s: %v, want %s", name, err, c.kind)
+		}
+	}
+	if _, err := f.s.DecideScheduleAdd(ScheduleSpec{Name: "s", Every: Duration(time.Minute), CatchUp: CatchUpLast,
+		Template: Submit{Payload: "p", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 1}, Queue: DefaultQueue, After: []string{done}}}, nil, sec(2)); refusalKind(err) != InvalidInput {
+		t.Errorf("a schedule whose task waits: %v", err)
+	}
+}
+
+// TestABatchIsAGraph: a batch's lines name earlier lines by request id; the
+// same batch again answers with the same tasks; a fan-in at the limit.
+func TestABatchIsAGraph(t *testing.T) {
+	s := New()
+	root := Submit{Payload: "root", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 1}, RequestID: "root"}
+	batch := []Submit{root}
+	var leaves []string
+	for i := range 9_999 {
+		leaf := Submit{Payload: "leaf", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 1}, RequestID: fmt.Sprint("leaf-", i), After: []string{"root"}}
+		batch, leaves = append(batch, leaf), append(leaves, leaf.RequestID)
+	}
+	batch = append(batch, Submit{Payload: "sum", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 1}, RequestID: "sum", After: leaves, AfterEnded: []string{"root"}})
+	for round := range 2 {
+		ds, err := s.DecideSubmits(batch, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Duplicate != (round == 1) {
+				t.Fatalf("round %d: %+v", round, d)
+			}
+			for _, r := range d.Records {
+				r.Seq, r.At = s.LastSeq()+1, t0
+				if err := s.Apply(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	sum, _ := s.Task("T10001")
+	if len(sum.Deps) != 10_000 || sum.Deps[0].ID != "T2" || !sum.Deps[9_999].Ended || sum.Deps[9_999].ID != "T1" {
+		t.Fatalf("the fan-in waits for %d tasks", len(sum.Deps))
+	}
+	if dependents, _ := s.dependentsOf("T1"); len(dependents) != 10_000 {
+		t.Fatalf("%d tasks wait for the root", len(dependents))
+	}
+	// A line that waits for a task of a part sent before, by request id.
+	next := []Submit{{Payload: "x", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 1}, After: []string{"sum"}}, root}
+	ds, err := s.DecideSubmits(next, t0)
+	if err != nil || ds[0].Records[0].After[0] != "T10001" {
+		t.Fatalf("a later part: %v %+v", err, ds)
+	}
+}
