@@ -336,7 +336,10 @@ type Schedules struct {
 type RequeueRequest struct {
 	Task      string `json:"task"`
 	RequestID string `json:"request_id,omitempty"`
-	Actor     string `json:"actor,omitempty"`
+	// WithDependents runs again, in the same write, the tasks the task's
+	// end ended (and theirs in turn), each waiting for the new task.
+	WithDependents bool   `json:"with_dependents,omitempty"`
+	Actor          string `json:"actor,omitempty"`
 }
 
 // RequeueAllRequest runs again every FAILED or DEAD task it selects that
@@ -411,8 +414,12 @@ type Ack struct {
 	Deadline     *string  `json:"deadline"`     // null: the task has no window (yet)
 	RequeuedFrom string   `json:"requeued_from,omitempty"`
 	WaitingFor   []string `json:"waiting_for,omitempty"`
-	Window       string   `json:"window"` // the execution window, such as 5m0s, or none
-	MaxAttempts  int      `json:"max_attempts"`
+	// A requeue's: the tasks its old task's end ended, run again with it
+	// (with_dependents), or, without, those that stay DEAD.
+	Dependents     []RequeuedOne `json:"dependents,omitempty"`
+	DeadDependents []string      `json:"dead_dependents,omitempty"`
+	Window         string        `json:"window"` // the execution window, such as 5m0s, or none
+	MaxAttempts    int           `json:"max_attempts"`
 }
 
 // Lease is a lease granted (LEASED).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -92,6 +93,7 @@ func (a *app) newRequeueCmd() *cobra.Command {
 	var (
 		requestID, states, queue string
 		limit                    int
+		withDependents           bool
 	)
 	c := &cobra.Command{
 		Use:   "requeue TASK [--request-id R] | requeue --state FAILED,DEAD [--queue Q] [--limit N]",
@@ -100,7 +102,10 @@ func (a *app) newRequeueCmd() *cobra.Command {
 a FAILED or DEAD one, eligible at once, and requeued_from naming it (asynq's task
 run, beanstalkd's kick). The old task stays as it ended. With --request-id, a
 repeat answers with the same new task; request ids of submit and requeue share
-one name space. A live task: exit 2; an unknown task: exit 4.
+one name space. The tasks submitted --after it that its end ended DEAD stay so
+(a note says which); --with-dependents runs them again too, in the same write,
+each waiting for the new task as it waited for the old (and theirs in turn).
+A live task: exit 2; an unknown task: exit 4.
 
 With --state instead of a task, every task in those states (of --queue) that
 was not requeued before is requeued, in creation order, in one write: at most
@@ -122,12 +127,19 @@ skipped.`,
 			if err := exactlyOneTask(c, args); err != nil {
 				return err
 			}
-			req := api.RequeueRequest{Task: args[0], RequestID: requestID, Actor: a.env.Actor}
-			return call(a.env, func(ctx context.Context, s api.Service) (api.Ack, error) { return s.Requeue(ctx, req) },
-				ackTable, "", "")
+			req := api.RequeueRequest{Task: args[0], RequestID: requestID, WithDependents: withDependents, Actor: a.env.Actor}
+			return call(a.env, func(ctx context.Context, s api.Service) (api.Ack, error) {
+				v, err := s.Requeue(ctx, req)
+				if err == nil && len(v.DeadDependents) > 0 {
+					fmt.Fprintf(a.env.stderr, "leasewal: note: %s stay DEAD (ended by %s's end); 'leasewal requeue %s --with-dependents' runs them again with it\n",
+						strings.Join(v.DeadDependents, ", "), req.Task, req.Task)
+				}
+				return v, err
+			}, ackTable, "", "")
 		},
 	}
 	c.Flags().StringVar(&requestID, "request-id", "", "idempotency key: a repeat answers with the same new task")
+	c.Flags().BoolVar(&withDependents, "with-dependents", false, "run again, in the same write, the tasks its end ended DEAD (and theirs in turn), each waiting for the new task")
 	c.Flags().StringVar(&states, "state", "", "requeue every task in these states instead (FAILED, DEAD or both)")
 	c.Flags().StringVar(&queue, "queue", "", "with --state: only tasks of this queue")
 	c.Flags().IntVar(&limit, "limit", 0, "with --state: at most this many, the first created (default and most 20,000)")

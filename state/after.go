@@ -302,3 +302,132 @@ func (s *State) waitsAt(t *Task, now int64) ([]WaitFor, error) {
 	}
 	return out, nil
 }
+
+// killedByDependencies is, for every task a dependency's end has ended (as recorded
+// or derived at now), that dependency's id -> those tasks, in creation
+// order: one pass over every task (a requeue is an operator's act).
+func (s *State) killedByDependencies(now int64) (map[string][]*Task, error) {
+	out := map[string][]*Task{}
+	err := s.EachTask(false, func(t *Task) bool {
+		if t.DeadBy != "" && t.At(now).State == Dead {
+			out[t.DeadBy] = append(out[t.DeadBy], t)
+		}
+		return true
+	})
+	return out, err
+}
+
+// chainDeaths is what taskID's end does down its chain at now: the deaths
+// no record says yet, as expire would record them (a TaskDead for each task
+// its end, or theirs, has ended, in creation order, then for those that wait
+// for them), and every task so ended, recorded or not, in creation order.
+func (s *State) chainDeaths(taskID string, now int64) (Decision, []*Task, error) {
+	d := Decision{Outcome: ResultOK}
+	killed, err := s.killedByDependencies(now)
+	if err != nil {
+		return d, nil, err
+	}
+	var chain, fresh []*Task
+	seen := map[*Task]bool{}
+	for queue := []string{taskID}; len(queue) > 0; queue = queue[1:] {
+		for _, t := range killed[queue[0]] {
+			if !seen[t] {
+				seen[t] = true
+				chain = append(chain, t)
+				queue = append(queue, t.ID)
+			}
+		}
+	}
+	slices.SortFunc(chain, byCreation)
+	for _, t := range chain {
+		if !t.State.Terminal() {
+			d.Records = append(d.Records, Record{Type: TaskDead, TaskID: t.ID, Reason: t.deathByDependency(), Dependency: t.DeadBy})
+			d.States = append(d.States, Dead)
+			fresh = append(fresh, t.At(now))
+		}
+	}
+	n := len(d.Records)
+	if err := s.expireDependents(&d, fresh); err != nil {
+		return d, nil, err
+	}
+	for _, r := range d.Records[n:] {
+		t, err := s.lookupTask(r.TaskID)
+		if err != nil {
+			return d, nil, err
+		}
+		chain = append(chain, t)
+	}
+	slices.SortFunc(chain, byCreation)
+	return d, chain, nil
+}
+
+// DeadDependents is the tasks that taskID's end ends down its chain: what a
+// requeue of it alone leaves DEAD.
+func (s *State) DeadDependents(taskID string, now int64) ([]string, error) {
+	_, chain, err := s.chainDeaths(taskID, now)
+	var out []string
+	for _, t := range chain {
+		out = append(out, t.ID)
+	}
+	return out, err
+}
+
+// DecideRequeueWithDependents is DecideRequeue of taskID, and, in the same
+// write, the deaths its end causes down its chain that no record says yet
+// (as expire records them), then a requeue of every task of that chain,
+// in creation order, each waiting for the new task of what it waited for
+// in it; its other dependencies stay as they were. A redacted task is not
+// run again (what waits for it then waits for a DEAD task, and ends so). A
+// request id names the new upstream: a repeat answers with it and writes
+// nothing.
+func (s *State) DecideRequeueWithDependents(taskID, requestID string, now int64) (Decision, error) {
+	d, err := s.DecideRequeue(taskID, requestID, now)
+	if err != nil || d.Duplicate {
+		return d, err
+	}
+	deaths, chain, err := s.chainDeaths(taskID, now)
+	if err != nil {
+		return Decision{}, err
+	}
+	d.Records = append(deaths.Records, d.Records...)
+	renamed := map[string]string{taskID: d.TaskID} // an old task -> its requeue
+	next := s.lastTaskNum + 2
+	taken := map[string]bool{d.Records[len(d.Records)-1].RequestID: true}
+	autoReq := next
+	for _, t := range chain {
+		if t.Redacted != "" {
+			continue
+		}
+		req := ""
+		for ; req == ""; autoReq++ {
+			candidate := "R" + strconv.FormatInt(autoReq, 10)
+			prev, err := s.submitted(candidate)
+			if err != nil {
+				return Decision{}, err
+			}
+			if prev == nil && !taken[candidate] {
+				req = candidate
+			}
+		}
+		taken[req] = true
+		id := "T" + strconv.FormatInt(next, 10)
+		next++
+		renamed[t.ID] = id
+		var after, afterEnded []string
+		for _, dep := range t.Deps {
+			name := dep.ID
+			if n, ok := renamed[name]; ok {
+				name = n
+			}
+			if dep.Ended {
+				afterEnded = append(afterEnded, name)
+			} else {
+				after = append(after, name)
+			}
+		}
+		policy, priority, at := t.Policy, t.Priority, addTime(now, t.Delay)
+		d.Records = append(d.Records, Record{Type: TaskCreated, TaskID: id, Payload: t.Payload.text, PayloadAt: t.Payload.ref, Window: t.Window,
+			RetryPolicy: &policy, RequestID: req, NotBefore: &at, Queue: t.Queue, Priority: &priority, RequeuedFrom: t.ID, After: after, AfterEnded: afterEnded})
+	}
+	return d, nil
+}

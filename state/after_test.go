@@ -168,3 +168,42 @@ func TestABatchIsAGraph(t *testing.T) {
 		t.Fatalf("a later part: %v %+v", err, ds)
 	}
 }
+
+// TestRequeueWithDependents: a requeue of a failed task runs again, in the
+// same write, the tasks its failure ended (and theirs), each waiting for
+// the new task of what it waited for; the others it waited for stay named.
+func TestRequeueWithDependents(t *testing.T) {
+	f := depFixture{t, New()}
+	up, done := f.submit(t0, Submit{}), f.submit(t0, Submit{})
+	l := f.lease(t0, done)
+	run(t, f.s, t0, func() (Decision, error) { return f.s.DecideComplete(done, l.LeaseID, "", t0) })
+	mid := f.submit(t0, Submit{After: []string{up, done}, Delay: time.Second})
+	last := f.submit(t0, Submit{After: []string{mid}})
+	other := f.submit(t0, Submit{AfterEnded: []string{up}})
+	l = f.lease(t0, up)
+	run(t, f.s, sec(1), func() (Decision, error) { return f.s.DecideFail(up, l.LeaseID, "no", true, sec(1)) })
+	if dead, _ := f.s.DeadDependents(up, sec(2)); !slices.Equal(dead, []string{mid, last}) {
+		t.Fatalf("a plain requeue leaves DEAD %v", dead)
+	}
+	d := run(t, f.s, sec(2), func() (Decision, error) { return f.s.DecideRequeueWithDependents(up, "again", sec(2)) })
+	// mid's death and last's, which follows, recorded first, as expire
+	// would; then the three tasks again.
+	types := make([]RecordType, len(d.Records))
+	for i, r := range d.Records {
+		types[i] = r.Type
+	}
+	if !slices.Equal(types, []RecordType{TaskDead, TaskDead, TaskCreated, TaskCreated, TaskCreated}) || d.Records[0].TaskID != mid || d.Records[1].TaskID != last {
+		t.Fatalf("the requeue writes %v", types)
+	}
+	r := d.Records[2:]
+	if r[0].TaskID != d.TaskID || r[1].RequeuedFrom != mid || !slices.Equal(r[1].After, []string{d.TaskID, done}) ||
+		r[2].RequeuedFrom != last || !slices.Equal(r[2].After, []string{r[1].TaskID}) || *r[1].NotBefore != sec(3) {
+		t.Fatalf("the requeue: %+v", r)
+	}
+	if again, _ := f.s.DecideRequeueWithDependents(up, "again", sec(3)); !again.Duplicate || len(again.Records) != 0 {
+		t.Fatalf("a repeat: %+v", again)
+	}
+	if f.state(sec(3), other) != Waiting {
+		t.Fatalf("%s, which waited for any end, is %s", other, f.state(sec(3), other))
+	}
+}

@@ -47,7 +47,7 @@ func TestRandomHistories(t *testing.T) {
 	}
 	t.Logf("%d histories, %d records: every answer and every task equal to the reference model's, every invariant checked after every record", histories, total)
 	t.Logf("calls by outcome: %v", outcomes)
-	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED", "pause OK", "resume OK", "resume ERROR", "schedule OK", "schedule ERROR", "unschedule OK", "unschedule ERROR", "fire OK", "rate OK", "TaskDead by a dependency"} {
+	for _, must := range []string{"abort OK", "abort ERROR", "requeue ACK", "requeue ERROR", "lease EMPTY", "submit ACK", "fail RETRY", "complete CANCELLED", "limit OK", "release RELEASED", "release CANCELLED", "pause OK", "resume OK", "resume ERROR", "schedule OK", "schedule ERROR", "unschedule OK", "unschedule ERROR", "fire OK", "rate OK", "TaskDead by a dependency", "requeue with dependents"} {
 		if outcomes[must] == 0 {
 			t.Errorf("no call ended %q: the generator does not reach it", must)
 		}
@@ -89,6 +89,9 @@ func runHistory(t *testing.T, seed uint64, steps int, outcomes map[string]int) i
 		}
 		got := answerOf(live, c, d, err)
 		outcomes[c.op+" "+got.Result]++
+		if c.op == "requeue" && len(d.Records) > 1 {
+			outcomes["requeue with dependents"]++
+		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("seed %d step %d %s at %d:\n state answered %+v\n model answered %+v", seed, step, c, now, got, want)
 		}
@@ -221,6 +224,7 @@ func randomCall(rng *rand.Rand, m *refmodel.Model, now int64) call {
 		if rng.IntN(2) == 0 {
 			c.req = "req" + strconv.Itoa(rng.IntN(6))
 		}
+		c.permanent = rng.IntN(2) == 0 // with the dependents its end ended
 		return c
 	}
 	c.task = views[rng.IntN(len(views))].ID
@@ -249,6 +253,9 @@ func (c call) decide(s *State, now int64) (Decision, error) {
 	case "abort":
 		return s.DecideAbort(c.task, c.reason, now)
 	case "requeue":
+		if c.permanent {
+			return s.DecideRequeueWithDependents(c.task, c.req, now)
+		}
 		return s.DecideRequeue(c.task, c.req, now)
 	case "extend":
 		return s.DecideExtend(c.task, c.lease, c.d, now)
@@ -315,6 +322,9 @@ func (c call) model(m *refmodel.Model, now int64) refmodel.Answer {
 	case "abort":
 		return m.Abort(now, c.task, c.reason)
 	case "requeue":
+		if c.permanent {
+			return m.RequeueWithDependents(now, c.task, c.req)
+		}
 		return m.Requeue(now, c.task, c.req)
 	case "extend":
 		return m.Extend(now, c.task, c.lease, c.d.Milliseconds())

@@ -784,6 +784,90 @@ func (m *Model) requeue(now int64, taskID, req string) Answer {
 	return Answer{Result: "ACK", Task: n.id, Written: []string{"TaskCreated"}}
 }
 
+// RequeueWithDependents is Requeue, and, in the same write, a requeue of
+// every task the old task's end ended DEAD (and theirs in turn), in the
+// order they were created, each waiting for the new tasks of what it
+// waited for (the README: "requeue T --with-dependents runs a failed
+// upstream again together with the dependents its failure killed, each a
+// new task waiting on the new upstream").
+func (m *Model) RequeueWithDependents(now int64, taskID, req string) Answer {
+	return m.tentative(func() Answer {
+		if _, repeat := m.submits[req]; repeat && req != "" {
+			return m.requeue(now, taskID, req)
+		}
+		deaths := m.chainDeaths(taskID, now)
+		a := m.requeue(now, taskID, req)
+		if a.Result != "ACK" {
+			return a // and tentative forgets the deaths
+		}
+		a.Written = append(deaths, a.Written...)
+		renamed := map[string]string{taskID: a.Task}
+		ended := map[string]bool{taskID: true}
+		for _, t := range slices.Clone(m.tasks) { // what waits comes after what it waits for
+			m.settle(t, now)
+			if t.deadBy == "" || !ended[t.deadBy] || t.state != "DEAD" {
+				continue
+			}
+			ended[t.id] = true
+			var after, afterEnded []string
+			for _, d := range t.after {
+				id := d.id
+				if n, ok := renamed[id]; ok {
+					id = n
+				}
+				if d.anyEnd {
+					afterEnded = append(afterEnded, id)
+				} else {
+					after = append(after, id)
+				}
+			}
+			n := m.submit(now, Spec{Payload: t.payload, Window: t.window, Policy: t.policy, Queue: t.queue, Priority: t.priority,
+				Delay: t.delay, After: after, AfterEnded: afterEnded})
+			m.byID[n.Task].requeuedFrom = t.id
+			renamed[t.id] = n.Task
+			a.Written = append(a.Written, "TaskCreated")
+		}
+		return a
+	})
+}
+
+// chainDeaths records the deaths taskID's end causes down its chain that
+// no record says yet, as expire records them: first, in creation order,
+// the tasks its end (or theirs) has ended DEAD, then, as each of those
+// ends, the tasks that waited for it to complete.
+func (m *Model) chainDeaths(taskID string, now int64) []string {
+	var written []string
+	inChain := map[string]bool{taskID: true}
+	var ended []*task
+	for _, t := range m.tasks {
+		m.settle(t, now)
+		if t.deadBy != "" && inChain[t.deadBy] && t.state == "DEAD" {
+			inChain[t.id] = true
+			if t.recordedOpen {
+				written = append(written, "TaskDead")
+				ended = append(ended, t)
+			}
+		}
+	}
+	for len(ended) > 0 {
+		u := ended[0]
+		ended = ended[1:]
+		before := map[*task]string{}
+		for _, x := range m.tasks {
+			before[x] = x.deadBy
+		}
+		m.recordEnd(u, now)
+		for _, x := range m.tasks {
+			if x.recordedOpen && before[x] == "" && x.deadBy == u.id {
+				written = append(written, "TaskDead")
+				x.state = "DEAD"
+				ended = append(ended, x)
+			}
+		}
+	}
+	return written
+}
+
 // grantedFor finds the task and checks that leaseID was granted for it.
 func (m *Model) grantedFor(taskID, leaseID string) (*task, *lease, bool) {
 	t, ok := m.byID[taskID]

@@ -590,9 +590,32 @@ func (l *Local) Requeue(ctx context.Context, r api.RequeueRequest) (api.Ack, err
 	if err := required("requeue", "task", r.Task); err != nil {
 		return api.Ack{}, err
 	}
-	return l.ack(ctx, r.Actor, func(st *state.State, now int64) (state.Decision, error) {
-		return st.DecideRequeue(r.Task, r.RequestID, now)
-	})
+	return as[api.Ack](l.write(ctx, r.Actor, func(tx *store.Tx) (any, error) {
+		decide := tx.State.DecideRequeue
+		if r.WithDependents {
+			decide = tx.State.DecideRequeueWithDependents
+		}
+		d, err := committer(tx)(decide(r.Task, r.RequestID, tx.Now))
+		if err != nil {
+			return nil, err
+		}
+		t, err := tx.State.Task(d.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		v := ackOf(d, t, tx.Now)
+		for _, rec := range d.Records {
+			if rec.Type == state.TaskCreated && rec.TaskID != d.TaskID {
+				v.Dependents = append(v.Dependents, api.RequeuedOne{TaskID: rec.TaskID, RequeuedFrom: rec.RequeuedFrom})
+			}
+		}
+		if !r.WithDependents && !d.Duplicate {
+			if v.DeadDependents, err = tx.State.DeadDependents(r.Task, tx.Now); err != nil {
+				return nil, err
+			}
+		}
+		return v, nil
+	}))
 }
 
 // RequeueAll requeues every task r selects that was not requeued yet, at
