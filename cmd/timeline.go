@@ -260,7 +260,10 @@ func (tl *timeline) since(c *state.Task, now int64) string {
 		return fmt.Sprintf(" for %s", api.Age(now-from))
 	case state.Dead:
 		at := c.Deadline()
-		if c.EndCause != state.BecauseWindowClosed && last != nil {
+		switch {
+		case c.EndCause == state.BecauseDependency:
+			at = c.DeadAt
+		case c.EndCause != state.BecauseWindowClosed && last != nil:
 			at = last.EndedAt
 		}
 		return fmt.Sprintf(" at %s (%s)", tl.offset(at), c.EndReason)

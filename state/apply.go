@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/leasewal/leasewal/internal/limits"
@@ -886,14 +887,18 @@ func (s *State) applyAborted(r Record) error {
 //
 // What the task's records name beyond it is not among them: a requeued
 // task's first run (its requeued_from is kept, not checked), a firing's
-// schedule, and a payload redacted since (a reader of records is served it
-// empty: the task is replayed with a stand-in, and holds none).
+// schedule, a payload redacted since (a reader of records is served it
+// empty: the task is replayed with a stand-in, and holds none), and what it
+// waited for: their ends are other tasks' records, so it is replayed as if
+// it waited for nothing (a death by a dependency is taken as its record
+// says it), and its Deps name them, each met once the task ran or ended.
 func TaskOf(recs []Record) (*Task, error) {
 	if len(recs) == 0 {
 		return nil, invalid("no records to replay a task from")
 	}
 	s := New()
 	requeuedFrom, masked := "", false
+	var deps []Dep
 	for i, r := range recs {
 		r.Seq, r.Frame = int64(i+1), 0 // its records are at hand: the task holds their payloads
 		r.Schedule, r.Slot = "", nil   // a firing alone: its schedule is not among the records
@@ -902,6 +907,14 @@ func TaskOf(recs []Record) (*Task, error) {
 			if r.Payload == "" {
 				masked, r.Payload = true, "(redacted)"
 			}
+			for i, id := range slices.Concat(r.After, r.AfterEnded) {
+				deps = append(deps, Dep{ID: id, Ended: i >= len(r.After)})
+			}
+			r.After, r.AfterEnded = nil, nil
+		}
+		if t := s.tasks[r.TaskID]; r.Type == TaskDead && r.Dependency != "" && t != nil {
+			end, _ := strings.CutPrefix(r.Reason, "dependency "+r.Dependency+" ended ")
+			t.DeadBy, t.DeadEnd, t.DeadAt = r.Dependency, TaskState(end), r.At
 		}
 		if err := s.Apply(r); err != nil {
 			return nil, err
@@ -911,6 +924,10 @@ func TaskOf(recs []Record) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i := range deps {
+		deps[i].Met = len(t.Attempts) > 0 || t.State.Terminal()
+	}
+	t.Deps = deps
 	for i, seq := range t.Seqs { // back from the replay's numbering to the records' own
 		t.Seqs[i] = recs[seq-1].Seq
 	}

@@ -27,6 +27,9 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Seq: 4, At: 1767225601000, Type: state.QueueLimited, Queue: "q", Limit: &limit},
 		{Seq: 5, At: 1767225601000, Type: state.QueuePaused, Queue: "q", Until: &until, Reason: "why"},
 		{Seq: 6, At: 1767225601000, Type: state.ScheduleAdded, Schedule: "s", Every: state.Duration(time.Hour), CatchUp: "all", Payload: "p"},
+		{Seq: 7, At: 1767225601000, Type: state.QueueRated, Queue: "q", Rate: "10/s", Burst: 5},
+		{Seq: 8, At: 1767225601000, Type: state.TaskCreated, TaskID: "T2", Payload: "p", NotBefore: &nb, RequestID: "r2", After: []string{"T1"}, AfterEnded: []string{"T0"}},
+		{Seq: 9, At: 1767225601000, Type: state.TaskDead, TaskID: "T2", Reason: "dependency T1 ended FAILED", Dependency: "T1"},
 	} {
 		b, err := json.Marshal(answers.Record(r))
 		if err != nil {

@@ -155,8 +155,10 @@ type Task struct {
 	DeadlineOn                                bool
 	Deadline                                  string // "" for none
 	Records                                   []api.Record
-	Ticks                                     []Tick // its own axis: from its creation to its last event
-	Lapsed                                    int    // leases of it that lapsed
+	Ticks                                     []Tick   // its own axis: from its creation to its last event
+	Lapsed                                    int      // leases of it that lapsed
+	After                                     []string // the tasks it was submitted to wait for
+	Dependents                                *named   // the tasks submitted to wait for it
 }
 
 // width is the drawings' width in SVG units.
@@ -210,7 +212,24 @@ type collector struct {
 	counted       map[string]bool // the other tasks ended and counted
 	earlier       []string
 	isEarlier     map[string]bool
+	// dependents is, for a drawn task, the tasks submitted to wait for it
+	// (the first maxNamed) and how many there are.
+	dependents map[string]*named
 }
+
+// named is the first namedDependents of some tasks, and how many there
+// are.
+type named struct {
+	IDs   []string
+	Count int
+}
+
+// More is how many of the tasks are not named.
+func (n *named) More() int { return n.Count - len(n.IDs) }
+
+// namedDependents is how many of the tasks waiting for one a task's
+// section names.
+const namedDependents = 20
 
 // point is what one record did to the chart: a task created (+1), ended
 // (-1), completed.
@@ -222,7 +241,7 @@ type point struct {
 
 func newCollector(o Options) *collector {
 	return &collector{o: o, kept: map[string][]api.Record{}, open: map[string][]state.Record{}, states: map[string]int{}, queues: map[string]int{},
-		counted: map[string]bool{}, isEarlier: map[string]bool{}}
+		counted: map[string]bool{}, isEarlier: map[string]bool{}, dependents: map[string]*named{}}
 }
 
 func (c *collector) add(r api.Record) {
@@ -245,6 +264,18 @@ func (c *collector) add(r api.Record) {
 	if id == "" {
 		c.points = append(c.points, pt)
 		return
+	}
+	for _, up := range slices.Concat(r.After, r.AfterEnded) {
+		if _, drawn := c.kept[up]; drawn {
+			d := c.dependents[up]
+			if d == nil {
+				d = &named{}
+				c.dependents[up] = d
+			}
+			if d.Count++; len(d.IDs) < namedDependents {
+				d.IDs = append(d.IDs, id)
+			}
+		}
 	}
 	if _, drawn := c.kept[id]; drawn {
 		c.kept[id] = append(c.kept[id], r)
@@ -356,7 +387,10 @@ func (c *collector) page(last int64) Page {
 		c.queues[tc.Queue]++
 		payload, _ := tc.Payload.Text() // a task replayed from its records alone holds its payload (TaskOf)
 		tv := Task{ID: tc.ID, State: string(tc.State), Queue: tc.Queue, Payload: payload, Reason: tc.EndReason, Result: tc.Result,
-			Attempt: tc.Attempt, MaxAttempts: tc.Policy.MaxAttempts, Records: c.kept[id]}
+			Attempt: tc.Attempt, MaxAttempts: tc.Policy.MaxAttempts, Records: c.kept[id], Dependents: c.dependents[id]}
+		for _, d := range tc.Deps {
+			tv.After = append(tv.After, d.ID)
+		}
 		tax := taskAxis(tc, recs)
 		for _, a := range tc.Attempts {
 			to, glyph, class := a.EndedAt, answers.EndMarks[a.End], endClass(a.End)
@@ -468,7 +502,10 @@ func eventsOf(c *state.Task, recs []state.Record, ax axis) []Event {
 		}
 	}
 	if c.State == state.Dead {
-		if died == 0 { // it died of time alone: at its deadline, or when its last lease lapsed
+		switch {
+		case died == 0 && c.EndCause == state.BecauseDependency: // when what it waited for ended
+			died = c.DeadAt
+		case died == 0: // it died of time alone: at its deadline, or when its last lease lapsed
 			died = c.Deadline()
 			if n := len(c.Attempts); n > 0 && c.Attempts[n-1].End == state.EndExpired {
 				died = min(died, c.Attempts[n-1].EndedAt)
