@@ -28,6 +28,7 @@ type Input struct {
 	Op     string // submit, lease, extend, complete, fail, release, rate
 	Worker string
 	Rate   string // rate: the default queue's rate (N/s), or none
+	After  string // submit: a task it waits for ("": none)
 	Task   string
 	Lease  string
 	Req    string
@@ -54,6 +55,9 @@ func (in Input) Args(withNow bool) []string {
 	}
 	switch in.Op {
 	case "submit":
+		if in.After != "" {
+			tail = append(tail, "--after", in.After)
+		}
 		return append([]string{"submit", "--payload", Job.Payload, "--window", "20s", "--max-attempts", "3"}, tail...)
 	case "lease":
 		return append([]string{"lease", "--worker", in.Worker, "--duration", "1s"}, tail...)
@@ -113,6 +117,9 @@ func call(m *refmodel.Model, in Input, now int64) refmodel.Answer {
 	case "submit":
 		spec := Job
 		spec.Req = in.Req
+		if in.After != "" {
+			spec.After = []string{in.After}
+		}
 		return m.Submit(now, spec)
 	case "lease":
 		return m.Lease(now, in.Worker, 1000, "", in.Req, nil)
@@ -177,7 +184,8 @@ func Check(initialAt int64, history []porcupine.Operation, limit time.Duration) 
 
 // Clients runs n clients at once, each making at least ops calls and going
 // on while more() says so: a random mix of submits, leases (each with a
-// request id), completions, failures or releases of the lease it holds and
+// request id; half of a client's submits wait for its last task),
+// completions, failures or releases of the lease it holds and
 // (client 0's second call, then now and then, when time moves on between
 // calls) the default queue's rate, each call
 // Offset after the last record. send makes client i's call with args and
@@ -198,12 +206,15 @@ func Clients(n, ops int, offset time.Duration, began time.Time, more func() bool
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(client), 11))
 			worker := "W" + strconv.Itoa(client)
-			var task, lease string
+			var task, lease, submitted string
 			for i := 0; i < ops || more(); i++ {
 				in := Input{Op: "lease", Worker: worker, Offset: offset, Req: fmt.Sprintf("c%d-%d", client, i)}
 				switch k := rng.IntN(10); {
 				case k < 3:
 					in.Op = "submit"
+					if submitted != "" && rng.IntN(2) == 0 { // a chain: it waits for the client's last task
+						in.After = submitted
+					}
 				case lease != "" && k < 7:
 					in.Op, in.Task, in.Lease, in.Req = "complete", task, lease, ""
 				case lease != "" && k < 8:
@@ -232,6 +243,9 @@ func Clients(n, ops int, offset time.Duration, began time.Time, more func() bool
 				history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: got, Return: ret})
 				mu.Unlock()
 				answered.Add(1)
+				if in.Op == "submit" && got.Result == "ACK" {
+					submitted = got.Task
+				}
 				if in.Op == "lease" && got.Result == "LEASED" {
 					task, lease = got.Task, got.Lease
 				} else if in.Op == "complete" || in.Op == "fail" || in.Op == "release" {
