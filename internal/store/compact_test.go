@@ -64,6 +64,8 @@ func TestCompactedWALAnswersAsTheOriginal(t *testing.T) {
 		}
 		var args []string
 		switch op := rng.IntN(6); {
+		case op == 0 && rng.IntN(3) == 0 && len(leases) > 0: // what it waits for is kept by the base
+			args = []string{"submit", "--payload", fmt.Sprint("p", step), "--after", leases[rng.IntN(len(leases))][0]}
 		case op == 0:
 			args = []string{"submit", "--payload", fmt.Sprint("p", step), "--request-id", fmt.Sprint("r", rng.IntN(20))}
 		case op == 1 && len(leases) > 0:
