@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -32,7 +33,7 @@ func checkRecord(r *Record, legacy bool) error {
 		{"reason", r.Reason}, {"queue", r.Queue}, {"requeued_from", r.RequeuedFrom}, {"domain", r.Domain},
 		{"token", r.Token}, {"outcome", r.Outcome}, {"result", r.Result}, {"schedule", r.Schedule},
 		{"cron", r.Cron}, {"tz", r.TZ}, {"catch_up", r.CatchUp}, {"history", r.History}, {"data", r.Data},
-		{"digest", r.Digest}, {"hash", r.Hash}, {"rate", r.Rate},
+		{"digest", r.Digest}, {"hash", r.Hash}, {"rate", r.Rate}, {"dependency", r.Dependency},
 	} {
 		if !utf8.ValidString(f.value) {
 			return fmt.Errorf("%s is not UTF-8 text", f.name)
@@ -59,6 +60,19 @@ func checkRecord(r *Record, legacy bool) error {
 	if r.Rate != "" {
 		if _, err := ParseRate(r.Rate); err != nil {
 			return err
+		}
+	}
+	if r.After != nil || r.AfterEnded != nil {
+		if err := limits.After.Int(int64(len(r.After) + len(r.AfterEnded))); err != nil {
+			return err
+		}
+		for _, id := range slices.Concat(r.After, r.AfterEnded) {
+			if !utf8.ValidString(id) {
+				return fmt.Errorf("after is not UTF-8 text")
+			}
+			if err := limits.TaskID.Text(id); err != nil {
+				return err
+			}
 		}
 	}
 	if r.Burst != 0 {

@@ -849,6 +849,14 @@ func (m *Model) chainDeaths(taskID string, now int64) []string {
 			}
 		}
 	}
+	return append(written, m.recordEnds(ended, now)...)
+}
+
+// recordEnds records the ends of ended, in order, and the deaths those ends
+// cause among the tasks that wait for them, and theirs in turn: a TaskDead
+// each.
+func (m *Model) recordEnds(ended []*task, now int64) []string {
+	var written []string
 	for len(ended) > 0 {
 		u := ended[0]
 		ended = ended[1:]
@@ -1034,22 +1042,7 @@ func (m *Model) expire(now int64) Answer {
 	}
 	// Then, in the order they end, the deaths those ends cause among the
 	// tasks that wait for them, and theirs in turn.
-	for len(ended) > 0 {
-		u := ended[0]
-		ended = ended[1:]
-		before := map[*task]string{}
-		for _, x := range m.tasks {
-			before[x] = x.deadBy
-		}
-		m.recordEnd(u, now)
-		for _, x := range m.tasks {
-			if x.recordedOpen && before[x] == "" && x.deadBy == u.id {
-				a.Written = append(a.Written, "TaskDead")
-				x.state = "DEAD"
-				ended = append(ended, x)
-			}
-		}
-	}
+	a.Written = append(a.Written, m.recordEnds(ended, now)...)
 	return a
 }
 
