@@ -73,10 +73,14 @@ run 0 expire
 expect transitions "[]"
 echo "   upload 3, notify 3 and the summary DEAD in one expire; a second finds nothing"
 
-step "every step ran once, in its chain's order; the cleanup after every convert"
-line() { grep -n "^$1\$" "$DIR/order" | cut -d: -f1; }
+step "every step completed once, in its chain's order; the cleanup after every convert"
+# A step whose worker was killed after the step's work but before its
+# completion was recorded runs again (at least once, as leases promise);
+# what follows it starts only once a completion is recorded.
+line() { grep -n "^$1\$" "$DIR/order" | head -n 1 | cut -d: -f1; }
 for step in "convert 1" "upload 1" "notify 1" "convert 2" "upload 2" "notify 2" cleanup; do
-	[ "$(grep -c "^$step\$" "$DIR/order")" = 1 ] || fail "$step ran $(grep -c "^$step\$" "$DIR/order") times: $(cat "$DIR/order")"
+	n=$(grep -c "^$step\$" "$DIR/order")
+	[ "$n" -ge 1 ] && [ "$n" -le 2 ] || fail "$step ran $n times: $(cat "$DIR/order")"
 done
 for step in "upload 3" "notify 3" summary; do
 	! grep -q "^$step\$" "$DIR/order" || fail "$step ran though what it waits for failed"
@@ -89,6 +93,7 @@ run 0 inspect
 expect COMPLETED 7 FAILED 1 DEAD 3
 run 0 log --type TaskCompleted
 [ "$(printf '%s\n' "$OUT" | grep -c '"type":"TaskCompleted"')" = 7 ] || fail "not 7 completions: $OUT"
+[ "$(printf '%s\n' "$OUT" | grep -o '"task_id":"T[0-9]*"' | sort -u | wc -l)" = 7 ] || fail "a task completed twice: $OUT"
 run 0 verify
 expect result OK
 rm -rf "$DIR"
