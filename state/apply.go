@@ -246,14 +246,16 @@ func (s *State) apply(r Record) (*Task, error) {
 		s.records = map[RecordType]int64{}
 	}
 	s.records[r.Type]++
-	s.newest = s.newest || r.FormatVersion() >= 4
+	if !s.newest && r.FormatVersion() >= 4 {
+		s.newest = true
+	}
 	if t != nil {
 		ended := t.State.Terminal() && t.Ended == 0
 		if ended {
 			t.Ended = r.At
 		}
 		s.adopt(t)
-		if ended {
+		if ended && s.newest { // only a WAL with records of version 4 has dependencies
 			s.forgetDeps(t)
 			if err := s.settleDependents(t, r.At); err != nil {
 				return nil, err

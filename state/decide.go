@@ -346,10 +346,13 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 				why += "; " + s.fullMessage(full, q)
 			}
 		}
-		rated := map[string]int64{}
+		var rated map[string]int64
 		for _, q := range slices.Sorted(maps.Keys(held)) {
 			if skip[q] {
 				continue
+			}
+			if rated == nil {
+				rated = map[string]int64{}
 			}
 			skip[q], rated[q] = true, held[q]
 			if len(c.Queues) == 0 || slices.Contains(c.Queues, q) {
