@@ -27,16 +27,16 @@ func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error
 			}
 			for _, t := range tasks {
 				n := state.Number(t.ID)
+				var prev *state.Task
 				if n <= newest {
 					if old := tx.Bucket(bTasks).Get(num(n)); old != nil {
-						prev, err := unseal(n, old)
-						if err != nil {
+						var err error
+						if prev, err = unseal(n, old); err != nil {
 							return err
 						}
-						c.unkey(prev, n)
 					}
 				}
-				c.key(t, n, meta.At)
+				c.key(t, prev, n, meta.At)
 			}
 			if err := c.apply(tx); err != nil {
 				return err
@@ -101,54 +101,71 @@ func (c *changes) put(bucket []byte, key, value []byte) {
 	c.puts[string(bucket)] = append(c.puts[string(bucket)], kv{key, value})
 }
 
-// key writes t over its copy: its own value, and the keys it has now; ids
-// a task had stay its own (a request id or lease id never changes owner).
-func (c *changes) key(t *state.Task, n, at int64) {
+// entry is one key a task has in a bucket besides its own value.
+type entry struct {
+	bucket     []byte
+	key, value []byte
+}
+
+// keysOf is every key t has outside the tasks bucket: its ids (a request
+// id or lease id never changes owner), and, unfinished, its live mark,
+// what it waits for, its place in the lease order (unless it waits) and its
+// times; a wake time only after wakeAfter.
+func keysOf(t *state.Task, n, wakeAfter int64) []entry {
 	key := num(n)
-	c.put(bTasks, key, sealed(n, state.EncodeTask(t)))
-	c.put(bSubmits, []byte(t.RequestID), key)
+	out := []entry{{bSubmits, []byte(t.RequestID), key}}
 	for _, a := range t.Attempts {
-		c.put(bLeases, []byte(a.LeaseID), key)
+		out = append(out, entry{bLeases, []byte(a.LeaseID), key})
 		if a.RequestID != "" {
-			c.put(bLeaseReqs, []byte(a.RequestID), key)
+			out = append(out, entry{bLeaseReqs, []byte(a.RequestID), key})
 		}
 	}
 	if t.State.Terminal() {
-		return
+		return out
 	}
-	c.put(bLive, key, nil)
+	out = append(out, entry{bLive, key, nil})
 	for _, d := range t.Waits() {
-		c.put(bAfter, edgeKey(state.Number(d.ID), n), nil)
+		out = append(out, entry{bAfter, edgeKey(state.Number(d.ID), n), nil})
 	}
 	if !t.Pending() {
-		c.put(bOrder, orderKey(t.Queue, t.Priority, n), orderValue(t.Order(n)))
+		out = append(out, entry{bOrder, orderKey(t.Queue, t.Priority, n), orderValue(t.Order(n))})
 	}
 	if at := t.LapseAt(); at != 0 {
-		c.put(bLapse, timeKey(at, n), nil)
+		out = append(out, entry{bLapse, timeKey(at, n), nil})
 	}
-	if wake := t.WakeAt(); wake > at {
-		c.put(bWake, timeKey(wake, n), nil)
+	if wake := t.WakeAt(); wake > wakeAfter {
+		out = append(out, entry{bWake, timeKey(wake, n), nil})
 	}
+	return out
 }
 
-// unkey removes the keys of a task's copy that a change of the task
-// changes: its live mark, lease order and times, or its end.
-func (c *changes) unkey(t *state.Task, n int64) {
-	if t.State.Terminal() {
-		return
+// key writes t over its copy prev (nil: none), as of at: its own value,
+// and of its other keys only those that differ from prev's, so that a
+// change of a few of a task's keys (a dependency met, a lease granted)
+// moves those and no others. A wake time of prev is taken as written
+// whatever it was (a delete of a key that is not there changes nothing);
+// one that t has too is after at, so after prev's own at, and so written.
+func (c *changes) key(t, prev *state.Task, n, at int64) {
+	c.put(bTasks, num(n), sealed(n, state.EncodeTask(t)))
+	var old []entry
+	if prev != nil {
+		old = keysOf(prev, n, 0)
 	}
-	c.del(bLive, num(n))
-	for _, d := range t.Waits() {
-		c.del(bAfter, edgeKey(state.Number(d.ID), n))
+	for _, e := range keysOf(t, n, at) {
+		same := false
+		old = slices.DeleteFunc(old, func(o entry) bool {
+			if !bytes.Equal(o.bucket, e.bucket) || !bytes.Equal(o.key, e.key) {
+				return false
+			}
+			same = bytes.Equal(o.value, e.value)
+			return true
+		})
+		if !same {
+			c.put(e.bucket, e.key, e.value)
+		}
 	}
-	if !t.Pending() {
-		c.del(bOrder, orderKey(t.Queue, t.Priority, n))
-	}
-	if at := t.LapseAt(); at != 0 {
-		c.del(bLapse, timeKey(at, n))
-	}
-	if at := t.WakeAt(); at != 0 {
-		c.del(bWake, timeKey(at, n))
+	for _, o := range old {
+		c.del(o.bucket, o.key)
 	}
 }
 
