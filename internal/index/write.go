@@ -3,6 +3,7 @@ package index
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -133,7 +134,7 @@ func keysOf(t *state.Task, n, wakeAfter int64) []entry {
 	if at := t.LapseAt(); at != 0 {
 		out = append(out, entry{bLapse, timeKey(at, n), nil})
 	}
-	if wake := t.WakeAt(); wake > wakeAfter {
+	if wake := t.WakeAt(); wake != 0 && wake > wakeAfter { // 0: none (a time before 1970 is negative)
 		out = append(out, entry{bWake, timeKey(wake, n), nil})
 	}
 	return out
@@ -149,7 +150,7 @@ func (c *changes) key(t, prev *state.Task, n, at int64) {
 	c.put(bTasks, num(n), sealed(n, state.EncodeTask(t)))
 	var old []entry
 	if prev != nil {
-		old = keysOf(prev, n, 0)
+		old = keysOf(prev, n, math.MinInt64)
 	}
 	for _, e := range keysOf(t, n, at) {
 		same := false
