@@ -392,24 +392,16 @@ func (s *State) DecideRequeueWithDependents(taskID, requestID string, now int64)
 	d.Records = append(deaths.Records, d.Records...)
 	renamed := map[string]string{taskID: d.TaskID} // an old task -> its requeue
 	next := s.lastTaskNum + 2
-	taken := map[string]bool{d.Records[len(d.Records)-1].RequestID: true}
+	given := d.Records[len(d.Records)-1].RequestID // the new upstream's
 	autoReq := next
 	for _, t := range chain {
 		if t.Redacted != "" {
 			continue
 		}
-		req := ""
-		for ; req == ""; autoReq++ {
-			candidate := "R" + strconv.FormatInt(autoReq, 10)
-			prev, err := s.submitted(candidate)
-			if err != nil {
-				return Decision{}, err
-			}
-			if prev == nil && !taken[candidate] {
-				req = candidate
-			}
+		req, err := s.freeRequestID(&autoReq, func(r string) bool { return r == given })
+		if err != nil {
+			return Decision{}, err
 		}
-		taken[req] = true
 		id := "T" + strconv.FormatInt(next, 10)
 		next++
 		renamed[t.ID] = id
@@ -425,9 +417,9 @@ func (s *State) DecideRequeueWithDependents(taskID, requestID string, now int64)
 				after = append(after, name)
 			}
 		}
-		policy, priority, at := t.Policy, t.Priority, addTime(now, t.Delay)
-		d.Records = append(d.Records, Record{Type: TaskCreated, TaskID: id, Payload: t.Payload.text, PayloadAt: t.Payload.ref, Window: t.Window,
-			RetryPolicy: &policy, RequestID: req, NotBefore: &at, Queue: t.Queue, Priority: &priority, RequeuedFrom: t.ID, After: after, AfterEnded: afterEnded})
+		r := requeueRecord(t, id, req, addTime(now, t.Delay))
+		r.After, r.AfterEnded = after, afterEnded
+		d.Records = append(d.Records, r)
 	}
 	return d, nil
 }

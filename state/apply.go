@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/leasewal/leasewal/internal/limits"
@@ -915,8 +914,7 @@ func TaskOf(recs []Record) (*Task, error) {
 			r.After, r.AfterEnded = nil, nil
 		}
 		if t := s.tasks[r.TaskID]; r.Type == TaskDead && r.Dependency != "" && t != nil {
-			end, _ := strings.CutPrefix(r.Reason, "dependency "+r.Dependency+" ended ")
-			t.DeadBy, t.DeadEnd, t.DeadAt = r.Dependency, TaskState(end), r.At
+			t.DeadBy, t.DeadEnd, t.DeadAt = r.Dependency, deadEndOf(r.Reason, r.Dependency), r.At
 		}
 		if err := s.Apply(r); err != nil {
 			return nil, err

@@ -173,16 +173,12 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 		}
 		id := "T" + strconv.FormatInt(next, 10)
 		req := c.RequestID
-		// R<n> as DecideSubmit after the batch's earlier tasks: the first free
-		// from this task's number on.
-		for autoReq = max(autoReq, next); req == ""; autoReq++ {
-			candidate := "R" + strconv.FormatInt(autoReq, 10)
-			taken, err := s.submitted(candidate)
-			if err != nil {
+		if req == "" {
+			// R<n> as DecideSubmit after the batch's earlier tasks: the first
+			// free from this task's number on.
+			autoReq = max(autoReq, next)
+			if req, err = s.freeRequestID(&autoReq, func(r string) bool { _, inBatch := batch[r]; return inBatch }); err != nil {
 				return nil, &BatchError{Index: i, Err: err}
-			}
-			if _, inBatch := batch[candidate]; taken == nil && !inBatch {
-				req = candidate
 			}
 		}
 		next++

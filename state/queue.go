@@ -234,19 +234,38 @@ func (s *State) DecideRequeue(taskID, requestID string, now int64) (Decision, er
 		return Decision{}, refuse(NotAllowed, "task", "%s's payload was redacted (%q), so there is nothing to run again; submit the task anew with its payload", t.ID, t.Redacted)
 	}
 	id := "T" + strconv.FormatInt(s.lastTaskNum+1, 10)
-	for n := s.lastTaskNum + 1; requestID == ""; n++ {
-		taken, err := s.submitted("R" + strconv.FormatInt(n, 10))
-		if err != nil {
+	if requestID == "" {
+		from := s.lastTaskNum + 1
+		if requestID, err = s.freeRequestID(&from, nil); err != nil {
 			return Decision{}, err
 		}
-		if taken == nil {
-			requestID = "R" + strconv.FormatInt(n, 10)
+	}
+	return write(requeueRecord(t, id, requestID, now), Decision{Outcome: ResultAck, TaskID: id}), nil
+}
+
+// freeRequestID is the first R<n> from *from on that no TaskCreated took
+// and taken (nil: none) does not hold; *from moves past it.
+func (s *State) freeRequestID(from *int64, taken func(string) bool) (string, error) {
+	for ; ; *from++ {
+		candidate := "R" + strconv.FormatInt(*from, 10)
+		prev, err := s.submitted(candidate)
+		if err != nil {
+			return "", err
+		}
+		if prev == nil && (taken == nil || !taken(candidate)) {
+			*from++
+			return candidate, nil
 		}
 	}
-	policy, priority, at := t.Policy, t.Priority, now
-	return write(Record{Type: TaskCreated, TaskID: id, Payload: t.Payload.text, PayloadAt: t.Payload.ref, Window: t.Window, RetryPolicy: &policy, RequestID: requestID,
-		NotBefore: &at, Queue: t.Queue, Priority: &priority, RequeuedFrom: t.ID},
-		Decision{Outcome: ResultAck, TaskID: id}), nil
+}
+
+// requeueRecord is the TaskCreated that runs t again as task id under request
+// id req, eligible from notBefore: its payload, window, retry policy, queue
+// and priority, requeued_from it.
+func requeueRecord(t *Task, id, req string, notBefore int64) Record {
+	policy, priority := t.Policy, t.Priority
+	return Record{Type: TaskCreated, TaskID: id, Payload: t.Payload.text, PayloadAt: t.Payload.ref, Window: t.Window, RetryPolicy: &policy,
+		RequestID: req, NotBefore: &notBefore, Queue: t.Queue, Priority: &priority, RequeuedFrom: t.ID}
 }
 
 // RequeueSelection is the tasks a bulk requeue runs again: those in one
@@ -292,21 +311,12 @@ func (s *State) DecideRequeueAll(sel RequeueSelection, now int64) (Decision, err
 			d.More++
 			return true
 		}
-		req := ""
-		for ; req == ""; autoReq++ {
-			candidate := "R" + strconv.FormatInt(autoReq, 10)
-			taken, err := s.submitted(candidate)
-			if err != nil {
-				failed = err
-				return false
-			}
-			if taken == nil {
-				req = candidate
-			}
+		req, err := s.freeRequestID(&autoReq, nil)
+		if err != nil {
+			failed = err
+			return false
 		}
-		policy, priority, at := t.Policy, t.Priority, now
-		d.Records = append(d.Records, Record{Type: TaskCreated, TaskID: "T" + strconv.FormatInt(next, 10), Payload: t.Payload.text, PayloadAt: t.Payload.ref,
-			Window: t.Window, RetryPolicy: &policy, RequestID: req, NotBefore: &at, Queue: t.Queue, Priority: &priority, RequeuedFrom: t.ID})
+		d.Records = append(d.Records, requeueRecord(t, "T"+strconv.FormatInt(next, 10), req, now))
 		next++
 		return true
 	})

@@ -207,15 +207,6 @@ func (s *State) applyRated(r Record) error {
 	return nil
 }
 
-// FormatVersion is the WAL format version a base of the state needs: 4
-// once a record of that version was applied, else 3.
-func (s *State) FormatVersion() int {
-	if s.newest {
-		return 4
-	}
-	return 3
-}
-
 // QueueRate is a rated queue as it stands at a time.
 type QueueRate struct {
 	Queue string

@@ -96,6 +96,15 @@ func (s *State) snapshotVersion() uint64 {
 	return 5
 }
 
+// FormatVersion is the WAL format version a base of the state needs: 4
+// once a record of that version was applied, else 3.
+func (s *State) FormatVersion() int {
+	if s.newest {
+		return 4
+	}
+	return 3
+}
+
 // encodeHead writes what comes before the tasks: the version, the counters,
 // the base, and two false flags (where a cache of older versions named the
 // files holding the tasks it did not).

@@ -153,6 +153,13 @@ func (t *Task) deathByDependency() string {
 	return "dependency " + t.DeadBy + " ended " + string(t.DeadEnd)
 }
 
+// deadEndOf is the end of its dependency a death's reason names (what
+// deathByDependency wrote).
+func deadEndOf(reason, dependency string) TaskState {
+	end, _ := strings.CutPrefix(reason, "dependency "+dependency+" ended ")
+	return TaskState(end)
+}
+
 // depIDs lists dependencies' ids: "T3, T4".
 func depIDs(deps []Dep) string {
 	ids := make([]string, len(deps))

@@ -155,10 +155,10 @@ type Task struct {
 	DeadlineOn                                bool
 	Deadline                                  string // "" for none
 	Records                                   []api.Record
-	Ticks                                     []Tick   // its own axis: from its creation to its last event
-	Lapsed                                    int      // leases of it that lapsed
-	After                                     []string // the tasks it was submitted to wait for
-	Dependents                                *named   // the tasks submitted to wait for it
+	Ticks                                     []Tick      // its own axis: from its creation to its last event
+	Lapsed                                    int         // leases of it that lapsed
+	After                                     []string    // the tasks it was submitted to wait for
+	Dependents                                *namedTasks // the tasks submitted to wait for it
 }
 
 // width is the drawings' width in SVG units.
@@ -214,18 +214,18 @@ type collector struct {
 	isEarlier     map[string]bool
 	// dependents is, for a drawn task, the tasks submitted to wait for it
 	// (the first maxNamed) and how many there are.
-	dependents map[string]*named
+	dependents map[string]*namedTasks
 }
 
-// named is the first namedDependents of some tasks, and how many there
+// namedTasks is the first namedDependents of some tasks, and how many there
 // are.
-type named struct {
+type namedTasks struct {
 	IDs   []string
 	Count int
 }
 
 // More is how many of the tasks are not named.
-func (n *named) More() int { return n.Count - len(n.IDs) }
+func (n *namedTasks) More() int { return n.Count - len(n.IDs) }
 
 // namedDependents is how many of the tasks waiting for one a task's
 // section names.
@@ -241,7 +241,7 @@ type point struct {
 
 func newCollector(o Options) *collector {
 	return &collector{o: o, kept: map[string][]api.Record{}, open: map[string][]state.Record{}, states: map[string]int{}, queues: map[string]int{},
-		counted: map[string]bool{}, isEarlier: map[string]bool{}, dependents: map[string]*named{}}
+		counted: map[string]bool{}, isEarlier: map[string]bool{}, dependents: map[string]*namedTasks{}}
 }
 
 func (c *collector) add(r api.Record) {
@@ -269,7 +269,7 @@ func (c *collector) add(r api.Record) {
 		if _, drawn := c.kept[up]; drawn {
 			d := c.dependents[up]
 			if d == nil {
-				d = &named{}
+				d = &namedTasks{}
 				c.dependents[up] = d
 			}
 			if d.Count++; len(d.IDs) < namedDependents {
