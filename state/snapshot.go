@@ -18,7 +18,7 @@ import (
 // what Apply built, so a loaded state answers as the replayed one does; the
 // indexes are rebuilt on load: tasks by id at once, request ids and leases
 // when a lookup first needs them (keySubmits, keyLeases). An index keeps
-// each task in the same encoding (EncodeTask), saying where the WAL holds a
+// each task in the same encoding (AppendTask), saying where the WAL holds a
 // long payload instead of its text.
 
 // snapshotVersion is the version a snapshot is written in when it needs
@@ -750,15 +750,15 @@ func (d *snapDecoder) offsets(set *Offsets) {
 	}
 }
 
-// EncodeTask is t as an index keeps it: a long payload named where the WAL
-// holds it (a PayloadRef), not its text.
-func EncodeTask(t *Task) []byte {
-	e := &encoder{refs: true, deps: true}
+// AppendTask appends t as an index keeps it to b: a long payload named
+// where the WAL holds it (a PayloadRef), not its text.
+func AppendTask(b []byte, t *Task) []byte {
+	e := encoder{b: b, refs: true, deps: true}
 	e.task(t)
 	return e.b
 }
 
-// DecodeTask reads back what EncodeTask wrote; the task holds its own copy
+// DecodeTask reads back what AppendTask wrote; the task holds its own copy
 // of b's bytes.
 func DecodeTask(b []byte) (*Task, error) {
 	d := &snapDecoder{b: b, all: string(b), refs: true, deps: true}

@@ -172,7 +172,7 @@ func newMemSource() *memSource { return &memSource{tasks: map[int64][]byte{}} }
 // write makes the source hold s's hot tasks too, and s read from it.
 func (m *memSource) write(s *State) {
 	for _, t := range s.Hot() {
-		m.tasks[Number(t.ID)] = EncodeTask(t)
+		m.tasks[Number(t.ID)] = AppendTask(nil, t)
 	}
 	s.Flushed(m)
 }

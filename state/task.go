@@ -105,6 +105,11 @@ type Task struct {
 	DeadEnd TaskState
 	DeadAt  int64
 
+	// Stored is what the Source that gave the task noted of its copy there
+	// (nil: none gave it): the Source's own business, which it reads when
+	// the task is written back to it.
+	Stored any `json:"-"`
+
 	counted bool         // its end has been counted toward compacting State.live
 	pauses  *queuePauses // its queue's pauses (nil: never paused)
 }

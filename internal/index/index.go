@@ -9,7 +9,7 @@
 //
 // Buckets, each a reader can name:
 //
-//	meta        schema, position, seq; the head (state.Head: counters, base,
+//	meta        schema, position, seq, the file's own id; the head (state.Head: counters, base,
 //	            domains, redactions, limits, record counts, pauses, schedules)
 //	tasks       number (8 bytes, big-endian: creation order) -> the task
 //	live        number -> nothing, for each task unfinished as recorded
@@ -82,6 +82,7 @@ var (
 	kHead     = []byte("head")
 	kBoot     = []byte("boot")
 	kSynced   = []byte("synced")
+	kFile     = []byte("file")
 )
 
 // ErrNoIndex is an index that is not there, or not one this version reads.
@@ -177,7 +178,7 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 					return err
 				}
 			}
-			return nil
+			return tx.Bucket(bMeta).Put(kFile, newFileID())
 		}); err != nil {
 			b.Close()
 			return nil, fmt.Errorf("preparing the index %s: %w", path, err)
@@ -306,33 +307,36 @@ func unseal(n int64, b []byte) (*state.Task, error) {
 }
 
 // num is a task number as a key: big-endian, so keys sort in creation order.
-func num(n int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(n)) }
+func num(n int64) []byte { return appendNum(nil, n) }
 
-// timeKey is a time and a task number as a key, in time order (negative
-// times included: the years before 1970).
-func timeKey(at, n int64) []byte {
-	b := binary.BigEndian.AppendUint64(nil, uint64(at)^(1<<63))
-	return binary.BigEndian.AppendUint64(b, uint64(n))
+func appendNum(b []byte, n int64) []byte { return binary.BigEndian.AppendUint64(b, uint64(n)) }
+
+// appendTimeKey appends a time and a task number as a key, in time order
+// (negative times included: the years before 1970).
+func appendTimeKey(b []byte, at, n int64) []byte {
+	return appendNum(binary.BigEndian.AppendUint64(b, uint64(at)^(1<<63)), n)
 }
 
-// edgeKey is a dependency's key: the task waited for, then the task that
-// waits.
-func edgeKey(upstream, n int64) []byte {
-	return binary.BigEndian.AppendUint64(num(upstream), uint64(n))
-}
+// appendEdgeKey appends a dependency's key: the task waited for, then the
+// task that waits.
+func appendEdgeKey(b []byte, upstream, n int64) []byte { return appendNum(appendNum(b, upstream), n) }
 
 func keyTime(k []byte) int64 { return int64(binary.BigEndian.Uint64(k) ^ (1 << 63)) }
 
-// orderKey is a task's key in its queue's lease order: the queue, a zero
-// byte (no name holds one), then higher priorities first, then older.
-func orderKey(queue string, priority int, n int64) []byte {
-	b := append([]byte(queue), 0)
+// appendOrderKey appends a task's key in its queue's lease order: the
+// queue, a zero byte (no name holds one), then higher priorities first,
+// then older.
+func appendOrderKey(b []byte, queue string, priority int, n int64) []byte {
+	b = append(append(b, queue...), 0)
 	b = binary.BigEndian.AppendUint16(b, uint16(state.MaxPriority-priority))
-	return binary.BigEndian.AppendUint64(b, uint64(n))
+	return appendNum(b, n)
 }
 
-func orderValue(e state.OrderEntry) []byte {
-	b := binary.BigEndian.AppendUint64(nil, uint64(e.From))
+// orderValueLen is the length of what appendOrderValue appends.
+const orderValueLen = 17
+
+func appendOrderValue(b []byte, e state.OrderEntry) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(e.From))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.To))
 	if e.Leased {
 		return append(b, 1)

@@ -3,6 +3,7 @@ package index
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -163,10 +164,10 @@ func checkHolds(t *testing.T, seed uint64, r *Reader, full *state.State) {
 		t.Fatalf("seed %d: "+format, append([]any{seed}, args...)...)
 	}
 	var got, unfinished [][]byte
-	if err := r.Each(false, func(task *state.Task) bool { got = append(got, state.EncodeTask(task)); return true }); err != nil {
+	if err := r.Each(false, func(task *state.Task) bool { got = append(got, state.AppendTask(nil, task)); return true }); err != nil {
 		fail("%v", err)
 	}
-	if err := r.Each(true, func(task *state.Task) bool { unfinished = append(unfinished, state.EncodeTask(task)); return true }); err != nil {
+	if err := r.Each(true, func(task *state.Task) bool { unfinished = append(unfinished, state.AppendTask(nil, task)); return true }); err != nil {
 		fail("%v", err)
 	}
 	var want, wantUnfinished [][]byte
@@ -175,8 +176,8 @@ func checkHolds(t *testing.T, seed uint64, r *Reader, full *state.State) {
 	var lapses, wakes []due
 	for _, task := range tasks {
 		n := state.Number(task.ID)
-		want = append(want, state.EncodeTask(task))
-		if stored, err := r.Task(n); err != nil || !bytes.Equal(state.EncodeTask(stored), state.EncodeTask(task)) {
+		want = append(want, state.AppendTask(nil, task))
+		if stored, err := r.Task(n); err != nil || !bytes.Equal(state.AppendTask(nil, stored), state.AppendTask(nil, task)) {
 			fail("%s read by number differs (%v)", task.ID, err)
 		}
 		for _, key := range []struct {
@@ -200,7 +201,7 @@ func checkHolds(t *testing.T, seed uint64, r *Reader, full *state.State) {
 		if task.State.Terminal() {
 			continue
 		}
-		wantUnfinished = append(wantUnfinished, state.EncodeTask(task))
+		wantUnfinished = append(wantUnfinished, state.AppendTask(nil, task))
 		queues[task.Queue] = append(queues[task.Queue], task.Order(n))
 		if at := task.LapseAt(); at != 0 {
 			lapses = append(lapses, due{at, n})
@@ -348,4 +349,122 @@ func readsWhole(path string, st *state.State) bool {
 	}
 	tasks, _ := st.Tasks()
 	return n == len(tasks)
+}
+
+// TestAWriteTakesTheCopyOverAStaleNote: a state that read its tasks (and
+// the notes of their keys, Task.Stored) from an index at one transaction
+// writes them where the copies are others than it read: the same index
+// after another state wrote it further (as another process does between
+// two operations of a server), or another index file whose transaction
+// count is the one it read at. The index then holds what a full replay
+// holds, keys of the newer copies removed: the notes are not taken.
+func TestAWriteTakesTheCopyOverAStaleNote(t *testing.T) {
+	txID := func(db *DB) int {
+		tx, err := db.db.Begin(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		return tx.ID()
+	}
+	write := func(db *DB, st *state.State) {
+		if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: int(st.LastSeq())}, Seq: st.LastSeq()}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	histories := 30
+	if testing.Short() {
+		histories = 8
+	}
+	for seed := range uint64(histories) {
+		for _, otherFile := range []bool{false, true} {
+			recs := history(t, seed, 300)
+			prefix, mid := len(recs)/3, 2*len(recs)/3
+			full := state.New()
+			applyAll(t, full, recs)
+			dir := t.TempDir()
+			first := mustOpen(t, filepath.Join(dir, "a.index"))
+			for i := 0; i < prefix; i += 7 { // a transaction every few records
+				built, r := mustLoad(t, first)
+				applyAll(t, built, recs[i:min(i+7, prefix)])
+				r.Close()
+				write(first, built)
+			}
+			// stale reads the index at one transaction; another state
+			// writes the records up to mid, into that index or another.
+			stale, r := mustLoad(t, first)
+			applyAll(t, stale, recs[prefix:])
+			r.Close()
+			target := first
+			if otherFile {
+				target = mustOpen(t, filepath.Join(dir, "b.index"))
+				other := state.New()
+				applyAll(t, other, recs[:mid])
+				write(target, other)
+				for txID(target) < txID(first) {
+					if err := target.MarkSynced(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if txID(target) != txID(first) {
+					t.Fatalf("seed %d: the other file is %d transactions in, the first %d", seed, txID(target), txID(first))
+				}
+			} else {
+				other, r := mustLoad(t, first)
+				applyAll(t, other, recs[prefix:mid])
+				r.Close()
+				write(first, other)
+			}
+			write(target, stale)
+			r, err := target.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Close) // before the index's: a close waits for every read
+			checkHolds(t, seed, r, full)
+			r.Close()
+		}
+	}
+}
+
+func applyAll(t *testing.T, st *state.State, recs []state.Record) {
+	t.Helper()
+	for _, r := range recs {
+		if err := st.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func mustOpen(t *testing.T, path string) *DB {
+	t.Helper()
+	db, err := Open(path, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// mustLoad is a state that reads its tasks from db as of its last write
+// (a new index: none), and its read, which a write of db waits for.
+func mustLoad(t *testing.T, db *DB) (*state.State, *Reader) {
+	t.Helper()
+	r, err := db.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	_, head, err := db.Meta()
+	if errors.Is(err, ErrNoIndex) {
+		return state.New(), r
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := state.LoadHead(head, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, r
 }

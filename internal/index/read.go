@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -17,7 +18,11 @@ import (
 type Reader struct {
 	tx     *bolt.Tx
 	tasks  *bolt.Bucket
+	seek   *bolt.Cursor          // Task's: a Get makes a cursor each time
 	cached map[int64]*state.Task // decoded in this transaction
+	// file is the index's id, notes what Task notes of each copy (stored).
+	file  string
+	notes keySet
 }
 
 // Read begins a read transaction.
@@ -27,11 +32,13 @@ func (d *DB) Read() (r *Reader, err error) {
 		if err != nil {
 			return err
 		}
-		r = &Reader{tx: tx, tasks: tx.Bucket(bTasks), cached: map[int64]*state.Task{}}
-		if r.tasks == nil {
+		tasks := tx.Bucket(bTasks)
+		if tasks == nil {
 			tx.Rollback()
 			return ErrNoIndex
 		}
+		r = &Reader{tx: tx, tasks: tasks, seek: tasks.Cursor(), cached: map[int64]*state.Task{}}
+		r.file = string(tx.Bucket(bMeta).Get(kFile))
 		return nil
 	})
 	return r, err
@@ -44,19 +51,25 @@ func (r *Reader) Close() { _ = r.tx.Rollback() }
 // task (a listing, a base) holds at most this many.
 const maxCached = 4096
 
-// Task is the task numbered n (nil: none).
+// Task is the task numbered n (nil: none), with a note of its copy's keys
+// (Task.Stored), which a write of the task back reads instead of the copy.
 func (r *Reader) Task(n int64) (t *state.Task, err error) {
 	if t := r.cached[n]; t != nil {
 		return t, nil
 	}
 	err = guard(func() error {
-		b := r.tasks.Get(num(n))
-		if b == nil {
+		var key [8]byte
+		k, b := r.seek.Seek(appendNum(key[:0], n))
+		if b == nil || !bytes.Equal(k, key[:]) {
 			return nil
 		}
 		t, err = unseal(n, b)
 		return err
 	})
+	if t != nil && r.file != "" {
+		keysOf(t, n, math.MinInt64, &r.notes)
+		t.Stored = &stored{file: r.file, tx: r.tx.ID(), keys: r.notes.pack()}
+	}
 	if t != nil {
 		if len(r.cached) >= maxCached {
 			clear(r.cached)
@@ -173,14 +186,14 @@ func (r *Reader) Queued(queue string, after state.OrderEntry, fn func(state.Orde
 		c := r.tx.Bucket(bOrder).Cursor()
 		k, v := c.Seek(prefix)
 		if after.Num != 0 {
-			from := orderKey(queue, after.Priority, after.Num)
+			from := appendOrderKey(nil, queue, after.Priority, after.Num)
 			if k, v = c.Seek(from); bytes.Equal(k, from) {
 				k, v = c.Next()
 			}
 		}
 		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			rest := k[len(prefix):]
-			if len(rest) != 10 || len(v) != 17 {
+			if len(rest) != 10 || len(v) != orderValueLen {
 				return errKey("order", k)
 			}
 			e := state.OrderEntry{Num: int64(binary.BigEndian.Uint64(rest[2:])), Priority: state.MaxPriority - int(binary.BigEndian.Uint16(rest)),
@@ -231,7 +244,7 @@ func (r *Reader) Dependents(n int64, fn func(int64) bool) error {
 // with its task's number: the two buckets merged.
 func (r *Reader) Upcoming(after int64, fn func(at, n int64) bool) error {
 	return guard(func() error {
-		from := timeKey(after+1, 0)
+		from := appendTimeKey(nil, after+1, 0)
 		lapse, wake := r.tx.Bucket(bLapse).Cursor(), r.tx.Bucket(bWake).Cursor()
 		l, _ := lapse.Seek(from)
 		w, _ := wake.Seek(from)

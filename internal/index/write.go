@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -26,18 +27,16 @@ func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error
 			if k, _ := tx.Bucket(bTasks).Cursor().Last(); len(k) == 8 {
 				newest = int64(binary.BigEndian.Uint64(k))
 			}
+			file, err := fileID(tx)
+			if err != nil {
+				return err
+			}
 			for _, t := range tasks {
 				n := state.Number(t.ID)
-				var prev *state.Task
-				if n <= newest {
-					if old := tx.Bucket(bTasks).Get(num(n)); old != nil {
-						var err error
-						if prev, err = unseal(n, old); err != nil {
-							return err
-						}
-					}
+				if err := c.oldKeys(tx, t, n, newest, file); err != nil {
+					return err
 				}
-				c.key(t, prev, n, meta.At)
+				c.key(t, n, meta.At)
 			}
 			if err := c.apply(tx); err != nil {
 				return err
@@ -80,93 +79,214 @@ func synced(yes bool) []byte {
 // changes are one write's deletes and puts, by bucket: applied in key
 // order (deletes first: a task's new keys may be its old copy's), so that
 // each bucket is walked once, leaf after leaf, however the tasks' ids and
-// times are ordered.
+// times are ordered. The bytes of what they write are copied into chunks
+// (kept): a transaction holds them until it commits, and a write of many
+// tasks would otherwise allocate a few small slices for each.
 type changes struct {
 	dels map[string][][]byte
 	puts map[string][]kv
+	kept []byte
+	// old and new are a task's keys before and after, reused task after
+	// task, and task its encoding.
+	old, new keySet
+	task     []byte
 }
 
 type kv struct{ k, v []byte }
+
+// keep copies b into the current chunk.
+func (c *changes) keep(b []byte) []byte {
+	if cap(c.kept)-len(c.kept) < len(b) {
+		c.kept = make([]byte, 0, max(64<<10, len(b)))
+	}
+	c.kept = append(c.kept, b...)
+	return c.kept[len(c.kept)-len(b) : len(c.kept) : len(c.kept)]
+}
 
 func (c *changes) del(bucket []byte, key []byte) {
 	if c.dels == nil {
 		c.dels = map[string][][]byte{}
 	}
-	c.dels[string(bucket)] = append(c.dels[string(bucket)], key)
+	c.dels[string(bucket)] = append(c.dels[string(bucket)], c.keep(key))
 }
 
 func (c *changes) put(bucket []byte, key, value []byte) {
 	if c.puts == nil {
 		c.puts = map[string][]kv{}
 	}
-	c.puts[string(bucket)] = append(c.puts[string(bucket)], kv{key, value})
+	c.puts[string(bucket)] = append(c.puts[string(bucket)], kv{c.keep(key), c.keep(value)})
 }
 
-// entry is one key a task has in a bucket besides its own value.
-type entry struct {
-	bucket     []byte
-	key, value []byte
+// keySet is a task's keys outside the tasks bucket (keysOf), their bytes
+// in one buffer.
+type keySet struct {
+	buf  []byte
+	keys []span
 }
 
-// keysOf is every key t has outside the tasks bucket: its ids (a request
-// id or lease id never changes owner), and, unfinished, its live mark,
-// what it waits for, its place in the lease order (unless it waits) and its
-// times; a wake time only after wakeAfter.
-func keysOf(t *state.Task, n, wakeAfter int64) []entry {
-	key := num(n)
-	out := []entry{{bSubmits, []byte(t.RequestID), key}}
+// span is one key of a keySet: in bucket, buf[from:mid] and its value
+// buf[mid:to].
+type span struct {
+	bucket        []byte
+	from, mid, to int
+}
+
+func (s *keySet) reset() { s.buf, s.keys = s.buf[:0], s.keys[:0] }
+
+// add takes the key and value b holds after s.buf's end: b is s.buf with
+// them appended, the value's length vlen.
+func (s *keySet) add(bucket []byte, b []byte, vlen int) {
+	s.keys = append(s.keys, span{bucket: bucket, from: len(s.buf), mid: len(b) - vlen, to: len(b)})
+	s.buf = b
+}
+
+func (s *keySet) key(i int) []byte   { return s.buf[s.keys[i].from:s.keys[i].mid] }
+func (s *keySet) value(i int) []byte { return s.buf[s.keys[i].mid:s.keys[i].to] }
+
+// stored is what a Reader notes of a task's copy it decoded (Task.Stored):
+// the index file and the read transaction it was read in, and the copy's
+// keys outside the tasks bucket, packed. The next write transaction of that
+// file (its id one more) finds the copy as it was read, and takes its keys
+// from here rather than decoding it again.
+type stored struct {
+	file string
+	tx   int
+	keys []byte
+}
+
+// pack is s as one slice: for each key its bucket (its place in buckets),
+// its key's and value's lengths, then their bytes.
+func (s *keySet) pack() []byte {
+	b := make([]byte, 0, len(s.buf)+len(s.keys)*3)
+	for _, k := range s.keys {
+		b = append(b, byte(slices.IndexFunc(buckets, func(name []byte) bool { return bytes.Equal(name, k.bucket) })))
+		b = binary.AppendUvarint(b, uint64(k.mid-k.from))
+		b = binary.AppendUvarint(b, uint64(k.to-k.mid))
+		b = append(b, s.buf[k.from:k.to]...)
+	}
+	return b
+}
+
+// unpack sets s to what pack wrote; false when b is not that.
+func (s *keySet) unpack(b []byte) bool {
+	s.reset()
+	for len(b) > 0 {
+		bucket := int(b[0])
+		klen, n1 := binary.Uvarint(b[1:])
+		if n1 <= 0 {
+			return false
+		}
+		vlen, n2 := binary.Uvarint(b[1+n1:])
+		if n2 <= 0 || bucket >= len(buckets) || uint64(len(b)-1-n1-n2) < klen+vlen {
+			return false
+		}
+		b = b[1+n1+n2:]
+		s.add(buckets[bucket], append(s.buf, b[:klen+vlen]...), int(vlen))
+		b = b[klen+vlen:]
+	}
+	return true
+}
+
+// fileID is the index file's own id (meta), made now for an index that
+// has none: a Reader's notes (stored) are of one file.
+func fileID(tx *bolt.Tx) (string, error) {
+	m := tx.Bucket(bMeta)
+	if id := m.Get(kFile); len(id) > 0 {
+		return string(id), nil
+	}
+	id := newFileID()
+	return string(id), m.Put(kFile, id)
+}
+
+func newFileID() []byte {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id) // crypto/rand never fails on Linux
+	return id
+}
+
+// keysOf sets s to every key t has outside the tasks bucket: its ids (a
+// request id or lease id never changes owner), and, unfinished, its live
+// mark, what it waits for, its place in the lease order (unless it waits)
+// and its times; a wake time only after wakeAfter.
+func keysOf(t *state.Task, n, wakeAfter int64, s *keySet) {
+	s.reset()
+	s.add(bSubmits, appendNum(append(s.buf, t.RequestID...), n), 8)
 	for _, a := range t.Attempts {
-		out = append(out, entry{bLeases, []byte(a.LeaseID), key})
+		s.add(bLeases, appendNum(append(s.buf, a.LeaseID...), n), 8)
 		if a.RequestID != "" {
-			out = append(out, entry{bLeaseReqs, []byte(a.RequestID), key})
+			s.add(bLeaseReqs, appendNum(append(s.buf, a.RequestID...), n), 8)
 		}
 	}
 	if t.State.Terminal() {
-		return out
+		return
 	}
-	out = append(out, entry{bLive, key, nil})
+	s.add(bLive, appendNum(s.buf, n), 0)
 	for _, d := range t.Waits() {
-		out = append(out, entry{bAfter, edgeKey(state.Number(d.ID), n), nil})
+		s.add(bAfter, appendEdgeKey(s.buf, state.Number(d.ID), n), 0)
 	}
 	if !t.Pending() {
-		out = append(out, entry{bOrder, orderKey(t.Queue, t.Priority, n), orderValue(t.Order(n))})
+		s.add(bOrder, appendOrderValue(appendOrderKey(s.buf, t.Queue, t.Priority, n), t.Order(n)), orderValueLen)
 	}
 	if at := t.LapseAt(); at != 0 {
-		out = append(out, entry{bLapse, timeKey(at, n), nil})
+		s.add(bLapse, appendTimeKey(s.buf, at, n), 0)
 	}
 	if wake := t.WakeAt(); wake != 0 && wake > wakeAfter { // 0: none (a time before 1970 is negative)
-		out = append(out, entry{bWake, timeKey(wake, n), nil})
+		s.add(bWake, appendTimeKey(s.buf, wake, n), 0)
 	}
-	return out
 }
 
-// key writes t over its copy prev (nil: none), as of at: its own value,
-// and of its other keys only those that differ from prev's, so that a
-// change of a few of a task's keys (a dependency met, a lease granted)
-// moves those and no others. A wake time of prev is taken as written
-// whatever it was (a delete of a key that is not there changes nothing);
-// one that t has too is after at, so after prev's own at, and so written.
-func (c *changes) key(t, prev *state.Task, n, at int64) {
-	c.put(bTasks, num(n), sealed(n, state.EncodeTask(t)))
-	var old []entry
-	if prev != nil {
-		old = keysOf(prev, n, math.MinInt64)
+// oldKeys sets c.old to the keys of t's copy in the index (none when it
+// has none): from what the Reader noted (Task.Stored) when the index has
+// not been written since it read the copy, else from the copy itself.
+func (c *changes) oldKeys(tx *bolt.Tx, t *state.Task, n, newest int64, file string) error {
+	c.old.reset()
+	if s, ok := t.Stored.(*stored); ok && s.file == file && s.tx == tx.ID()-1 && c.old.unpack(s.keys) {
+		return nil
 	}
-	for _, e := range keysOf(t, n, at) {
-		same := false
-		old = slices.DeleteFunc(old, func(o entry) bool {
-			if !bytes.Equal(o.bucket, e.bucket) || !bytes.Equal(o.key, e.key) {
-				return false
-			}
-			same = bytes.Equal(o.value, e.value)
-			return true
+	if n > newest {
+		return nil
+	}
+	old := tx.Bucket(bTasks).Get(num(n))
+	if old == nil {
+		return nil
+	}
+	prev, err := unseal(n, old)
+	if err != nil {
+		return err
+	}
+	keysOf(prev, n, math.MinInt64, &c.old)
+	return nil
+}
+
+// key writes t over its copy, whose keys c.old holds, as of at: its own
+// value, and of its other keys only those that differ from the copy's, so
+// that a change of a few of a task's keys (a dependency met, a lease
+// granted) moves those and no others. A wake time of the copy is taken as
+// written whatever it was (a delete of a key that is not there changes
+// nothing); one that t has too is after at, so after the copy's own at,
+// and so written.
+func (c *changes) key(t *state.Task, n, at int64) {
+	c.task = sealed(n, state.AppendTask(c.task[:0], t))
+	var key [8]byte
+	c.put(bTasks, appendNum(key[:0], n), c.task)
+	keysOf(t, n, at, &c.new)
+	gone := c.old.keys // those of the copy's keys t has not: a span's bucket set nil once matched
+	for i, e := range c.new.keys {
+		j := slices.IndexFunc(gone, func(o span) bool {
+			return o.bucket != nil && bytes.Equal(o.bucket, e.bucket) && bytes.Equal(c.old.buf[o.from:o.mid], c.new.key(i))
 		})
-		if !same {
-			c.put(e.bucket, e.key, e.value)
+		if j >= 0 {
+			gone[j].bucket = nil
+			if bytes.Equal(c.old.value(j), c.new.value(i)) {
+				continue
+			}
 		}
+		c.put(e.bucket, c.new.key(i), c.new.value(i))
 	}
-	for _, o := range old {
-		c.del(o.bucket, o.key)
+	for j, o := range gone {
+		if o.bucket != nil {
+			c.del(o.bucket, c.old.key(j))
+		}
 	}
 }
 
@@ -176,10 +296,13 @@ func (c *changes) key(t, prev *state.Task, n, at int64) {
 // that land anywhere.
 func (c *changes) apply(tx *bolt.Tx) error {
 	for name, keys := range c.dels {
-		b := tx.Bucket([]byte(name))
+		cur := tx.Bucket([]byte(name)).Cursor() // one for all: Delete makes one each time
 		slices.SortFunc(keys, bytes.Compare)
 		for _, k := range keys {
-			if err := b.Delete(k); err != nil {
+			if at, _ := cur.Seek(k); !bytes.Equal(at, k) {
+				continue
+			}
+			if err := cur.Delete(); err != nil {
 				return err
 			}
 		}
