@@ -187,21 +187,19 @@ func (s *State) dependentsOf(id string) ([]*Task, error) {
 			return nil, s.sourced(err)
 		}
 	}
-	var out []*Task
-	taken := make(map[*Task]bool, len(ids))
+	out := make([]*Task, 0, len(ids))
 	for _, did := range ids {
 		t, err := s.lookupTask(did)
 		if err != nil {
 			return nil, err
 		}
-		if t == nil || t.State.Terminal() || taken[t] || !slices.ContainsFunc(t.Deps, func(d Dep) bool { return d.ID == id && !d.Met }) {
+		if t == nil || t.State.Terminal() || !slices.ContainsFunc(t.Deps, func(d Dep) bool { return d.ID == id && !d.Met }) {
 			continue
 		}
-		taken[t] = true
 		out = append(out, t)
 	}
 	slices.SortFunc(out, byCreation)
-	return out, nil
+	return slices.Compact(out), nil // a task both memory and the Source name
 }
 
 // settleDependents is the end of u, recorded at at, as its dependents see
@@ -213,6 +211,7 @@ func (s *State) settleDependents(u *Task, at int64) error {
 	if err != nil {
 		return err
 	}
+	s.reserve(len(deps))
 	for _, x := range deps {
 		for i := range x.Deps {
 			d := &x.Deps[i]

@@ -621,6 +621,19 @@ func (s *State) index(t *Task) {
 	s.keyAttempts(t)
 }
 
+// reserve makes room in memory's maps for n more tasks at once: an end
+// that lets many waiting tasks run adopts them all, and maps grown one
+// doubling at a time cost more than one made to size.
+func (s *State) reserve(n int) {
+	if n < 1024 {
+		return
+	}
+	tasks, submits := make(map[string]*Task, len(s.tasks)+n), make(map[string]*Task, len(s.submits)+n)
+	maps.Copy(tasks, s.tasks)
+	maps.Copy(submits, s.submits)
+	s.tasks, s.submits = tasks, submits
+}
+
 // keySubmits puts the request ids of the tasks a snapshot loaded into submits.
 func (s *State) keySubmits() {
 	if s.unkeyed == nil {

@@ -22,7 +22,7 @@ func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error
 	defer func() { d.db.NoSync = false }()
 	return guard(func() error {
 		return d.db.Update(func(tx *bolt.Tx) error {
-			c := changes{}
+			c := changes{tasks: len(tasks)}
 			newest := int64(0) // tasks numbered after it have no copy to replace
 			if k, _ := tx.Bucket(bTasks).Cursor().Last(); len(k) == 8 {
 				newest = int64(binary.BigEndian.Uint64(k))
@@ -85,7 +85,11 @@ func synced(yes bool) []byte {
 type changes struct {
 	dels map[string][][]byte
 	puts map[string][]kv
-	kept []byte
+	// tasks is how many tasks the write holds: the room a bucket's list
+	// of changes starts with (grown a doubling at a time, a list of
+	// 100,000 was a tenth of a write).
+	tasks int
+	kept  []byte
 	// old and new are a task's keys before and after, reused task after
 	// task, and task its encoding.
 	old, new keySet
@@ -107,14 +111,22 @@ func (c *changes) del(bucket []byte, key []byte) {
 	if c.dels == nil {
 		c.dels = map[string][][]byte{}
 	}
-	c.dels[string(bucket)] = append(c.dels[string(bucket)], c.keep(key))
+	keys, ok := c.dels[string(bucket)]
+	if !ok {
+		keys = make([][]byte, 0, c.tasks)
+	}
+	c.dels[string(bucket)] = append(keys, c.keep(key))
 }
 
 func (c *changes) put(bucket []byte, key, value []byte) {
 	if c.puts == nil {
 		c.puts = map[string][]kv{}
 	}
-	c.puts[string(bucket)] = append(c.puts[string(bucket)], kv{c.keep(key), c.keep(value)})
+	kvs, ok := c.puts[string(bucket)]
+	if !ok {
+		kvs = make([]kv, 0, c.tasks)
+	}
+	c.puts[string(bucket)] = append(kvs, kv{c.keep(key), c.keep(value)})
 }
 
 // keySet is a task's keys outside the tasks bucket (keysOf), their bytes
