@@ -20,7 +20,8 @@ type Reader struct {
 	tasks  *bolt.Bucket
 	seek   *bolt.Cursor          // Task's: a Get makes a cursor each time
 	cached map[int64]*state.Task // decoded in this transaction
-	// file is the index's id, notes what Task notes of each copy (stored).
+	// file is the index file's id (meta), and notes the buffer Task
+	// builds the note of each copy in (stored).
 	file  string
 	notes keySet
 }
