@@ -468,3 +468,38 @@ func mustLoad(t *testing.T, db *DB) (*state.State, *Reader) {
 	}
 	return st, r
 }
+
+// TestANoteIsOfOneTask: a copy of a task read from the index, written
+// under another number (as a task made from another would be), takes
+// none of the first task's keys away: a note is of its task's copy only.
+func TestANoteIsOfOneTask(t *testing.T) {
+	st := state.New()
+	applyAll(t, st, history(t, 1, 60))
+	db := mustOpen(t, filepath.Join(t.TempDir(), "q.wal.index"))
+	meta := Meta{Position: wal.Position{Count: int(st.LastSeq())}, Seq: st.LastSeq()}
+	if err := db.Write(st.Hot(), st.Head(), meta, true); err != nil {
+		t.Fatal(err)
+	}
+	r, err := db.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	first, err := r.Task(1)
+	if err != nil || first == nil || first.Stored == nil {
+		t.Fatalf("task 1: %v, %v", first, err)
+	}
+	r.Close()
+	other := *first
+	other.ID, other.RequestID, other.Attempts = "T100000", "another", nil
+	if err := db.Write([]*state.Task{&other}, st.Head(), meta, true); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = db.Read(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if n, err := r.Submitted(first.RequestID); n != 1 || err != nil {
+		t.Fatalf("request id %s names task %d (%v), want 1", first.RequestID, n, err)
+	}
+}

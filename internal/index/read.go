@@ -69,7 +69,7 @@ func (r *Reader) Task(n int64) (t *state.Task, err error) {
 	})
 	if t != nil && r.file != "" {
 		keysOf(t, n, math.MinInt64, &r.notes)
-		t.Stored = &stored{file: r.file, tx: r.tx.ID(), keys: r.notes.pack()}
+		t.Stored = &stored{file: r.file, tx: r.tx.ID(), n: n, keys: r.notes.pack()}
 	}
 	if t != nil {
 		if len(r.cached) >= maxCached {

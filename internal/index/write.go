@@ -163,6 +163,7 @@ func (s *keySet) value(i int) []byte { return s.buf[s.keys[i].mid:s.keys[i].to] 
 type stored struct {
 	file string
 	tx   int
+	n    int64 // the task's number: a copy of the Task under another id is not its note's
 	keys []byte
 }
 
@@ -252,7 +253,7 @@ func keysOf(t *state.Task, n, wakeAfter int64, s *keySet) {
 // not been written since it read the copy, else from the copy itself.
 func (c *changes) oldKeys(tx *bolt.Tx, t *state.Task, n, newest int64, file string) error {
 	c.old.reset()
-	if s, ok := t.Stored.(*stored); ok && s.file == file && s.tx == tx.ID()-1 && c.old.unpack(s.keys) {
+	if s, ok := t.Stored.(*stored); ok && s.file == file && s.tx == tx.ID()-1 && s.n == n && c.old.unpack(s.keys) {
 		return nil
 	}
 	if n > newest {
