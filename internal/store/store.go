@@ -579,7 +579,7 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	}
 	if tx.staging {
 		tx.staged, tx.version = append(tx.staged, bodies...), max(tx.version, version)
-		tx.Committed = append(tx.Committed, stamped...)
+		tx.committed(stamped)
 		return nil
 	}
 	if err := tx.append(bodies, version); err != nil {
@@ -587,8 +587,18 @@ func (tx *Tx) Commit(recs []state.Record) error {
 		return err
 	}
 	h.pos = tx.log.Position
-	tx.Committed = append(tx.Committed, stamped...)
+	tx.committed(stamped)
 	return nil
+}
+
+// committed adds stamped to Committed, without a copy when it is the
+// operation's first: a batch's records are many, and large.
+func (tx *Tx) committed(stamped []state.Record) {
+	if len(tx.Committed) == 0 {
+		tx.Committed = stamped
+		return
+	}
+	tx.Committed = append(tx.Committed, stamped...)
 }
 
 // checkEncode is the gate a stamped record passes before anything of its
