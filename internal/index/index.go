@@ -178,7 +178,7 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 					return err
 				}
 			}
-			return tx.Bucket(bMeta).Put(kFile, newFileID())
+			return nil
 		}); err != nil {
 			b.Close()
 			return nil, fmt.Errorf("preparing the index %s: %w", path, err)

@@ -200,21 +200,16 @@ func (s *keySet) unpack(b []byte) bool {
 	return true
 }
 
-// fileID is the index file's own id (meta), made now for an index that
-// has none: a Reader's notes (stored) are of one file.
+// fileID is the index file's own id (meta), made by the file's first
+// write: a Reader's notes (stored) are of one file.
 func fileID(tx *bolt.Tx) (string, error) {
 	m := tx.Bucket(bMeta)
 	if id := m.Get(kFile); len(id) > 0 {
 		return string(id), nil
 	}
-	id := newFileID()
-	return string(id), m.Put(kFile, id)
-}
-
-func newFileID() []byte {
 	id := make([]byte, 16)
 	_, _ = rand.Read(id) // crypto/rand never fails on Linux
-	return id
+	return string(id), m.Put(kFile, id)
 }
 
 // keysOf sets s to every key t has outside the tasks bucket: its ids (a
