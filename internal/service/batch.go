@@ -286,8 +286,9 @@ func (b *Batcher) loop() {
 // pipelined is loop on a WAL of its own: batch N+1 is decided (on the state
 // that includes N) and written while N's fsync runs; each batch is answered
 // once it is durable, in order, by the goroutine that fsyncs it. The lock
-// is held while requests keep coming, and given back when none waits, so
-// that local writers get their turn. A batch is answered once, with what
+// is held while requests keep coming, and given back once none has come
+// for linger, or as soon as what is in flight is answered when another
+// process waits for it, so that local writers and readers get their turn. A batch is answered once, with what
 // became of it (store.Pipe): a failed write or fsync answers the batches it
 // took down with the failure, and the pipe is closed; the requests the pipe
 // refused before deciding them are decided on a new one.
@@ -296,6 +297,8 @@ func (b *Batcher) pipelined(back Piper) {
 		pipe *store.Pipe
 		last *store.Flight // the latest batch written in the pipe
 	)
+	idle := time.NewTimer(linger)
+	defer idle.Stop()
 	closePipe := func() {
 		if pipe != nil {
 			back.Unpipe(pipe) // every batch of it answered: what must be decided again is queued before anything new
@@ -313,18 +316,15 @@ func (b *Batcher) pipelined(back Piper) {
 			close(exclusive.done)
 			continue
 		}
+		stay := true
 		if len(batch) == 0 && last != nil { // nothing waits yet: the next request may come while the last fsync runs
-			select {
-			case p, ok := <-b.queue:
-				if ok && p.exclusive != nil {
-					b.takeFirst([]*pending{p}) // alone, once what is in flight has settled
-				} else if ok {
-					batch = append(batch, p)
-				}
-			case <-last.Settled():
-			}
+			batch, stay = await(b, last.Settled())
 		}
-		if len(batch) == 0 { // nothing waits and nothing is in flight: the lock goes back to local writers
+		if len(batch) == 0 && stay && pipe != nil && !pipe.Wanted() { // nothing is in flight: the next request may come in a moment
+			idle.Reset(linger)
+			batch, _ = await(b, idle.C)
+		}
+		if len(batch) == 0 { // nothing came, or another process waits: the lock goes back to local writers
 			closePipe()
 			continue
 		}
@@ -356,12 +356,38 @@ func (b *Batcher) pipelined(back Piper) {
 			b.signalWrote()
 			// A stopped pipe takes no more batches; under steady load nothing
 			// but Due would close a pipe whose Close moves tasks out of memory.
-			if pipe.Stopped() || pipe.Due() {
+			if pipe.Stopped() || pipe.Due() || pipe.Wanted() {
 				closePipe()
 			}
 		}
 	}
 	closePipe()
+}
+
+// linger is how long an idle pipe keeps the lock for the next request:
+// a client that sends its next request once answered comes back well
+// within it, and a pipe's start and end (the index opened for writing, its
+// last commit) cost far more than a request. Another process that waits
+// for the lock is let in at once (Pipe.Wanted), or after linger at most.
+const linger = 2 * time.Millisecond
+
+// await is the request that comes before wake fires, if one does. stay
+// is false when the pipe should close at once: the queue is closed, or an
+// exclusive request came (put back, to be taken alone).
+func await[T any](b *Batcher, wake <-chan T) (batch []*pending, stay bool) {
+	select {
+	case p, ok := <-b.queue:
+		switch {
+		case !ok:
+			return nil, false
+		case p.exclusive != nil:
+			b.takeFirst([]*pending{p})
+			return nil, false
+		}
+		return []*pending{p}, true
+	case <-wake:
+		return nil, true
+	}
 }
 
 // answer tells each request of a batch its outcome: err, the batch's, voids

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,5 +195,66 @@ func TestPipelinedBatcher(t *testing.T) {
 	var last int64
 	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 3 {
 		t.Fatalf("the WAL: %v, %d records; want the first, the one decided again and the local one", err, last)
+	}
+}
+
+// TestABusyPipeLetsLocalCommandsIn: clients that send their next request as
+// soon as they are answered never leave the pipe idle long enough for it
+// to let the lock go by itself; a local writer, and a local reader, that wait
+// for the WAL are seen in its turnstile and get their turn all the same.
+// (Their minute of patience is a hang guard: the lock is theirs within a
+// few batches.)
+func TestABusyPipeLetsLocalCommandsIn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	submit := func(tx *store.Tx) error {
+		d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+		if err != nil {
+			return err
+		}
+		return tx.Commit(d.Records)
+	}
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Resident: true})
+	defer h.Close()
+	b := NewBatcher(NewWALBackend(h, "http://test"), 64, nil)
+	defer b.Stop()
+	const clients = 4
+	stop, busy := make(chan struct{}), make(chan error, clients)
+	var answered atomic.Int64
+	var served sync.WaitGroup
+	for range clients {
+		served.Add(1)
+		go func() {
+			defer served.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := b.Run(context.Background(), submit); err != nil {
+					busy <- err
+					return
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	defer func() { close(stop); served.Wait() }()
+	testwait.Until(t, "the server's first answers", func() bool { return answered.Load() > 10 }, func() string { return "" })
+	local := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer local.Close()
+	for i := range 3 {
+		if err := local.Write(submit); err != nil {
+			t.Fatalf("local write %d beside a busy server: %v", i, err)
+		}
+		var last int64
+		if err := local.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last == 0 {
+			t.Fatalf("local read %d beside a busy server: %v (%d records)", i, err, last)
+		}
+	}
+	select {
+	case err := <-busy:
+		t.Fatalf("the server's client stopped: %v", err)
+	default:
 	}
 }

@@ -19,10 +19,10 @@ import (
 // the records the pipe made durable since (read from the file: they never
 // change), writes the tasks they touched into the index with the position
 // after them, in one transaction, and prepares a state that reads from the
-// index there. The pipe, between two batches, takes that state once its own
-// holds rebaseAfter tasks in memory: it applies the records it wrote since
-// (a few: those of the commit's own time) and decides on it from then on,
-// its memory bounded by what it decided since the last commit.
+// index there. The pipe, between two batches, takes that state: it applies
+// the records it wrote since (a few: those of the commit's own time) and
+// decides on it from then on, its memory bounded by what it decided since
+// the last commit.
 //
 // The pipe holds the index open for writing for its life (the WAL's
 // exclusive lock keeps every other process from needing it), one database
@@ -56,9 +56,8 @@ type rebase struct {
 }
 
 const (
-	commitEvery   = 100 * time.Millisecond
+	commitEvery   = time.Second
 	commitRecords = 10_000
-	rebaseAfter   = 4096
 )
 
 // startCommitter opens the index for writing for the pipe's life, gives
@@ -152,6 +151,9 @@ func (c *committer) commit(to wal.Position, version int) error {
 		return err
 	}
 	c.r.Close()
+	if rb := c.take(); rb != nil { // not taken: its read would keep the pages this commit frees from being used again
+		rb.r.Close()
+	}
 	head := c.st.Head()
 	meta := index.Meta{Position: to, Seq: c.st.LastSeq(), At: c.st.LastAt(), Boot: bootID(), Synced: bootID() == ""}
 	if err := c.db.Write(c.st.Hot(), head, meta, c.sync); err != nil {
@@ -231,13 +233,15 @@ func applyFrames(st *state.State, log *wal.Log, from, to wal.Position, version i
 	return nil
 }
 
-// rebase decides on the state the committer prepared, once the pipe's own
-// holds many tasks in memory: the records written since its position
-// applied, it takes the place of the pipe's, and its read of the index
-// that of the pipe's.
-func (p *Pipe) rebase(force bool) {
+// rebase decides on the state the committer prepared, if it prepared one
+// since: the records written since its position applied, it takes the
+// place of the pipe's, and its read of the index that of the pipe's. The
+// pipe's read is then at most one commit old: a read held longer would keep
+// every page the commits since have freed from being used again, and the
+// index file would grow with the pipe's life.
+func (p *Pipe) rebase() {
 	c := p.commit
-	if c == nil || (!force && p.tx.State.HotCount() < min(rebaseAfter, p.h.spillAfter())) {
+	if c == nil {
 		return
 	}
 	rb := c.take()

@@ -154,11 +154,16 @@ func rewriteIndex(path string, change func(*index.DB, *index.Meta) ([]*state.Tas
 // Committing says whether a committer writes the pipe's index.
 func (p *Pipe) Committing() bool { return p.commit != nil }
 
-// WaitCommitted waits until the pipe's committer has written the index up
-// to at least records records; a hang guard says what it waited for.
+// WaitCommitted wakes the pipe's committer and waits until it has written
+// the index up to at least records records; a hang guard says what it
+// waited for.
 func (p *Pipe) WaitCommitted(records int) error {
 	guard := time.After(2 * time.Minute)
 	for p.commit.written.Load() < int64(records) {
+		select {
+		case p.commit.wake <- struct{}{}:
+		default:
+		}
 		select {
 		case <-guard:
 			return fmt.Errorf("the committer wrote the index up to record %d in 2 minutes, not %d", p.commit.written.Load(), records)
@@ -167,10 +172,6 @@ func (p *Pipe) WaitCommitted(records int) error {
 	}
 	return nil
 }
-
-// Rebase makes the pipe take the committer's state at its next batch,
-// however few tasks its own holds.
-func (p *Pipe) Rebase() { p.rebase(true) }
 
 // IndexedAt is how many records the index the handle's state reads holds.
 func (h *Handle) IndexedAt() int { return h.indexed.Count }

@@ -49,6 +49,9 @@ type Pipe struct {
 	// unanswered until Close has cut the file back to durable.
 	syncFailed error
 	unanswered []*Flight
+	// turn shows whether another process waits for the lock (nil: it
+	// could not be opened, and only an idle pipe lets them in).
+	turn *wal.Turnstile
 }
 
 // Flight is a batch in the pipe, written and waiting for its fsync.
@@ -118,6 +121,9 @@ func (h *Handle) Pipe() (*Pipe, error) {
 			h.forget()
 			continue
 		}
+		if p.turn, err = wal.OpenTurnstile(h.opts.Path); err != nil {
+			p.turn = nil // a read-only directory: the lock still goes back once the pipe is idle
+		}
 		go p.sync()
 		return p, nil
 	}
@@ -128,17 +134,22 @@ func (h *Handle) Pipe() (*Pipe, error) {
 // before it and every earlier batch, writes their records in one write and
 // queues their fsync. errs[i] and committed[i] are fns[i]'s. then, if not
 // nil, hears them and the batch's outcome (Flight.Wait's) once it is known:
-// from the goroutine that fsyncs, or from Close. The batch's own
-// error is ErrPipeStopped (nothing of it was decided: the pipe must be
-// closed) or its write's failure (nothing of it was written: the pipe
-// stops). A batch whose decisions left the state unusable is written up to
+// from the goroutine that fsyncs, or from Close. Each batch is decided at
+// the clock's time when it begins. The batch's own error is ErrPipeStopped
+// (nothing of it was decided: the pipe must be closed), or the clock's or
+// its write's failure (nothing of it was written: the pipe stops). A batch whose decisions left the state unusable is written up to
 // them (its later fns answer ErrNotDecided) and stops the pipe: Stopped.
 func (p *Pipe) Batch(fns []func(*Tx) error, then Then) (errs []error, committed [][]state.Record, f *Flight, err error) {
 	if p.Stopped() {
 		return nil, nil, nil, ErrPipeStopped
 	}
-	p.rebase(false)
 	tx := p.tx
+	now, err := p.h.opts.Clock(tx.State.LastAt()) // a pipe may live long: each batch is decided at its own time
+	if err != nil {
+		p.stop(err)
+		return nil, nil, nil, err
+	}
+	tx.Now = now
 	errs, committed = make([]error, len(fns)), make([][]state.Record, len(fns))
 	tx.staging = true
 	err = tx.decideEach(fns, errs, committed)
@@ -178,6 +189,7 @@ func (p *Pipe) Batch(fns []func(*Tx) error, then Then) (errs []error, committed 
 		f.end, f.version = tx.log.Position, tx.log.Version
 	}
 	p.flights <- f
+	p.rebase()
 	return errs, committed, f, nil
 }
 
@@ -191,6 +203,13 @@ func (p *Pipe) Due() bool {
 		return p.tx.State.HotCount() >= p.h.spillAfter()
 	}
 	return log != nil && p.h.indexDue(p.tx.State, log.Position)
+}
+
+// Wanted reports whether another writer or reader waits for the WAL's
+// lock: the pipe should be closed to let it in, once what is in flight
+// is answered.
+func (p *Pipe) Wanted() bool {
+	return p.turn != nil && p.turn.Waiting()
 }
 
 // durableEnd is what a Sync made durable, and the format version there.
@@ -281,13 +300,16 @@ func (p *Pipe) Close() {
 	close(p.flights)
 	<-p.done
 	defer p.tx.end()
+	if p.turn != nil {
+		_ = p.turn.Close()
+	}
 	p.mu.Lock()
 	stopped, failed := p.stopped, p.syncFailed
 	p.mu.Unlock()
 	if c := p.commit; c != nil {
 		c.end(p.h)
 		if failed == nil && stopped == nil {
-			p.rebase(true)
+			p.rebase()
 		}
 		if rb := c.take(); rb != nil {
 			rb.r.Close()

@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasewal/leasewal/internal/gatedfs"
 	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/testwait"
 	"github.com/leasewal/leasewal/state"
 )
 
@@ -280,7 +282,8 @@ func TestAServerWritesTheIndexOffItsRequestPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Records after the commit, their fsync held so that no commit takes
-		// them: the pipe applies them to the committer's state.
+		// them: the first batch takes the committer's state once written, and
+		// applies its own records to it.
 		fsys.Gated.Store(true)
 		for range 2 {
 			_, _, _, err := p.Batch(batch(&leased), nil)
@@ -288,7 +291,6 @@ func TestAServerWritesTheIndexOffItsRequestPath(t *testing.T) {
 				t.Fatal(err, werr)
 			}
 		}
-		p.Rebase()
 		hot := p.HotCount()
 		fsys.Gated.Store(false)
 		<-fsys.Syncing
@@ -307,5 +309,82 @@ func TestAServerWritesTheIndexOffItsRequestPath(t *testing.T) {
 	}
 	if count, ok := store.IndexOf(path); !ok || count < bytes.Count(mustRead(t, path), []byte("\n"))-1-2*5 {
 		t.Fatalf("the committer's index holds %d records (%v): not all but the last batches'", count, ok)
+	}
+}
+
+// TestAPipeSeesWhoWaits: a pipe that holds the WAL sees a local writer, and
+// a local reader, that wait for its lock (each holds the turnstile while it
+// waits: the pipe created it, else a reader would not queue in it), and
+// nothing else: the server closes the pipe for them instead of waiting to
+// be idle.
+func TestAPipeSeesWhoWaits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	submit(t, plain, "first")
+	plain.Close()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), Resident: true})
+	defer h.Close()
+	for _, waiter := range []struct {
+		name string
+		wait func(*store.Handle) error
+	}{
+		{"reader", func(l *store.Handle) error { return l.Read(func(*store.Tx) error { return nil }) }},
+		{"writer", func(l *store.Handle) error { return l.Write(addOne) }},
+	} {
+		p, err := h.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Wanted() {
+			t.Fatalf("before the %s: the pipe says someone waits", waiter.name)
+		}
+		local := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(t0)})
+		done := make(chan error, 1)
+		go func() { done <- waiter.wait(local) }()
+		testwait.UntilLockWaiters(t, path, 1)
+		if !p.Wanted() {
+			t.Fatalf("the pipe does not see the %s that waits for the WAL", waiter.name)
+		}
+		p.Close()
+		if err := <-done; err != nil {
+			t.Fatalf("the %s, once the pipe closed: %v", waiter.name, err)
+		}
+		local.Close()
+	}
+}
+
+// TestAPipeDecidesEachBatchAtItsTime: a pipe lives as long as requests keep
+// coming, so each batch reads the clock: a lease granted 30 s into the pipe
+// is stamped, and lapses, 30 s later than one granted at its start.
+func TestAPipeDecidesEachBatchAtItsTime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	var now atomic.Int64
+	now.Store(t0)
+	clock := func(lastAt int64) (int64, error) { return max(now.Load(), lastAt), nil }
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: clock, Resident: true})
+	defer h.Close()
+	submit(t, h, "a")
+	submit(t, h, "b")
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var leased []string
+	var stamped []int64
+	const later = 30_000 // within the tasks' window of a minute
+	for _, at := range []int64{t0, t0 + later} {
+		now.Store(at)
+		errs, committed, f, err := p.Batch([]func(*store.Tx) error{leaseOne(&leased)}, nil)
+		if err == nil {
+			err = errors.Join(errs[0], f.Wait())
+		}
+		if err != nil || len(committed[0]) != 1 {
+			t.Fatalf("the batch at %d: %v %v", at, err, committed)
+		}
+		stamped = append(stamped, committed[0][0].At)
+	}
+	if stamped[0] != t0 || stamped[1] != t0+later {
+		t.Fatalf("the leases were stamped at %v; want %d and %d ms later", stamped, t0, later)
 	}
 }
