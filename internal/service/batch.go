@@ -355,7 +355,8 @@ func (b *Batcher) pipelined(back Piper) {
 			last = f
 			b.signalWrote()
 			// A stopped pipe takes no more batches; under steady load nothing
-			// but Due would close a pipe whose Close moves tasks out of memory.
+			// but Due would close a pipe whose Close moves tasks out of memory,
+			// and nothing but Wanted would let a waiting process in.
 			if pipe.Stopped() || pipe.Due() || pipe.Wanted() {
 				closePipe()
 			}

@@ -22,8 +22,8 @@ import (
 // the files beside the WAL after.
 func residentBench(dir, binaries, self string, n, ops, work int) {
 	bins := strings.Split(binaries, ",")
-	fmt.Printf("a resident server over %d waiting tasks: 16 HTTP clients, %d submits, then %d complete-and-lease-next; peak RSS per phase\n", n, ops, work)
-	fmt.Printf("%-4s %-28s | %10s %8s | %10s %8s | %8s %6s\n", "", "binary", "submit/s", "RSS MB", "c+l/s", "RSS MB", "side MB", "files")
+	fmt.Printf("a resident server over %d waiting tasks: 16 HTTP clients, %d submits, then %d complete-and-lease-next; peak RSS per phase (VmHWM, the index's mapped pages in it) and peak RssAnon (sampled every 5 ms)\n", n, ops, work)
+	fmt.Printf("%-4s %-28s | %10s %8s %8s | %10s %8s %8s | %8s %6s\n", "", "binary", "submit/s", "RSS MB", "anon MB", "c+l/s", "RSS MB", "anon MB", "side MB", "files")
 	source := filepath.Join(dir, "resident-source.wal")
 	execute(self, "-generate", source, "-records", strconv.Itoa(n), "-waiting", strconv.Itoa(n))
 	data, err := os.ReadFile(source)
@@ -37,15 +37,16 @@ func residentBench(dir, binaries, self string, n, ops, work int) {
 		_, err := s.post("stats", []byte(`{}`)) // the first start (replay, index) is the first-start benchmark's
 		check(err)
 		resetPeak(s.pid())
-		submitRate := countedLoops(ops, s, "submit")
+		var submitRate, workRate float64
+		submitAnon := peakAnonKB(s.pid(), func() { submitRate = countedLoops(ops, s, "submit") })
 		submitPeak := peakKB(s.pid())
 		resetPeak(s.pid())
-		workRate := countedLoops(work, s, "complete-and-lease-next")
+		workAnon := peakAnonKB(s.pid(), func() { workRate = countedLoops(work, s, "complete-and-lease-next") })
 		workPeak := peakKB(s.pid())
 		s.stop()
 		side, files := besideWAL(wal)
-		fmt.Printf("%-4s %-28s | %10.0f %8.0f | %10.0f %8.0f | %8.0f %6d\n", string(rune('A'+round%len(bins))), filepath.Base(bin),
-			submitRate, float64(submitPeak)/1024, workRate, float64(workPeak)/1024, mb(side), files)
+		fmt.Printf("%-4s %-28s | %10.0f %8.0f %8.0f | %10.0f %8.0f %8.0f | %8.0f %6d\n", string(rune('A'+round%len(bins))), filepath.Base(bin),
+			submitRate, float64(submitPeak)/1024, float64(submitAnon)/1024, workRate, float64(workPeak)/1024, float64(workAnon)/1024, mb(side), files)
 		matches, _ := filepath.Glob(wal + "*")
 		for _, path := range matches {
 			os.Remove(path)
@@ -83,6 +84,29 @@ func countedLoops(ops int, s *leasewalServer, work string) float64 {
 // (clear_refs 5).
 func resetPeak(pid int) {
 	check(os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0o200))
+}
+
+// peakAnonKB runs fn and is process pid's largest RssAnon, in KiB, sampled
+// every 5 ms meanwhile: unlike VmHWM, it leaves out the index's mapped pages.
+func peakAnonKB(pid int, fn func()) int64 {
+	done, peak := make(chan struct{}), make(chan int64)
+	go func() {
+		var most int64
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			most = max(most, statusKB(pid, "RssAnon"))
+			select {
+			case <-done:
+				peak <- most
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	fn()
+	close(done)
+	return <-peak
 }
 
 // peakKB is a process's peak resident size (VmHWM) in KiB.
