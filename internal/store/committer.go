@@ -195,10 +195,15 @@ func (c *committer) take() *rebase {
 // nudge wakes the committer once records are many since it last wrote.
 func (c *committer) nudge(durable wal.Position) {
 	if int64(durable.Count)-c.written.Load() >= commitRecords {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+		c.wakeUp()
+	}
+}
+
+// wakeUp has the committer commit now rather than at its next tick.
+func (c *committer) wakeUp() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 

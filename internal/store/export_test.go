@@ -160,10 +160,7 @@ func (p *Pipe) Committing() bool { return p.commit != nil }
 func (p *Pipe) WaitCommitted(records int) error {
 	guard := time.After(2 * time.Minute)
 	for p.commit.written.Load() < int64(records) {
-		select {
-		case p.commit.wake <- struct{}{}:
-		default:
-		}
+		p.commit.wakeUp()
 		select {
 		case <-guard:
 			return fmt.Errorf("the committer wrote the index up to record %d in 2 minutes, not %d", p.commit.written.Load(), records)

@@ -190,6 +190,9 @@ func (p *Pipe) Batch(fns []func(*Tx) error, then Then) (errs []error, committed 
 	}
 	p.flights <- f
 	p.rebase()
+	if p.commit != nil && tx.State.HotCount() >= p.h.spillAfter()/2 { // before Due would close the pipe to write them itself
+		p.commit.wakeUp()
+	}
 	return errs, committed, f, nil
 }
 
