@@ -288,10 +288,11 @@ func (b *Batcher) loop() {
 // once it is durable, in order, by the goroutine that fsyncs it. The lock
 // is held while requests keep coming, and given back once none has come
 // for linger, or as soon as what is in flight is answered when another
-// process waits for it, so that local writers and readers get their turn. A batch is answered once, with what
-// became of it (store.Pipe): a failed write or fsync answers the batches it
-// took down with the failure, and the pipe is closed; the requests the pipe
-// refused before deciding them are decided on a new one.
+// process waits for it, so that local writers and readers get their turn.
+// A batch is answered once, with what became of it (store.Pipe): a failed
+// write or fsync answers the batches it took down with the failure, and the
+// pipe is closed; the requests the pipe refused before deciding them are
+// decided on a new one.
 func (b *Batcher) pipelined(back Piper) {
 	var (
 		pipe *store.Pipe
