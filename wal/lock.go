@@ -61,7 +61,7 @@ func lockFair(f *os.File, path string, how int, timeout time.Duration) error {
 	var turn *os.File
 	var err error
 	if how == unix.LOCK_EX {
-		turn, err = os.OpenFile(path+TurnstileSuffix, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+		turn, err = createTurnstile(path)
 	} else {
 		turn, err = os.OpenFile(path+TurnstileSuffix, os.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
@@ -143,11 +143,17 @@ type Turnstile struct{ f *os.File }
 // OpenTurnstile opens the turnstile beside the WAL at path, creating it
 // so that readers queue in it too and can be seen waiting.
 func OpenTurnstile(path string) (*Turnstile, error) {
-	f, err := os.OpenFile(path+TurnstileSuffix, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	f, err := createTurnstile(path)
 	if err != nil {
 		return nil, err
 	}
 	return &Turnstile{f: f}, nil
+}
+
+// createTurnstile opens the turnstile beside the WAL at path, for writing,
+// creating it if need be.
+func createTurnstile(path string) (*os.File, error) {
+	return os.OpenFile(path+TurnstileSuffix, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
 }
 
 // Waiting reports whether someone waits for the WAL: a waiting writer holds
