@@ -28,6 +28,12 @@ import (
 //	compact-renamed  the new WAL is renamed over the old, the directory not fsynced
 //	compact-done     the directory is fsynced; the caches are not removed yet
 //
+// and, in the store, as an end that many tasks wait for is applied:
+//
+//	index-partial    a chunk of its dependents is written into the index,
+//	                 which says it holds part of a write; the record may not
+//	                 be in the WAL yet
+//
 // Actions: kill (the default), sleep=DURATION, and the disk faults
 // short-write, enospc, fsync-eio and dirsync-eio (the fsync of the directory
 // of a new WAL), which need no point.
@@ -41,7 +47,7 @@ type Fault struct {
 }
 
 var faultPoints = map[string]bool{"before-write": true, "mid-write": true, "after-write": true, "after-sync": true,
-	"compact-partial": true, "compact-synced": true, "compact-renamed": true, "compact-done": true}
+	"compact-partial": true, "compact-synced": true, "compact-renamed": true, "compact-done": true, "index-partial": true}
 
 // ParseFault reads "POINT[:ACTION]" or a disk fault name.
 func ParseFault(spec string) (*Fault, error) {
@@ -51,7 +57,7 @@ func ParseFault(spec string) (*Fault, error) {
 	}
 	point, action, _ := strings.Cut(spec, ":")
 	if !faultPoints[point] {
-		return nil, fmt.Errorf("unknown failpoint %q: use before-write, mid-write, after-write, after-sync or compact-partial, compact-synced, compact-renamed, compact-done, optionally with :kill or :sleep=DURATION; or short-write, enospc, fsync-eio, dirsync-eio", spec)
+		return nil, fmt.Errorf("unknown failpoint %q: use before-write, mid-write, after-write, after-sync or compact-partial, compact-synced, compact-renamed, compact-done, index-partial, optionally with :kill or :sleep=DURATION; or short-write, enospc, fsync-eio, dirsync-eio", spec)
 	}
 	f := &Fault{Point: point, Action: "kill"}
 	if d, ok := strings.CutPrefix(action, "sleep="); ok {
@@ -66,8 +72,8 @@ func ParseFault(spec string) (*Fault, error) {
 	return f, nil
 }
 
-// reach is called as an append passes point.
-func (f *Fault) reach(point string) {
+// Reach is called as an append, or the store, passes point.
+func (f *Fault) Reach(point string) {
 	if f == nil || f.Point != point {
 		return
 	}
@@ -133,7 +139,7 @@ func writeFrame(w io.WriterAt, frame []byte, off int64, f *Fault) (int, error) {
 	if err != nil {
 		return n, err
 	}
-	f.reach("mid-write")
+	f.Reach("mid-write")
 	m, err := w.WriteAt(frame[half:], off+int64(half))
 	return n + m, err
 }

@@ -324,7 +324,7 @@ func (l *Log) AppendBatch(bodies [][]byte, version int) (cut *CutResult, err err
 	if err := l.store.Sync(); err != nil {
 		return cut, l.Abandon(before, err)
 	}
-	l.fault.reach("after-sync")
+	l.fault.Reach("after-sync")
 	return cut, nil
 }
 
@@ -366,7 +366,7 @@ func (l *Log) Sync() error {
 	if err := l.store.Sync(); err != nil {
 		return err
 	}
-	l.fault.reach("after-sync")
+	l.fault.Reach("after-sync")
 	return nil
 }
 
@@ -432,7 +432,7 @@ func (l *Log) writeDurably(frame []byte, records int) error {
 
 // writeAtEnd writes frame (records records) at the end, or rolls back.
 func (l *Log) writeAtEnd(frame []byte, records int) error {
-	l.fault.reach("before-write")
+	l.fault.Reach("before-write")
 	written, err := writeFrame(l.store, frame, l.End, l.fault)
 	if err == nil && written < len(frame) {
 		err = io.ErrShortWrite
@@ -440,7 +440,7 @@ func (l *Log) writeAtEnd(frame []byte, records int) error {
 	if err != nil {
 		return l.rollback("write", err, records)
 	}
-	l.fault.reach("after-write")
+	l.fault.Reach("after-write")
 	return nil
 }
 
@@ -584,7 +584,7 @@ func CreateBatch(path string, bodies [][]byte, version int, fault *Fault, seam S
 		}
 		return nil, &AppendError{Op: "fsync of the directory", Err: err, RolledBack: true}
 	}
-	fault.reach("after-sync")
+	fault.Reach("after-sync")
 	l.Position = pos
 	return l, nil
 }
@@ -784,7 +784,7 @@ func (r *Replacement) write(version int, bodies func(write func(body []byte) err
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			r.fault.reach("compact-partial")
+			r.fault.Reach("compact-partial")
 		}
 		return nil
 	})
@@ -828,15 +828,15 @@ func (l *Log) Replace(r *Replacement, from int64) error {
 	if err != nil {
 		return fmt.Errorf("writing the new WAL beside %s: %w; the WAL is unchanged", l.Path, err)
 	}
-	l.fault.reach("compact-synced")
+	l.fault.Reach("compact-synced")
 	if err := os.Rename(r.f.Name(), l.Path); err != nil {
 		return fmt.Errorf("renaming the new WAL over %s: %w; the WAL is unchanged", l.Path, err)
 	}
-	l.fault.reach("compact-renamed")
+	l.fault.Reach("compact-renamed")
 	if err := syncDir(dir, l.fault); err != nil {
 		return fmt.Errorf("the new WAL replaced %s but its directory could not be fsynced (%w): after a crash the WAL may be the old one, which holds the same records", l.Path, err)
 	}
-	l.fault.reach("compact-done")
+	l.fault.Reach("compact-done")
 	return nil
 }
 
