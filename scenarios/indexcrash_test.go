@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -136,6 +137,59 @@ func TestIndexCrashImages(t *testing.T) {
 			}
 			check(t, p, fmt.Sprintf("server killed (%d)", i))
 		}
+	})
+
+	t.Run("an end that 5,000 tasks wait for", func(t *testing.T) {
+		deps := filepath.Join(t.TempDir(), "deps.wal")
+		var lines strings.Builder
+		lines.WriteString("{\"payload\":\"up\",\"request_id\":\"up\",\"queue\":\"up\"}\n")
+		for i := range 5000 { // more than a chunk: written into the index 4,096 at a time
+			fmt.Fprintf(&lines, "{\"payload\":\"d%d\",\"after\":[\"up\"],\"queue\":\"down\"}\n", i)
+		}
+		batch := filepath.Join(t.TempDir(), "deps.jsonl")
+		if err := os.WriteFile(batch, []byte(lines.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"submit", "--batch-file", batch}, {"reindex"}} {
+			if code, out, errOut := run(t, deps, nil, args...); code != 0 {
+				t.Fatalf("%v: exit %d %s %s", args, code, out, errOut)
+			}
+		}
+		image := func() string {
+			p := filepath.Join(t.TempDir(), "q.wal")
+			copyTo(t, deps, p)
+			copyTo(t, deps+".index", p+".index")
+			if code, out, errOut := run(t, p, nil, "lease", "--worker", "W", "--queue", "up"); code != 0 {
+				t.Fatalf("lease: exit %d %s %s", code, out, errOut)
+			}
+			return p
+		}
+
+		// Killed after its first chunk is in the index, before its record is
+		// in the WAL.
+		p := image()
+		code, out, _ := run(t, p, []string{"LEASEWAL_FAILPOINT=index-partial"}, "complete", "--task", "T1", "--lease", "L1")
+		if code != -int(syscall.SIGKILL) || out != "" {
+			t.Fatalf("the complete was not killed where it writes its dependents into the index: exit %d %s", code, out)
+		}
+		check(t, p, "an end killed while it writes its dependents")
+		if code, out, errOut := run(t, p, nil, "lease", "--worker", "W", "--queue", "down"); code != 4 {
+			t.Fatalf("a dependent was leased although the end that releases it is not in the WAL: exit %d %s %s", code, out, errOut)
+		}
+
+		// Through a server, which stops cleanly at once: the index it leaves
+		// holds the end, and is not built again.
+		p = image()
+		server, url, _ := startServe(t, "--wal", p, "serve", "--listen", "127.0.0.1:0")
+		if out, err := exec.Command(binary(), "--server", url, "complete", "--task", "T1", "--lease", "L1").CombinedOutput(); err != nil {
+			t.Fatalf("complete through the server: %v %s", err, out)
+		}
+		server.Process.Signal(syscall.SIGTERM)
+		server.Wait()
+		if code, out, errOut := run(t, p, nil, "lease", "--worker", "W", "--queue", "down"); code != 0 || errOut != "" {
+			t.Fatalf("after the server's clean stop, a lease of what the end released: exit %d %s %s", code, out, errOut)
+		}
+		check(t, p, "an end through a server")
 	})
 
 	t.Run("damaged copies", func(t *testing.T) {

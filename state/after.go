@@ -179,7 +179,7 @@ func (s *State) forgetDeps(t *Task) {
 func (s *State) dependentsOf(id string) ([]*Task, error) {
 	ids := slices.Clone(s.dependents[id])
 	if s.src != nil {
-		err := s.src.Dependents(Number(id), func(num int64) bool {
+		err := s.src.Dependents(Number(id), 0, func(num int64) bool {
 			ids = append(ids, "T"+strconv.FormatInt(num, 10))
 			return true
 		})
@@ -187,46 +187,99 @@ func (s *State) dependentsOf(id string) ([]*Task, error) {
 			return nil, s.sourced(err)
 		}
 	}
+	return s.stillWaiting(id, ids)
+}
+
+// stillWaiting is the tasks of ids that are unfinished and still wait for
+// id as recorded, in creation order, each once.
+func (s *State) stillWaiting(id string, ids []string) ([]*Task, error) {
 	out := make([]*Task, 0, len(ids))
 	for _, did := range ids {
 		t, err := s.lookupTask(did)
 		if err != nil {
 			return nil, err
 		}
-		if t == nil || t.State.Terminal() || !slices.ContainsFunc(t.Deps, func(d Dep) bool { return d.ID == id && !d.Met }) {
-			continue
+		if t != nil && waitsFor(t, id) {
+			out = append(out, t)
 		}
-		out = append(out, t)
 	}
 	slices.SortFunc(out, byCreation)
 	return slices.Compact(out), nil // a task both memory and the Source name
 }
 
+// waitsFor reports whether t is unfinished and still waits for id as
+// recorded.
+func waitsFor(t *Task, id string) bool {
+	return !t.State.Terminal() && slices.ContainsFunc(t.Deps, func(d Dep) bool { return d.ID == id && !d.Met })
+}
+
+// A Spill writes tasks the record of seq seq changed, which memory does not
+// hold, into the index the state's Source reads, each as of at, and says so
+// (written); src, when not nil, is the Source to read from then on (one
+// that reads them as written, or, when they were not, the same index read
+// again: then memory takes them).
+type Spill func(tasks []*Task, seq, at int64) (src Source, written bool, err error)
+
+// SpillTo has the state hand spill, chunk tasks at a time, the dependents
+// its Source holds that an end settles, when they are chunk or more,
+// rather than take them all into memory: what an end does to its
+// dependents is the same whatever their number, and memory holds a chunk
+// of them at a time.
+func (s *State) SpillTo(spill Spill, chunk int) { s.spill, s.spillChunk = spill, max(chunk, 1) }
+
 // settleDependents is the end of u, recorded at at, as its dependents see
 // it: each one's dependency on u is met, or, named in after and u not
 // COMPLETED, ends it; one whose last dependency is met starts its delay and
-// window at at.
+// window at at. With a spill, the dependents only the Source holds, once
+// they are a chunk or more, are read, settled and written a chunk at a
+// time, each chunk's read resuming after the last (their own keys there
+// are gone once written), so that memory holds a chunk of them whatever
+// their number; memory takes the others.
 func (s *State) settleDependents(u *Task, at int64) error {
-	deps, err := s.dependentsOf(u.ID)
+	ids := slices.Clone(s.dependents[u.ID])
+	spill := s.spill
+	for after, first := int64(0), true; s.src != nil; first = false {
+		var stored []int64 // the dependents only the Source holds
+		full := false
+		err := s.src.Dependents(Number(u.ID), after, func(num int64) bool {
+			after = num
+			if s.isHot(num) {
+				ids = append(ids, "T"+strconv.FormatInt(num, 10))
+				return true
+			}
+			stored = append(stored, num)
+			full = spill != nil && len(stored) == s.spillChunk
+			return !full
+		})
+		if err != nil {
+			return s.sourced(err)
+		}
+		if first && !full { // fewer than a chunk: all in memory, as without a spill
+			for _, num := range stored {
+				ids = append(ids, "T"+strconv.FormatInt(num, 10))
+			}
+			break
+		}
+		if spill, err = s.settleStored(u, at, stored, spill); err != nil {
+			return err
+		}
+		if !full {
+			break
+		}
+	}
+	return s.settleInMemory(u, at, ids)
+}
+
+// settleInMemory settles the dependents of u named ids (those that still
+// wait for it) in memory.
+func (s *State) settleInMemory(u *Task, at int64, ids []string) error {
+	deps, err := s.stillWaiting(u.ID, ids)
 	if err != nil {
 		return err
 	}
 	s.reserve(len(deps))
 	for _, x := range deps {
-		for i := range x.Deps {
-			d := &x.Deps[i]
-			if d.ID != u.ID || d.Met {
-				continue
-			}
-			d.Met = true
-			if u.State != Completed && !d.Ended && x.DeadBy == "" {
-				x.DeadBy, x.DeadEnd, x.DeadAt = u.ID, u.State, at
-			}
-		}
-		if x.DeadBy == "" && !x.Blocked() {
-			x.AvailableAt = addTime(at, x.Delay)
-			x.NotBefore = x.AvailableAt
-		}
+		settle(x, u, at)
 		s.adopt(x)
 	}
 	delete(s.dependents, u.ID)
@@ -234,6 +287,65 @@ func (s *State) settleDependents(u *Task, at int64) error {
 		s.dependents = nil
 	}
 	return nil
+}
+
+// settleStored settles the dependents of u the Source holds, numbered
+// stored, and has spill write them, reading from the Source it returns from
+// then on; when it cannot (or there is no spill), memory takes them, and
+// the spill returned is nil: memory takes every chunk after it too.
+func (s *State) settleStored(u *Task, at int64, stored []int64, spill Spill) (Spill, error) {
+	chunk := make([]*Task, 0, len(stored))
+	for _, num := range stored {
+		x, err := s.fromSource(num)
+		if err != nil {
+			return nil, err
+		}
+		if x != nil && waitsFor(x, u.ID) {
+			settle(x, u, at)
+			chunk = append(chunk, x)
+		}
+	}
+	written := false
+	if spill != nil && len(chunk) > 0 {
+		src, ok, err := spill(chunk, s.lastSeq, at)
+		if err != nil {
+			return nil, s.sourced(err)
+		}
+		if src != nil {
+			s.src, s.skipped = src, nil
+		}
+		written = ok
+	}
+	if written {
+		return spill, nil
+	}
+	s.reserve(len(chunk))
+	for _, x := range chunk {
+		s.adopt(x)
+	}
+	if len(chunk) > 0 {
+		spill = nil
+	}
+	return spill, nil
+}
+
+// settle is the end of u, recorded at at, as x, which waits for it, sees
+// it.
+func settle(x, u *Task, at int64) {
+	for i := range x.Deps {
+		d := &x.Deps[i]
+		if d.ID != u.ID || d.Met {
+			continue
+		}
+		d.Met = true
+		if u.State != Completed && !d.Ended && x.DeadBy == "" {
+			x.DeadBy, x.DeadEnd, x.DeadAt = u.ID, u.State, at
+		}
+	}
+	if x.DeadBy == "" && !x.Blocked() {
+		x.AvailableAt = addTime(at, x.Delay)
+		x.NotBefore = x.AvailableAt
+	}
 }
 
 // applyDeadByDependency is the TaskDead rule for a death by a dependency:

@@ -61,6 +61,10 @@ type State struct {
 	// dependents holds, by task id, the tasks in memory that still wait
 	// for it (after.go); the Source keeps those of its tasks.
 	dependents map[string][]string
+	// spill writes what an end settles, spillChunk tasks at a time
+	// (SpillTo).
+	spill      Spill
+	spillChunk int
 	// newest says a record of the newest format version (4) was applied:
 	// a snapshot of the state is of the newest version too.
 	newest bool

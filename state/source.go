@@ -42,9 +42,10 @@ type Source interface {
 	// Lapsing hands fn, by time, the unfinished tasks whose lapse time
 	// (Task.LapseAt) is at or before until, until fn returns false.
 	Lapsing(until int64, fn func(num int64) bool) error
-	// Dependents hands fn the number of every unfinished task that waits,
-	// as recorded, for task num, until fn returns false.
-	Dependents(num int64, fn func(num int64) bool) error
+	// Dependents hands fn, in creation order, the number of every
+	// unfinished task numbered after after that waits, as recorded, for
+	// task num, until fn returns false.
+	Dependents(num, after int64, fn func(num int64) bool) error
 	// Upcoming hands fn, by time, the lapse and wake times (Task.LapseAt,
 	// Task.WakeAt) after after, each with its task's number, until fn
 	// returns false.

@@ -284,13 +284,13 @@ func (m *memSource) Queued(queue string, after OrderEntry, fn func(OrderEntry) b
 	return nil
 }
 
-func (m *memSource) Dependents(num int64, fn func(int64) bool) error {
+func (m *memSource) Dependents(num, after int64, fn func(int64) bool) error {
 	if err := m.failing("dependents"); err != nil {
 		return err
 	}
 	id := "T" + strconv.FormatInt(num, 10)
 	for _, t := range m.all() {
-		if !t.State.Terminal() && slices.ContainsFunc(t.Deps, func(d Dep) bool { return d.ID == id && !d.Met }) && !fn(Number(t.ID)) {
+		if Number(t.ID) > after && !t.State.Terminal() && slices.ContainsFunc(t.Deps, func(d Dep) bool { return d.ID == id && !d.Met }) && !fn(Number(t.ID)) {
 			return nil
 		}
 	}
@@ -343,17 +343,30 @@ func (m *memSource) Upcoming(after int64, fn func(at, n int64) bool) error {
 // its tasks into a source (an index) at random records and reads them from
 // it, answers every lookup and decision exactly as a full replay does, at
 // random points on the way and at the end; and so does a state loaded from
-// its head and that source, then fed the records after.
+// its head and that source, then fed the records after. The state spills
+// what an end settles a chunk of 1 to 3 tasks at a time, and the spill
+// sometimes cannot write (then memory takes them).
 func TestSourcePlusTailEqualsReplay(t *testing.T) {
 	histories := 300
 	if testing.Short() {
 		histories = 60
 	}
-	writes := 0
+	writes, spills, refused := 0, 0, 0
 	for seed := range histories {
 		recs := randomRecords(t, uint64(seed))
 		rng := rand.New(rand.NewPCG(uint64(seed), 11))
 		full, s, src := New(), New(), newMemSource()
+		s.SpillTo(func(tasks []*Task, _, _ int64) (Source, bool, error) {
+			if rng.IntN(5) == 0 {
+				refused++
+				return nil, false, nil
+			}
+			for _, t := range tasks {
+				src.tasks[Number(t.ID)] = AppendTask(nil, t)
+			}
+			spills++
+			return src, true, nil
+		}, 1+rng.IntN(3))
 		var loaded *State // from a head and the source, then fed the records after
 		every := 1 + rng.IntN(6)
 		for i, r := range recs {
@@ -409,7 +422,10 @@ func TestSourcePlusTailEqualsReplay(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d histories, %d writes to the source", histories, writes)
+	t.Logf("%d histories, %d writes to the source, %d chunks an end settled spilled, %d refused", histories, writes, spills, refused)
+	if spills == 0 || refused == 0 {
+		t.Fatal("no end settled its dependents a chunk at a time, or no spill was refused: the histories do not test it")
+	}
 }
 
 // TestDamagedSourceNeverAnswersWrong: a source that fails a call is damage

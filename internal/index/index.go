@@ -9,8 +9,9 @@
 //
 // Buckets, each a reader can name:
 //
-//	meta        schema, position, seq, the file's own id; the head (state.Head: counters, base,
-//	            domains, redactions, limits, record counts, pauses, schedules)
+//	meta        schema, position, seq, the file's own id, whether a write is half done; the head
+//	            (state.Head: counters, base, domains, redactions, limits, record counts, pauses,
+//	            schedules)
 //	tasks       number (8 bytes, big-endian: creation order) -> the task
 //	live        number -> nothing, for each task unfinished as recorded
 //	submits     request id -> number
@@ -54,7 +55,7 @@ import (
 
 // Schema is the layout's version: an index of another is built again,
 // never misread.
-const Schema = 2
+const Schema = 3
 
 // writeMapping is how much of the file OpenHeld maps at once, as etcd's
 // backend does (10 GB there).
@@ -83,6 +84,7 @@ var (
 	kBoot     = []byte("boot")
 	kSynced   = []byte("synced")
 	kFile     = []byte("file")
+	kPartial  = []byte("partial")
 )
 
 // ErrNoIndex is an index that is not there, or not one this version reads.
@@ -106,6 +108,11 @@ type Meta struct {
 	At     int64
 	Boot   string
 	Synced bool
+	// Partial says that tasks of a record after Position were written
+	// (WriteTasks), and no Write of a position that holds that record has
+	// followed: the index holds part of what the WAL does not say up to
+	// Position.
+	Partial bool
 }
 
 // DB is an open index.
@@ -238,6 +245,7 @@ func (d *DB) Meta() (m Meta, head []byte, err error) {
 			m.Seq = int64(binary.BigEndian.Uint64(seq))
 			m.Boot = string(b.Get(kBoot))
 			m.Synced = bytes.Equal(b.Get(kSynced), []byte{1})
+			m.Partial = len(b.Get(kPartial)) > 0
 			head = bytes.Clone(b.Get(kHead))
 			return nil
 		})

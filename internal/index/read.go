@@ -46,7 +46,11 @@ func (d *DB) Read() (r *Reader, err error) {
 }
 
 // Close ends the transaction.
-func (r *Reader) Close() { _ = r.tx.Rollback() }
+func (r *Reader) Close() {
+	if r != nil {
+		_ = r.tx.Rollback()
+	}
+}
 
 // maxCached bounds the tasks a transaction keeps decoded: a read of every
 // task (a listing, a base) holds at most this many.
@@ -225,11 +229,11 @@ func (r *Reader) Lapsing(until int64, fn func(int64) bool) error {
 
 // Dependents hands fn every unfinished task that waits, as recorded, for
 // task n.
-func (r *Reader) Dependents(n int64, fn func(int64) bool) error {
+func (r *Reader) Dependents(n, after int64, fn func(int64) bool) error {
 	return guard(func() error {
 		c := r.tx.Bucket(bAfter).Cursor()
 		prefix := num(n)
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		for k, _ := c.Seek(appendEdgeKey(nil, n, after+1)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			if len(k) != 16 {
 				return errKey("after", k)
 			}

@@ -20,6 +20,39 @@ import (
 func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error {
 	d.db.NoSync = !sync
 	defer func() { d.db.NoSync = false }()
+	return d.update(tasks, meta.At, func(m *bolt.Bucket) error {
+		if p := m.Get(kPartial); len(p) == 8 && int64(binary.BigEndian.Uint64(p)) <= meta.Seq || len(p) != 8 {
+			if err := m.Delete(kPartial); err != nil {
+				return err
+			}
+		}
+		return putMeta(m, map[string][]byte{string(kSchema): binary.BigEndian.AppendUint64(nil, Schema), string(kPosition): encodePosition(meta.Position),
+			string(kSeq): binary.BigEndian.AppendUint64(nil, uint64(meta.Seq)), string(kHead): head, string(kBoot): []byte(meta.Boot), string(kSynced): synced(meta.Synced)})
+	})
+}
+
+// WriteTasks writes tasks, changed by the record of seq seq, which the
+// index's meta does not hold yet, over their copies, as of at, in a
+// transaction of their own that marks the index partial up to that record
+// (Meta.Partial): a record that changes more tasks than memory should hold
+// (an end that many tasks wait for) is written a part at a time, and the
+// first Write of a position that holds it says the index holds it. Never
+// synced: an index left partial is built again, and so is one unsynced in
+// an earlier boot of the machine (boot is this one's).
+func (d *DB) WriteTasks(tasks []*state.Task, seq, at int64, boot string) error {
+	d.db.NoSync = true
+	defer func() { d.db.NoSync = false }()
+	return d.update(tasks, at, func(m *bolt.Bucket) error {
+		if p := m.Get(kPartial); len(p) == 8 {
+			seq = max(seq, int64(binary.BigEndian.Uint64(p)))
+		}
+		return putMeta(m, map[string][]byte{string(kPartial): binary.BigEndian.AppendUint64(nil, uint64(seq)), string(kBoot): []byte(boot), string(kSynced): synced(false)})
+	})
+}
+
+// update writes tasks over their copies in one transaction, each key of a
+// task as of at, then has meta say what the index holds.
+func (d *DB) update(tasks []*state.Task, at int64, meta func(*bolt.Bucket) error) error {
 	return guard(func() error {
 		return d.db.Update(func(tx *bolt.Tx) error {
 			c := changes{tasks: len(tasks)}
@@ -36,13 +69,12 @@ func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error
 				if err := c.oldKeys(tx, t, n, newest, file); err != nil {
 					return err
 				}
-				c.key(t, n, meta.At)
+				c.key(t, n, at)
 			}
 			if err := c.apply(tx); err != nil {
 				return err
 			}
-			return putMeta(tx.Bucket(bMeta), map[string][]byte{string(kSchema): binary.BigEndian.AppendUint64(nil, Schema), string(kPosition): encodePosition(meta.Position),
-				string(kSeq): binary.BigEndian.AppendUint64(nil, uint64(meta.Seq)), string(kHead): head, string(kBoot): []byte(meta.Boot), string(kSynced): synced(meta.Synced)})
+			return meta(tx.Bucket(bMeta))
 		})
 	})
 }

@@ -56,6 +56,8 @@ type openIndex struct {
 	target string
 	// own is a replay's own index, unlinked: nothing keeps it.
 	own bool
+	// writable: db is open for writing (a build, or a spill's).
+	writable bool
 }
 
 // closeReader ends the read transaction, which a write of the index needs.
@@ -131,7 +133,11 @@ func (h *Handle) openIndex(writing bool) (*openIndex, index.Meta, []byte, bool) 
 		return nil, index.Meta{}, nil, false
 	}
 	meta, head, err := db.Meta()
-	if err == nil && !meta.Synced && meta.Boot != bootID() {
+	switch {
+	case err != nil:
+	case meta.Partial:
+		err = fmt.Errorf("the index %s holds part of a write that did not end", h.indexPath())
+	case !meta.Synced && meta.Boot != bootID():
 		err = fmt.Errorf("the index %s was written without sync before the machine restarted, and may be half on disk", h.indexPath())
 	}
 	if err == nil {
@@ -276,7 +282,7 @@ func (b *builder) create() (*openIndex, error) {
 		_ = os.Remove(path)
 		return nil, err
 	}
-	o := &openIndex{db: db, own: b.own}
+	o := &openIndex{db: db, own: b.own, writable: true}
 	if b.own {
 		_ = os.Remove(path) // the file lives as long as it is open
 		o.own = false
@@ -322,6 +328,7 @@ func (h *Handle) writeIndex(st *state.State, meta index.Meta, sync bool) error {
 	if err := o.db.Write(st.Hot(), st.Head(), meta, sync); err != nil {
 		return err
 	}
+	h.spilled = false
 	r, err := o.db.Read()
 	if err != nil {
 		return err
@@ -331,13 +338,88 @@ func (h *Handle) writeIndex(st *state.State, meta index.Meta, sync bool) error {
 	return nil
 }
 
+// spillFor is the Spill of a state an operation of mode catches up or
+// decides on: it writes what an end settles into the index the state reads
+// (WriteTasks, which marks it partial until writeIndex says it holds the
+// record), opening it for writing in a writer's operation; a reader's
+// leaves them to memory, unless it builds the index. A writer that spilled
+// writes the index at its operation's end (indexDue); one that does not
+// (it failed) leaves it partial, and the next operation builds it again.
+func (h *Handle) spillFor(mode wal.Mode) state.Spill {
+	return func(tasks []*state.Task, seq, at int64) (state.Source, bool, error) {
+		o := h.idx
+		if o == nil || !o.writable && mode != wal.Write {
+			return nil, false, nil
+		}
+		if !o.writable {
+			var reread bool
+			if o, reread = h.openToSpill(len(tasks)); o == nil {
+				return nil, false, fmt.Errorf("%w: the index could not be read again", state.ErrSource)
+			} else if !reread {
+				return o.r, false, nil
+			}
+		}
+		src, written, err := spillInto(o.db, &o.r)(tasks, seq, at)
+		if written {
+			h.opts.Fault.Reach("index-partial")
+			h.spilled = h.spilled || o.target == "" && !o.own // a build's own flushes end it
+		}
+		return src, written, err
+	}
+}
+
+// spillInto is the Spill of a state that reads db through *r: it writes
+// the tasks into db (WriteTasks), and *r becomes a read that holds them.
+func spillInto(db *index.DB, r **index.Reader) state.Spill {
+	return func(tasks []*state.Task, seq, at int64) (state.Source, bool, error) {
+		if *r != nil {
+			(*r).Close() // a write that grows the file past its mapping waits for every read
+			*r = nil
+		}
+		if err := db.WriteTasks(tasks, seq, at, bootID()); err != nil {
+			return nil, false, err
+		}
+		next, err := db.Read()
+		if err != nil {
+			return nil, false, err
+		}
+		*r = next
+		return next, true, nil
+	}
+}
+
+// openToSpill opens the index a writer's state reads for writing, in place
+// of its read (the same file: no other writer can have written it under the
+// WAL's exclusive lock); when readers hold it past writeLockWait, it reads
+// it again instead (spilled false: memory takes the tasks). nil: neither.
+func (h *Handle) openToSpill(tasks int) (o *openIndex, spilled bool) {
+	h.idx.close()
+	h.idx = nil
+	db, err := index.OpenToWrite(h.indexPath(), writeLockWait, tasks)
+	if err == nil {
+		var r *index.Reader
+		if r, err = db.Read(); err == nil {
+			h.idx = &openIndex{db: db, r: r, writable: true}
+			return h.idx, true
+		}
+		_ = db.Close()
+	}
+	if o, meta, _, ok := h.openIndex(false); ok && meta.Position == h.indexed {
+		h.idx = o
+		return o, false
+	} else if ok {
+		o.close()
+	}
+	return nil, false
+}
+
 // indexDue is whether a writer writes st into the index after an
 // operation that left the WAL at pos.
 func (h *Handle) indexDue(st *state.State, pos wal.Position) bool {
 	if h.fullReplay() || st.Loading() || st.Damage() != nil {
 		return false
 	}
-	if st.HotCount() >= h.spillAfter() {
+	if st.HotCount() >= h.spillAfter() || h.spilled {
 		return true
 	}
 	if h.indexed.Count == 0 {
@@ -376,7 +458,8 @@ func (h *Handle) commitIndex(st *state.State, pos wal.Position) {
 		_ = db.Close()
 		h.dropIndex(err)
 		return
-	case meta.Position.Generation != h.indexed.Generation || meta.Position.Count < h.indexed.Count || meta.Position.Count > pos.Count:
+	case meta.Position.Generation != h.indexed.Generation || meta.Position.Count < h.indexed.Count || meta.Position.Count > pos.Count,
+		meta.Partial && !h.spilled:
 		_ = db.Close() // not what the state was built on: a replay builds it again
 		return
 	}

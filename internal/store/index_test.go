@@ -612,3 +612,140 @@ func TestDependentsAreFoundThroughTheIndex(t *testing.T) {
 		t.Fatalf("expire recorded %d deaths by a dependency, not 150", n)
 	}
 }
+
+// dependentsWAL writes a WAL with two tasks in queue up, "ok" and "bad",
+// leased, each with each tasks of queue down waiting for it, and its index:
+// what leases the two took, by request id.
+func dependentsWAL(t *testing.T, each, chunk int) (path string, leases map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	path = backlogWAL(t, dir, 1000, 0)
+	for _, up := range []string{"ok", "bad"} {
+		if code, _, errOut := cli("--wal", path, "--now", "+1s", "submit", "--payload", up, "--request-id", up, "--queue", "up"); code != 0 {
+			t.Fatal(errOut)
+		}
+	}
+	var batch strings.Builder
+	for i := range 2 * each {
+		fmt.Fprintf(&batch, "{\"payload\":\"d%d\",\"request_id\":\"d%d\",\"after\":[\"%s\"],\"delay\":\"%ds\",\"queue\":\"down\"}\n", i, i, []string{"ok", "bad"}[i%2], i%7)
+	}
+	batchFile := filepath.Join(dir, "deps.jsonl")
+	if err := os.WriteFile(batchFile, []byte(batch.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"submit", "--batch-file", batchFile}, {"reindex"}} {
+		if code, _, errOut := cli(append([]string{"--wal", path, "--now", "+1s"}, args...)...); code != 0 {
+			t.Fatalf("%v: %s", args, errOut)
+		}
+	}
+	leases = map[string]string{}
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(t0 + 400*86_400_000), SpillAfter: chunk})
+	defer h.Close()
+	for _, up := range []string{"ok", "bad"} {
+		err := h.Write(func(tx *store.Tx) error {
+			d, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute, Queues: []string{"up"}}, tx.Now)
+			if err == nil {
+				leases[up], err = d.LeaseID, tx.Commit(d.Records)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path, leases
+}
+
+// endOf decides the end of the task of request id up ("ok" completes,
+// "bad" fails for good) under lease and commits it.
+func endOf(tx *store.Tx, up, lease string) error {
+	var task string
+	tasks, err := tx.State.Tasks()
+	for _, t := range tasks {
+		if t.RequestID == up {
+			task = t.ID
+		}
+	}
+	var d state.Decision
+	if err == nil && up == "ok" {
+		d, err = tx.State.DecideComplete(task, lease, "", tx.Now)
+	} else if err == nil {
+		d, err = tx.State.DecideFail(task, lease, "no", true, tx.Now)
+	}
+	if err == nil {
+		err = tx.Commit(d.Records)
+	}
+	if ended, _ := tx.State.Task(task); err == nil && !ended.State.Terminal() {
+		err = fmt.Errorf("%s is %s after its end", task, ended.State)
+	}
+	return err
+}
+
+// walRecords is how many records the WAL at path holds.
+func walRecords(t *testing.T, path string) (n int) {
+	t.Helper()
+	r := store.Open(store.Options{Path: copyOf(t, path), FullReplay: true})
+	defer r.Close()
+	if err := r.Read(func(tx *store.Tx) error { n = tx.Records(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestAnEndSettlesManyDependentsAChunkAtATime: an end that many tasks in
+// the index wait for writes them into it a chunk at a time rather than
+// taking them into memory, and answers as a full replay does; when its
+// write then fails, the index it left partial is built again, and the
+// answers are those of the WAL without it.
+func TestAnEndSettlesManyDependentsAChunkAtATime(t *testing.T) {
+	const each, chunk = 150, 64
+	path, leases := dependentsWAL(t, each, chunk)
+	end := func(h *store.Handle, up string) error {
+		return h.Write(func(tx *store.Tx) error {
+			err := endOf(tx, up, leases[up])
+			if hot := tx.State.HotCount(); err == nil && hot >= chunk {
+				t.Errorf("the end of %s holds %d tasks in memory: its %d dependents were not written a chunk at a time", up, hot, each)
+			}
+			return err
+		})
+	}
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(t0 + 400*86_400_000), SpillAfter: chunk})
+	defer h.Close()
+	now := t0 + 401*86_400_000
+	if err := end(h, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := answersAt(t, path, now, false, store.Options{}), replayedAnswers(t, path, now); got != want {
+		t.Fatal("after a completion released its dependents a chunk at a time, the answers differ from a full replay's")
+	}
+	if n, ok := store.IndexOf(path); !ok || n != walRecords(t, path) {
+		t.Fatalf("the index holds %d records (loads: %v), the WAL %d", n, ok, walRecords(t, path))
+	}
+
+	before := mustRead(t, path)
+	var warnings []string
+	failing := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(t0 + 400*86_400_000), FS: failingSyncFS{}, SpillAfter: chunk,
+		Warn: func(s string) { warnings = append(warnings, s) }})
+	defer failing.Close()
+	if err := end(failing, "bad"); err == nil {
+		t.Fatal("a failure whose fsync failed succeeded")
+	}
+	if !bytes.Equal(before, mustRead(t, path)) {
+		t.Fatal("the failed end left the WAL changed")
+	}
+	if _, ok := store.IndexOf(path); ok {
+		t.Fatal("the index the failed end wrote a part of loads as a good one")
+	}
+	if got, want := answersAt(t, path, now, false, store.Options{Warn: func(s string) { warnings = append(warnings, s) }}), replayedAnswers(t, path, now); got != want {
+		t.Fatal("after an end whose write failed, the answers differ from a full replay's")
+	}
+	if !strings.Contains(strings.Join(warnings, "\n"), "holds part of a write that did not end") {
+		t.Fatalf("no warning said why the index was built again: %q", warnings)
+	}
+	if err := end(h, "bad"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := answersAt(t, path, now, true, store.Options{}), replayedAnswers(t, path, now); got != want {
+		t.Fatal("after a failure killed its dependents a chunk at a time, the answers differ from a full replay's")
+	}
+}

@@ -388,3 +388,54 @@ func TestAPipeDecidesEachBatchAtItsTime(t *testing.T) {
 		t.Fatalf("the leases were stamped at %v; want %d and %d ms later", stamped, t0, later)
 	}
 }
+
+// TestAServerWritesAnEndsDependentsAChunkAtATime: a server's pipe, and its
+// committer after it, apply an end that many tasks in the index wait for a
+// chunk at a time, and the pipe leases the tasks it released; the index
+// they leave answers as a full replay does, and says it holds every record,
+// the last end's too, which the pipe closed before the committer took.
+func TestAServerWritesAnEndsDependentsAChunkAtATime(t *testing.T) {
+	const each, chunk = 150, 64
+	path, leases := dependentsWAL(t, each, chunk)
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(t0 + 400*86_400_000), Resident: true, SpillAfter: chunk})
+	defer h.Close()
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Committing() {
+		p.Close()
+		t.Fatal("a resident handle's pipe over an index has no committer")
+	}
+	var leased []string
+	for i, fns := range [][]func(*store.Tx) error{
+		{func(tx *store.Tx) error { return endOf(tx, "ok", leases["ok"]) }, leaseOne(&leased)},
+		{func(tx *store.Tx) error { return endOf(tx, "bad", leases["bad"]) }, leaseOne(&leased)},
+	} {
+		errs, _, f, err := p.Batch(fns, nil)
+		if err == nil {
+			err = errors.Join(errs[0], errs[1], f.Wait())
+		}
+		if hot := p.HotCount(); hot >= chunk {
+			t.Errorf("after an end that %d tasks wait for, the pipe holds %d tasks in memory: they were not written a chunk at a time", each, hot)
+		}
+		if err == nil && i == 0 {
+			err = p.WaitCommitted(int(p.LastSeq()))
+		}
+		if err != nil {
+			p.Close()
+			t.Fatal(err)
+		}
+	}
+	p.Close()
+	if len(leased) != 2 || leased[0] == leased[1] {
+		t.Fatalf("the pipe leased %v after the ends; want two tasks they released", leased)
+	}
+	now := t0 + 401*86_400_000
+	if got, want := answersAt(t, path, now, false, store.Options{}), replayedAnswers(t, path, now); got != want {
+		t.Fatal("from the index the committer wrote a chunk at a time, a new handle answers differently from a full replay")
+	}
+	if n, ok := store.IndexOf(path); !ok || n != walRecords(t, path) {
+		t.Fatalf("the index holds %d records (loads: %v), the WAL %d", n, ok, walRecords(t, path))
+	}
+}

@@ -101,6 +101,9 @@ type Handle struct {
 	peakHot int
 	// unsynced: the handle wrote the index without sync (Close syncs it).
 	unsynced bool
+	// spilled: the operation wrote part of its records' tasks into the
+	// index (spillFor), which holds them partially until writeIndex.
+	spilled bool
 	// reindexing: the next replay builds the index whatever it finds.
 	reindexing bool
 	closed     bool
@@ -142,7 +145,7 @@ func (h *Handle) Close() {
 func (h *Handle) forget() {
 	h.idx.close()
 	h.payloads.close()
-	h.cache, h.pos, h.indexed, h.idx = nil, wal.Position{}, wal.Position{}, nil
+	h.cache, h.pos, h.indexed, h.idx, h.spilled = nil, wal.Position{}, wal.Position{}, nil, false
 }
 
 func (h *Handle) warn(format string, args ...any) {
@@ -374,6 +377,7 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	}
 	if step == nil {
 		step = st.Apply
+		st.SpillTo(h.spillFor(mode), h.spillAfter())
 	}
 	tx := &Tx{State: st, h: h}
 	apply := func(d decoded) error {
