@@ -59,6 +59,20 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 	if pick != nil {
 		return pick, 0, 0, nil
 	}
+	if s.src != nil && !anyOf(queues, full) {
+		for _, t := range s.live {
+			if t.State.Terminal() || !inQueues(t, queues) {
+				continue
+			}
+			c := t.At(now)
+			live += liveCount(c)
+			if at := c.nextEligibleAt(now); at != 0 && (next == 0 || at < next) {
+				next = at
+			}
+		}
+		next, srcLive, _ := s.srcEmpty(slices.Compact(slices.Sorted(slices.Values(queues))), next, now) // an error is the state's Damage
+		return nil, next, live + srcLive, nil
+	}
 	s.EachLive(func(t *Task) bool {
 		if t.State.Terminal() || !inQueues(t, queues) {
 			return true
@@ -85,6 +99,14 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 	})
 	slices.Sort(heldBack)
 	return nil, next, live, heldBack
+}
+
+// anyOf reports whether set holds a queue of queues (any, for none).
+func anyOf(queues []string, set map[string]bool) bool {
+	if len(queues) == 0 {
+		return len(set) > 0
+	}
+	return slices.ContainsFunc(queues, func(q string) bool { return set[q] })
 }
 
 // nextEligibleAt is when the task, as it stands at now, next becomes

@@ -34,6 +34,9 @@ type Source interface {
 	Each(unfinished bool, fn func(*Task) bool) error
 	// Queues is every queue holding an unfinished task, by name.
 	Queues() ([]string, error)
+	// Unfinished is how many tasks of queues (of every queue, for none)
+	// are unfinished as recorded.
+	Unfinished(queues []string) (int, error)
 	// Queued hands fn a queue's unfinished tasks in lease order (higher
 	// priority first, then older: Task.Order), but those a dependency keeps
 	// from running (Task.Pending), those after after (all of them for a
@@ -205,6 +208,7 @@ func (s *State) fromSource(num int64) (*Task, error) {
 		return nil, nil
 	}
 	s.attach(t)
+	t.srcUnfinished = !t.State.Terminal()
 	return t, nil
 }
 
@@ -400,6 +404,59 @@ func (s *State) srcNextAt(now int64, next *int64, note func(int64)) {
 	s.sourced(s.src.Upcoming(now, func(at, num int64) bool {
 		return (*next == 0 || at < *next) && exact(at, num)
 	}))
+}
+
+// srcEmpty is the Source's part of what a lease that finds nothing in
+// queues (every queue, for none) says at now: when the next of their tasks
+// the Source holds becomes eligible by time alone (0: none), and how many
+// are unfinished. It counts the Source's unfinished tasks by key, less those
+// memory shadows and those time has ended by now, and reads only the tasks
+// time has changed by now and those whose recorded times come, in time
+// order, before the earliest found (next, memory's): a recorded time is
+// never later than its task's eligibility. For queues none of which is
+// paused, full or held by its rate (those move a task's time as a whole).
+func (s *State) srcEmpty(queues []string, next, now int64) (int64, int, error) {
+	live, err := s.src.Unfinished(queues)
+	if err != nil {
+		return 0, 0, s.sourced(err)
+	}
+	for _, t := range s.order {
+		if t.srcUnfinished && inQueues(t, queues) {
+			live--
+		}
+	}
+	note := func(t *Task, lapsed bool) {
+		if !inQueues(t, queues) {
+			return
+		}
+		c := t.At(now)
+		if lapsed && c.State.Terminal() {
+			live--
+		}
+		if at := c.nextEligibleAt(now); at != 0 && (next == 0 || at < next) {
+			next = at
+		}
+	}
+	read := func(num int64, lapsed bool) bool {
+		if s.isHot(num) {
+			return true
+		}
+		t, err := s.fromSource(num)
+		if err != nil || t == nil {
+			s.sourced(firstErr(err, fmt.Errorf("the index's times name task %d, which it does not hold", num)))
+			return false
+		}
+		note(t, lapsed)
+		return true
+	}
+	if err := s.src.Lapsing(now, func(num int64) bool { return read(num, true) }); err != nil || s.srcErr != nil {
+		return 0, 0, s.sourced(err)
+	}
+	err = s.src.Upcoming(now, func(at, num int64) bool { return (next == 0 || at < next) && read(num, false) })
+	if s.sourced(err) != nil {
+		return 0, 0, s.srcErr
+	}
+	return next, live, nil
 }
 
 func byCreation(a, b *Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) }

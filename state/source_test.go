@@ -284,6 +284,19 @@ func (m *memSource) Queued(queue string, after OrderEntry, fn func(OrderEntry) b
 	return nil
 }
 
+func (m *memSource) Unfinished(queues []string) (int, error) {
+	if err := m.failing("unfinished"); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range m.all() {
+		if !t.State.Terminal() && inQueues(t, queues) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 func (m *memSource) Dependents(num, after int64, fn func(int64) bool) error {
 	if err := m.failing("dependents"); err != nil {
 		return err
@@ -433,7 +446,7 @@ func TestSourcePlusTailEqualsReplay(t *testing.T) {
 // call would have said: every answer the state gives while it reports no
 // damage is a full replay's.
 func TestDamagedSourceNeverAnswersWrong(t *testing.T) {
-	ops := []string{"task", "submitted", "owner", "leaseRequested", "each", "queues", "queued", "lapsing", "upcoming"}
+	ops := []string{"task", "submitted", "owner", "leaseRequested", "each", "queues", "queued", "lapsing", "upcoming", "unfinished"}
 	for seed := range 40 {
 		recs := randomRecords(t, uint64(seed))
 		full, s, src := New(), New(), newMemSource()

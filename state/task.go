@@ -112,6 +112,9 @@ type Task struct {
 
 	counted bool         // its end has been counted toward compacting State.live
 	pauses  *queuePauses // its queue's pauses (nil: never paused)
+	// srcUnfinished: a Source gave the task, unfinished there (counted by
+	// its Unfinished, which memory's copy shadows).
+	srcUnfinished bool
 }
 
 // Dep is one task a task waits for.

@@ -26,6 +26,9 @@
 //	            asks from a later now)
 //	after       number, number: a task an unfinished task waits for (as
 //	            recorded), then that task: what an end settles
+//	queued      queue, 0, number -> nothing, for each task unfinished as
+//	            recorded: a queue's unfinished tasks counted without a
+//	            decode (a lease that finds nothing says how many wait)
 //
 // Finished tasks are not kept by end time: nothing reads them so (a
 // compaction reads every task to write its base, and decides there which
@@ -75,7 +78,8 @@ var (
 	bLapse     = []byte("lapse")
 	bWake      = []byte("wake")
 	bAfter     = []byte("after")
-	buckets    = [][]byte{bMeta, bTasks, bLive, bSubmits, bLeases, bLeaseReqs, bOrder, bLapse, bWake, bAfter}
+	bQueued    = []byte("queued")
+	buckets    = [][]byte{bMeta, bTasks, bLive, bSubmits, bLeases, bLeaseReqs, bOrder, bLapse, bWake, bAfter, bQueued}
 
 	kSchema   = []byte("schema")
 	kPosition = []byte("position")
@@ -330,6 +334,11 @@ func appendTimeKey(b []byte, at, n int64) []byte {
 func appendEdgeKey(b []byte, upstream, n int64) []byte { return appendNum(appendNum(b, upstream), n) }
 
 func keyTime(k []byte) int64 { return int64(binary.BigEndian.Uint64(k) ^ (1 << 63)) }
+
+// appendQueuedKey appends a task's key among its queue's unfinished tasks.
+func appendQueuedKey(b []byte, queue string, n int64) []byte {
+	return appendNum(append(append(b, queue...), 0), n)
+}
 
 // appendOrderKey appends a task's key in its queue's lease order: the
 // queue, a zero byte (no name holds one), then higher priorities first,

@@ -223,6 +223,20 @@ func checkHolds(t *testing.T, seed uint64, r *Reader, full *state.State) {
 	if err != nil || !slices.Equal(names, slices.Sorted(maps.Keys(queues))) {
 		fail("queues %v (%v), want %v", names, err, slices.Sorted(maps.Keys(queues)))
 	}
+	counts := map[string]int{}
+	for _, task := range tasks {
+		if !task.State.Terminal() {
+			counts[task.Queue]++
+		}
+	}
+	if n, err := r.Unfinished(nil); err != nil || n != len(wantUnfinished) {
+		fail("%d unfinished (%v), want %d", n, err, len(wantUnfinished))
+	}
+	for q, want := range counts {
+		if n, err := r.Unfinished([]string{q, "nowhere"}); err != nil || n != want {
+			fail("%d unfinished in queue %s (%v), want %d", n, q, err, want)
+		}
+	}
 	for q, order := range queues {
 		slices.SortFunc(order, func(a, b state.OrderEntry) int {
 			return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Num, b.Num))

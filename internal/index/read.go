@@ -167,6 +167,26 @@ func (r *Reader) Each(unfinished bool, fn func(*state.Task) bool) error {
 	})
 }
 
+// Unfinished is how many tasks of queues (of every queue, for none) are
+// unfinished as recorded: keys counted, no task decoded.
+func (r *Reader) Unfinished(queues []string) (n int, err error) {
+	err = guard(func() error {
+		if len(queues) == 0 {
+			n = r.tx.Bucket(bLive).Stats().KeyN
+			return nil
+		}
+		c := r.tx.Bucket(bQueued).Cursor()
+		for _, q := range queues {
+			prefix := append([]byte(q), 0)
+			for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
 // Queues is every queue holding an unfinished task, by name.
 func (r *Reader) Queues() (queues []string, err error) {
 	err = guard(func() error {

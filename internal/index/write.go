@@ -261,6 +261,7 @@ func keysOf(t *state.Task, n, wakeAfter int64, s *keySet) {
 		return
 	}
 	s.add(bLive, appendNum(s.buf, n), 0)
+	s.add(bQueued, appendQueuedKey(s.buf, t.Queue, n), 0)
 	for _, d := range t.Waits() {
 		s.add(bAfter, appendEdgeKey(s.buf, state.Number(d.ID), n), 0)
 	}
@@ -350,7 +351,7 @@ func (c *changes) apply(tx *bolt.Tx) error {
 	for name, kvs := range c.puts {
 		b := tx.Bucket([]byte(name))
 		switch name {
-		case string(bTasks), string(bLive), string(bLapse), string(bWake), string(bAfter):
+		case string(bTasks), string(bLive), string(bLapse), string(bWake), string(bAfter), string(bQueued):
 			b.FillPercent = 0.9
 		}
 		slices.SortFunc(kvs, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
