@@ -99,7 +99,7 @@ func (p *Pipe) startCommitter() bool {
 	c.st.SpillTo(spillInto(c.db, &c.r), h.spillAfter())
 	h.cache.Reattach(mine)
 	h.idx = &openIndex{db: db, r: mine}
-	p.spillsInto(db, &h.idx.r)
+	p.spillsInto(h.cache, db, &h.idx.r)
 	h.unsynced = h.unsynced || bootID() != ""
 	c.written.Store(int64(pos.Count))
 	p.commit = c
@@ -256,7 +256,7 @@ func (p *Pipe) rebase() {
 		return
 	}
 	log := p.tx.log
-	rb.st.SpillTo(spillInto(c.db, &rb.r), p.h.spillAfter())
+	p.spillsInto(rb.st, c.db, &rb.r)
 	if err := applyFrames(rb.st, log, rb.pos, log.Position, log.Version); err != nil {
 		rb.r.Close()
 		p.h.warn("could not read the index the server wrote (%v); it reads the one it had", err)
@@ -266,19 +266,19 @@ func (p *Pipe) rebase() {
 	h.idx.closeReader()
 	h.idx.r = rb.r
 	p.tx.State, h.cache, h.indexed = rb.st, rb.st, rb.pos
-	p.spillsInto(c.db, &h.idx.r)
+	p.spillsInto(rb.st, c.db, &h.idx.r)
 }
 
-// spillsInto has the pipe's state write what an end settles into the
+// spillsInto has st, the pipe's state, write what an end settles into the
 // index, beside the committer's commits, a chunk at a time, and read it
 // through *r: such a write marks the index partial until a commit holds
 // the end's record (index.DB.WriteTasks), so that the index never says it
 // holds a record it holds part of, nor one the WAL does not (the pipe
 // decides a batch before the one before it is durable); the pipe's Close
 // writes the index then, as a one-shot writer's end does.
-func (p *Pipe) spillsInto(db *index.DB, r **index.Reader) {
+func (p *Pipe) spillsInto(st *state.State, db *index.DB, r **index.Reader) {
 	spill := spillInto(db, r)
-	p.tx.State.SpillTo(func(tasks []*state.Task, seq, at int64) (state.Source, bool, error) {
+	st.SpillTo(func(tasks []*state.Task, seq, at int64) (state.Source, bool, error) {
 		src, written, err := spill(tasks, seq, at)
 		p.h.spilled = p.h.spilled || written // Close writes the index, whatever the committer did
 		return src, written, err
