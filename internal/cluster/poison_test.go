@@ -171,7 +171,7 @@ func TestACommittedEntryEveryNodeRefusesStopsNoNode(t *testing.T) {
 	c.nodes[2] = c.start(2)
 	c.settled()
 	c.sameWALs()
-	h := store.Open(store.Options{Path: c.walPath(2)})
+	h := store.Open(store.Options{Path: c.walPath(2), LockTimeout: time.Minute}) // the node may be writing: wait (a hang guard)
 	defer h.Close()
 	if err := h.Read(func(tx *store.Tx) error {
 		if got := tx.State.Limits()["q"]; got != 2147483647 {
