@@ -385,6 +385,24 @@ func TestAVerifierOverAnIndexFindsWhatAFullOneFinds(t *testing.T) {
 	if wantErr == nil || gotErr == nil || gotErr.Error() != wantErr.Error() {
 		t.Fatalf("a repeated completion: over an index says %v, holding every task says %v", gotErr, wantErr)
 	}
+
+	// Ends that 150 tasks wait for: the verifier's replay writes them into
+	// its index in chunks.
+	deps, leases := dependentsWAL(t, 150, 64)
+	h := store.Open(store.Options{Path: deps, LockTimeout: time.Minute, Clock: fixedClock(t0 + 400*86_400_000)})
+	for _, up := range []string{"ok", "bad"} {
+		if err := h.Write(func(tx *store.Tx) error { return endOf(tx, up, leases[up]) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Close()
+	wantRecords, wantListed, err = verify(deps, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if records, listed, err := verify(deps, 40); err != nil || records != wantRecords || listed != wantListed {
+		t.Fatalf("ends whose dependents went to the index in chunks: %d records, %v; holding every task: %d records", records, err, wantRecords)
+	}
 }
 
 // leasedThenLater is a WAL whose first tasks were leased long before they

@@ -377,8 +377,8 @@ func (h *Handle) catchUp(mode wal.Mode) (*Tx, error) {
 	}
 	if step == nil {
 		step = st.Apply
-		st.SpillTo(h.spillFor(mode), h.spillAfter())
 	}
+	st.SpillTo(h.spillFor(mode), h.spillAfter())
 	tx := &Tx{State: st, h: h}
 	apply := func(d decoded) error {
 		if d.r.Type.IsBase() { // the hooks see the records, not the base that stands for some
