@@ -352,10 +352,9 @@ func (h *Handle) spillFor(mode wal.Mode) state.Spill {
 			return nil, false, nil
 		}
 		if !o.writable {
-			var reread bool
-			if o, reread = h.openToSpill(len(tasks)); o == nil {
+			if o = h.openToSpill(len(tasks)); o == nil {
 				return nil, false, fmt.Errorf("%w: the index could not be read again", state.ErrSource)
-			} else if !reread {
+			} else if !o.writable {
 				return o.r, false, nil
 			}
 		}
@@ -391,26 +390,21 @@ func spillInto(db *index.DB, r **index.Reader) state.Spill {
 // openToSpill opens the index a writer's state reads for writing, in place
 // of its read (the same file: no other writer can have written it under the
 // WAL's exclusive lock); when readers hold it past writeLockWait, it reads
-// it again instead (spilled false: memory takes the tasks). nil: neither.
-func (h *Handle) openToSpill(tasks int) (o *openIndex, spilled bool) {
+// it again instead (then memory takes the tasks). nil: neither.
+func (h *Handle) openToSpill(tasks int) *openIndex {
 	h.idx.close()
 	h.idx = nil
-	db, err := index.OpenToWrite(h.indexPath(), writeLockWait, tasks)
-	if err == nil {
-		var r *index.Reader
-		if r, err = db.Read(); err == nil {
-			h.idx = &openIndex{db: db, r: r, writable: true}
-			return h.idx, true
-		}
-		_ = db.Close()
+	if db, err := index.OpenToWrite(h.indexPath(), writeLockWait, tasks); err == nil {
+		h.idx = &openIndex{db: db, writable: true} // the spill's write gives it a read
+		return h.idx
 	}
 	if o, meta, _, ok := h.openIndex(false); ok && meta.Position == h.indexed {
 		h.idx = o
-		return o, false
+		return o
 	} else if ok {
 		o.close()
 	}
-	return nil, false
+	return nil
 }
 
 // indexDue is whether a writer writes st into the index after an

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasewal/leasewal/cmd"
 	"github.com/leasewal/leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/internal/index"
 	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/state"
 	"github.com/leasewal/leasewal/wal"
@@ -765,5 +766,38 @@ func TestAnEndSettlesManyDependentsAChunkAtATime(t *testing.T) {
 	}
 	if got, want := answersAt(t, path, now, true, store.Options{}), replayedAnswers(t, path, now); got != want {
 		t.Fatal("after a failure killed its dependents a chunk at a time, the answers differ from a full replay's")
+	}
+}
+
+// TestAnEndTakesItsDependentsIntoMemoryWhenTheIndexIsBusy: when a reader
+// holds the index past the writer's short wait, the writer cannot write
+// an end's dependents into it: memory takes them, the answers are a full
+// replay's, and the index is left whole for the next writer.
+func TestAnEndTakesItsDependentsIntoMemoryWhenTheIndexIsBusy(t *testing.T) {
+	const each, chunk = 150, 64
+	path, leases := dependentsWAL(t, each, chunk)
+	reader, err := index.Open(path+store.IndexSuffix, false, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(t0 + 400*86_400_000), SpillAfter: chunk})
+	defer h.Close()
+	err = h.Write(func(tx *store.Tx) error {
+		err := endOf(tx, "ok", leases["ok"])
+		if hot := tx.State.HotCount(); err == nil && hot <= each {
+			t.Errorf("memory holds %d tasks after an end that %d wait for, with the index busy", hot, each)
+		}
+		return err
+	})
+	reader.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0 + 401*86_400_000
+	if got, want := answersAt(t, path, now, true, store.Options{}), replayedAnswers(t, path, now); got != want {
+		t.Fatal("after an end whose dependents memory took, the answers differ from a full replay's")
+	}
+	if _, ok := store.IndexOf(path); !ok {
+		t.Fatal("the index is not whole after a writer could not write into it")
 	}
 }
