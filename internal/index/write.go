@@ -21,7 +21,7 @@ func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error
 	d.db.NoSync = !sync
 	defer func() { d.db.NoSync = false }()
 	return d.update(tasks, meta.At, func(m *bolt.Bucket) error {
-		if p := m.Get(kPartial); len(p) == 8 && int64(binary.BigEndian.Uint64(p)) <= meta.Seq || len(p) != 8 {
+		if p := m.Get(kPartial); len(p) != 8 || int64(binary.BigEndian.Uint64(p)) <= meta.Seq { // a part of a later record stays partial
 			if err := m.Delete(kPartial); err != nil {
 				return err
 			}
