@@ -517,3 +517,58 @@ func TestANoteIsOfOneTask(t *testing.T) {
 		t.Fatalf("request id %s names task %d (%v), want 1", first.RequestID, n, err)
 	}
 }
+
+// TestAPartOfARecordKeepsTheIndexPartial: WriteTasks marks the index
+// partial up to its record; a Write of an earlier position keeps the mark,
+// one that holds the latest such record clears it.
+func TestAPartOfARecordKeepsTheIndexPartial(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "q.index"), true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	st := state.New()
+	for _, r := range history(t, 1, 300) {
+		if err := st.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hot := st.Hot()
+	write := func(seq int64) {
+		t.Helper()
+		if err := db.Write(hot, st.Head(), Meta{Position: wal.Position{Count: int(seq), End: 9000}, Seq: seq}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	part := func(seq int64) {
+		t.Helper()
+		if err := db.WriteTasks(hot[:3], seq, st.LastAt(), "boot"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	partial := func() bool {
+		t.Helper()
+		m, _, err := db.Meta()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Partial
+	}
+	write(100)
+	for _, step := range []struct {
+		do   func()
+		want bool
+	}{
+		{func() { part(102) }, true},
+		{func() { part(101) }, true}, // the mark stays at 102
+		{func() { write(101) }, true},
+		{func() { write(102) }, false},
+		{func() { part(103) }, true},
+		{func() { write(110) }, false},
+	} {
+		step.do()
+		if got := partial(); got != step.want {
+			t.Fatalf("partial %v, want %v", got, step.want)
+		}
+	}
+}
