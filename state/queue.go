@@ -59,21 +59,7 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 	if pick != nil {
 		return pick, 0, 0, nil
 	}
-	if s.src != nil && !anyOf(queues, full) {
-		for _, t := range s.live {
-			if t.State.Terminal() || !inQueues(t, queues) {
-				continue
-			}
-			c := t.At(now)
-			live += liveCount(c)
-			if at := c.nextEligibleAt(now); at != 0 && (next == 0 || at < next) {
-				next = at
-			}
-		}
-		next, srcLive, _ := s.srcEmpty(slices.Compact(slices.Sorted(slices.Values(queues))), next, now) // an error is the state's Damage
-		return nil, next, live + srcLive, nil
-	}
-	s.EachLive(func(t *Task) bool {
+	note := func(t *Task) bool { // what a lease that finds nothing says of t
 		if t.State.Terminal() || !inQueues(t, queues) {
 			return true
 		}
@@ -96,7 +82,15 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 			next = at
 		}
 		return true
-	})
+	}
+	if s.src != nil && !anyOf(queues, full) { // memory's tasks here, the Source's without reading each
+		for _, t := range s.live {
+			note(t)
+		}
+		next, srcLive, _ := s.srcEmpty(slices.Compact(slices.Sorted(slices.Values(queues))), next, now) // an error is the state's Damage
+		return nil, next, live + srcLive, nil
+	}
+	s.EachLive(note)
 	slices.Sort(heldBack)
 	return nil, next, live, heldBack
 }

@@ -361,7 +361,7 @@ func (h *Handle) spillFor(mode wal.Mode) state.Spill {
 		src, written, err := spillInto(o.db, &o.r)(tasks, seq, at)
 		if written {
 			h.opts.Fault.Reach("index-partial")
-			h.spilled = h.spilled || o.target == "" && !o.own // a build's own flushes end it
+			h.spilled = h.spilled || o.target == "" && !h.fullReplay() // a build's flushes end it; a replay's own index is never written on
 		}
 		return src, written, err
 	}

@@ -137,8 +137,9 @@ func (h *Handle) Pipe() (*Pipe, error) {
 // from the goroutine that fsyncs, or from Close. Each batch is decided at
 // the clock's time when it begins. The batch's own error is ErrPipeStopped
 // (nothing of it was decided: the pipe must be closed), or the clock's or
-// its write's failure (nothing of it was written: the pipe stops). A batch whose decisions left the state unusable is written up to
-// them (its later fns answer ErrNotDecided) and stops the pipe: Stopped.
+// its write's failure (nothing of it was written: the pipe stops). A batch
+// whose decisions left the state unusable is written up to them (its later
+// fns answer ErrNotDecided) and stops the pipe: Stopped.
 func (p *Pipe) Batch(fns []func(*Tx) error, then Then) (errs []error, committed [][]state.Record, f *Flight, err error) {
 	if p.Stopped() {
 		return nil, nil, nil, ErrPipeStopped
