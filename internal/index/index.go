@@ -169,18 +169,17 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 			db, err = nil, fmt.Errorf("the index %s is damaged: %v", path, p)
 		}
 	}()
-	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, InitialMmapSize: mapping})
+	// NoGrowSync: bbolt would truncate and fsync the file each time it
+	// grows (and, on its first growth after an open, truncate it shorter
+	// than it is, freeing blocks it then takes again). The index needs no
+	// sync to be right, and one that must survive the machine is synced
+	// with fdatasync, which writes its size too.
+	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, InitialMmapSize: mapping, NoGrowSync: true})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("opening the index %s: %w", path, ErrLocked)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening the index %s: %w", path, err)
-	}
-	if mapping > 0 {
-		// With a mapping this large bbolt grows the file by AllocSize past
-		// what it needs (16 MB by default): an index of a few pages would
-		// take that on disk.
-		b.AllocSize = 1 << 20
 	}
 	if writing && !hasBuckets(b) { // a write transaction, synced: only for a new index
 		if err := b.Update(func(tx *bolt.Tx) error {
