@@ -10,8 +10,12 @@ import (
 	"time"
 )
 
+// copySettle is how long depsBench waits after copying a WAL before it
+// times a command on it.
+const copySettle = 300 * time.Millisecond
+
 // depsBench prints what tasks that wait cost, one-shot commands on WALs
-// with their index, each command on a fresh copy, alternated A B A B:
+// with their index, each command on a fresh copy, alternated A B B A:
 //
 //   - n tasks waiting on one task (A) against the same WAL without them
 //     (B): a lease of an unrelated eligible task; the completion of the
@@ -46,8 +50,13 @@ func depsBench(dir, leasewal string, n, reps int) {
 	debug.FreeOSMemory() // a child's peak RSS starts from this process's
 	// copyWAL copies a WAL and its index, streamed (a copy held here would
 	// count in the next children's RSS) and synced (else the command's own
-	// fsync would write the copy back, on the clock of what it measures).
+	// fsync would write the copy back, on the clock of what it measures),
+	// then lets the file system settle: A's copy is 60 MB and B's a few KB,
+	// and a command timed right after the larger one paid for its journal
+	// and discards (up to 1.19x A/B for the same lease of one task, 1.0x
+	// after a pause). Nothing pauses between the commands a figure times.
 	copyWAL := func(src, name string) string {
+		defer time.Sleep(copySettle)
 		dst := filepath.Join(dir, name)
 		for _, suffix := range []string{"", ".index"} {
 			in, err := os.Open(src + suffix)
@@ -83,7 +92,9 @@ func depsBench(dir, leasewal string, n, reps int) {
 	after := &figure{label: "lease after that complete"}
 	moved := &figure{label: "reindex (every task into an index)"}
 	for round := range reps {
-		for ab, src := range []string{walA, walB} {
+		for i := range 2 {
+			ab := (round + i) % 2 // A B, then B A: neither always follows the round's reindex
+			src := []string{walA, walB}[ab]
 			for _, f := range figures {
 				wal := copyWAL(src, fmt.Sprintf("deps-run-%d-%d.wal", round, ab))
 				r := f.measured(wal)
