@@ -57,7 +57,8 @@ type sampledRun struct {
 	anonMB, heapMB float64
 }
 
-// gcLive is a gctrace line's heap sizes: before, after (live), goal.
+// gcLive is a gctrace line's heap sizes: at the collection's start, at
+// its end, and what it found live.
 var gcLive = regexp.MustCompile(`(\d+)->(\d+)->(\d+) MB`)
 
 func sampled(name string, args ...string) sampledRun {
@@ -82,7 +83,7 @@ func sampled(name string, args ...string) sampledRun {
 			}
 			heap := 0.0
 			for _, m := range gcLive.FindAllStringSubmatch(errOut.String(), -1) {
-				live, _ := strconv.ParseFloat(m[2], 64)
+				live, _ := strconv.ParseFloat(m[3], 64)
 				heap = max(heap, live)
 			}
 			return sampledRun{elapsed: time.Since(start), anonMB: float64(peakKB) / 1024, heapMB: heap}
