@@ -25,7 +25,7 @@ const copySettle = 300 * time.Millisecond
 //   - a DAG of 10,000 tasks in one batch (a root, a fan-out of 9,999, a
 //     fan-in of them all): how long its submit takes.
 func depsBench(dir, leasewal string, n, reps int) {
-	fmt.Printf("dependencies: %d tasks waiting on one (A) against none (B); one-shot commands on a copy of each WAL and its index, %d rounds A B\n", n, reps)
+	fmt.Printf("dependencies: %d tasks waiting on one (A) against none (B); one-shot commands on a copy of each WAL and its index, %d rounds (A B, then B A)\n", n, reps)
 	walA, walB := filepath.Join(dir, "deps-a.wal"), filepath.Join(dir, "deps-b.wal")
 	for _, w := range []struct {
 		path    string
