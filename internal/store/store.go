@@ -551,7 +551,8 @@ func (h *Handle) openError(err error) error {
 // gate refuses fails the operation alone, before anything of it was applied
 // (a *RefusedRecordError). On any failure nothing was appended; after a
 // failure to apply or write, the handle forgets its state, which no longer
-// matches the WAL.
+// matches the WAL. The records are stamped where they are (a batch's are
+// many, and large: no copy), and Committed holds them.
 func (tx *Tx) Commit(recs []state.Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -563,19 +564,20 @@ func (tx *Tx) Commit(recs []state.Record) error {
 	case tx.State.Damage() != nil:
 		return errIndexDamaged // decided on answers a damaged index gave: run again from the WAL
 	}
-	stamped := make([]state.Record, len(recs))
+	stamped := recs[:len(recs):len(recs)] // what Committed appends after them goes elsewhere
 	bodies := make([][]byte, len(recs))
 	version := 1
 	frame, seq := tx.nextFrame(), tx.State.LastSeq()
-	for i, r := range recs {
+	for i := range stamped {
+		r := &stamped[i]
 		seq++
 		r.Seq, r.At, r.Actor = seq, tx.Now, cmp.Or(tx.Actor, h.opts.Actor)
-		body, err := tx.checkEncode(&r, frame)
+		body, err := tx.checkEncode(r, frame)
 		if err != nil {
 			return err
 		}
 		version = max(version, r.FormatVersion())
-		stamped[i], bodies[i] = r, body
+		bodies[i] = body
 		frame += wal.FrameSize(body)
 	}
 	if err := tx.applyAll(stamped); err != nil {
