@@ -10,11 +10,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -135,8 +138,39 @@ func TuneGC() {
 		debug.SetGCPercent(400)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(192 << 20)
+		debug.SetMemoryLimit(softLimit)
+		followLiveHeap()
 	}
+}
+
+const softLimit = 192 << 20
+
+// followLiveHeap sets the soft limit again after each collection
+// (limitFor). Under a limit below what is live, the collector runs again as
+// soon as it ends, for as long as that lasts: a batch of 100,000 tasks holds
+// about 300 MB while it is decided, and took 1.9 times as long under the
+// bare limit.
+func followLiveHeap() {
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	var arm func()
+	arm = func() {
+		runtime.AddCleanup(new([32]byte), func(struct{}) { // runs once a collection has found it unreachable
+			metrics.Read(live)
+			if live[0].Value.Kind() == metrics.KindUint64 {
+				debug.SetMemoryLimit(limitFor(live[0].Value.Uint64()))
+			}
+			arm()
+		}, struct{}{})
+	}
+	arm()
+}
+
+// limitFor is the soft limit after a collection that found live bytes
+// live: the heap may grow by half of them before the next, and to
+// softLimit in any case.
+func limitFor(live uint64) int64 {
+	grown := min(live, math.MaxInt64/2) * 3 / 2
+	return max(softLimit, int64(grown))
 }
 
 func (a *app) newRoot() *cobra.Command {
