@@ -18,9 +18,7 @@ import (
 // now holds. sync waits for the transaction to be on disk; without it the
 // kernel writes it back when it will.
 func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error {
-	d.db.NoSync = !sync
-	defer func() { d.db.NoSync = false }()
-	return d.update(tasks, meta.At, func(m *bolt.Bucket) error {
+	return d.update(tasks, meta.At, sync, func(m *bolt.Bucket) error {
 		if p := m.Get(kPartial); len(p) != 8 || int64(binary.BigEndian.Uint64(p)) <= meta.Seq { // a part of a later record stays partial
 			if err := m.Delete(kPartial); err != nil {
 				return err
@@ -40,9 +38,7 @@ func (d *DB) Write(tasks []*state.Task, head []byte, meta Meta, sync bool) error
 // synced: an index left partial is built again, and so is one unsynced in
 // an earlier boot of the machine (boot is this one's).
 func (d *DB) WriteTasks(tasks []*state.Task, seq, at int64, boot string) error {
-	d.db.NoSync = true
-	defer func() { d.db.NoSync = false }()
-	return d.update(tasks, at, func(m *bolt.Bucket) error {
+	return d.update(tasks, at, false, func(m *bolt.Bucket) error {
 		if p := m.Get(kPartial); len(p) == 8 {
 			seq = max(seq, int64(binary.BigEndian.Uint64(p)))
 		}
@@ -51,10 +47,12 @@ func (d *DB) WriteTasks(tasks []*state.Task, seq, at int64, boot string) error {
 }
 
 // update writes tasks over their copies in one transaction, each key of a
-// task as of at, then has meta say what the index holds.
-func (d *DB) update(tasks []*state.Task, at int64, meta func(*bolt.Bucket) error) error {
+// task as of at, then has meta say what the index holds; sync waits for
+// the transaction to be on disk.
+func (d *DB) update(tasks []*state.Task, at int64, sync bool, meta func(*bolt.Bucket) error) error {
 	return guard(func() error {
 		return d.db.Update(func(tx *bolt.Tx) error {
+			syncs(tx, sync)
 			c := changes{tasks: len(tasks)}
 			newest := int64(0) // tasks numbered after it have no copy to replace
 			if k, _ := tx.Bucket(bTasks).Cursor().Last(); len(k) == 8 {
@@ -84,12 +82,23 @@ func (d *DB) update(tasks []*state.Task, at int64, meta func(*bolt.Bucket) error
 func (d *DB) MarkSynced() error {
 	return guard(func() error {
 		return d.db.Update(func(tx *bolt.Tx) error {
+			syncs(tx, true)
 			if err := tx.DB().Sync(); err != nil {
 				return err
 			}
 			return putMeta(tx.Bucket(bMeta), map[string][]byte{string(kSynced): synced(true)})
 		})
 	})
+}
+
+// syncs says whether the commit of tx, a write transaction, waits for it
+// to be on disk. bbolt reads NoSync, a field of the database, as it
+// commits: set within the transaction, it is set under the lock that
+// orders writers, so that one database shared by goroutines (a server's
+// pipe and its committer) never commits another's transaction as it asked
+// for its own.
+func syncs(tx *bolt.Tx, sync bool) {
+	tx.DB().NoSync = !sync
 }
 
 func putMeta(m *bolt.Bucket, values map[string][]byte) error {
