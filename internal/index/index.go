@@ -172,8 +172,10 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 	// NoGrowSync: bbolt would truncate and fsync the file each time it
 	// grows (and, on its first growth after an open, truncate it shorter
 	// than it is, freeing blocks it then takes again). The index needs no
-	// sync to be right, and one that must survive the machine is synced
-	// with fdatasync, which writes its size too.
+	// sync to be right; one that must survive the machine is synced with
+	// fdatasync, and should a power loss leave it shorter than its pages
+	// (a size the file system did not write with them), it reads as
+	// damaged and is built again.
 	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, InitialMmapSize: mapping, NoGrowSync: true})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("opening the index %s: %w", path, ErrLocked)
