@@ -121,7 +121,8 @@ type Meta struct {
 
 // DB is an open index.
 type DB struct {
-	db *bolt.DB
+	db   *bolt.DB
+	file *os.File // bbolt's own, for the file's size
 }
 
 // Open opens the index at path, read-only or for writing (creating it), waiting
@@ -164,19 +165,28 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 			return nil, ErrNoIndex
 		}
 	}
+	var file *os.File
 	defer func() {
 		if p := recover(); p != nil {
+			if file != nil {
+				_ = file.Close() // its descriptor; the mapping bbolt's panic left holds the file's lock until the process ends
+			}
 			db, err = nil, fmt.Errorf("the index %s is damaged: %v", path, p)
 		}
 	}()
+	openFile := func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(name, flag, perm)
+		file = f
+		return f, err
+	}
 	// NoGrowSync: bbolt would truncate and fsync the file each time it
 	// grows (and, on its first growth after an open, truncate it shorter
 	// than it is, freeing blocks it then takes again). The index needs no
 	// sync to be right; one that must survive the machine is synced with
 	// fdatasync, and should a power loss leave it shorter than its pages
-	// (a size the file system did not write with them), it reads as
-	// damaged and is built again.
-	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, InitialMmapSize: mapping, NoGrowSync: true})
+	// (a size the file system did not write with them), Meta says it is
+	// damaged and it is built again.
+	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: !writing, FreelistType: bolt.FreelistMapType, InitialMmapSize: mapping, NoGrowSync: true, OpenFile: openFile})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("opening the index %s: %w", path, ErrLocked)
 	}
@@ -196,7 +206,7 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 			return nil, fmt.Errorf("preparing the index %s: %w", path, err)
 		}
 	}
-	return &DB{db: b}, nil
+	return &DB{db: b, file: file}, nil
 }
 
 // hasBuckets reports whether every bucket is there.
@@ -232,6 +242,9 @@ func (d *DB) Path() string { return d.db.Path() }
 func (d *DB) Meta() (m Meta, head []byte, err error) {
 	err = guard(func() error {
 		return d.db.View(func(tx *bolt.Tx) error {
+			if info, err := d.file.Stat(); err == nil && tx.Size() > info.Size() {
+				return fmt.Errorf("the index %s is damaged: its pages run to byte %d, past the end of the file (%d bytes)", d.db.Path(), tx.Size(), info.Size())
+			}
 			b := tx.Bucket(bMeta)
 			if b == nil {
 				return ErrNoIndex

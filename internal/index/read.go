@@ -27,19 +27,25 @@ type Reader struct {
 }
 
 // Read begins a read transaction.
-func (d *DB) Read() (r *Reader, err error) {
-	err = guard(func() error {
+func (d *DB) Read() (*Reader, error) {
+	var r *Reader // set once the whole read has begun
+	err := guard(func() error {
 		tx, err := d.db.Begin(false)
 		if err != nil {
 			return err
 		}
+		defer func() {
+			if r == nil { // refused, or a damaged page panicked: a transaction left open would keep Close waiting
+				_ = tx.Rollback()
+			}
+		}()
 		tasks := tx.Bucket(bTasks)
 		if tasks == nil {
-			tx.Rollback()
 			return ErrNoIndex
 		}
-		r = &Reader{tx: tx, tasks: tasks, seek: tasks.Cursor(), cached: map[int64]*state.Task{}}
-		r.file = string(tx.Bucket(bMeta).Get(kFile))
+		read := &Reader{tx: tx, tasks: tasks, seek: tasks.Cursor(), cached: map[int64]*state.Task{}}
+		read.file = string(tx.Bucket(bMeta).Get(kFile))
+		r = read
 		return nil
 	})
 	return r, err

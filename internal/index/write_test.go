@@ -1,9 +1,12 @@
 package index
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasewal/leasewal/state"
 	"github.com/leasewal/leasewal/wal"
@@ -66,5 +69,61 @@ func TestWritersOfOneIndexEachCommitAsTheyAsk(t *testing.T) {
 		if err != nil || got.State != want.State {
 			t.Fatalf("%s: %v, %v; want %s", want.ID, got, err, want.State)
 		}
+	}
+}
+
+// TestAnIndexCutShortIsDamaged: an index shorter than its pages (a size
+// the file system did not keep through a power loss: bbolt does not sync
+// it as it grows the file) is damaged as Meta reads it, whatever page was
+// cut; a read of one cut deep returns (the transaction it began ends), and
+// so do Close and an open for writing.
+func TestAnIndexCutShortIsDamaged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.index")
+	db, err := Open(path, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := state.New()
+	for _, r := range history(t, 3, 3000) {
+		if err := st.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: 3000, End: 9000}, Seq: 3000}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := info.Size()
+	for _, size := range []int64{whole - 4096, whole / 2} {
+		if err := os.Truncate(path, size); err != nil {
+			t.Fatal(err)
+		}
+		db, err := Open(path, false, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := db.Meta(); err == nil || !strings.Contains(err.Error(), "damaged") {
+			t.Errorf("cut to %d of %d bytes: Meta says %v, want damaged", size, whole, err)
+		}
+		if r, err := db.Read(); err == nil {
+			r.Close()
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- db.Close() }()
+		select {
+		case <-closed:
+		case <-time.After(time.Minute): // a hang guard
+			t.Fatalf("cut to %d of %d bytes: Close still waits after a minute for a read transaction left open", size, whole)
+		}
+	}
+	if db, err := Open(path, true, time.Second); err == nil {
+		_ = db.Close()
+		t.Fatal("an index cut to half its pages opened for writing")
 	}
 }
