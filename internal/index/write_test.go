@@ -21,17 +21,9 @@ import (
 // finds the field written outside the lock that orders writers). The index
 // they leave holds every task and is whole once a Write holds every record.
 func TestWritersOfOneIndexEachCommitAsTheyAsk(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "q.index"), true, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := mustOpen(t, filepath.Join(t.TempDir(), "q.index"))
 	st := state.New()
-	for _, r := range history(t, 2, 200) {
-		if err := st.Apply(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	applyAll(t, st, history(t, 2, 200))
 	hot := st.Hot()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -79,16 +71,9 @@ func TestWritersOfOneIndexEachCommitAsTheyAsk(t *testing.T) {
 // so do Close and an open for writing.
 func TestAnIndexCutShortIsDamaged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.index")
-	db, err := Open(path, true, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := mustOpen(t, path)
 	st := state.New()
-	for _, r := range history(t, 3, 3000) {
-		if err := st.Apply(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	applyAll(t, st, history(t, 3, 3000))
 	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: 3000, End: 9000}, Seq: 3000}, true); err != nil {
 		t.Fatal(err)
 	}
