@@ -48,6 +48,8 @@ import (
 	"io/fs"
 	"os"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -160,16 +162,19 @@ func OpenToWrite(path string, timeout time.Duration, tasks int) (*DB, error) {
 const roomPerTask = 1 << 10
 
 func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB, err error) {
-	if !writing {
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, ErrNoIndex
-		}
+	info, err := os.Stat(path)
+	switch {
+	case !writing && errors.Is(err, fs.ErrNotExist):
+		return nil, ErrNoIndex
+	case err == nil && damagedEarlier(info):
+		return nil, fmt.Errorf("the index %s is damaged: an open of it for writing failed before", path)
 	}
 	var file *os.File
 	defer func() {
 		if p := recover(); p != nil {
 			if file != nil {
-				_ = file.Close() // its descriptor; the mapping bbolt's panic left holds the file's lock until the process ends
+				markDamaged(file)
+				_ = file.Close()
 			}
 			db, err = nil, fmt.Errorf("the index %s is damaged: %v", path, p)
 		}
@@ -207,6 +212,29 @@ func open(path string, writing bool, timeout time.Duration, mapping int) (db *DB
 		}
 	}
 	return &DB{db: b, file: file}, nil
+}
+
+// damaged lists the index files bbolt's open for writing panicked on in
+// this process. Such a panic comes after bbolt has mapped the file and taken
+// its lock, and leaves the mapping, which holds the lock until the process
+// ends: any later open of that file would wait for it until its timeout.
+var damaged struct {
+	sync.Mutex
+	files []os.FileInfo
+}
+
+func markDamaged(f *os.File) {
+	if info, err := f.Stat(); err == nil {
+		damaged.Lock()
+		damaged.files = append(damaged.files, info)
+		damaged.Unlock()
+	}
+}
+
+func damagedEarlier(info os.FileInfo) bool {
+	damaged.Lock()
+	defer damaged.Unlock()
+	return slices.ContainsFunc(damaged.files, func(d os.FileInfo) bool { return os.SameFile(d, info) })
 }
 
 // hasBuckets reports whether every bucket is there.

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/leasewal/leasewal/state"
 	"github.com/leasewal/leasewal/wal"
+	bolt "go.etcd.io/bbolt"
 )
 
 // TestWritersOfOneIndexEachCommitAsTheyAsk: a server's pipe writes the
@@ -110,5 +112,70 @@ func TestAnIndexCutShortIsDamaged(t *testing.T) {
 	if db, err := Open(path, true, time.Second); err == nil {
 		_ = db.Close()
 		t.Fatal("an index cut to half its pages opened for writing")
+	}
+}
+
+// TestAFailedOpenForWritingIsNotWaitedFor: bbolt's open for writing panics
+// on a damaged freelist page after it has mapped the file and locked it,
+// and the mapping holds the lock until the process ends. A later open of
+// that file in the process says it is damaged at once, where it would wait
+// its whole timeout for the lock the process itself holds; a new index in
+// its place opens.
+func TestAFailedOpenForWritingIsNotWaitedFor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.index")
+	db := mustOpen(t, path)
+	st := state.New()
+	applyAll(t, st, history(t, 4, 300))
+	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: 300, End: 9000}, Seq: 300}, true); err != nil {
+		t.Fatal(err)
+	}
+	pageSize := db.db.Info().PageSize
+	var freelist int64 = -1
+	err := db.db.View(func(tx *bolt.Tx) error {
+		for id := 2; int64(id*pageSize) < tx.Size(); id++ {
+			if p, err := tx.Page(id); err == nil && p != nil && p.Type == "freelist" {
+				freelist = int64(id * pageSize)
+			}
+		}
+		return nil
+	})
+	if err != nil || freelist < 0 {
+		t.Fatalf("no freelist page found (%v)", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteAt(make([]byte, pageSize), freelist)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, writing := range []bool{true, true, false} {
+		opened := make(chan error, 1)
+		go func() {
+			db, err := Open(path, writing, time.Minute)
+			if err == nil {
+				_ = db.Close()
+			}
+			opened <- err
+		}()
+		select {
+		case err := <-opened:
+			if err == nil || !strings.Contains(err.Error(), "damaged") {
+				t.Fatalf("open %d (writing %v) of the index with its freelist zeroed: %v, want damaged", i+1, writing, err)
+			}
+		case <-time.After(2 * time.Minute): // a hang guard
+			t.Fatalf("open %d (writing %v) of the index with its freelist zeroed still waits after 2 minutes, for the lock of the open that failed", i+1, writing)
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	db = mustOpen(t, path)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,10 +2,12 @@ package store_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -437,5 +439,92 @@ func TestAServerWritesAnEndsDependentsAChunkAtATime(t *testing.T) {
 	}
 	if n, ok := store.IndexOf(path); !ok || n != walRecords(t, path) {
 		t.Fatalf("the index holds %d records (loads: %v), the WAL %d", n, ok, walRecords(t, path))
+	}
+}
+
+// TestAServerMeetingADamagedFreelistBuildsTheIndexAgain: an index whose
+// freelist page is damaged reads well, but bbolt's open for writing
+// panics on it. A server's pipe that meets it removes it (as a one-shot
+// writer does), decides on the WAL, and leaves an index the next command
+// trusts; it never waits on a lock its own failed open left.
+func TestAServerMeetingADamagedFreelistBuildsTheIndexAgain(t *testing.T) {
+	dir := t.TempDir()
+	path := backlogWAL(t, dir, 3000, 1000)
+	stateOf(t, path) // the index, built
+	zeroFreelist(t, path+".index")
+	now := t0 + int64(400*24*time.Hour/time.Millisecond)
+	var warnings []string
+	var mu sync.Mutex
+	warn := func(s string) { mu.Lock(); warnings = append(warnings, s); mu.Unlock() }
+	done := make(chan error, 1)
+	go func() {
+		h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(now), Resident: true, Warn: warn})
+		defer h.Close()
+		p, err := h.Pipe()
+		if err != nil {
+			done <- err
+			return
+		}
+		var leased []string
+		for range 20 {
+			_, _, f, err := p.Batch([]func(*store.Tx) error{addOne, leaseOne(&leased)}, nil)
+			if err == nil {
+				err = f.Wait()
+			}
+			if err != nil {
+				p.Close()
+				done <- err
+				return
+			}
+		}
+		p.Close()
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Minute): // a hang guard
+		t.Fatal("the server's pipe over an index with a damaged freelist still runs after 3 minutes: waiting on the index's lock?")
+	}
+	mu.Lock()
+	said := strings.Join(warnings, "\n")
+	mu.Unlock()
+	if !strings.Contains(said, "damaged") {
+		t.Errorf("nothing said of the damaged index; the warnings:\n%s", said)
+	}
+	if want := replayedAnswers(t, path, now); answersAt(t, path, now, false, store.Options{}) != want {
+		t.Error("after the server, a command answers differently from a full replay")
+	}
+	if _, ok := store.IndexOf(path); !ok {
+		t.Error("after the server, there is no index the next command trusts")
+	}
+}
+
+// zeroFreelist zeroes the page bbolt's newest meta names as its freelist.
+func zeroFreelist(t *testing.T, path string) {
+	t.Helper()
+	b := mustRead(t, path)
+	// A meta page: its page header (16 bytes), then magic, version, page
+	// size, flags (4 each), the root bucket (16), the freelist's page and
+	// the page count (8 each), the transaction id (8).
+	pageSize := int(binary.LittleEndian.Uint32(b[16+8:]))
+	meta := func(page int) (freelist, txid uint64) {
+		m := b[page*pageSize+16:]
+		return binary.LittleEndian.Uint64(m[32:]), binary.LittleEndian.Uint64(m[48:])
+	}
+	f0, tx0 := meta(0)
+	f1, tx1 := meta(1)
+	freelist := f0
+	if tx1 > tx0 {
+		freelist = f1
+	}
+	if freelist < 2 || (int(freelist)+1)*pageSize > len(b) {
+		t.Fatalf("the meta names page %d as the freelist, in a file of %d bytes", freelist, len(b))
+	}
+	clear(b[int(freelist)*pageSize : int(freelist+1)*pageSize])
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
