@@ -625,13 +625,13 @@ func (c *Client) WorkFail(ctx context.Context, req api.WorkFailRequest) (api.Wor
 	return callAs[api.Work](ctx, c, "worklease/fail", req)
 }
 
-// WorkInspect shows every domain, or req.Domain.
 // Compact has the server compact its WAL.
 func (c *Client) Compact(ctx context.Context, req api.CompactRequest) (api.Compacted, error) {
 	req.Actor = c.actor(req.Actor)
 	return callAs[api.Compacted](ctx, c, "compact", req)
 }
 
+// WorkInspect shows every domain, or req.Domain.
 func (c *Client) WorkInspect(ctx context.Context, req api.WorkInspectRequest) (api.WorkInspect, error) {
 	return callAs[api.WorkInspect](ctx, c, "worklease/inspect", req)
 }
