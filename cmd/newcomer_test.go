@@ -170,3 +170,41 @@ func TestTimelineMarksAreDistinct(t *testing.T) {
 		}
 	}
 }
+
+// TestAnEmptyArgumentIsNamed: an empty task, queue, name or file given as
+// an argument is refused as bad usage (exit 2) naming that argument as the
+// usage line does, not as a flag the command does not have, and nothing
+// is written; what follows "--" is passed on as given.
+func TestAnEmptyArgumentIsNamed(t *testing.T) {
+	walPath := failedTask(t)
+	before, err := os.ReadFile(walPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		name string
+	}{
+		{[]string{"pause", ""}, "QUEUE"},
+		{[]string{"resume", ""}, "QUEUE"},
+		{[]string{"queue", "limit", "", "3"}, "QUEUE"},
+		{[]string{"queue", "rate", "mail", ""}, "RATE"},
+		{[]string{"inspect", "T1", ""}, "TASK"},
+		{[]string{"wait", "", "--timeout", "1s"}, "TASK"},
+		{[]string{"why", ""}, "TASK"},
+		{[]string{"requeue", ""}, "TASK"},
+		{[]string{"redact", "", "--reason", "gdpr"}, "TASK"},
+		{[]string{"schedule", "add", "", "--every", "1m", "--", "--payload", ""}, "NAME"},
+		{[]string{"schedule", "rm", ""}, "NAME"},
+		{[]string{"backup", ""}, "DEST"},
+	} {
+		code, out, errOut := cli(append([]string{"--wal", walPath}, c.args...)...)
+		want := c.name + " is empty"
+		if code != 2 || out != "" || !strings.Contains(errOut, want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("leasewal %q: exit %d, stdout %q, stderr %q; want exit 2 and one line saying %q", c.args, code, out, errOut, want)
+		}
+	}
+	if after, err := os.ReadFile(walPath); err != nil || string(after) != string(before) {
+		t.Errorf("the WAL changed (%v)", err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -200,6 +201,9 @@ shell script drives it, and any number may run at once. A worker is one line:
 			if err := missingFlags(c); err != nil {
 				return err
 			}
+			if err := emptyArg(c, args); err != nil {
+				return err
+			}
 			if err := a.resolve(); err != nil {
 				return err
 			}
@@ -315,6 +319,39 @@ func missingFlags(c *cobra.Command) error {
 		return nil
 	}
 	return usageErr("--%s is missing: %s; see '%s --help'", missing.Name, missing.Usage, c.CommandPath())
+}
+
+// emptyArg refuses an empty argument (no task, queue, name or file is
+// ever ""), naming it as the usage line does; what follows "--" (the
+// command run runs) is passed on as given, and so is the word a shell's
+// completion asks about.
+func emptyArg(c *cobra.Command, args []string) error {
+	if c.Name() == cobra.ShellCompRequestCmd || c.Name() == cobra.ShellCompNoDescRequestCmd {
+		return nil
+	}
+	if dash := c.ArgsLenAtDash(); dash >= 0 {
+		args = args[:dash]
+	}
+	i := slices.Index(args, "")
+	if i < 0 {
+		return nil
+	}
+	name := fmt.Sprintf("argument %d", i+1)
+	var names []string
+	flagValue := false
+	for _, word := range strings.Fields(c.Use)[1:] {
+		word = strings.TrimLeft(word, "[(")
+		isFlag := strings.HasPrefix(word, "-")
+		word, _, _ = strings.Cut(strings.TrimRight(word, "]).,"), "|") // RATE|none
+		if !isFlag && !flagValue && word != "" && word == strings.ToUpper(word) {
+			names = append(names, word)
+		}
+		flagValue = isFlag
+	}
+	if len(names) > 0 {
+		name = names[min(i, len(names)-1)] // past the last: more of it (TASK...)
+	}
+	return usageErr("%s is empty: give one; see '%s --help'", name, c.CommandPath())
 }
 
 // valueKind names what a flag of a pflag value type takes, for a person.
