@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"hash/crc32"
 	"slices"
 	"strings"
 	"testing"
@@ -44,5 +45,17 @@ func TestReadBodies(t *testing.T) {
 	cut := file[:len(file)-4]
 	if err := ReadBodies(bytes.NewReader(cut), starts[2], func([]byte) bool { return true }); err == nil {
 		t.Fatal("a frame cut short read without an error")
+	}
+}
+
+// TestHeaderSeed: the chain's seed and the header's length, constants, are
+// the CRC32C and the length of the version-1 header line.
+func TestHeaderSeed(t *testing.T) {
+	line := HeaderLine(1)
+	if sum := crc32.Checksum(line, crc32.MakeTable(crc32.Castagnoli)); HeaderSeed() != sum {
+		t.Errorf("the seed is %#08x; the CRC32C of %q is %#08x", HeaderSeed(), line, sum)
+	}
+	if headerLen != len(line) {
+		t.Errorf("headerLen is %d; %q is %d bytes", headerLen, line, len(line))
 	}
 }

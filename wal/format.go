@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash/crc32"
+	"sync"
 
 	"github.com/leasewal/leasewal/internal/limits"
 )
@@ -53,17 +54,20 @@ const MaxBodySize = limits.RecordBody
 // crcHexLen is the width of the checksum field that opens every frame.
 const crcHexLen = 8
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// castagnoli is CRC32C's table, made when first used: a command that
+// reads no WAL (--version, help) does not pay for it.
+var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // HeaderLine is the exact first line of a WAL of version v (1 to Version).
 func HeaderLine(v int) []byte { return []byte(fmt.Sprintf("%s v%d\n", Magic, v)) }
 
 // headerLen is the length of every header line.
-var headerLen = len(HeaderLine(1))
+const headerLen = len(Magic + " v1\n")
 
 // headerSeed seeds the checksum chain, tying the first frame to the header:
-// the CRC32C of the version-1 header line, whatever the file's version.
-var headerSeed = crc32.Checksum(HeaderLine(1), castagnoli)
+// the CRC32C of the version-1 header line, whatever the file's version
+// (TestHeaderSeed computes it).
+const headerSeed uint32 = 0xb22db522
 
 // HeaderSeed is the checksum chain's seed: the first frame continues from it.
 func HeaderSeed() uint32 { return headerSeed }
@@ -85,7 +89,7 @@ func nextSeed(sum uint32, body []byte) uint32 {
 
 // chain returns the checksum of body continuing from prev.
 func chain(prev uint32, body []byte) uint32 {
-	return crc32.Update(prev, castagnoli, body)
+	return crc32.Update(prev, castagnoli(), body)
 }
 
 // EncodeFrame returns the full frame for body, continuing the chain from prev,
