@@ -25,3 +25,31 @@ func TestTheSoftLimitFollowsTheLiveHeap(t *testing.T) {
 		}
 	}
 }
+
+// TestAServersHeapGrowsToItsFloor: after a collection a server's heap may
+// grow to 32 MiB before the next, and by as much as is live (GOGC 100) once
+// that is more.
+func TestAServersHeapGrowsToItsFloor(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, 100},
+		{1, 1<<20*100 - 100},
+		{2 * mib, 1500},
+		{4 * mib, 700},
+		{10 * mib, 200},
+		{16 * mib, 100},
+		{100 * mib, 100},
+		{math.MaxUint64, 100},
+	} {
+		got := percentFor(c.live, serveHeapFloor)
+		if got != c.want {
+			t.Errorf("live %d bytes: GOGC %d, want %d", c.live, got, c.want)
+		}
+		if goal := float64(c.live) * (1 + float64(got)/100); c.live > 0 && goal < min(serveHeapFloor, 2*float64(c.live)) {
+			t.Errorf("live %d bytes: GOGC %d lets the heap grow to %.0f bytes only", c.live, got, goal)
+		}
+	}
+}

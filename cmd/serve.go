@@ -146,10 +146,12 @@ func runServe(e env, o serveOptions) error {
 		return usageErr("serve stamps records with the wall clock: drop --now (or LEASEWAL_NOW)")
 	}
 	if os.Getenv("GOGC") == "" {
-		// A resident process collects as often as Go's default: what a long
-		// read leaves behind is given back soon, not five times the live
-		// heap later (TuneGC's trade, which suits a command that exits).
+		// A resident process collects as often as Go's default once its
+		// heap is past the floor: what a long read leaves behind is given
+		// back soon, not five times the live heap later (TuneGC's trade,
+		// which suits a command that exits).
 		debug.SetGCPercent(100)
+		heapFloor.Store(serveHeapFloor)
 	}
 	token, err := client.ReadToken(o.tokenFile)
 	if err != nil {
