@@ -54,7 +54,7 @@ func peersBench(dir, leasewal string, o peerOptions) {
 		}
 		all = append(all, leasewalPeer{bin: bin, dir: dir, label: name})
 	}
-	all = append(all, leasewalPeer{bin: bins[len(bins)-1], dir: dir, serial: true},
+	all = append(all, leasewalPeer{bin: bins[len(bins)-1], dir: dir, serial: true}, clusterPeer{bin: bins[len(bins)-1], dir: dir},
 		beanstalkPeer{bin: beanstalkd, dir: dir}, redisPeer{bin: redis, dir: dir})
 	var peers []peer
 	for _, p := range all {
@@ -68,6 +68,9 @@ func peersBench(dir, leasewal string, o peerOptions) {
 		fmt.Println("requests per fsync (strace -f, 1 s; more than 1 is group commit):")
 		for _, clients := range []int{8, 32} {
 			for _, p := range peers {
+				if _, ok := p.(clusterPeer); ok {
+					continue // strace follows one process
+				}
 				for _, work := range []string{"submit", "take"} {
 					s := p.start(work == "take")
 					ops, syncs := countSyncs(s, work, clients)
@@ -94,6 +97,9 @@ func peersBench(dir, leasewal string, o peerOptions) {
 			for range o.rounds {
 				for _, p := range peers {
 					if work == "take-separate" && !strings.HasPrefix(p.name(), "leasewal") && p.name() != "serial" {
+						continue
+					}
+					if _, ok := p.(clusterPeer); ok && work != "submit" {
 						continue
 					}
 					s := p.start(work != "submit")
@@ -144,16 +150,29 @@ type phaseResult struct {
 // measure runs clients clients against s for d, and reads s's CPU time and
 // counters around it.
 func measure(s server, work string, clients int, d time.Duration) phaseResult {
-	cpu0 := cpuSeconds(s.pid())
+	cpu0 := serverCPU(s)
 	c0 := serverCounters(s)
 	r := phaseResult{rate: rate(s, work, clients, d)}
-	cpu := cpuSeconds(s.pid()) - cpu0
+	cpu := serverCPU(s) - cpu0
 	c1 := serverCounters(s)
 	r.requests, r.batches, r.syncs = c1[0]-c0[0], c1[1]-c0[1], c1[2]-c0[2]
 	if ops := r.rate * d.Seconds(); ops > 0 {
 		r.cpuPerOp = cpu / ops
 	}
 	return r
+}
+
+// serverCPU is the CPU time of s's processes so far.
+func serverCPU(s server) float64 {
+	c, ok := s.(*clusterServer)
+	if !ok {
+		return cpuSeconds(s.pid())
+	}
+	var sum float64
+	for _, n := range c.nodes {
+		sum += cpuSeconds(n.Process.Pid)
+	}
+	return sum
 }
 
 // cpuSeconds is a process's user and system time so far, its exited threads
@@ -447,6 +466,36 @@ func (s *leasewalServer) client(work string, id int) (func() error, error) {
 		held = done.Next.Lease
 		return nil
 	}, nil
+}
+
+// clusterPeer is three leasewal serve processes in a raft cluster on
+// loopback, the clients sent to the leader; it takes part in the submit
+// phases, and its CPU is the three processes'.
+type clusterPeer struct{ bin, dir string }
+
+func (clusterPeer) name() string { return "cluster" }
+
+type clusterServer struct {
+	*leasewalServer // the leader
+	nodes           []*exec.Cmd
+}
+
+func (p clusterPeer) start(filled bool) server {
+	port := int(nextPort.Add(10)) - 10
+	leader, nodes := startCluster(p.bin, filepath.Join(p.dir, fmt.Sprintf("cluster-%d", port)), port)
+	s := &clusterServer{leasewalServer: &leasewalServer{cmd: nodes[0], base: leader,
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}, nodes: nodes}
+	if filled {
+		s.fill(fill)
+	}
+	return s
+}
+
+func (s *clusterServer) stop() {
+	for _, n := range s.nodes {
+		_ = n.Process.Signal(syscall.SIGTERM)
+		_ = n.Wait()
+	}
 }
 
 // beanstalkPeer is beanstalkd with a binlog fsynced at every write (-f 0),

@@ -95,9 +95,21 @@ func httpSubmits(leasewal, wal string, d time.Duration, port int) (float64, time
 	return rate, p99
 }
 
-// clusterSubmits starts three raft nodes in dir (n1 founds, n2 and n3 join)
-// and submits to the leader, n1.
+// clusterSubmits starts three raft nodes in dir and submits to the leader.
 func clusterSubmits(leasewal, dir string, d time.Duration, port int) (float64, time.Duration) {
+	leader, nodes := startCluster(leasewal, dir, port)
+	rate, p99 := postSubmits(leader, d)
+	for _, n := range nodes {
+		_ = n.Process.Signal(syscall.SIGTERM)
+		_ = n.Wait()
+	}
+	return rate, p99
+}
+
+// startCluster starts three raft nodes in dir, their HTTP on port+1 to
+// port+3 (n1 founds the cluster, n2 and n3 join it), and returns the
+// leader's URL, n1's, once it leads and the joins have had their time.
+func startCluster(leasewal, dir string, port int) (string, []*exec.Cmd) {
 	check(os.MkdirAll(dir, 0o755))
 	var nodes []*exec.Cmd
 	for i := 1; i <= 3; i++ {
@@ -120,12 +132,7 @@ func clusterSubmits(leasewal, dir string, d time.Duration, port int) (float64, t
 		return strings.Contains(string(b), `"role":"leader"`)
 	})
 	time.Sleep(2 * time.Second) // the joins, each a configuration change
-	rate, p99 := postSubmits(leader, d)
-	for _, n := range nodes {
-		_ = n.Process.Signal(syscall.SIGTERM)
-		_ = n.Wait()
-	}
-	return rate, p99
+	return leader, nodes
 }
 
 // startServe starts a serve process and returns once it says it serves.
