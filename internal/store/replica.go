@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 
 	"github.com/leasewal/leasewal/state"
 	"github.com/leasewal/leasewal/wal"
@@ -67,16 +68,42 @@ func (h *Handle) ownedBy() (*NodeMark, error) {
 // they committed are stamped and returned, but nothing is written. The
 // caller proposes them; they reach the WAL through Replicate once the
 // cluster committed them. The handle forgets its state, which now runs ahead
-// of its file.
+// of its file, and keeps it aside for that Replicate (decided).
 func (h *Handle) DecideBatch(fns []func(*Tx) error) (errs []error, committed [][]state.Record, err error) {
 	errs, committed = make([]error, len(fns)), make([][]state.Record, len(fns))
+	var ahead *decided
 	err = h.Read(func(tx *Tx) error {
+		ahead = nil
 		tx.staging = true
-		return tx.decideEach(fns, errs, committed)
+		before := tx.State.LastSeq()
+		err := tx.decideEach(fns, errs, committed)
+		if err == nil && len(tx.staged) > 0 && tx.State == h.cache && !h.spilled {
+			ahead = &decided{st: tx.State, pos: h.pos, indexed: h.indexed, lastSeq: before, bodies: tx.staged}
+		}
+		return err
 	})
 	h.forget()
+	if err == nil {
+		h.ahead = ahead
+	}
 	return errs, committed, err
 }
+
+// decided is the state a leader's DecideBatch left: the WAL at pos (its
+// index at indexed) with the records whose bodies are bodies applied,
+// which only the cluster's commit of them makes true. The Replicate that
+// follows takes it, rather than read the index and replay the WAL after
+// it again, when nothing has read or written the WAL since and the entry
+// holds exactly those records; any other operation drops it.
+type decided struct {
+	st           *state.State
+	pos, indexed wal.Position
+	lastSeq      int64 // the WAL's last record's
+	bodies       [][]byte
+}
+
+// errNotDecided is an entry other than the records the handle decided.
+var errNotDecided = errors.New("the entry holds other records than the batch decided")
 
 // Replicate appends records the cluster committed, as the leader stamped
 // them, after applying each (so a record replay would refuse is never
@@ -84,8 +111,33 @@ func (h *Handle) DecideBatch(fns []func(*Tx) error) (errs []error, committed [][
 // hands a restarted node the entries after its last snapshot again. It
 // returns the WAL's length after them.
 func (h *Handle) Replicate(recs []state.Record) (end int64, err error) {
+	ahead := h.ahead
+	if ahead != nil && h.cache == nil && h.pos == (wal.Position{}) {
+		h.cache, h.pos, h.indexed = ahead.st, ahead.pos, ahead.indexed
+	}
+	end, err = h.replicate(recs, ahead)
+	if errors.Is(err, errNotDecided) {
+		h.forget()
+		end, err = h.replicate(recs, nil)
+	}
+	return end, err
+}
+
+func (h *Handle) replicate(recs []state.Record, ahead *decided) (end int64, err error) {
 	err = h.Write(func(tx *Tx) error {
+		// The decided state goes on only if the operation read nothing
+		// more from the WAL: it holds its records already.
+		var adopt bool
+		if ahead != nil && tx.State == ahead.st {
+			if tx.log == nil || tx.log.Position != ahead.pos {
+				return errNotDecided
+			}
+			adopt = true
+		}
 		next := tx.State.LastSeq() + 1
+		if adopt {
+			next = ahead.lastSeq + 1
+		}
 		var (
 			kept   []state.Record
 			bodies [][]byte
@@ -106,8 +158,13 @@ func (h *Handle) Replicate(recs []state.Record) (end int64, err error) {
 			frame += wal.FrameSize(body)
 			next++
 		}
-		if err := tx.applyAll(kept); err != nil {
-			return err
+		switch {
+		case adopt && !slices.EqualFunc(bodies, ahead.bodies, bytes.Equal):
+			return errNotDecided
+		case !adopt:
+			if err := tx.applyAll(kept); err != nil {
+				return err
+			}
 		}
 		if len(bodies) > 0 {
 			if err := tx.append(bodies, version); err != nil {

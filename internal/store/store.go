@@ -113,6 +113,9 @@ type Handle struct {
 	// syncs counts the fsyncs that made records of this handle's writes
 	// durable (a server's /metrics: requests per fsync is its grouping).
 	syncs atomic.Int64
+	// ahead is what a raft leader's DecideBatch decided, for the Replicate
+	// of its entry (replica.go); the next operation drops it.
+	ahead *decided
 	// poisoned is an append whose rollback failed: the WAL may hold records
 	// never acknowledged, so the handle writes nothing more (a server
 	// refuses writes until it starts again, and its next writer cuts or
@@ -145,7 +148,7 @@ func (h *Handle) Close() {
 func (h *Handle) forget() {
 	h.idx.close()
 	h.payloads.close()
-	h.cache, h.pos, h.indexed, h.idx, h.spilled = nil, wal.Position{}, wal.Position{}, nil, false
+	h.cache, h.pos, h.indexed, h.idx, h.spilled, h.ahead = nil, wal.Position{}, wal.Position{}, nil, false, nil
 }
 
 func (h *Handle) warn(format string, args ...any) {
@@ -252,6 +255,7 @@ func (h *Handle) do(mode wal.Mode, fn func(*Tx) error) error {
 	if h.closed {
 		return ErrNotOpen
 	}
+	h.ahead = nil
 	if mode == wal.Write && h.poisoned != nil {
 		return &PoisonedError{Cause: h.poisoned}
 	}
