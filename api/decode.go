@@ -32,16 +32,22 @@ func DecodeStrict(body []byte, v any) (old []string, err error) {
 		return nil, ErrNotUTF8
 	}
 	w := keyWalker{b: body}
-	switch err := w.value(reflect.TypeOf(v)); {
-	case err == errWalkStop:
-	case err != nil:
-		return nil, err
+	walked := w.value(reflect.TypeOf(v))
+	switch {
+	case walked == errWalkStop:
+	case walked != nil:
+		return nil, walked
 	}
 	if len(w.renames) > 0 {
 		body = w.renamed()
 		for _, r := range w.renames {
 			old = append(old, r.from)
 		}
+	}
+	if w.ws(); walked == nil && w.i == len(w.b) {
+		// One value, its every key a field's: what DisallowUnknownFields
+		// and the check for a second value would find is known.
+		return old, json.Unmarshal(body, v)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -134,6 +140,20 @@ func (w *keyWalker) str() (string, error) {
 	return "", errWalkStop
 }
 
+// skipStr passes over a string value at i (the decoder reads it).
+func (w *keyWalker) skipStr() error {
+	for w.i++; w.i < len(w.b); w.i++ {
+		switch w.b[w.i] {
+		case '\\':
+			w.i++
+		case '"':
+			w.i++
+			return nil
+		}
+	}
+	return errWalkStop
+}
+
 var unmarshaler = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
 
 func (w *keyWalker) value(t reflect.Type) error {
@@ -173,8 +193,7 @@ func (w *keyWalker) value(t reflect.Type) error {
 			}
 		}
 	case '"':
-		_, err := w.str()
-		return err
+		return w.skipStr()
 	}
 	start := w.i
 	for w.i < len(w.b) && !strings.ContainsRune(",}] \t\n\r", rune(w.b[w.i])) {

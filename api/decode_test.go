@@ -124,3 +124,16 @@ func FuzzDecodeStrict(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeStrictSubmit: what reading one request costs (every
+// request of a server, every line of a batch).
+func BenchmarkDecodeStrictSubmit(b *testing.B) {
+	body := []byte(`{"payload":"job 1","request_id":"r1","window":"5m","queue":"mail"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		var r SubmitRequest
+		if _, err := DecodeStrict(body, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
