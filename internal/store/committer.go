@@ -73,9 +73,7 @@ func (p *Pipe) startCommitter() bool {
 	h.idx = nil
 	db, err := index.OpenHeld(h.indexPath(), writeLockWait)
 	if err != nil {
-		if !errors.Is(err, index.ErrNoIndex) && !isLockWait(err) {
-			h.dropIndex(fmt.Errorf("the index could not be opened for writing: %w", err))
-		}
+		h.unwritable(err)
 		return p.readsAgain()
 	}
 	meta, head, err := db.Meta()

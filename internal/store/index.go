@@ -440,9 +440,7 @@ func (h *Handle) commitIndex(st *state.State, pos wal.Position) {
 	h.idx = nil
 	db, err := index.OpenToWrite(h.indexPath(), writeLockWait, st.HotCount())
 	if err != nil {
-		if !errors.Is(err, index.ErrNoIndex) && !isLockWait(err) {
-			h.dropIndex(fmt.Errorf("the index could not be opened for writing: %w", err))
-		}
+		h.unwritable(err)
 		return
 	}
 	meta, _, err := db.Meta()
@@ -504,6 +502,14 @@ var bootID = sync.OnceValue(func() string {
 
 // isLockWait is an index held by another process past the wait.
 func isLockWait(err error) bool { return errors.Is(err, index.ErrLocked) }
+
+// unwritable drops the index an open for writing failed on, unless it is
+// missing or a reader held it past the wait (it is written next time).
+func (h *Handle) unwritable(err error) {
+	if !errors.Is(err, index.ErrNoIndex) && !isLockWait(err) {
+		h.dropIndex(fmt.Errorf("the index could not be opened for writing: %w", err))
+	}
+}
 
 // dropIndex removes an index found damaged or unwritable, so that the
 // next command replays the WAL and builds it again.

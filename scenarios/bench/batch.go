@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 )
 
 // batchBench prints how fast the batch door takes n tasks: 'leasewal submit
@@ -36,8 +35,7 @@ func batchBench(dir, leasewal string, n int) {
 			addr := fmt.Sprintf("127.0.0.1:%d", 7700+round)
 			srv := startServe(leasewal, "--wal", wal, "serve", "--listen", addr)
 			r = executeTo(false, leasewal, "--server", "http://"+addr, "submit", "--batch-file", jobs, "-o", "json")
-			_ = srv.Process.Signal(syscall.SIGTERM)
-			_ = srv.Wait()
+			stopAll(srv)
 		}
 		rate[round%2] = append(rate[round%2], float64(n)/r.elapsed.Seconds())
 		fmt.Printf("%-44s %10.2f %12.0f %8.0f\n", label, r.elapsed.Seconds(), float64(n)/r.elapsed.Seconds(), float64(r.rssKB)/1024)

@@ -381,8 +381,7 @@ func (p leasewalPeer) startOn(wal string, args ...string) *leasewalServer {
 func (s *leasewalServer) pid() int { return s.cmd.Process.Pid }
 
 func (s *leasewalServer) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Wait()
+	stopAll(s.cmd)
 }
 
 // post sends one request and returns its answer; an exit other than 0 is
@@ -492,10 +491,7 @@ func (p clusterPeer) start(filled bool) server {
 }
 
 func (s *clusterServer) stop() {
-	for _, n := range s.nodes {
-		_ = n.Process.Signal(syscall.SIGTERM)
-		_ = n.Wait()
-	}
+	stopAll(s.nodes...)
 }
 
 // beanstalkPeer is beanstalkd with a binlog fsynced at every write (-f 0),
@@ -536,8 +532,7 @@ func (p beanstalkPeer) start(filled bool) server {
 func (s *beanstalkServer) pid() int { return s.cmd.Process.Pid }
 
 func (s *beanstalkServer) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Wait()
+	stopAll(s.cmd)
 }
 
 type beanstalkConn struct {
@@ -637,8 +632,7 @@ func (p redisPeer) start(filled bool) server {
 func (s *redisServer) pid() int { return s.cmd.Process.Pid }
 
 func (s *redisServer) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Wait()
+	stopAll(s.cmd)
 }
 
 type redisConn struct {

@@ -90,8 +90,7 @@ func httpSubmits(leasewal, wal string, d time.Duration, port int) (float64, time
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	srv := startServe(leasewal, "--wal", wal, "serve", "--listen", addr)
 	rate, p99 := postSubmits("http://"+addr, d)
-	_ = srv.Process.Signal(syscall.SIGTERM)
-	_ = srv.Wait()
+	stopAll(srv)
 	return rate, p99
 }
 
@@ -99,10 +98,7 @@ func httpSubmits(leasewal, wal string, d time.Duration, port int) (float64, time
 func clusterSubmits(leasewal, dir string, d time.Duration, port int) (float64, time.Duration) {
 	leader, nodes := startCluster(leasewal, dir, port)
 	rate, p99 := postSubmits(leader, d)
-	for _, n := range nodes {
-		_ = n.Process.Signal(syscall.SIGTERM)
-		_ = n.Wait()
-	}
+	stopAll(nodes...)
 	return rate, p99
 }
 
@@ -133,6 +129,14 @@ func startCluster(leasewal, dir string, port int) (string, []*exec.Cmd) {
 	})
 	time.Sleep(2 * time.Second) // the joins, each a configuration change
 	return leader, nodes
+}
+
+// stopAll stops server processes (SIGTERM) and waits for each to end.
+func stopAll(servers ...*exec.Cmd) {
+	for _, s := range servers {
+		_ = s.Process.Signal(syscall.SIGTERM)
+		_ = s.Wait()
+	}
 }
 
 // startServe starts a serve process and returns once it says it serves.
