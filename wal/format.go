@@ -58,6 +58,9 @@ const crcHexLen = 8
 // reads no WAL (--version, help) does not pay for it.
 var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
+// Castagnoli is CRC32C's table, shared with the index's task checksums.
+func Castagnoli() *crc32.Table { return castagnoli() }
+
 // HeaderLine is the exact first line of a WAL of version v (1 to Version).
 func HeaderLine(v int) []byte { return []byte(fmt.Sprintf("%s v%d\n", Magic, v)) }
 

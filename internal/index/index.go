@@ -331,14 +331,17 @@ func decodePosition(b []byte) (wal.Position, bool) {
 	return wal.Position{Count: int(v[0]), End: int64(v[1]), LastSum: uint32(v[2]), LastOffset: int64(v[3]), Generation: uint32(v[4])}, len(b) == 0
 }
 
-var crc = crc32.MakeTable(crc32.Castagnoli)
-
 // sealed is a task's encoding with a CRC32C of its number and of it: a
 // byte of the index flipped (bbolt checks no page of data) is found when
 // the task is read, never taken for a task.
 func sealed(n int64, body []byte) []byte {
-	sum := crc32.Update(crc32.Checksum(num(n), crc), crc, body)
-	return binary.BigEndian.AppendUint32(body, sum)
+	return binary.BigEndian.AppendUint32(body, taskSum(n, body))
+}
+
+// taskSum is the CRC32C of a task's number and then of its encoding.
+func taskSum(n int64, body []byte) uint32 {
+	table := wal.Castagnoli()
+	return crc32.Update(crc32.Checksum(num(n), table), table, body)
 }
 
 // unseal checks and decodes what sealed wrote for task number n.
@@ -347,7 +350,7 @@ func unseal(n int64, b []byte) (*state.Task, error) {
 		return nil, &damageError{what: fmt.Sprintf("task %d is missing or cut short", n)}
 	}
 	body := b[:len(b)-4]
-	if crc32.Update(crc32.Checksum(num(n), crc), crc, body) != binary.BigEndian.Uint32(b[len(body):]) {
+	if taskSum(n, body) != binary.BigEndian.Uint32(b[len(body):]) {
 		return nil, &damageError{what: fmt.Sprintf("task %d does not match its checksum", n)}
 	}
 	t, err := state.DecodeTask(body)
