@@ -3,6 +3,7 @@ package state
 import (
 	"strconv"
 	"testing"
+	"time"
 )
 
 // TestIntegerParser holds the decoder's integer parser to strconv, except
@@ -46,5 +47,24 @@ func TestPeekAtReadsWhatTheDecoderReads(t *testing.T) {
 		if at, ok := PeekAt([]byte(body)); ok {
 			t.Fatalf("PeekAt of %q: %d", body, at)
 		}
+	}
+}
+
+// TestDurationsAreWrittenAsGoText pins a record's durations as the WAL has
+// always held them: Go's text in a JSON string, NoWindow as the longest
+// duration, a zero one left out.
+func TestDurationsAreWrittenAsGoText(t *testing.T) {
+	r := Record{Seq: 1, At: 2, Type: TaskCreated, TaskID: "T1", Window: NoWindow,
+		RetryPolicy: &RetryPolicy{MaxAttempts: 3, Backoff: Duration(1500 * time.Microsecond), BackoffMax: Duration(90 * time.Second)}}
+	want := `{"seq":1,"at":2,"type":"TaskCreated","task_id":"T1","window":"2562047h47m16.854775807s",` +
+		`"retry_policy":{"max_attempts":3,"backoff":"1.5ms","backoff_max":"1m30s"}}`
+	body, err := EncodeRecord(r)
+	if err != nil || string(body) != want {
+		t.Fatalf("got %s (%v), want %s", body, err, want)
+	}
+	r = Record{Seq: 1, At: 2, Type: ScheduleAdded, Every: Duration(time.Microsecond), Window: 0}
+	want = `{"seq":1,"at":2,"type":"ScheduleAdded","every":"1µs"}`
+	if body, err = EncodeRecord(r); err != nil || string(body) != want {
+		t.Fatalf("got %s (%v), want %s", body, err, want)
 	}
 }

@@ -108,9 +108,9 @@ func WindowText(w Duration) string {
 	return w.String()
 }
 
-// MarshalJSON writes the duration as text.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(d.String())
+// MarshalText writes the duration as text ("1m30s"), which JSON quotes.
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(d.String()), nil
 }
 
 // UnmarshalJSON reads duration text.
