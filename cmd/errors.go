@@ -3,6 +3,7 @@ package cmd
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/leasewal/leasewal/api"
@@ -10,6 +11,7 @@ import (
 	"github.com/leasewal/leasewal/internal/service"
 	"github.com/leasewal/leasewal/internal/trace"
 	"github.com/leasewal/leasewal/state"
+	"github.com/spf13/cobra"
 )
 
 // Exit codes: the scripting contract (docs/reference.md#exit-codes).
@@ -54,8 +56,9 @@ func (e *answerLostError) Error() string {
 func (e *answerLostError) Unwrap() error { return e.err }
 
 // advice is what a person should do about a refusal: state names the fact,
-// the command line says which flag or command helps.
-func advice(e *state.Error) string {
+// the command line says which flag or command helps. c is the command that
+// was refused (nil: a server's answer, whose fields are the flags' names).
+func advice(e *state.Error, c *cobra.Command) string {
 	switch {
 	case e.Kind == state.NotFound && e.Subject == "task":
 		return "'leasewal inspect' lists the tasks"
@@ -74,13 +77,26 @@ func advice(e *state.Error) string {
 	case e.Subject == "lease" || e.Subject == "token":
 		return "pass the id the lease or acquire answer printed"
 	case e.Subject != "" && e.Kind == state.InvalidInput:
-		return "fix --" + strings.ReplaceAll(e.Subject, "_", "-")
+		return fixField(e.Subject, c)
+	}
+	return ""
+}
+
+// fixField names what to fix for a refused field: c's flag of that name, or
+// its argument (pause QUEUE); nothing rather than a flag c does not have.
+func fixField(field string, c *cobra.Command) string {
+	flag := strings.ReplaceAll(field, "_", "-")
+	if c == nil || c.Flags().Lookup(flag) != nil {
+		return "fix --" + flag
+	}
+	if arg := strings.ToUpper(field); slices.Contains(positionals(c), arg) {
+		return "fix " + arg
 	}
 	return ""
 }
 
 // withAdvice is err's message with the advice for a refusal appended.
-func withAdvice(err error) string {
+func withAdvice(err error, c *cobra.Command) string {
 	msg := err.Error()
 	var remote *api.Error
 	if errors.As(err, &remote) && remote.Error() == msg { // the server's message says it all
@@ -91,7 +107,7 @@ func withAdvice(err error) string {
 		unknown *client.UnknownOutcomeError
 	)
 	if errors.As(err, &refusal) {
-		if a := advice(refusal); a != "" && !strings.Contains(msg, a) {
+		if a := advice(refusal, c); a != "" && !strings.Contains(msg, a) {
 			msg += "; " + a
 		}
 	}

@@ -208,3 +208,39 @@ func TestAnEmptyArgumentIsNamed(t *testing.T) {
 		t.Errorf("the WAL changed (%v)", err)
 	}
 }
+
+// TestARefusalNamesWhatToFix: a refused value is named by the flag that gave
+// it, or by the argument (pause QUEUE); never by a flag the command does not
+// have.
+func TestARefusalNamesWhatToFix(t *testing.T) {
+	walPath := failedTask(t)
+	before, err := os.ReadFile(walPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		fix  string
+	}{
+		{[]string{"submit", "--payload", "x", "--request-id", "a\tb"}, "fix --request-id"},
+		{[]string{"lease", "--worker", "w", "--request-id", "a\tb"}, "fix --request-id"},
+		{[]string{"submit", "--payload", "x", "--queue", "a\tb"}, "fix --queue"},
+		{[]string{"lease", "--worker", "a\tb"}, "fix --worker"},
+		{[]string{"pause", "a\tb"}, "fix QUEUE"},
+		{[]string{"resume", "a\tb"}, "fix QUEUE"},
+		{[]string{"queue", "limit", "a\tb", "3"}, "fix QUEUE"},
+		{[]string{"queue", "rate", "a\tb", "5/s"}, "fix QUEUE"},
+	} {
+		args := make([]string, len(c.args))
+		for i, a := range c.args {
+			args[i] = strings.ReplaceAll(a, "\\t", "\t")
+		}
+		code, out, errOut := cli(append([]string{"--wal", walPath}, args...)...)
+		if code != 2 || out != "" || !strings.HasSuffix(errOut, c.fix+"\n") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("leasewal %q: exit %d, stdout %q, stderr %q; want exit 2 and one line ending %q", args, code, out, errOut, c.fix)
+		}
+	}
+	if after, err := os.ReadFile(walPath); err != nil || string(after) != string(before) {
+		t.Errorf("the WAL changed (%v)", err)
+	}
+}

@@ -119,7 +119,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a.root.SetIn(stdin)
 	a.root.SetOut(stdout)
 	a.root.SetErr(stderr)
-	return a.finish(a.root.Execute())
+	return a.finish(a.root.ExecuteC())
 }
 
 // Help lists commands in the order of a task's life, not alphabetically.
@@ -358,6 +358,15 @@ func emptyArg(c *cobra.Command, args []string) error {
 		return nil
 	}
 	name := fmt.Sprintf("argument %d", i+1)
+	if names := positionals(c); len(names) > 0 {
+		name = names[min(i, len(names)-1)] // past the last: more of it (TASK...)
+	}
+	return usageErr("%s is empty: give one; see '%s --help'", name, c.CommandPath())
+}
+
+// positionals are the names of a command's arguments, from its usage line
+// ("pause QUEUE [--for D]": QUEUE).
+func positionals(c *cobra.Command) []string {
 	var names []string
 	flagValue := false
 	for _, word := range strings.Fields(c.Use)[1:] {
@@ -369,10 +378,7 @@ func emptyArg(c *cobra.Command, args []string) error {
 		}
 		flagValue = isFlag
 	}
-	if len(names) > 0 {
-		name = names[min(i, len(names)-1)] // past the last: more of it (TASK...)
-	}
-	return usageErr("%s is empty: give one; see '%s --help'", name, c.CommandPath())
+	return names
 }
 
 // valueKind names what a flag of a pflag value type takes, for a person.
@@ -575,7 +581,7 @@ type exitStatus struct{ code int }
 func (e *exitStatus) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 // finish prints err (if any) in the chosen format and returns the exit code.
-func (a *app) finish(err error) int {
+func (a *app) finish(cmd *cobra.Command, err error) int {
 	if err == nil {
 		return ExitOK
 	}
@@ -588,7 +594,7 @@ func (a *app) finish(err error) int {
 		err = &api.UsageError{Msg: err.Error() + "; see 'leasewal --help'"}
 	}
 	c := classify(err)
-	msg := withAdvice(err)
+	msg := withAdvice(err, cmd)
 	view := errorView{Error: api.Error{Result: "ERROR", Kind: c.kind, Message: msg, Seq: c.seq}}
 	var mm *trace.MismatchError
 	if errors.As(err, &mm) { // every difference, one line each

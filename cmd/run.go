@@ -102,7 +102,7 @@ signal kills at once.`,
 // plan is run's flags, checked: what the runner does, printing to e.
 func (o runOptions) plan(e env, argv []string) (runner.Plan, error) {
 	p := runner.Plan{Worker: o.worker, Jobs: o.jobs, Forever: o.forever, MaxTasks: o.maxTasks, Argv: argv,
-		ChildStdout: e.stdout, Stderr: e.stderr, Describe: withAdvice}
+		ChildStdout: e.stdout, Stderr: e.stderr, Describe: func(err error) string { return withAdvice(err, nil) }}
 	if e.Output == "json" || e.Output == "tsv" {
 		p.ChildStdout = e.stderr // run's stdout holds only its own lines
 	}

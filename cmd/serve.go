@@ -435,5 +435,5 @@ func unknownRoute(path string) string {
 // the command line would exit with, the message it would print.
 func describe(err error) api.Error {
 	c := classify(err)
-	return api.Error{Result: "ERROR", Kind: c.kind, Message: withAdvice(err), Seq: c.seq, Exit: c.code}
+	return api.Error{Result: "ERROR", Kind: c.kind, Message: withAdvice(err, nil), Seq: c.seq, Exit: c.code}
 }

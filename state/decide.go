@@ -144,7 +144,7 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 			if earlier, ok := batch[c.RequestID]; ok {
 				if !repeats(c, textPayload(earlier.c.Payload), earlier.c.Window, earlier.c.Policy, earlier.c.Queue, earlier.c.Priority, false) ||
 					!slices.Equal(after, earlier.after) || !slices.Equal(afterEnded, earlier.afterEnded) {
-					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q is given twice in the batch with a different payload, policy, queue, priority or dependencies", c.RequestID)}
+					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request_id", "request id %q is given twice in the batch with a different payload, policy, queue, priority or dependencies", c.RequestID)}
 				}
 				ds = append(ds, Decision{Outcome: ResultAck, TaskID: earlier.id, Duplicate: true})
 				continue
@@ -159,7 +159,7 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 					payload = textPayload(c.Payload)
 				}
 				if !repeats(c, payload, t.Window, t.Policy, t.Queue, t.Priority, t.RequeuedFrom != "") || !sameDeps(t.Deps, after, afterEnded) {
-					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request", "request id %q already created %s with a different payload, policy, queue, priority or dependencies", c.RequestID, t.ID)}
+					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request_id", "request id %q already created %s with a different payload, policy, queue, priority or dependencies", c.RequestID, t.ID)}
 				}
 				ds = append(ds, Decision{Outcome: ResultAck, TaskID: t.ID, Duplicate: true})
 				if len(cs) > 1 { // a later line may wait for it
@@ -227,10 +227,10 @@ func validSubmit(c Submit) (Submit, error) {
 	}
 	if c.RequestID != "" {
 		if err := ValidateID("request id", c.RequestID); err != nil {
-			return c, refuse(InvalidInput, "request", "%v", err)
+			return c, refuse(InvalidInput, "request_id", "%v", err)
 		}
 		if isSlotID(c.RequestID) {
-			return c, refuse(InvalidInput, "request", "request id %q has the form NAME@TIME that schedules' firings take: choose another", c.RequestID)
+			return c, refuse(InvalidInput, "request_id", "request id %q has the form NAME@TIME that schedules' firings take: choose another", c.RequestID)
 		}
 	}
 	return c, nil
@@ -265,7 +265,7 @@ func ValidateLeaseRequest(c LeaseRequest) error {
 	}
 	if c.RequestID != "" {
 		if err := ValidateID("request id", c.RequestID); err != nil {
-			return refuse(InvalidInput, "request", "%v", err)
+			return refuse(InvalidInput, "request_id", "%v", err)
 		}
 	}
 	for _, q := range c.Queues {
@@ -371,7 +371,7 @@ func (s *State) DecideLease(c LeaseRequest, now int64) (Decision, error) {
 
 func (s *State) repeatLease(c LeaseRequest, prev leaseRequest, now int64) (Decision, error) {
 	if prev.worker != c.Worker {
-		return Decision{}, refuse(RequestConflict, "request", "lease request id %q was used by worker %q", c.RequestID, prev.worker)
+		return Decision{}, refuse(RequestConflict, "request_id", "lease request id %q was used by worker %q", c.RequestID, prev.worker)
 	}
 	t, err := s.Task(prev.taskID)
 	if err != nil {

@@ -27,9 +27,9 @@ const (
 // caller adds what to do. Nothing is written.
 type Error struct {
 	Kind Kind
-	// Subject is what the refusal is about: "task", "lease", "request",
-	// "payload", "window", "max_attempts", "backoff", "backoff_max", "worker", "duration", "reason", "domain", "offset",
-	// "token", "max_retries" (empty when it is none of those).
+	// Subject is what the refusal is about, named as the request's field
+	// that gives it ("task", "lease", "request_id", "queue", "max_attempts",
+	// …); empty when it is no one field.
 	Subject string
 	Msg     string
 }

@@ -230,7 +230,7 @@ func (s *State) DecideRequeue(taskID, requestID string, now int64) (Decision, er
 	}
 	if requestID != "" {
 		if err := ValidateID("request id", requestID); err != nil {
-			return Decision{}, refuse(InvalidInput, "request", "%v", err)
+			return Decision{}, refuse(InvalidInput, "request_id", "%v", err)
 		}
 		prev, err := s.submitted(requestID)
 		if err != nil {
@@ -238,7 +238,7 @@ func (s *State) DecideRequeue(taskID, requestID string, now int64) (Decision, er
 		}
 		if prev != nil {
 			if prev.RequeuedFrom != t.ID {
-				return Decision{}, refuse(RequestConflict, "request", "request id %q already created %s, which is not a requeue of %s", requestID, prev.ID, t.ID)
+				return Decision{}, refuse(RequestConflict, "request_id", "request id %q already created %s, which is not a requeue of %s", requestID, prev.ID, t.ID)
 			}
 			return Decision{Outcome: ResultAck, TaskID: prev.ID, Duplicate: true}, nil
 		}

@@ -499,7 +499,7 @@ func (l *Local) QueueRate(ctx context.Context, r api.QueueRateRequest) (api.Queu
 		}
 		if r.Burst != nil {
 			if err := limits.Burst.Int(int64(*r.Burst)); err != nil {
-				return api.QueueRate{}, api.Usage("%v: give how many grants may come at once, or leave it out for one second's worth", err)
+				return api.QueueRate{}, api.Usage("%v (how many grants may come at once), or leave it out for one second's worth", err)
 			}
 			parsed.Burst = *r.Burst
 		}
