@@ -133,7 +133,7 @@ func (o runOptions) plan(e env, argv []string) (runner.Plan, error) {
 		return p, err
 	}
 	if p.Wait < 0 {
-		return p, usageErr("--wait %s is negative", o.wait)
+		return p, usageErr("--wait %s is negative: give a duration of 0 or more (how long to wait for a task when none is ready)", o.wait)
 	}
 	if o.forever && p.Wait > 0 {
 		return p, usageErr("give --wait or --forever, not both")

@@ -282,7 +282,7 @@ func (l *Local) waitFor(flag, text string) (time.Duration, bool, error) {
 		return 0, false, err
 	}
 	if d < 0 {
-		return 0, false, api.Usage("--%s %s is negative", flag, text)
+		return 0, false, api.Usage("--%s %s is negative: give a duration of 0 or more", flag, text)
 	}
 	return l.capWait(d), false, nil
 }

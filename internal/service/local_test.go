@@ -1,6 +1,7 @@
 package service
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,7 +25,7 @@ func TestWaitCap(t *testing.T) {
 	if _, forever, _ := local.waitFor("timeout", ""); !forever {
 		t.Errorf("a local wait with no timeout is not for ever")
 	}
-	if _, _, err := local.waitFor("timeout", "-1s"); err == nil {
-		t.Errorf("a negative wait was taken")
+	if _, _, err := local.waitFor("timeout", "-1s"); err == nil || !strings.Contains(err.Error(), "give a duration of 0 or more") {
+		t.Errorf("a negative wait: %v; want a refusal that says what to give", err)
 	}
 }
