@@ -71,6 +71,13 @@ func (s *State) submitDeps(c Submit, inBatch func(req string) string) (after, af
 		return nil, nil, nil
 	}
 	n := len(c.After) + len(c.AfterEnded)
+	if n == 0 {
+		field := "after"
+		if c.After == nil {
+			field = "after_ended"
+		}
+		return nil, nil, refuse(InvalidInput, field, "it names no task to wait for: name one or more, or leave it out")
+	}
 	if limits.After.Int(int64(n)) != nil {
 		return nil, nil, refuse(InvalidInput, "after", "a task waits for %d tasks: give %s", n, limits.After.Range())
 	}

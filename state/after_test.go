@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -114,10 +115,19 @@ func TestDependenciesAtTheirCreation(t *testing.T) {
 		"too many":           {Submit{After: slices.Repeat([]string{done}, 10_001)}, InvalidInput},
 		"not a name":         {Submit{After: []string{"T1\n"}}, InvalidInput},
 		"an empty name":      {Submit{After: []string{""}}, InvalidInput},
+		"no name":            {Submit{After: []string{}}, InvalidInput},
+		"no name to end":     {Submit{AfterEnded: []string{}}, InvalidInput},
 	} {
 		c.sub.Payload, c.sub.Policy, c.sub.Window = "p", RetryPolicy{MaxAttempts: 1}, NoWindow
 		if _, err := f.s.DecideSubmit(c.sub, sec(2)); refusalKind(err) != c.kind {
 			t.Errorf("%s: %v, want %s", name, err, c.kind)
+		}
+	}
+	for field, sub := range map[string]Submit{"after": {After: []string{}}, "after_ended": {AfterEnded: []string{}}} {
+		sub.Payload, sub.Policy, sub.Window = "p", RetryPolicy{MaxAttempts: 1}, NoWindow
+		var refusal *Error
+		if _, err := f.s.DecideSubmit(sub, sec(2)); !errors.As(err, &refusal) || refusal.Subject != field || !strings.Contains(refusal.Msg, "names no task") {
+			t.Errorf("%s naming no task: %v; want a refusal of %s that says it names none", field, err, field)
 		}
 	}
 	if _, err := f.s.DecideScheduleAdd(ScheduleSpec{Name: "s", Every: Duration(time.Minute), CatchUp: CatchUpLast,
