@@ -176,8 +176,12 @@ func Run(p Plan, c *Coordinator, sigs <-chan os.Signal) (Result, error) {
 				wakeAt = j.nextExtend
 			}
 		}
-		if wakeAt.IsZero() || r.nextBeat.Before(wakeAt) {
-			wakeAt = r.nextBeat
+		beatAt := r.nextBeat
+		if beatAt.IsZero() { // none sent yet: due now
+			beatAt = time.Now()
+		}
+		if wakeAt.IsZero() || beatAt.Before(wakeAt) {
+			wakeAt = beatAt
 		}
 		var timer <-chan time.Time
 		if !wakeAt.IsZero() {
