@@ -684,24 +684,66 @@ func (c *Client) List(ctx context.Context, req api.InspectRequest, into api.List
 	return err
 }
 
-// Changes signals every PollEvery until ctx is done: a server's WAL cannot
-// be watched from another host.
+// Changes signals each record the server's WAL gains after the call,
+// until ctx is done: it waits in GET /v1/status?after=N for a record past
+// the last it saw. A server that does not wait (an older one), or cannot
+// be reached, is asked again every PollEvery, and an error signals too:
+// what the signal wakes asks the server itself, and meets the error.
 func (c *Client) Changes(ctx context.Context) (<-chan struct{}, error) {
 	changed := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	last, err := c.lastSeq(ctx, -1) // before the call returns: what the caller does next is a change
+	if err != nil {
+		last = -1 // not known: the first answer signals
+	}
 	go func() {
-		tick := time.NewTicker(PollEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
+		for ctx.Err() == nil {
+			asked := time.Now()
+			seq, err := c.lastSeq(ctx, last)
+			switch {
+			case ctx.Err() != nil:
 				return
-			case <-tick.C:
-				select {
-				case changed <- struct{}{}:
-				default:
-				}
+			case err != nil:
+				signal()
+			case seq != last:
+				signal()
+				last = seq
+				continue
+			}
+			select { // nothing new, at once or after an error: not again before PollEvery
+			case <-ctx.Done():
+			case <-time.After(PollEvery - time.Since(asked)):
 			}
 		}
 	}()
 	return changed, nil
+}
+
+// lastSeq is the server's last seq, once past after (-1: at once).
+func (c *Client) lastSeq(ctx context.Context, after int64) (int64, error) {
+	path := "status"
+	if after >= 0 {
+		path += "?after=" + strconv.FormatInt(after, 10)
+	}
+	resp, server, err := c.Send(ctx, http.MethodGet, path, nil, http.Header{})
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := readAnswer(resp.Body)
+	if err != nil {
+		return 0, &UnknownOutcomeError{Server: server, Err: err}
+	}
+	var status struct {
+		LastSeq *int64 `json:"last_seq"`
+	}
+	if err := json.Unmarshal(raw, &status); err != nil || status.LastSeq == nil {
+		return 0, fmt.Errorf("%s answered its status with %.200s", server, raw)
+	}
+	return *status.LastSeq, nil
 }

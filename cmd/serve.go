@@ -293,7 +293,7 @@ func runServe(e env, o serveOptions) error {
 // for a single server. compact is how it compacts its WAL: beside its
 // batches, or (a cluster's leader) as a proposal between two, which every
 // node compacts at the same record.
-func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o server.Options) (s *server.Server, batch *service.Batcher, svc *service.Local, kick <-chan struct{},
+func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o server.Options) (srv *server.Server, batch *service.Batcher, svc *service.Local, kick <-chan struct{},
 	compact func(service.CompactOptions) (service.Compaction, error)) {
 	own := metrics.NewServer()
 	batch = service.NewBatcher(back, maxBatch, own.Observe)
@@ -315,7 +315,14 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 		live = report.NewLive("leasewal serve: " + e.WAL)
 	}
 	svc = service.New(service.Options{WAL: e.wal(), Batch: batch, Stopping: stopping, WaitCap: server.WaitCap, MaxRetries: e.MaxRetries, Compact: compact,
-		Committed: func(recs []state.Record) { own.Records(recs); scheduled(recs); live.Add(recs) }})
+		Committed: func(recs []state.Record) {
+			own.Records(recs)
+			scheduled(recs)
+			live.Add(recs)
+			if srv != nil { // set below, before a request is served
+				srv.Changed()
+			}
+		}})
 	live.LoadFrom(func() ([]api.Record, int64, error) { return latest(svc) }) // when the page is first looked at
 	o.Live = live
 	synced, _ := back.(interface{ Syncs() int64 }) // a single server's WAL; a raft node's is the node's
@@ -355,7 +362,9 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 	if o.HTTP == nil {
 		o.HTTP = http.DefaultClient
 	}
-	return server.New(svc, back.Status, node, o), batch, svc, kick, compact
+	o.Changes = svc.Changes
+	srv = server.New(svc, back.Status, node, o)
+	return srv, batch, svc, kick, compact
 }
 
 // latest is the WAL's latest records, as many as a live page keeps, and

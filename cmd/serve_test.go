@@ -1000,3 +1000,110 @@ func TestAServerCountsWhatARateHeldBack(t *testing.T) {
 		t.Fatalf("stats of the WAL: exit %d %s", code, out)
 	}
 }
+
+// TestAStatusWaitsForTheNextRecord: GET /v1/status?after=N answers once the
+// last seq is past N, whoever wrote the record (the server, or a local
+// command beside it), answers at once without after or with wait=0s, is
+// ended by the server's stop, and refuses an after or a wait it cannot
+// read; the Go client's Changes signals the record.
+func TestAStatusWaitsForTheNextRecord(t *testing.T) {
+	walPath, s := testServer(t, "")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	status := func(query string) (int, int64, string) {
+		resp, err := http.Get(ts.URL + "/v1/status" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var v struct {
+			LastSeq int64 `json:"last_seq"`
+		}
+		_ = json.Unmarshal(body, &v)
+		return resp.StatusCode, v.LastSeq, string(body)
+	}
+	waiting := func(after int64) <-chan int64 {
+		got := make(chan int64, 1)
+		go func() {
+			_, seq, _ := status(fmt.Sprintf("?after=%d&wait=%s", after, testwait.HangGuard))
+			got <- seq
+		}()
+		return got
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := client.New([]string{ts.URL}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes, err := c.Changes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, seq, body := status(""); code != 200 || seq != 0 {
+		t.Fatalf("status of an empty WAL: %d %s", code, body)
+	}
+	ownWrite := waiting(0)
+	if code, _, stderr := cli("--server", ts.URL, "submit", "--payload", "P"); code != 0 {
+		t.Fatal(stderr)
+	}
+	if seq := <-ownWrite; seq != 1 {
+		t.Fatalf("a status waiting after 0 answered %d, want the server's record 1", seq)
+	}
+	testwait.Until(t, "Changes to signal the server's record", func() bool {
+		select {
+		case <-changes:
+			return true
+		default:
+			return false
+		}
+	}, func() string { return "no signal" })
+	localWrite := waiting(1)
+	testwait.Until(t, "the server to let go of the WAL", func() bool {
+		code, _, _ := cli("--wal", walPath, "submit", "--payload", "Q", "--lock-timeout", "0s")
+		return code == 0
+	}, func() string { return "the WAL stayed locked" })
+	if seq := <-localWrite; seq != 2 {
+		t.Fatalf("a status waiting after 1 answered %d, want the local command's record 2", seq)
+	}
+	if code, seq, body := status("?after=2&wait=0s"); code != 200 || seq != 2 {
+		t.Fatalf("wait=0s: %d %s, want the status at once", code, body)
+	}
+	for _, query := range []string{"?after=-1", "?after=x", "?after=2&wait=1y", "?after=2&wait=-1s", "?after=2&wait=6m"} {
+		if code, _, body := status(query); code != 400 || !strings.Contains(body, `"Usage"`) {
+			t.Errorf("%s: %d %s, want 400 Usage", query, code, body)
+		}
+	}
+	stopped := waiting(2)
+	s.StopWaits()
+	if seq := <-stopped; seq != 2 {
+		t.Fatalf("a status waiting at the server's stop answered %d, want 2", seq)
+	}
+}
+
+// TestARunnerExtendsWithoutBeingWoken: a runner whose server never says
+// that a record came (its status waits are held until the runner goes)
+// still sends its heartbeat and extends its lease on its own time.
+func TestARunnerExtendsWithoutBeingWoken(t *testing.T) {
+	walPath, s := testServer(t, "")
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/status" && r.URL.Query().Has("after") {
+			<-r.Context().Done()
+			return
+		}
+		s.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	if code, _, stderr := cli("--wal", walPath, "submit", "--payload", "P", "--max-attempts", "1"); code != 0 {
+		t.Fatal(stderr)
+	}
+	child := `until grep -q LeaseExtended "$1"; do sleep 0.05; done`
+	code, stdout, stderr := cli("--server", ts.URL, "-o", "tsv", "--no-headers", "run", "--worker", "W", "--duration", "3s", "--", "sh", "-c", child, "child", walPath)
+	if code != 0 || !strings.HasPrefix(stdout, "T1\t") || !strings.Contains(stdout, "COMMITTED") {
+		t.Fatalf("exit %d, want T1 COMMITTED:\n%s%s", code, stdout, stderr)
+	}
+	if code, workers, _ := cli("--wal", walPath, "inspect", "--workers", "-o", "tsv", "--no-headers"); code != 0 || !strings.HasPrefix(workers, "W\t") {
+		t.Fatalf("no heartbeat of W:\n%s", workers)
+	}
+}

@@ -64,6 +64,10 @@ type Options struct {
 	Log io.Writer
 	// AccessLog gets a line per request answered (access.go); nil: none.
 	AccessLog io.Writer
+	// Changes, when set, signals each change of the WAL whoever writes it,
+	// for GET /v1/status?after= (service.Local.Changes); watched from the
+	// first such request until the server stops.
+	Changes func(ctx context.Context) (<-chan struct{}, error)
 	// SpoolDir is where a streamed answer is written before it is sent
 	// (beside the WAL: on its disk, not in memory); "": the system's
 	// temporary directory.
@@ -83,7 +87,8 @@ type Server struct {
 	streams  chan struct{} // a place for each streamed answer under way
 	// removedOnce logs, once, that the node was removed from its cluster.
 	removedOnce sync.Once
-	stopping    chan struct{} // closed by StopWaits: the live page's streams end
+	stopping    chan struct{} // closed by StopWaits: the live page's streams and the status waits end
+	feed        feed
 	stopOnce    sync.Once
 	routes      map[string]route
 	status      func() (service.Status, error)
@@ -184,7 +189,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Error(w, http.StatusNotFound, api.ExitUsage, "NotFound", "the API is under /v1/")
 		return
 	case path == "status" && r.Method == http.MethodGet:
-		s.statusOf(w)
+		s.statusOf(w, r)
 		return
 	case path == "openapi.json" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", "application/json")
@@ -300,16 +305,6 @@ func (s *Server) readyz(w http.ResponseWriter) {
 		}
 	}
 	_, _ = io.WriteString(w, "ready\n")
-}
-
-func (s *Server) statusOf(w http.ResponseWriter) {
-	v, err := s.status()
-	if err != nil {
-		Error(w, http.StatusInternalServerError, api.ExitInternal, "Internal", err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	writeJSON(w, v)
 }
 
 // JoinRequest is POST /v1/cluster/join: a node asking to be added.
