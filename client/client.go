@@ -343,9 +343,9 @@ func (c *Client) Submit(ctx context.Context, req api.SubmitRequest) (api.Ack, er
 	return callAs[api.Ack](ctx, c, "submit", req)
 }
 
-// PollEvery is how often a client asks a server again for what it cannot
-// be woken by (run --server while nothing is eligible, log --follow): a
-// server's WAL cannot be watched from another host.
+// PollEvery is how often Changes asks a server for its last seq when the
+// server does not wait for the next record (an older one), or cannot be
+// reached.
 const PollEvery = 500 * time.Millisecond
 
 // serverWaitCap is the most a server waits in one request: a longer Wait is
