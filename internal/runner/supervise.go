@@ -109,13 +109,18 @@ func Supervise(args []string) int {
 // status.
 func killAdopted() {
 	for {
-		for _, pid := range childrenOf(os.Getpid()) {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR) || (err == nil && pid > 0): // one reaped: look again
+			continue
+		case err != nil: // ECHILD: none left (most tasks leave none: no scan of /proc)
+			return
+		}
+		for _, pid := range childrenOf(os.Getpid()) { // alive: kill them, then wait for one
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}
-		var ws unix.WaitStatus
-		if _, err := unix.Wait4(-1, &ws, 0, nil); errors.Is(err, unix.ECHILD) {
-			return
-		} else if err != nil && !errors.Is(err, unix.EINTR) {
+		if _, err := unix.Wait4(-1, &ws, 0, nil); err != nil && !errors.Is(err, unix.EINTR) {
 			return
 		}
 	}
