@@ -33,7 +33,7 @@ func main() {
 	records := flag.Int("records", 0, "with -generate: history size")
 	waiting := flag.Int("waiting", 0, "with -generate: tasks left WAITING at the end")
 	lockPhase := flag.Duration("contention", 0, "measure the lock instead, in phases of this length (readers beside a writer; writers against writers)")
-	workerPhase := flag.Duration("workers", 0, "measure leasewal run instead, in phases of this length (against shell loops; pickup after a lapse)")
+	workerPhase := flag.Duration("workers", 0, "measure leasewal run instead, in phases of this length (against shell loops; pickup after a lapse; pickup through serve)")
 	servePhase := flag.Duration("serve", 0, "measure leasewal serve instead, in phases of this length (16 HTTP clients against 16 process loops)")
 	backlogOnly := flag.String("backlog", "", "measure per-command latency against these numbers of waiting tasks instead (e.g. 100,1000000)")
 	batch := flag.Int("batch", 0, "measure the batch door instead: this many tasks in one submit --batch-file")
