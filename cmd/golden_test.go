@@ -97,3 +97,43 @@ func TestNoLineWiderThanTheTerminal(t *testing.T) {
 	}
 	t.Logf("%d lines of tables and timelines, each within its terminal's width", lines)
 }
+
+// TestWideCharactersFitTheTerminal: a payload and a queue of East Asian
+// wide characters, two cells each (counted here without leasewal's or
+// tablewriter's width code), are cut to the terminal's width, a cut
+// payload ending with "…".
+func TestWideCharactersFitTheTerminal(t *testing.T) {
+	walPath := filepath.Join(t.TempDir(), "q.wal")
+	for _, args := range [][]string{{"--payload", strings.Repeat("漢", 40)}, {"--payload", "short", "--queue", "キュー"}} {
+		if code, _, stderr := cli(append([]string{"--wal", walPath, "submit"}, args...)...); code != 0 {
+			t.Fatal(stderr)
+		}
+	}
+	cells := func(line string) int {
+		n := 0
+		for _, r := range line {
+			n++
+			if strings.ContainsRune("漢キュー", r) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, columns := range []int{40, 60, 100, 140} {
+		t.Setenv("COLUMNS", strconv.Itoa(columns))
+		for _, args := range [][]string{{"inspect"}, {"inspect", "T1"}, {"inspect", "T1", "--timeline"}, {"log"}} {
+			var out, errOut bytes.Buffer
+			if code := Main(append([]string{"--wal", walPath}, args...), strings.NewReader(""), &out, &errOut); code != 0 {
+				t.Fatalf("%v: exit %d: %s", args, code, errOut.String())
+			}
+			for _, line := range strings.Split(out.String(), "\n") {
+				if cells(line) > columns {
+					t.Errorf("%v on %d columns: a line of %d cells: %q", args, columns, cells(line), line)
+				}
+			}
+			if columns == 100 && args[0] == "log" && !strings.Contains(out.String(), strings.Repeat("漢", 10)+"…") {
+				t.Errorf("log on 100 columns does not show T1's payload cut with …:\n%s", out.String())
+			}
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fatih/color"
 	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/pkg/twwidth"
 	"github.com/olekukonko/tablewriter/tw"
 	"golang.org/x/sys/unix"
 
@@ -374,32 +375,37 @@ func (s *sheet) fit(widths []int, header []string) []int {
 	return widths
 }
 
-// displayWidth is how many terminal cells s takes: its runes, less the
-// color escapes the palette adds.
+// displayWidth is how many terminal cells s takes, as tablewriter draws it:
+// a wide (East Asian) character takes two, the palette's color escapes none.
+// Printable ASCII, most of what a table holds, is counted here.
 func displayWidth(s string) int {
-	n := 0
-	for i := 0; i < len(s); {
-		if strings.HasPrefix(s[i:], "\x1b[") {
-			if end := strings.IndexByte(s[i:], 'm'); end > 0 {
-				i += end + 1
-				continue
-			}
-		}
-		_, size := utf8.DecodeRuneInString(s[i:])
-		i += size
-		n++
+	n := plainPrefix(s)
+	if n == len(s) {
+		return n
 	}
-	return n
+	return n + twwidth.Width(s[n:])
+}
+
+// plainPrefix is the length of s's leading run of printable ASCII.
+func plainPrefix(s string) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			return i
+		}
+	}
+	return len(s)
 }
 
 // cutTo shortens s to width cells, its last one "…". A colored word is left
 // whole: cutting it would cut its color codes.
 func cutTo(s string, width int) string {
-	if displayWidth(s) <= width || strings.Contains(s, "\x1b[") {
+	switch {
+	case displayWidth(s) <= width || strings.Contains(s, "\x1b["):
 		return s
+	case plainPrefix(s) >= width-1:
+		return s[:max(0, width-1)] + "…"
 	}
-	runes := []rune(s)
-	return string(runes[:max(0, width-1)]) + "…"
+	return twwidth.Truncate(s, max(0, width-1)) + "…"
 }
 
 // tsvEscapes are the escapes tsvCell makes first: built once, since a

@@ -161,12 +161,12 @@ func renderTimeline(out io.Writer, p palette, width int, t *state.Task, view api
 	}
 }
 
-// wrap joins items into lines of at most width characters.
+// wrap joins items into lines of at most width cells.
 func wrap(items []string, width int) []string {
 	var lines []string
 	line := ""
 	for _, it := range items {
-		if line != "" && len([]rune(line))+2+len([]rune(it)) > width {
+		if line != "" && displayWidth(line)+2+displayWidth(it) > width {
 			lines = append(lines, line)
 			line = ""
 		}
@@ -315,13 +315,14 @@ func cutLine(s string, width int) string {
 				continue
 			}
 		}
-		if visible == width-1 {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		w := displayWidth(s[i : i+size])
+		if visible+w > width-1 {
 			break
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
 		b.WriteRune(r)
 		i += size
-		visible++
+		visible += w
 	}
 	b.WriteString("…")
 	if colored {
