@@ -441,6 +441,29 @@ func ReadBatch(r io.Reader, base SubmitRequest, maxTasks int, deprecated func(li
 	return nil
 }
 
+// CollectBatch is ReadBatch keeping every request and its line number.
+func CollectBatch(r io.Reader, base SubmitRequest, maxTasks int, deprecated func(line int, old []string)) (reqs []SubmitRequest, lines []int, err error) {
+	// The requests are gathered in chunks and put together once: a slice
+	// grown a request at a time copies itself over and over on its way to
+	// a million (about five times its final size in all).
+	var chunks [][]SubmitRequest
+	err = ReadBatch(r, base, maxTasks, deprecated, func(req SubmitRequest, line int) error {
+		if n := len(chunks); n == 0 || len(chunks[n-1]) == cap(chunks[n-1]) {
+			chunks = append(chunks, make([]SubmitRequest, 0, batchChunk))
+		}
+		chunks[len(chunks)-1] = append(chunks[len(chunks)-1], req)
+		lines = append(lines, line)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return slices.Concat(chunks...), lines, nil
+}
+
+// batchChunk is how many requests CollectBatch gathers in one piece.
+const batchChunk = 4096
+
 // BatchParts cuts a batch into the parts a client sends a server, each
 // within the server's limits: [from, to) of reqs, as encoded by the
 // client.

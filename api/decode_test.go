@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -135,5 +136,38 @@ func BenchmarkDecodeStrictSubmit(b *testing.B) {
 		if _, err := DecodeStrict(body, &r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestCollectBatchKeepsOrderAndLines: a batch longer than the chunks it is
+// gathered in comes back whole, in its order, each request with the number
+// of its line (blank lines skipped but counted), over the base given.
+func TestCollectBatchKeepsOrderAndLines(t *testing.T) {
+	var in strings.Builder
+	var wantLines []int
+	line := 0
+	for i := range 3*batchChunk + 17 {
+		if i%7 == 3 {
+			in.WriteString("\n")
+			line++
+		}
+		fmt.Fprintf(&in, "{\"payload\":\"p%d\"}\n", i)
+		line++
+		wantLines = append(wantLines, line)
+	}
+	reqs, lines, err := CollectBatch(strings.NewReader(in.String()), SubmitRequest{Queue: "q"}, MaxBatchTasks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != len(wantLines) || !reflect.DeepEqual(lines, wantLines) {
+		t.Fatalf("%d requests, lines %v...; want %d", len(reqs), lines[:min(len(lines), 10)], len(wantLines))
+	}
+	for i, r := range reqs {
+		if r.Payload != fmt.Sprintf("p%d", i) || r.Queue != "q" {
+			t.Fatalf("request %d is %+v", i, r)
+		}
+	}
+	if _, _, err := CollectBatch(strings.NewReader(in.String()+"{oops\n"), SubmitRequest{}, MaxBatchTasks, nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("batch line %d", line+1)) {
+		t.Fatalf("a bad last line: %v", err)
 	}
 }

@@ -33,8 +33,6 @@ func runSubmitBatch(e env, o submitOptions) error {
 		in = f
 	}
 	base.Actor = e.Actor
-	var reqs []api.SubmitRequest
-	var lines []int
 	warned := false
 	deprecated := func(line int, old []string) {
 		if !warned {
@@ -43,10 +41,7 @@ func runSubmitBatch(e env, o submitOptions) error {
 				line, strings.Join(old, ", "), strings.ReplaceAll(strings.Join(old, ", "), "-", "_"))
 		}
 	}
-	err = api.ReadBatch(in, base, api.MaxBatchTasks, deprecated, func(req api.SubmitRequest, line int) error {
-		reqs, lines = append(reqs, req), append(lines, line)
-		return nil
-	})
+	reqs, lines, err := api.CollectBatch(in, base, api.MaxBatchTasks, deprecated)
 	if err != nil {
 		return err
 	}

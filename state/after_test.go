@@ -149,7 +149,7 @@ func TestABatchIsAGraph(t *testing.T) {
 	}
 	batch = append(batch, Submit{Payload: "sum", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 1}, RequestID: "sum", After: leaves, AfterEnded: []string{"root"}})
 	for round := range 2 {
-		ds, err := s.DecideSubmits(batch, t0)
+		ds, _, err := s.DecideSubmits(batch, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +174,7 @@ func TestABatchIsAGraph(t *testing.T) {
 	}
 	// A line that waits for a task of a part sent before, by request id.
 	next := []Submit{{Payload: "x", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 1}, After: []string{"sum"}}, root}
-	ds, err := s.DecideSubmits(next, t0)
+	ds, _, err := s.DecideSubmits(next, t0)
 	if err != nil || ds[0].Records[0].After[0] != "T10001" {
 		t.Fatalf("a later part: %v %+v", err, ds)
 	}

@@ -61,7 +61,7 @@ func TestDecideSubmitsIsSequential(t *testing.T) {
 			}
 			want = append(want, d)
 		}
-		got, err := batch.DecideSubmits(cs, now)
+		got, _, err := batch.DecideSubmits(cs, now)
 		var be *BatchError
 		switch {
 		case refusedAt >= 0:

@@ -90,7 +90,7 @@ type Submit struct {
 // request id. The queue and priority count as policy for a repeat (another
 // queue is a conflict); the delay does not (a repeat keeps the first time).
 func (s *State) DecideSubmit(c Submit, now int64) (Decision, error) {
-	ds, err := s.DecideSubmits([]Submit{c}, now)
+	ds, _, err := s.DecideSubmits([]Submit{c}, now)
 	var batch *BatchError
 	if errors.As(err, &batch) {
 		return Decision{}, batch.Err
@@ -114,15 +114,17 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // DecideSubmits decides a batch of submits at now, all or nothing: each as
 // DecideSubmit would after the ones before it (a request id the batch
 // repeats answers with the task the batch created for it), or, when any one
-// is refused, none. The decisions' records are to be applied in order.
-func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
+// is refused, none. recs holds every decision's records, to be applied in
+// order; each decision's Records are its part of recs (a batch's records
+// are many, and large: they are made once).
+func (s *State) DecideSubmits(cs []Submit, now int64) (ds []Decision, recs []Record, err error) {
 	type created struct {
 		id                string
 		c                 Submit
 		after, afterEnded []string
 	}
+	ds, recs = make([]Decision, 0, len(cs)), make([]Record, 0, len(cs)) // at most a record a submit: recs never moves
 	var (
-		ds      = make([]Decision, 0, len(cs))
 		batch   map[string]created  // request id → what the batch created for it
 		next    = s.lastTaskNum + 1 // the number of the batch's next task
 		autoReq int64               // where the search for a free R<n> goes on
@@ -130,7 +132,7 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 	for i, c := range cs {
 		c, err := validSubmit(c)
 		if err != nil {
-			return nil, &BatchError{Index: i, Err: err}
+			return nil, nil, &BatchError{Index: i, Err: err}
 		}
 		var inBatch func(string) string
 		if len(cs) > 1 {
@@ -138,20 +140,20 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 		}
 		after, afterEnded, err := s.submitDeps(c, inBatch)
 		if err != nil {
-			return nil, &BatchError{Index: i, Err: err}
+			return nil, nil, &BatchError{Index: i, Err: err}
 		}
 		if c.RequestID != "" {
 			if earlier, ok := batch[c.RequestID]; ok {
 				if !repeats(c, textPayload(earlier.c.Payload), earlier.c.Window, earlier.c.Policy, earlier.c.Queue, earlier.c.Priority, false) ||
 					!slices.Equal(after, earlier.after) || !slices.Equal(afterEnded, earlier.afterEnded) {
-					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request_id", "request id %q is given twice in the batch with a different payload, policy, queue, priority or dependencies", c.RequestID)}
+					return nil, nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request_id", "request id %q is given twice in the batch with a different payload, policy, queue, priority or dependencies", c.RequestID)}
 				}
 				ds = append(ds, Decision{Outcome: ResultAck, TaskID: earlier.id, Duplicate: true})
 				continue
 			}
 			t, err := s.submitted(c.RequestID)
 			if err != nil {
-				return nil, &BatchError{Index: i, Err: err}
+				return nil, nil, &BatchError{Index: i, Err: err}
 			}
 			if t != nil {
 				payload := t.Payload
@@ -159,7 +161,7 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 					payload = textPayload(c.Payload)
 				}
 				if !repeats(c, payload, t.Window, t.Policy, t.Queue, t.Priority, t.RequeuedFrom != "") || !sameDeps(t.Deps, after, afterEnded) {
-					return nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request_id", "request id %q already created %s with a different payload, policy, queue, priority or dependencies", c.RequestID, t.ID)}
+					return nil, nil, &BatchError{Index: i, Err: refuse(RequestConflict, "request_id", "request id %q already created %s with a different payload, policy, queue, priority or dependencies", c.RequestID, t.ID)}
 				}
 				ds = append(ds, Decision{Outcome: ResultAck, TaskID: t.ID, Duplicate: true})
 				if len(cs) > 1 { // a later line may wait for it
@@ -178,7 +180,7 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 			// free from this task's number on.
 			autoReq = max(autoReq, next)
 			if req, err = s.freeRequestID(&autoReq, func(r string) bool { _, inBatch := batch[r]; return inBatch }); err != nil {
-				return nil, &BatchError{Index: i, Err: err}
+				return nil, nil, &BatchError{Index: i, Err: err}
 			}
 		}
 		next++
@@ -190,11 +192,11 @@ func (s *State) DecideSubmits(cs []Submit, now int64) ([]Decision, error) {
 		}
 		policy := c.Policy
 		notBefore := max(now, c.NotBefore, addTime(now, c.Delay.Milliseconds()))
-		ds = append(ds, write(Record{Type: TaskCreated, TaskID: id, Payload: c.Payload, Window: c.Window, RetryPolicy: &policy, RequestID: req,
-			NotBefore: &notBefore, Queue: c.Queue, Priority: &c.Priority, After: after, AfterEnded: afterEnded},
-			Decision{Outcome: ResultAck, TaskID: id}))
+		recs = append(recs, Record{Type: TaskCreated, TaskID: id, Payload: c.Payload, Window: c.Window, RetryPolicy: &policy, RequestID: req,
+			NotBefore: &notBefore, Queue: c.Queue, Priority: &c.Priority, After: after, AfterEnded: afterEnded})
+		ds = append(ds, Decision{Outcome: ResultAck, TaskID: id, Records: recs[len(recs)-1 : len(recs) : len(recs)]})
 	}
-	return ds, nil
+	return ds, recs, nil
 }
 
 // validSubmit checks a submit's fields, and fills in the default queue.

@@ -62,8 +62,6 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 		"submit/batch": {contentType: "application/x-ndjson", limit: api.MaxServerBatchBody, check: func(body []byte) error {
 			return api.ReadBatch(bytes.NewReader(body), api.SubmitRequest{}, api.MaxServerBatchTasks, nil, func(api.SubmitRequest, int) error { return nil })
 		}, serve: func(ctx context.Context, body io.Reader) reply {
-			var reqs []api.SubmitRequest
-			var lines []int
 			var old []string
 			deprecated := func(_ int, keys []string) {
 				for _, k := range keys {
@@ -72,10 +70,7 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 					}
 				}
 			}
-			err := api.ReadBatch(body, api.SubmitRequest{}, api.MaxServerBatchTasks, deprecated, func(r api.SubmitRequest, line int) error {
-				reqs, lines = append(reqs, r), append(lines, line)
-				return nil
-			})
+			reqs, lines, err := api.CollectBatch(body, api.SubmitRequest{}, api.MaxServerBatchTasks, deprecated)
 			if err != nil {
 				return reply{refused: err}
 			}

@@ -130,14 +130,9 @@ func (l *Local) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]ap
 		}
 	}
 	return as[[]api.Ack](l.write(ctx, reqs[0].Actor, func(tx *store.Tx) (any, error) {
-		ds, err := tx.State.DecideSubmits(subs, tx.Now)
+		ds, recs, err := tx.State.DecideSubmits(subs, tx.Now)
 		if err != nil {
 			return nil, err
-		}
-		recs := make([]state.Record, 0, len(ds))
-		for i := range ds {
-			recs = append(recs, ds[i].Records...)
-			ds[i].Records = nil
 		}
 		if err := tx.Commit(recs); err != nil {
 			return nil, err
