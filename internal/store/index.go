@@ -31,13 +31,18 @@ import (
 
 const (
 	// indexAfter is how many records a WAL holds before its index is
-	// built: a shorter one is replayed whole, in memory, faster than a
-	// file is made.
+	// built: a shorter one is replayed whole, in memory (up to about a
+	// millisecond a command), rather than kept beside an index that would
+	// take more room than it (a bbolt file of a few hundred tasks: about
+	// 250 KB).
 	indexAfter = 512
 	// indexTail is how many records a one-shot writer lets the index lag
 	// before it writes them into it; residentIndexTail a resident
-	// handle's, which holds them in memory between operations.
-	indexTail         = 256
+	// handle's, which holds them in memory between operations. Each
+	// command replays the tail (about 2 us a record), and one in
+	// indexTail writes it (a write that costs little more for 32 tasks
+	// than for one): docs/performance.md.
+	indexTail         = 32
 	residentIndexTail = 16384
 	// writeLockWait is how long a writer waits for the index's own lock
 	// (readers hold it shared while they read): it writes next time.
