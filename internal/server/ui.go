@@ -87,7 +87,10 @@ const uiPolicy = "default-src 'none'; script-src 'self'; connect-src 'self'; sty
 //go:embed live.js
 var liveScript []byte
 
-var loginPage = template.Must(template.New("login").Parse(`<!DOCTYPE html>
+// loginPage is parsed when first served, not at the start of every
+// command the binary runs.
+var loginPage = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("login").Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"/><title>leasewal</title>
 <style>body { font: 15px system-ui, sans-serif; margin: 3em auto; max-width: 30em; color-scheme: light dark; } input { font: inherit; padding: 0.3em; width: 100%; box-sizing: border-box; margin: 0.5em 0; }</style></head>
 <body><h1>leasewal</h1>
@@ -96,6 +99,7 @@ var loginPage = template.Must(template.New("login").Parse(`<!DOCTYPE html>
 {{if .}}<p role="alert">{{.}}</p>{{end}}
 <button type="submit">Open the live page</button></form></body></html>
 `))
+})
 
 // uiAllowed says whether the request carries a token of this server: in
 // its header, or in the cookie the form set.
@@ -158,7 +162,7 @@ func (s *Server) ui(w http.ResponseWriter, r *http.Request) {
 func (s *Server) uiLoginForm(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_ = loginPage.Execute(w, msg)
+	_ = loginPage().Execute(w, msg)
 }
 
 // uiLogin opens a session for the form's token. The form is posted from
