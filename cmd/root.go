@@ -123,7 +123,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // Help lists commands in the order of a task's life, not alphabetically.
-// It is cobra's global, set once: a server builds a command tree per request.
+// It is cobra's global, set once: tests build many command trees at once.
 func init() { cobra.EnableCommandSorting = false }
 
 // TuneGC lets the collector run less often than Go's default: a command is a
@@ -285,13 +285,12 @@ shell script drives it, and any number may run at once. A worker is one line:
 	a.v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
 	a.v.AutomaticEnv()
 
-	root.AddCommand(
-		a.newSubmitCmd(), a.newLeaseCmd(), a.newExtendCmd(), a.newHeartbeatCmd(),
-		a.newCompleteCmd(), a.newFailCmd(), a.newReleaseCmd(), a.newExpireCmd(),
-		a.newAbortCmd(), a.newRedactCmd(), a.newRequeueCmd(), a.newQueueCmd(), a.newPauseCmd(), a.newResumeCmd(), a.newScheduleCmd(), a.newWhyCmd(), a.newWaitCmd(), a.newRunCmd(), a.newServeCmd(), a.newClusterCmd(),
-		a.newInspectCmd(), a.newLogCmd(), a.newReportCmd(), a.newVerifyCmd(), a.newStatsCmd(), a.newRepairCmd(), a.newReindexCmd(), a.newBackupCmd(), a.newCompactCmd(),
-		a.newWorkleaseCmd(), a.newVersionCmd(),
-	)
+	run := a.commandRun(pf)
+	for _, c := range commands {
+		if run == "" || c.name == run {
+			root.AddCommand(c.build(a))
+		}
+	}
 	a.registerCompletions(root)
 	// cobra adds 'completion' at run time; made now, it takes an unknown
 	// shell as every command group takes an unknown command: exit 2.
@@ -303,6 +302,49 @@ shell script drives it, and any number may run at once. A worker is one line:
 	}
 	root.SetVersionTemplate(build().text()) // --version says what 'leasewal version' says
 	return root
+}
+
+// commands are leasewal's commands, in the order help lists them (a
+// task's life), by name.
+var commands = []struct {
+	name  string
+	build func(*app) *cobra.Command
+}{
+	{"submit", (*app).newSubmitCmd}, {"lease", (*app).newLeaseCmd}, {"extend", (*app).newExtendCmd}, {"heartbeat", (*app).newHeartbeatCmd},
+	{"complete", (*app).newCompleteCmd}, {"fail", (*app).newFailCmd}, {"release", (*app).newReleaseCmd}, {"expire", (*app).newExpireCmd},
+	{"abort", (*app).newAbortCmd}, {"redact", (*app).newRedactCmd}, {"requeue", (*app).newRequeueCmd}, {"queue", (*app).newQueueCmd},
+	{"pause", (*app).newPauseCmd}, {"resume", (*app).newResumeCmd}, {"schedule", (*app).newScheduleCmd}, {"why", (*app).newWhyCmd},
+	{"wait", (*app).newWaitCmd}, {"run", (*app).newRunCmd}, {"serve", (*app).newServeCmd}, {"cluster", (*app).newClusterCmd},
+	{"inspect", (*app).newInspectCmd}, {"log", (*app).newLogCmd}, {"report", (*app).newReportCmd}, {"verify", (*app).newVerifyCmd},
+	{"stats", (*app).newStatsCmd}, {"repair", (*app).newRepairCmd}, {"reindex", (*app).newReindexCmd}, {"backup", (*app).newBackupCmd},
+	{"compact", (*app).newCompactCmd}, {"worklease", (*app).newWorkleaseCmd}, {"version", (*app).newVersionCmd},
+}
+
+// commandRun is the command a.args run, past the root's flags, when they
+// name one: only it is built, since building every command and its flags
+// took a sixth of a short command's own time. "" (no command, help,
+// completion, a name that is none: its suggestions) builds them all.
+func (a *app) commandRun(persistent *pflag.FlagSet) string {
+	fs := pflag.NewFlagSet("leasewal", pflag.ContinueOnError)
+	fs.SetInterspersed(false)                   // stop at the command's name
+	fs.ParseErrorsAllowlist.UnknownFlags = true // --help, -v, and a command's flags given before it
+	fs.SetOutput(io.Discard)
+	persistent.VisitAll(func(f *pflag.Flag) { // their kinds only: the root's own values are cobra's to set
+		if f.Value.Type() == "bool" {
+			fs.BoolP(f.Name, f.Shorthand, false, "")
+		} else {
+			fs.StringP(f.Name, f.Shorthand, "", "")
+		}
+	})
+	if fs.Parse(a.args) != nil || fs.NArg() == 0 {
+		return ""
+	}
+	for _, c := range commands {
+		if c.name == fs.Arg(0) {
+			return c.name
+		}
+	}
+	return ""
 }
 
 // unknownCommand is the RunE of the root and of every command group: a
@@ -317,6 +359,11 @@ func unknownCommand(c *cobra.Command, args []string) error {
 			}
 		}
 		return usageErr("'%s' needs a command: one of %s; see '%s --help'", c.CommandPath(), strings.Join(subs, ", "), c.CommandPath())
+	}
+	for _, sub := range c.Commands() {
+		if sub.Name() == args[0] { // cobra dispatches a command's name unless '--' came before it
+			return usageErr("%q comes after '--', which makes it an argument, not a command: give the command first, as '%s %s'", args[0], c.CommandPath(), args[0])
+		}
 	}
 	msg := fmt.Sprintf("unknown command %q for '%s'", args[0], c.CommandPath())
 	c.SuggestionsMinimumDistance = 2
