@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -36,8 +37,8 @@ type buildInfo struct {
 
 // build is this binary's buildInfo: the version stamped in, else the
 // module's (go install …@vX.Y.Z), else baseVersion-dev; the commit from the
-// build's VCS stamp.
-func build() buildInfo {
+// build's VCS stamp. It is read once: the root command asks twice.
+var build = sync.OnceValue(func() buildInfo {
 	b := buildInfo{Version: stamped, Commit: "unknown", WALWrites: wal.NewVersion, WALCompacted: wal.BaseVersion,
 		Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	for v := 1; v <= wal.Version; v++ {
@@ -68,7 +69,7 @@ func build() buildInfo {
 		b.Commit = stampedCommit
 	}
 	return b
-}
+})
 
 // text is the build as leasewal version and --version print it.
 func (b buildInfo) text() string {
