@@ -43,7 +43,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -340,8 +339,7 @@ func sealed(n int64, body []byte) []byte {
 
 // taskSum is the CRC32C of a task's number and then of its encoding.
 func taskSum(n int64, body []byte) uint32 {
-	table := wal.Castagnoli()
-	return crc32.Update(crc32.Checksum(num(n), table), table, body)
+	return wal.UpdateCRC32C(wal.UpdateCRC32C(0, num(n)), body)
 }
 
 // unseal checks and decodes what sealed wrote for task number n.
