@@ -201,12 +201,17 @@ func TestConfigPathsAndActor(t *testing.T) {
 		t.Fatalf("the WAL named by a config file is not beside it: %v", err)
 	}
 	t.Setenv("USER", "")
+	t.Setenv("LOGNAME", "cronjob") // cron sets only this
+	if actor := defaultActor(); !strings.HasPrefix(actor, "cronjob@") {
+		t.Fatalf("actor %q without $USER; want $LOGNAME's, cronjob@…", actor)
+	}
+	t.Setenv("LOGNAME", "")
 	u, err := user.Current()
 	if err != nil {
 		t.Skip("no user for this uid")
 	}
 	if actor := defaultActor(); !strings.HasPrefix(actor, u.Username+"@") {
-		t.Fatalf("actor %q without $USER; want %s@…", actor, u.Username)
+		t.Fatalf("actor %q without $USER and $LOGNAME; want %s@…", actor, u.Username)
 	}
 }
 
