@@ -78,6 +78,9 @@ var dayUnits = regexp.MustCompile(`([0-9]*\.?[0-9]+)([dw])`)
 // ParseSpan is time.ParseDuration that also reads d (24h) and w (7d), so
 // that what an output prints as an age (4d3h) can be given back as a flag.
 func ParseSpan(text string) (time.Duration, error) {
+	if !strings.ContainsAny(text, "dw") { // most spans (every command's --lock-timeout): no regexp to run
+		return time.ParseDuration(text)
+	}
 	var bad error
 	goSyntax := dayUnits.ReplaceAllStringFunc(text, func(m string) string {
 		parts := dayUnits.FindStringSubmatch(m)
