@@ -191,14 +191,6 @@ func (l Limit) Duration(d time.Duration) error {
 	return nil
 }
 
-// Time checks a time in unix milliseconds.
-func (l Limit) Time(ms int64) error {
-	if ms < l.Min || ms > l.Max {
-		return l.refuse("is %d ms after 1970: give a time in the years 0001 to 9999", ms)
-	}
-	return nil
-}
-
 // Range says what the limit allows, in words.
 func (l Limit) Range() string {
 	switch l.Kind {
