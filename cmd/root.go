@@ -322,9 +322,9 @@ var commands = []struct {
 }
 
 // commandRun is the command a.args run, past the root's flags, when they
-// name one: only it is built, since building every command and its flags
-// took a sixth of a short command's own time. "" (no command, help,
-// completion, a name that is none: its suggestions) builds them all.
+// name one: only it is built, since building all of them and their flags
+// took 0.16-0.28 ms, a twentieth of a one-shot command. "" (no command,
+// help, completion, a name that is none: its suggestions) builds them all.
 func (a *app) commandRun(persistent *pflag.FlagSet) string {
 	fs := pflag.NewFlagSet("leasewal", pflag.ContinueOnError)
 	fs.SetInterspersed(false)                   // stop at the command's name
