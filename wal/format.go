@@ -65,8 +65,11 @@ const crcHexLen = 8
 // them (a replay, verify), where its preparation is paid back. Both give
 // the same sums.
 func UpdateCRC32C(crc uint32, p []byte) uint32 {
-	if softCRCDone.Load() || softCRCUsed.Add(int64(len(p))) > softCRCBytes {
-		softCRCDone.Store(true)
+	if softCRCDone.Load() {
+		return crc32.Update(crc, castagnoli(), p)
+	}
+	if softCRCUsed.Add(int64(len(p))) > softCRCBytes {
+		softCRCDone.Store(true) // once: the hand-over
 		return crc32.Update(crc, castagnoli(), p)
 	}
 	return softCRC32C(crc, p)
