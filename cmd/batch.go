@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -57,6 +58,10 @@ func runSubmitBatch(e env, o submitOptions) error {
 			acks, err := s.SubmitBatch(ctx, reqs[p[0]:p[1]])
 			if err != nil {
 				return nil, partRefusal(service.BatchRefusal(err, lines[p[0]:p[1]]), lines, p, len(parts))
+			}
+			if all == nil { // a batch in one part is answered without a copy
+				all = slices.Grow(batchAcks(acks), len(reqs)-len(acks))
+				continue
 			}
 			all = append(all, acks...)
 		}

@@ -345,7 +345,7 @@ func (l *Log) Write(bodies [][]byte, version int) (cut *CutResult, err error) {
 			return nil, err
 		}
 	}
-	frames, pos, err := encodeFrames(l.Position, bodies)
+	frames, pos, err := encodeFrames(nil, l.Position, bodies)
 	if err != nil {
 		return nil, err
 	}
@@ -381,16 +381,17 @@ func (l *Log) Abandon(durable Position, cause error) error {
 }
 
 // encodeFrames chains the bodies' frames after pos and returns them as one
-// buffer, with the position after the last.
-func encodeFrames(pos Position, bodies [][]byte) ([]byte, Position, error) {
+// buffer after prefix (a new WAL's header: not copied again to precede
+// them), with the position after the last.
+func encodeFrames(prefix []byte, pos Position, bodies [][]byte) ([]byte, Position, error) {
 	if len(bodies) == 0 {
 		return nil, pos, errors.New("nothing to append")
 	}
-	size := 0
+	size := len(prefix)
 	for _, body := range bodies {
 		size += crcHexLen + 1 + len(body) + 1
 	}
-	frames := make([]byte, 0, size)
+	frames := append(make([]byte, 0, size), prefix...)
 	for _, body := range bodies {
 		start := len(frames)
 		var sum uint32
@@ -547,7 +548,7 @@ func Create(path string, body []byte, fault *Fault) (*Log, error) {
 // existence may not survive a crash was never acknowledged. fault is nil
 // except in tests.
 func CreateBatch(path string, bodies [][]byte, version int, fault *Fault, seam Seam) (*Log, error) {
-	frames, pos, err := encodeFrames(start, bodies)
+	file, pos, err := encodeFrames(HeaderLine(version), start, bodies)
 	if err != nil {
 		return nil, err
 	}
@@ -564,7 +565,7 @@ func CreateBatch(path string, bodies [][]byte, version int, fault *Fault, seam S
 		tmp.Close()
 		return nil, fmt.Errorf("locking the new WAL: %w", err)
 	}
-	if err := l.writeDurably(append(HeaderLine(version), frames...), len(bodies)); err != nil {
+	if err := l.writeDurably(file, len(bodies)); err != nil {
 		tmp.Close()
 		return nil, err
 	}

@@ -342,8 +342,9 @@ func (c *changes) key(t *state.Task, n, at int64) {
 
 // apply writes the changes, each bucket's in key order. A bucket whose
 // keys mostly come after every key it holds (tasks by number, the live
-// marks, times) fills its pages: bbolt's half-full default is for keys
-// that land anywhere.
+// marks, times), or after every key of their range (the lease order: a
+// queue's new task after those of its priority), fills its pages: bbolt's
+// half-full default is for keys that land anywhere.
 func (c *changes) apply(tx *bolt.Tx) error {
 	for name, keys := range c.dels {
 		cur := tx.Bucket([]byte(name)).Cursor() // one for all: Delete makes one each time
@@ -360,7 +361,7 @@ func (c *changes) apply(tx *bolt.Tx) error {
 	for name, kvs := range c.puts {
 		b := tx.Bucket([]byte(name))
 		switch name {
-		case string(bTasks), string(bLive), string(bLapse), string(bWake), string(bAfter), string(bQueued):
+		case string(bTasks), string(bLive), string(bLapse), string(bWake), string(bAfter), string(bQueued), string(bOrder):
 			b.FillPercent = 0.9
 		}
 		slices.SortFunc(kvs, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
