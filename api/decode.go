@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -396,10 +397,14 @@ const MaxBatchTasks = 1_000_000
 // empty line is skipped), each over base, as it reads them: it calls each
 // with the request and its line number, from 1, and stops at the first line
 // that does not parse, or past maxTasks tasks. deprecated, if set, hears
-// of each line that spells a key the old way.
+// of each line that spells a key the old way. Lines are read a chunk at a
+// time (batchChunk lines, chunkBytes), and a chunk's lines decoded on every
+// processor: what a chunk holds is all a bad line costs before it is
+// refused.
 func ReadBatch(r io.Reader, base SubmitRequest, maxTasks int, deprecated func(line int, old []string), each func(req SubmitRequest, line int) error) error {
 	scan := bufio.NewScanner(r)
 	scan.Buffer(make([]byte, 64<<10), MaxBatchLine)
+	c := batchLines{base: base}
 	n, tasks := 0, 0
 	for scan.Scan() {
 		n++
@@ -408,22 +413,22 @@ func ReadBatch(r io.Reader, base SubmitRequest, maxTasks int, deprecated func(li
 			continue
 		}
 		if tasks++; tasks > maxTasks {
+			if err := c.decode(deprecated, each); err != nil {
+				return err
+			}
 			return Usage("the batch holds more than %d tasks, the most one request takes: split it ('leasewal --server URL submit --batch-file' sends a bigger file in parts)", maxTasks)
 		}
-		req := base
-		old, err := DecodeStrict(line, &req)
-		if len(old) > 0 && deprecated != nil {
-			deprecated(n, old)
+		if scan.Err() != nil { // the reading failed: the scanner hands over what it had of the last line
+			c.cut = n
 		}
-		if err != nil {
-			if scan.Err() != nil { // the line was cut where reading failed
-				break
+		if c.add(line, n) {
+			if err := c.decode(deprecated, each); err != nil {
+				return err
 			}
-			return Usage("batch line %d: %v; each line is one JSON object such as {\"payload\":\"x\",\"request_id\":\"r1\"}", n, err)
 		}
-		if err := each(req, n); err != nil {
-			return err
-		}
+	}
+	if err := c.decode(deprecated, each); err != nil {
+		return err
 	}
 	var tooLarge *http.MaxBytesError
 	switch err := scan.Err(); {
@@ -439,6 +444,131 @@ func ReadBatch(r io.Reader, base SubmitRequest, maxTasks int, deprecated func(li
 		return Usage("the batch holds no task: give one JSON object per line")
 	}
 	return nil
+}
+
+// batchLines is a chunk of a batch's lines, read and not yet decoded.
+type batchLines struct {
+	base  SubmitRequest
+	text  []byte
+	ends  []int // where each line ends in text
+	lines []int // each line's number
+	cut   int   // a line a failed read cut short: its error is the reading's
+	// what decode makes of them, kept for the next chunk
+	reqs []SubmitRequest
+	olds [][]string
+	errs []error
+}
+
+// chunkBytes bounds a chunk's text: a batch of long lines is refused at
+// its first bad one after a few MB read, not its whole body.
+const chunkBytes = 4 << 20
+
+// add keeps a copy of line (the scanner reuses its buffer) and says
+// whether the chunk is full.
+func (c *batchLines) add(line []byte, n int) bool {
+	c.text = append(c.text, line...)
+	c.ends, c.lines = append(c.ends, len(c.text)), append(c.lines, n)
+	return len(c.lines) == batchChunk || len(c.text) >= chunkBytes
+}
+
+// decode decodes the chunk's lines and hands them to each in order,
+// stopping at the first that does not parse but for a line cut short,
+// whose error is the reading's, which the caller reports.
+func (c *batchLines) decode(deprecated func(line int, old []string), each func(req SubmitRequest, line int) error) error {
+	defer func() { c.text, c.ends, c.lines = c.text[:0], c.ends[:0], c.lines[:0] }()
+	n := len(c.lines)
+	c.reqs, c.olds, c.errs = slices.Grow(c.reqs[:0], n)[:n], slices.Grow(c.olds[:0], n)[:n], slices.Grow(c.errs[:0], n)[:n]
+	reqs, olds, errs := c.reqs, c.olds, c.errs
+	inParallel(n, func(_, from, to int) {
+		for i := from; i < to; i++ {
+			reqs[i] = c.base
+			olds[i], errs[i] = DecodeStrict(c.text[c.start(i):c.ends[i]], &reqs[i])
+		}
+	})
+	for i, line := range c.lines {
+		if len(olds[i]) > 0 && deprecated != nil {
+			deprecated(line, olds[i])
+		}
+		if err := errs[i]; err != nil {
+			if line == c.cut {
+				return nil
+			}
+			return Usage("batch line %d: %v; each line is one JSON object such as {\"payload\":\"x\",\"request_id\":\"r1\"}", line, err)
+		}
+		if err := each(reqs[i], line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *batchLines) start(i int) int {
+	if i == 0 {
+		return 0
+	}
+	return c.ends[i-1]
+}
+
+// inParallel calls do over [0, n) in contiguous parts, one a processor,
+// when n is enough to pay for the goroutines (a batch's lines, not a
+// request's few), and returns once every part is done; part numbers the
+// parts in order, from 0, below GOMAXPROCS.
+func inParallel(n int, do func(part, from, to int)) {
+	parts := min(runtime.GOMAXPROCS(0), n/256+1)
+	if parts <= 1 {
+		do(0, 0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := 1; p < parts; p++ {
+		wg.Go(func() { do(p, n*p/parts, n*(p+1)/parts) })
+	}
+	do(0, 0, n/parts)
+	wg.Wait()
+}
+
+// EncodeLines writes n values, one JSON value a line (NDJSON, HTML
+// characters left as they are, as in every answer), a batch's many on
+// every processor.
+func EncodeLines(n int, value func(i int) any) ([]byte, error) {
+	parts, errs := make([]bytes.Buffer, runtime.GOMAXPROCS(0)), make([]error, runtime.GOMAXPROCS(0))
+	inParallel(n, func(part, from, to int) {
+		enc := json.NewEncoder(&parts[part])
+		enc.SetEscapeHTML(false)
+		for i := from; i < to && errs[part] == nil; i++ {
+			errs[part] = enc.Encode(value(i))
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	var all bytes.Buffer
+	for _, p := range parts {
+		all.Write(p.Bytes())
+	}
+	return all.Bytes(), nil
+}
+
+// DecodeLines decodes an answer of one JSON value a line (NDJSON) into
+// Ts, in order, a batch's many lines on every processor.
+func DecodeLines[T any](raw []byte) ([]T, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	lines := bytes.Split(raw, []byte{'\n'})
+	out, errs := make([]T, len(lines)), make([]error, len(lines))
+	inParallel(len(lines), func(_, from, to int) {
+		for i := from; i < to; i++ {
+			errs[i] = json.Unmarshal(lines[i], &out[i])
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+	}
+	return out, nil
 }
 
 // CollectBatch is ReadBatch keeping every request and its line number.

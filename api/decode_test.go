@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -169,5 +173,98 @@ func TestCollectBatchKeepsOrderAndLines(t *testing.T) {
 	}
 	if _, _, err := CollectBatch(strings.NewReader(in.String()+"{oops\n"), SubmitRequest{}, MaxBatchTasks, nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("batch line %d", line+1)) {
 		t.Fatalf("a bad last line: %v", err)
+	}
+}
+
+// spread has the tests below cut their work in four parts whatever the
+// machine's processors, so that the parallel path runs.
+func spread(t *testing.T) {
+	t.Cleanup(func(n int) func() { return func() { runtime.GOMAXPROCS(n) } }(runtime.GOMAXPROCS(4)))
+}
+
+func TestReadBatchStopsAtTheFirstBadLineAcrossChunks(t *testing.T) {
+	spread(t)
+	lines := make([]string, 3*batchChunk)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"payload":"p%d"}`, i)
+	}
+	lines[batchChunk+903] = `{"payload":"p", "oops":1}` // line batchChunk+904, in the second chunk
+	lines[2*batchChunk+5] = `{oops`
+	lines[7] = `{"payload":"old","request-id":"r7"}`
+	lines[batchChunk+2] = `{"payload":"old","request-id":"r2"}`
+	var seen []int
+	var old []int
+	err := ReadBatch(strings.NewReader(strings.Join(lines, "\n")), SubmitRequest{}, MaxBatchTasks,
+		func(line int, _ []string) { old = append(old, line) },
+		func(req SubmitRequest, line int) error {
+			if want := fmt.Sprintf("p%d", line-1); req.Payload != want && req.Payload != "old" {
+				t.Fatalf("line %d handed over as %+v", line, req)
+			}
+			seen = append(seen, line)
+			return nil
+		})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("batch line %d:", batchChunk+904)) {
+		t.Fatalf("err = %v, want the first bad line, %d", err, batchChunk+904)
+	}
+	if len(seen) != batchChunk+903 || !slices.IsSorted(seen) {
+		t.Fatalf("%d lines handed over (sorted: %v), want the %d before the bad one, in order", len(seen), slices.IsSorted(seen), batchChunk+903)
+	}
+	if !reflect.DeepEqual(old, []int{8, batchChunk + 3}) {
+		t.Fatalf("old spellings heard at lines %v, want 8 and %d", old, batchChunk+3)
+	}
+
+	// A bad line before the limit is what is wrong, not the limit.
+	few := append(slices.Clone(lines[:10]), `{oops`)
+	few = append(few, lines[20:40]...)
+	if _, _, err := CollectBatch(strings.NewReader(strings.Join(few, "\n")), SubmitRequest{}, 20, nil); err == nil || !strings.Contains(err.Error(), "batch line 11:") {
+		t.Fatalf("a bad line 11 in a batch over its limit of 20: %v", err)
+	}
+	if _, _, err := CollectBatch(strings.NewReader(strings.Join(lines[:40], "\n")), SubmitRequest{}, 20, nil); err == nil || !strings.Contains(err.Error(), "more than 20 tasks") {
+		t.Fatalf("a batch over its limit of 20: %v", err)
+	}
+}
+
+func TestReadBatchReportsTheReadThatCutALine(t *testing.T) {
+	spread(t)
+	var in strings.Builder
+	for i := range batchChunk {
+		fmt.Fprintf(&in, "{\"payload\":\"p%d\"}\n", i)
+	}
+	limit := int64(in.Len() - 5) // the chunk's last line, cut short
+	body := http.MaxBytesReader(nil, io.NopCloser(strings.NewReader(in.String())), limit)
+	if _, _, err := CollectBatch(body, SubmitRequest{}, MaxBatchTasks, nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("over %d bytes", limit)) {
+		t.Fatalf("err = %v, want the batch's size refused", err)
+	}
+	// A line too long for the scanner is no line cut by a read: the bad
+	// line before it is what is wrong.
+	if _, _, err := CollectBatch(strings.NewReader("{oops\n"+strings.Repeat("x", MaxBatchLine+1)), SubmitRequest{}, MaxBatchTasks, nil); err == nil || !strings.Contains(err.Error(), "batch line 1:") {
+		t.Fatalf("a bad line before one too long: %v", err)
+	}
+}
+
+func TestEncodeAndDecodeLinesKeepOrder(t *testing.T) {
+	spread(t)
+	acks := make([]Ack, 5000)
+	for i := range acks {
+		acks[i] = Ack{TaskID: fmt.Sprintf("T%d", i+1), Queue: "<a&b>"}
+	}
+	raw, err := EncodeLines(len(acks), func(i int) any { return acks[i] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(raw, []byte("\n")); n != len(acks) || !bytes.Contains(raw, []byte(`"<a&b>"`)) {
+		t.Fatalf("%d lines, HTML escaped: %v", n, !bytes.Contains(raw, []byte(`"<a&b>"`)))
+	}
+	back, err := DecodeLines[Ack](raw)
+	if err != nil || !reflect.DeepEqual(back, acks) {
+		t.Fatalf("decoded %d acks (%v), not the %d encoded", len(back), err, len(acks))
+	}
+	lines := bytes.Split(raw, []byte("\n"))
+	lines[4321] = []byte(`{"task_id":`)
+	if _, err := DecodeLines[Ack](bytes.Join(lines, []byte("\n"))); err == nil || !strings.HasPrefix(err.Error(), "line 4322:") {
+		t.Fatalf("a cut line 4322: %v", err)
+	}
+	if got, err := DecodeLines[Ack]([]byte(" \n")); got != nil || err != nil {
+		t.Fatalf("an empty answer: %v, %v", got, err)
 	}
 }

@@ -444,29 +444,20 @@ func (c *Client) ScheduleList(ctx context.Context, req api.ScheduleListRequest) 
 // names its line, from 1). Give each a RequestID so that the batch may be
 // sent again: every task answers as a Duplicate.
 func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]api.Ack, error) {
-	var body bytes.Buffer
-	enc := json.NewEncoder(&body)
-	enc.SetEscapeHTML(false)
-	for _, req := range reqs {
+	body, err := api.EncodeLines(len(reqs), func(i int) any {
+		req := reqs[i]
 		req.Actor = c.actor(req.Actor)
-		if err := enc.Encode(req); err != nil {
-			return nil, err
-		}
+		return req
+	})
+	if err != nil {
+		return nil, err
 	}
-	return callLines[api.Ack](ctx, c, "submit/batch", body.Bytes(), "application/x-ndjson")
+	return callLines[api.Ack](ctx, c, "submit/batch", body, "application/x-ndjson")
 }
 
 // callLines sends body to the operation at path and decodes its answer,
 // one JSON value a line, into As; a refusal is an *api.Error.
 func callLines[A any](ctx context.Context, c *Client, path string, body []byte, contentType string) ([]A, error) {
-	var lines []A
-	_, err := eachLine(ctx, c, path, body, contentType, func(line A) error { lines = append(lines, line); return nil })
-	return lines, err
-}
-
-// eachLine sends body to the operation at path and hands each line of its
-// answer, decoded into A, to each; it returns the answer's header.
-func eachLine[A any](ctx context.Context, c *Client, path string, body []byte, contentType string, each func(A) error) (http.Header, error) {
 	resp, server, err := c.Send(ctx, http.MethodPost, path, body, http.Header{"Content-Type": {contentType}})
 	if err != nil {
 		return nil, err
@@ -487,17 +478,11 @@ func eachLine[A any](ctx context.Context, c *Client, path string, body []byte, c
 		}
 		return nil, refusal
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	for dec.More() {
-		var line A
-		if err := dec.Decode(&line); err != nil {
-			return nil, &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that does not decode: %v", err)}
-		}
-		if err := each(line); err != nil {
-			return nil, err
-		}
+	lines, err := api.DecodeLines[A](raw)
+	if err != nil {
+		return nil, &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that does not decode: %v", err)}
 	}
-	return resp.Header, nil
+	return lines, nil
 }
 
 // Heartbeat notes that req.Worker is alive, in the server's advisory

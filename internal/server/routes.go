@@ -78,11 +78,8 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 			if err != nil {
 				return encode(nil, service.BatchRefusal(err, lines), describe)
 			}
-			var out bytes.Buffer
-			for _, a := range acks {
-				writeJSON(&out, a)
-			}
-			return deprecating(reply{contentType: "application/x-ndjson", body: out.Bytes()}, old)
+			out, _ := api.EncodeLines(len(acks), func(i int) any { return acks[i] }) // acks always encode
+			return deprecating(reply{contentType: "application/x-ndjson", body: out}, old)
 		}},
 		"lease":        typed(func(ctx context.Context, r api.LeaseRequest) reply { return answer(svc.Lease(ctx, r)) }),
 		"extend":       typed(func(ctx context.Context, r api.ExtendRequest) reply { return answer(svc.Extend(ctx, r)) }),
