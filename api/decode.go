@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasewal/leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/parallel"
 )
 
 // DecodeStrict decodes one JSON object into v: keys are matched exactly
@@ -479,7 +480,7 @@ func (c *batchLines) decode(deprecated func(line int, old []string), each func(r
 	n := len(c.lines)
 	c.reqs, c.olds, c.errs = slices.Grow(c.reqs[:0], n)[:n], slices.Grow(c.olds[:0], n)[:n], slices.Grow(c.errs[:0], n)[:n]
 	reqs, olds, errs := c.reqs, c.olds, c.errs
-	inParallel(n, func(_, from, to int) {
+	parallel.Ranges(n, func(_, from, to int) {
 		for i := from; i < to; i++ {
 			reqs[i] = c.base
 			olds[i], errs[i] = DecodeStrict(c.text[c.start(i):c.ends[i]], &reqs[i])
@@ -509,30 +510,12 @@ func (c *batchLines) start(i int) int {
 	return c.ends[i-1]
 }
 
-// inParallel calls do over [0, n) in contiguous parts, one a processor,
-// when n is enough to pay for the goroutines (a batch's lines, not a
-// request's few), and returns once every part is done; part numbers the
-// parts in order, from 0, below GOMAXPROCS.
-func inParallel(n int, do func(part, from, to int)) {
-	parts := min(runtime.GOMAXPROCS(0), n/256+1)
-	if parts <= 1 {
-		do(0, 0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for p := 1; p < parts; p++ {
-		wg.Go(func() { do(p, n*p/parts, n*(p+1)/parts) })
-	}
-	do(0, 0, n/parts)
-	wg.Wait()
-}
-
 // EncodeLines writes n values, one JSON value a line (NDJSON, HTML
 // characters left as they are, as in every answer), a batch's many on
 // every processor.
 func EncodeLines(n int, value func(i int) any) ([]byte, error) {
 	parts, errs := make([]bytes.Buffer, runtime.GOMAXPROCS(0)), make([]error, runtime.GOMAXPROCS(0))
-	inParallel(n, func(part, from, to int) {
+	parallel.Ranges(n, func(part, from, to int) {
 		enc := json.NewEncoder(&parts[part])
 		enc.SetEscapeHTML(false)
 		for i := from; i < to && errs[part] == nil; i++ {
@@ -558,7 +541,7 @@ func DecodeLines[T any](raw []byte) ([]T, error) {
 	}
 	lines := bytes.Split(raw, []byte{'\n'})
 	out, errs := make([]T, len(lines)), make([]error, len(lines))
-	inParallel(len(lines), func(_, from, to int) {
+	parallel.Ranges(len(lines), func(_, from, to int) {
 		for i := from; i < to; i++ {
 			errs[i] = json.Unmarshal(lines[i], &out[i])
 		}

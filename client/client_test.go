@@ -185,8 +185,9 @@ func workCalls(ctx context.Context, t *testing.T, c *client.Client) {
 }
 
 // TestTheClientImportsOnlyTheAPI: a program that imports the client
-// compiles the API's types and the table of limits, and none of leasewal's
-// rules, storage or server.
+// compiles the API's types, the table of limits and the helper that cuts a
+// batch's lines between processors, and none of leasewal's rules, storage
+// or server.
 func TestTheClientImportsOnlyTheAPI(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -195,7 +196,8 @@ func TestTheClientImportsOnlyTheAPI(t *testing.T) {
 	for _, pkg := range strings.Fields(string(out)) {
 		switch {
 		case !strings.HasPrefix(pkg, "github.com/leasewal/leasewal"):
-		case pkg == "github.com/leasewal/leasewal/client", pkg == "github.com/leasewal/leasewal/api", pkg == "github.com/leasewal/leasewal/internal/limits":
+		case pkg == "github.com/leasewal/leasewal/client", pkg == "github.com/leasewal/leasewal/api", pkg == "github.com/leasewal/leasewal/internal/limits",
+			pkg == "github.com/leasewal/leasewal/internal/parallel":
 		default:
 			t.Errorf("the client depends on %s", pkg)
 		}

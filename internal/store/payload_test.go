@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +39,7 @@ func submitter(t *testing.T, path string, want map[string]string) (*store.Handle
 // TestLongPayloadsReadBack: payloads longer than a state holds are held as
 // where the WAL has them, and every way back to them gives the text
 // submitted: a replay from the start that moves tasks out of memory, the
-// handle that wrote them, a checkpoint with its archive and cold set, a
-// lease's answer, a requeue (whose TaskCreated copies a payload the state
+// handle that wrote them, the index, a lease's answer, a requeue (whose TaskCreated copies a payload the state
 // does not hold), and a compacted WAL, whose base holds them in its parts.
 func TestLongPayloadsReadBack(t *testing.T) {
 	path := t.TempDir() + "/q.wal"
@@ -275,5 +275,72 @@ func TestABasesPayloadsAreReadPartByPart(t *testing.T) {
 	info, _ := os.Stat(path)
 	if err != nil || !maps.Equal(got, want) || read > 2*info.Size() {
 		t.Fatalf("%d payloads read (%d wanted, equal: %v), %d bytes of a %d-byte WAL: %v", len(got), len(want), maps.Equal(got, want), read, info.Size(), err)
+	}
+}
+
+// TestTheGateOfABatchKeepsItsOrder: a batch's records pass the gate on
+// every processor, and still the first bad record in order is the one
+// refused, with nothing written, and every long payload of a batch that
+// passes is read back from the frame it was written at.
+func TestTheGateOfABatchKeepsItsOrder(t *testing.T) {
+	t.Cleanup(func(n int) func() { return func() { runtime.GOMAXPROCS(n) } }(runtime.GOMAXPROCS(4)))
+	path := t.TempDir() + "/q.wal"
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer h.Close()
+	want := map[string]string{}
+	batch := func(round int, bad ...int) error {
+		return h.Write(func(tx *store.Tx) error {
+			subs := make([]state.Submit, 2000)
+			for i := range subs {
+				subs[i] = state.Submit{Payload: fmt.Sprintf("%d-%d %s", round, i, strings.Repeat("x", i%(2*state.InlinePayloadBytes))), Policy: state.RetryPolicy{MaxAttempts: 1}, Window: state.Duration(time.Hour)}
+			}
+			ds, recs, err := tx.State.DecideSubmits(subs, tx.Now)
+			if err != nil {
+				return err
+			}
+			for _, i := range bad {
+				recs[i].Payload = "not UTF-8 \xff"
+			}
+			if err := tx.Commit(recs); err != nil {
+				return err
+			}
+			for i, d := range ds {
+				want[d.TaskID] = subs[i].Payload
+			}
+			return nil
+		})
+	}
+	if err := batch(1); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused *store.RefusedRecordError
+	if err := batch(2, 1500, 700); !errors.As(err, &refused) || refused.Seq != 2000+701 {
+		t.Fatalf("a batch with bad records 700 and 1500: %v, want record %d refused", err, 2000+701)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Fatal("a refused batch changed the WAL")
+	}
+	if err := batch(3); err != nil {
+		t.Fatal(err)
+	}
+	reader := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer reader.Close()
+	if err := reader.Read(func(tx *store.Tx) error {
+		tasks, err := tx.State.Tasks()
+		if err != nil || len(tasks) != len(want) {
+			return fmt.Errorf("%d tasks (%v), want %d", len(tasks), err, len(want))
+		}
+		for _, task := range tasks {
+			if got, err := tx.Payload(task.Payload); err != nil || got != want[task.ID] {
+				return fmt.Errorf("%s: payload %.30q… (%v), want %.30q…", task.ID, got, err, want[task.ID])
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -138,11 +138,7 @@ func (h *Handle) replicate(recs []state.Record, ahead *decided) (end int64, err 
 		if adopt {
 			next = ahead.lastSeq + 1
 		}
-		var (
-			kept   []state.Record
-			bodies [][]byte
-		)
-		version, frame := 1, tx.nextFrame()
+		var kept []state.Record
 		for _, r := range recs {
 			if r.Seq < next && len(kept) == 0 {
 				continue
@@ -150,13 +146,12 @@ func (h *Handle) replicate(recs []state.Record, ahead *decided) (end int64, err 
 			if r.Seq != next {
 				return fmt.Errorf("a committed record has seq %d but the WAL %s ends at %d: the node's WAL lost records; restore it from another node's copy", r.Seq, h.opts.Path, next-1)
 			}
-			body, err := tx.checkEncode(&r, frame)
-			if err != nil {
-				return err
-			}
-			kept, bodies, version = append(kept, r), append(bodies, body), max(version, r.FormatVersion())
-			frame += wal.FrameSize(body)
+			kept = append(kept, r)
 			next++
+		}
+		bodies, version, err := tx.passGate(kept)
+		if err != nil {
+			return err
 		}
 		switch {
 		case adopt && !slices.EqualFunc(bodies, ahead.bodies, bytes.Equal):

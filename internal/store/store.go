@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasewal/leasewal/internal/parallel"
 	"github.com/leasewal/leasewal/state"
 	"github.com/leasewal/leasewal/wal"
 )
@@ -569,20 +570,14 @@ func (tx *Tx) Commit(recs []state.Record) error {
 		return errIndexDamaged // decided on answers a damaged index gave: run again from the WAL
 	}
 	stamped := recs[:len(recs):len(recs)] // what Committed appends after them goes elsewhere
-	bodies := make([][]byte, len(recs))
-	version := 1
-	frame, seq := tx.nextFrame(), tx.State.LastSeq()
+	seq := tx.State.LastSeq()
 	for i := range stamped {
-		r := &stamped[i]
 		seq++
-		r.Seq, r.At, r.Actor = seq, tx.Now, cmp.Or(tx.Actor, h.opts.Actor)
-		body, err := tx.checkEncode(r, frame)
-		if err != nil {
-			return err
-		}
-		version = max(version, r.FormatVersion())
-		bodies[i] = body
-		frame += wal.FrameSize(body)
+		stamped[i].Seq, stamped[i].At, stamped[i].Actor = seq, tx.Now, cmp.Or(tx.Actor, h.opts.Actor)
+	}
+	bodies, version, err := tx.passGate(stamped)
+	if err != nil {
+		return err
 	}
 	if err := tx.applyAll(stamped); err != nil {
 		return err
@@ -611,20 +606,60 @@ func (tx *Tx) committed(stamped []state.Record) {
 	tx.Committed = append(tx.Committed, stamped...)
 }
 
-// checkEncode is the gate a stamped record passes before anything of its
-// operation is applied: a payload the decision named where the WAL has it (a
-// requeue's) is read into the record, the record is checked against the
-// table of limits, encoded, and the body must fit the WAL and decode again
-// (what replay would read). r.Frame is set to frame, where its frame is to
-// start.
-func (tx *Tx) checkEncode(r *state.Record, frame int64) ([]byte, error) {
-	if ref := r.PayloadAt; ref != nil {
-		text, err := tx.readPayload(ref)
-		if err != nil {
-			return nil, fmt.Errorf("record %d: %w; nothing was written", r.Seq, err)
+// passGate has recs pass the gate, in order, and returns their bodies and
+// the WAL's format version they need; each record's Frame is set to where
+// its frame is to start, after what the operation wrote or staged. The
+// payloads a decision named where the WAL has them are read first, one
+// after the other; the gate runs on every processor. The error is the
+// first record's that failed, in order.
+func (tx *Tx) passGate(recs []state.Record) ([][]byte, int, error) {
+	unread, readErr := len(recs), error(nil)
+	for i := range recs {
+		if readErr = tx.readPayloadInto(&recs[i]); readErr != nil {
+			unread = i
+			break
 		}
-		r.Payload, r.PayloadAt = text, nil
 	}
+	bodies, gateErrs := make([][]byte, len(recs)), make([]error, unread)
+	parallel.Ranges(unread, func(_, from, to int) {
+		for i := from; i < to; i++ {
+			bodies[i], gateErrs[i] = gate(&recs[i])
+		}
+	})
+	for _, err := range append(gateErrs, readErr) {
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	version, frame := 1, tx.nextFrame()
+	for i := range recs {
+		recs[i].Frame = frame
+		version = max(version, recs[i].FormatVersion())
+		frame += wal.FrameSize(bodies[i])
+	}
+	return bodies, version, nil
+}
+
+// readPayloadInto reads into r a payload its decision named where the WAL
+// has it (a requeue's), before r passes the gate.
+func (tx *Tx) readPayloadInto(r *state.Record) error {
+	ref := r.PayloadAt
+	if ref == nil {
+		return nil
+	}
+	text, err := tx.readPayload(ref)
+	if err != nil {
+		return fmt.Errorf("record %d: %w; nothing was written", r.Seq, err)
+	}
+	r.Payload, r.PayloadAt = text, nil
+	return nil
+}
+
+// gate is what a stamped record passes before anything of its operation
+// is applied: it is checked against the table of limits, encoded, and the
+// body must fit the WAL and decode again (what replay would read). It
+// reads nothing but r: a batch's records pass it on every processor.
+func gate(r *state.Record) ([]byte, error) {
 	refused := func(err error) error { return &RefusedRecordError{Seq: r.Seq, Type: r.Type, Err: err} }
 	if err := state.CheckRecord(*r); err != nil {
 		return nil, refused(err)
@@ -639,7 +674,6 @@ func (tx *Tx) checkEncode(r *state.Record, frame int64) ([]byte, error) {
 	if _, err := state.DecodeRecord(body); err != nil {
 		return nil, refused(err)
 	}
-	r.Frame = frame
 	return body, nil
 }
 
