@@ -60,9 +60,8 @@ func BenchmarkSubmit100k(b *testing.B) {
 }
 
 // BenchmarkLease100kWaiting is one lease and its completion with 100,000
-// tasks waiting, each command starting from the checkpoint the previous one
-// wrote: the backlog's cost (issue: cost flat in the backlog), compactions
-// included in the mean. Compare with BenchmarkLease100Waiting, and profile it
+// tasks waiting, each command starting from the index the ones before it
+// wrote: the backlog's cost, the index's writes included in the mean. Compare with BenchmarkLease100Waiting, and profile it
 // with go test ./cmd -run '^$' -bench Lease100kWaiting -cpuprofile /tmp/cpu.out.
 func BenchmarkLease100kWaiting(b *testing.B) { benchLeaseBacklog(b, 100_000) }
 
@@ -74,7 +73,7 @@ func benchLeaseBacklog(b *testing.B, waiting int) {
 	if err := histgen.WriteFile(path, histgen.Options{Records: 1000, Waiting: waiting + b.N}); err != nil {
 		b.Fatal(err)
 	}
-	benchMain(b, "--wal", path, "submit", "--payload", "warm") // writes the checkpoint
+	benchMain(b, "--wal", path, "submit", "--payload", "warm") // builds the index
 	b.ResetTimer()
 	for range b.N {
 		var out, errOut bytes.Buffer
@@ -93,8 +92,7 @@ func benchLeaseBacklog(b *testing.B, waiting int) {
 }
 
 // BenchmarkSubmit100kWaiting is one submit with 100,000 tasks waiting, each
-// new task joining the backlog: compactions of the cold set included in the
-// mean. Compare with BenchmarkSubmit100Waiting.
+// new task joining the backlog: the index's writes included in the mean. Compare with BenchmarkSubmit100Waiting.
 func BenchmarkSubmit100kWaiting(b *testing.B) { benchSubmitBacklog(b, 100_000) }
 
 // BenchmarkSubmit100Waiting is BenchmarkSubmit100kWaiting with 100 waiting.
@@ -105,7 +103,7 @@ func benchSubmitBacklog(b *testing.B, waiting int) {
 	if err := histgen.WriteFile(path, histgen.Options{Records: 1000, Waiting: waiting}); err != nil {
 		b.Fatal(err)
 	}
-	benchMain(b, "--wal", path, "submit", "--payload", "warm") // writes the checkpoint
+	benchMain(b, "--wal", path, "submit", "--payload", "warm") // builds the index
 	b.ResetTimer()
 	for range b.N {
 		benchMain(b, "--wal", path, "submit", "--payload", "job", "-o", "json")

@@ -76,8 +76,8 @@ func (w *fakeWAL) textOf(t *testing.T, p Payload) string {
 // of random histories as a state holding them all does, once the payloads
 // its decisions name are read back (a lease's, a requeue's TaskCreated);
 // requests repeated with another payload of the same length are told
-// apart; its base is byte for byte the other's, its checkpoint, archive and
-// cold set keep the references, and a base loaded from parts holds each
+// apart; its base is byte for byte the other's, its tasks as an index
+// keeps them hold the references, and a base loaded from parts holds each
 // payload as the place in the parts that reads back its text.
 func TestPayloadsReadFromTheWALDecideAlike(t *testing.T) {
 	histories := 300

@@ -155,10 +155,6 @@ func firstDiff(got, want string) string {
 	return fmt.Sprintf("%d lines, want %d", len(g), len(w))
 }
 
-// archivedState replays a long random history in two parts and compacts
-// after each, so that its archive holds a copied old part; it returns the
-// archive's bytes and the cold set's.
-
 // memSource is a Source that keeps each task as an index does (encoded,
 // decoded afresh for each reader) and answers by plain loops over all of
 // them: the test's account of what an index holds, apart from the bbolt one.

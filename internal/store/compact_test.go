@@ -167,9 +167,7 @@ func TestCompactionTakesTheRecordsWrittenDuringIt(t *testing.T) {
 	}
 	// The base stands where the first step read to; the writer's record
 	// follows it in the compacted WAL, its frame as it was written, and
-	// log --from finds it though the retry above wrote a checkpoint (which
-	// holds it: a checkpoint is used for --from by its last seq, not by the
-	// frames before it, which in a compacted WAL are far fewer).
+	// log --from finds it.
 	code, rec, _ := cli("--wal", path, "log", "--from", fmt.Sprint(c.Seq+1), "-o", "json")
 	if code != 0 || !strings.Contains(rec, `"payload":"during"`) {
 		t.Fatalf("the record written during the compaction, after its base at seq %d: exit %d %s", c.Seq, code, rec)

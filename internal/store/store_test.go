@@ -312,9 +312,6 @@ func TestReplacedWhileWaitingForTheLock(t *testing.T) {
 	}
 }
 
-// TestArchiveTruncatedInPlaceIsDamageNotACrash: the archive is mapped; a
-// truncation in place under a command that reads it (another program, an
-// operator's mistake) makes the read fault. The fault is taken as damage: the
 // TestIndexTruncatedInPlaceIsDamageNotACrash: a resident handle reads
 // tasks from the index's mapped file; cut in place under it (another
 // process truncating it), a read of a page gone is damage, said in a
