@@ -626,10 +626,13 @@ func (tx *Tx) passGate(recs []state.Record) ([][]byte, int, error) {
 			bodies[i], gateErrs[i] = gate(&recs[i])
 		}
 	})
-	for _, err := range append(gateErrs, readErr) {
+	for _, err := range gateErrs {
 		if err != nil {
 			return nil, 0, err
 		}
+	}
+	if readErr != nil {
+		return nil, 0, readErr
 	}
 	version, frame := 1, tx.nextFrame()
 	for i := range recs {
