@@ -525,11 +525,11 @@ func EncodeLines(n int, value func(i int) any) ([]byte, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	var all bytes.Buffer
-	for _, p := range parts {
-		all.Write(p.Bytes())
+	all := parts[0].Bytes()
+	for _, p := range parts[1:] {
+		all = append(all, p.Bytes()...)
 	}
-	return all.Bytes(), nil
+	return all, nil
 }
 
 // DecodeLines decodes an answer of one JSON value a line (NDJSON) into

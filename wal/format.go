@@ -23,6 +23,8 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"hash/crc32"
 	"sync"
@@ -177,11 +179,9 @@ func AppendFrame(dst []byte, prev uint32, body []byte) ([]byte, uint32, error) {
 		return dst, 0, fmt.Errorf("record body contains a newline")
 	}
 	sum := chain(prev, body)
-	const hex = "0123456789abcdef"
-	for shift := 28; shift >= 0; shift -= 4 { // %08x without fmt's cost a frame
-		dst = append(dst, hex[sum>>shift&0xf])
-	}
-	dst = append(dst, ' ')
+	var be [4]byte
+	binary.BigEndian.PutUint32(be[:], sum)
+	dst = append(hex.AppendEncode(dst, be[:]), ' ') // %08x, without fmt's cost a frame
 	dst = append(dst, body...)
 	dst = append(dst, '\n')
 	return dst, sum, nil
