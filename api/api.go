@@ -32,6 +32,18 @@ const (
 	ExitTasksFailed = 11 // run: some of the tasks it leased ended FAILED
 )
 
+// LinesUpgrade is the protocol of the lines door: GET /v1/lines with
+// "Connection: Upgrade" and "Upgrade: leasewal-lines" switches an HTTP/1.1
+// connection to one request a line, "<operation> <JSON body>\n", each
+// answered by "<HTTP status> <exit code> <JSON answer>\n" before the next
+// line is read, as POST /v1/<operation> would answer it. It takes the
+// LineOperations, a lease only without a wait.
+const LinesUpgrade = "leasewal-lines"
+
+// LineOperations are the operations the lines door takes: those that never
+// wait and whose answer is one JSON object.
+var LineOperations = []string{"submit", "lease", "extend", "complete", "fail", "release", "heartbeat"}
+
 // Outcome is an answer's result (its JSON "result").
 type Outcome string
 

@@ -37,11 +37,7 @@ type Lifetime struct {
 // join fails; then the open waits end, the requests under way finish and
 // are answered (for up to 30 s), and the batcher stops.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, l Lifetime) error {
-	var handler http.Handler = s
-	if s.o.AccessLog != nil {
-		handler = &accessLog{next: s, w: s.o.AccessLog}
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: WaitCap + time.Minute, IdleTimeout: time.Minute}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -52,6 +48,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, l Lifetime) error {
 	var stopErr error
 	select {
 	case err := <-served:
+		s.endLines()
 		s.Stop()
 		return err
 	case stopErr = <-l.Failed:
@@ -63,6 +60,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, l Lifetime) error {
 		fmt.Fprintf(l.Log, "leasewal: node %s joined the cluster of %s\n", l.JoinAs.ID, l.Join)
 		select {
 		case err := <-served:
+			s.endLines()
 			s.Stop()
 			return err
 		case stopErr = <-l.Failed:
@@ -74,6 +72,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, l Lifetime) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := srv.Shutdown(shutdown) // in-flight requests finish and are answered
+	s.lineConns.end(shutdown)     // and each line under way
 	s.Stop()
 	if stopErr != nil {
 		return stopErr
@@ -82,6 +81,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, l Lifetime) error {
 		return err
 	}
 	return nil
+}
+
+// endLines ends the lines door's connections when the listener failed:
+// each answers its line under way (for up to 30 s).
+func (s *Server) endLines() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.lineConns.end(ctx)
 }
 
 // joinCluster asks the member at base to add this node, until it is added,

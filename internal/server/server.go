@@ -91,8 +91,12 @@ type Server struct {
 	feed        feed
 	stopOnce    sync.Once
 	routes      map[string]route
-	status      func() (service.Status, error)
-	node        *cluster.Node // nil: a single server
+	// handler is what a request goes through, the access log's included:
+	// each line of the lines door too.
+	handler   http.Handler
+	lineConns lineConns
+	status    func() (service.Status, error)
+	node      *cluster.Node // nil: a single server
 }
 
 // New is a server of svc, its status told by status; node is the raft node
@@ -100,6 +104,10 @@ type Server struct {
 func New(svc api.Service, status func() (service.Status, error), node *cluster.Node, o Options) *Server {
 	s := &Server{o: o, hosts: hostsOf(o.URL, o.Hosts), status: status, node: node, stopping: make(chan struct{}), streams: make(chan struct{}, MaxStreams)}
 	s.routes = routes(svc, o.Describe, s.spool)
+	s.handler = s
+	if o.AccessLog != nil {
+		s.handler = &accessLog{next: s, w: o.AccessLog}
+	}
 	return s
 }
 
@@ -194,6 +202,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "openapi.json" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(api.OpenAPI)
+		return
+	case path == "lines" && r.Method == http.MethodGet:
+		s.lines(w, r)
 		return
 	case path == "cluster/members" && r.Method == http.MethodGet:
 		s.members(w)
