@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,12 +39,17 @@ type Options struct {
 	// Actor is recorded in the records a call writes, for audit ("" leaves
 	// the request's own Actor, or the server's default).
 	Actor string
+	// NoLines sends every operation as an HTTP request of its own; else
+	// the operations that never wait go over the first server's lines door
+	// when it is an http:// URL (lines.go).
+	NoLines bool
 }
 
 // Client sends operations to leasewal servers. It is safe for concurrent use.
 type Client struct {
-	urls []string
-	opts Options
+	urls  []string
+	opts  Options
+	lines *lines
 }
 
 var _ api.Service = (*Client)(nil)
@@ -66,7 +72,7 @@ func New(urls []string, opts Options) (*Client, error) {
 	if opts.ElectionWait == 0 {
 		opts.ElectionWait = 20 * time.Second
 	}
-	return &Client{urls: clean, opts: opts}, nil
+	return &Client{urls: clean, opts: opts, lines: &lines{never: opts.NoLines}}, nil
 }
 
 // BadURLError is a server address that is not an http or https URL.
@@ -208,22 +214,19 @@ func ExitCode(resp *http.Response, server string) (int, error) {
 
 // call sends req to the operation at path and decodes its answer into out;
 // a refusal is an *api.Error, EMPTY an *api.Empty, CANCELLED an
-// *api.Cancelled.
+// *api.Cancelled. The operations that never wait go over the lines door
+// when they may.
 func (c *Client) call(ctx context.Context, path string, req, out any) error {
+	return c.callOver(ctx, path, req, out, slices.Contains(api.LineOperations, path))
+}
+
+// callOver is call, over the lines door if overLines and it may.
+func (c *Client) callOver(ctx context.Context, path string, req, out any, overLines bool) error {
 	body, err := encode(req)
 	if err != nil {
 		return err
 	}
-	resp, server, err := c.Send(ctx, http.MethodPost, path, body, http.Header{})
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, err := readAnswer(resp.Body)
-	if err != nil {
-		return &UnknownOutcomeError{Server: server, Err: err}
-	}
-	code, err := ExitCode(resp, server)
+	raw, code, server, err := c.answer(ctx, path, body, overLines)
 	if err != nil {
 		return err
 	}
@@ -249,6 +252,26 @@ func (c *Client) call(ctx context.Context, path string, req, out any) error {
 		return &UnknownOutcomeError{Server: server, Err: fmt.Errorf("an answer that does not decode: %v", err)}
 	}
 	return refusal
+}
+
+// answer sends body to the operation at path and reads its whole answer
+// and exit code, and which server gave them.
+func (c *Client) answer(ctx context.Context, path string, body []byte, overLines bool) (raw []byte, code int, server string, err error) {
+	if overLines {
+		if raw, code, server, sent, err := c.sendLine(ctx, path, body); sent {
+			return raw, code, server, err
+		}
+	}
+	resp, server, err := c.Send(ctx, http.MethodPost, path, body, http.Header{})
+	if err != nil {
+		return nil, 0, "", err
+	}
+	defer resp.Body.Close()
+	if raw, err = readAnswer(resp.Body); err != nil {
+		return nil, 0, "", &UnknownOutcomeError{Server: server, Err: err}
+	}
+	code, err = ExitCode(resp, server)
+	return raw, code, server, err
 }
 
 // encode is a request's body; a string in it that is not UTF-8 is refused
@@ -368,7 +391,7 @@ func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) (api.Lease, er
 	deadline := time.Now().Add(wait)
 	for {
 		req.Wait = max(0, min(serverWaitCap, time.Until(deadline))).String()
-		err := c.call(ctx, "lease", req, &lease)
+		err := c.callOver(ctx, "lease", req, &lease, false) // a wait over HTTP, which ends it if the client goes
 		var empty *api.Empty
 		if !errors.As(err, &empty) || !time.Now().Before(deadline) || ctx.Err() != nil {
 			return lease, err

@@ -28,7 +28,7 @@ type session struct {
 func (e env) session() (*session, error) {
 	s := &session{}
 	if e.Server != "" {
-		c, err := e.client()
+		c, err := e.client(false)
 		if err != nil {
 			return nil, err
 		}

@@ -29,8 +29,11 @@ func (a *app) remote(c *cobra.Command) error {
 	return nil
 }
 
-// client is the Go client of --server, with --token-file and --ca.
-func (e env) client() (*client.Client, error) {
+// client is the Go client of --server, with --token-file and --ca; lines
+// has it keep a connection to the server's lines door for its calls (a
+// command of many calls: a runner), else each call is a request of its own
+// (one call gains nothing from switching a connection first).
+func (e env) client(lines bool) (*client.Client, error) {
 	token, err := client.ReadToken(e.TokenFile)
 	if err != nil {
 		return nil, err
@@ -39,7 +42,7 @@ func (e env) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(strings.Split(e.Server, ","), client.Options{Token: token, HTTP: httpClient, ElectionWait: electionWait})
+	return client.New(strings.Split(e.Server, ","), client.Options{Token: token, HTTP: httpClient, ElectionWait: electionWait, NoLines: !lines})
 }
 
 // electionWait is how long a client keeps asking a cluster that is electing
@@ -49,7 +52,7 @@ const electionWait = 20 * time.Second
 // admin sends a cluster request to --server and returns its answer, which
 // with -o json it prints as it came; a refusal is the error.
 func (e env) admin(method, path string, body []byte) ([]byte, string, error) {
-	c, err := e.client()
+	c, err := e.client(false)
 	if err != nil {
 		return nil, "", err
 	}

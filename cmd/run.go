@@ -212,9 +212,12 @@ func runRun(e env, o runOptions, argv []string) error {
 	defer signal.Stop(sigs)
 	var svc api.Service
 	if e.Server != "" {
-		if svc, err = e.client(); err != nil {
+		remote, err := e.client(true)
+		if err != nil {
 			return err
 		}
+		defer remote.CloseIdleConnections()
+		svc = remote
 	} else { // one handle for the runner's life: each turn reads only what was appended since the last
 		local := service.New(service.Options{WAL: e.wal(), Resident: true, MaxRetries: e.MaxRetries})
 		defer local.Close()
