@@ -46,7 +46,7 @@ func main() {
 	peerPhase := flag.Duration("peers", 0, "measure leasewal serve beside beanstalkd and redis instead, in phases of this length (both on PATH)")
 	peerRounds := flag.Int("rounds", 5, "with -peers: interleaved rounds of every figure")
 	peerClients := flag.String("clients", "1,8,32", "with -peers: numbers of clients")
-	peerOnly := flag.String("only", "", "with -peers: only these servers (leasewal, serial, cluster, beanstalkd, redis), comma-separated")
+	peerOnly := flag.String("only", "", "with -peers: only these servers (leasewal, lines, serial, cluster, beanstalkd, redis), comma-separated")
 	abuse := flag.Int("abuse", 0, "measure a server's bounds instead, on a WAL of this many records: garbage and a log of every record (peak RSS), a batch at the limit beside submits, heartbeats at 10 and 5,000 workers, submits/s (-leasewal may name several binaries: A B A B)")
 	deps := flag.Int("deps", 0, "measure tasks that wait instead: this many waiting on one task, and a DAG of 10,001 tasks in one batch")
 	rate := flag.String("rate", "", "measure a rated queue under leasewal run --jobs 8 instead: its rate (N/s, N/m, N/h)")

@@ -54,7 +54,7 @@ func peersBench(dir, leasewal string, o peerOptions) {
 		}
 		all = append(all, leasewalPeer{bin: bin, dir: dir, label: name})
 	}
-	all = append(all, leasewalPeer{bin: bins[len(bins)-1], dir: dir, serial: true}, clusterPeer{bin: bins[len(bins)-1], dir: dir},
+	all = append(all, leasewalPeer{bin: bins[len(bins)-1], dir: dir, lines: true}, leasewalPeer{bin: bins[len(bins)-1], dir: dir, serial: true}, clusterPeer{bin: bins[len(bins)-1], dir: dir},
 		beanstalkPeer{bin: beanstalkd, dir: dir}, redisPeer{bin: redis, dir: dir})
 	var peers []peer
 	for _, p := range all {
@@ -96,7 +96,7 @@ func peersBench(dir, leasewal string, o peerOptions) {
 			runs := map[string][]phaseResult{}
 			for range o.rounds {
 				for _, p := range peers {
-					if work == "take-separate" && !strings.HasPrefix(p.name(), "leasewal") && p.name() != "serial" {
+					if work == "take-separate" && !strings.HasPrefix(p.name(), "leasewal") && p.name() != "serial" && p.name() != "lines" {
 						continue
 					}
 					if _, ok := p.(clusterPeer); ok && work != "submit" {
@@ -113,12 +113,14 @@ func peersBench(dir, leasewal string, o peerOptions) {
 				fmt.Printf(" %26s", figure(runs[n]))
 			}
 			fmt.Println()
-			if lw := runs["leasewal"]; len(lw) > 0 {
-				fmt.Printf("%-8s %-24s", "", "  leasewal ÷ it")
-				for _, n := range names {
-					fmt.Printf(" %26s", ratio(lw, runs[n]))
+			for _, door := range []string{"leasewal", "lines"} {
+				if lw := runs[door]; len(lw) > 0 {
+					fmt.Printf("%-8s %-24s", "", "  "+door+" ÷ it")
+					for _, n := range names {
+						fmt.Printf(" %26s", ratio(lw, runs[n]))
+					}
+					fmt.Println()
 				}
-				fmt.Println()
 			}
 			if lw := runs["leasewal"]; len(lw) > 0 && lw[0].batches > 0 {
 				var perBatch, perSync []float64
@@ -321,6 +323,7 @@ const fill = 60000
 type leasewalPeer struct {
 	bin, dir string
 	serial   bool
+	lines    bool   // its clients send over the lines door, each on a connection of its own
 	label    string // "leasewal", or "leasewal@FILE" for an A of an A/B
 }
 
@@ -328,6 +331,8 @@ func (p leasewalPeer) name() string {
 	switch {
 	case p.serial:
 		return "serial"
+	case p.lines:
+		return "lines"
 	case p.label != "":
 		return p.label
 	}
@@ -335,9 +340,10 @@ func (p leasewalPeer) name() string {
 }
 
 type leasewalServer struct {
-	cmd  *exec.Cmd
-	base string
-	http *http.Client
+	cmd   *exec.Cmd
+	base  string
+	http  *http.Client
+	lines bool
 }
 
 var nextPort atomic.Int64
@@ -346,6 +352,7 @@ func init() { nextPort.Store(7700) }
 
 func (p leasewalPeer) start(filled bool) server {
 	s := p.startOn("")
+	s.lines = p.lines
 	if filled {
 		s.fill(fill)
 	}
@@ -413,10 +420,17 @@ type leaseAnswer struct {
 }
 
 func (s *leasewalServer) client(work string, id int) (func() error, error) {
+	post := s.post
+	if s.lines {
+		var err error
+		if post, err = s.overLines(); err != nil {
+			return nil, err
+		}
+	}
 	worker := fmt.Sprintf("w%d", id)
 	lease := []byte(`{"worker":"` + worker + `","duration":"5m"}`)
 	take := func() (*leaseAnswer, error) {
-		b, err := s.post("lease", lease)
+		b, err := post("lease", lease)
 		if err != nil {
 			return nil, err
 		}
@@ -428,12 +442,12 @@ func (s *leasewalServer) client(work string, id int) (func() error, error) {
 		if next {
 			body += `,"next":{"worker":"` + worker + `","duration":"5m"}`
 		}
-		return s.post("complete", []byte(body+"}"))
+		return post("complete", []byte(body+"}"))
 	}
 	switch work {
 	case "submit":
 		body := []byte(`{"payload":"job"}`)
-		return func() error { _, err := s.post("submit", body); return err }, nil
+		return func() error { _, err := post("submit", body); return err }, nil
 	case "take-separate":
 		return func() error {
 			l, err := take()
@@ -464,6 +478,45 @@ func (s *leasewalServer) client(work string, id int) (func() error, error) {
 		}
 		held = done.Next.Lease
 		return nil
+	}, nil
+}
+
+// overLines is post over a connection of its own switched to the lines
+// door (api.LinesUpgrade), spoken here as the API's reference says.
+func (s *leasewalServer) overLines() (func(path string, body []byte) ([]byte, error), error) {
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	if err != nil {
+		return nil, err
+	}
+	r := bufio.NewReader(conn)
+	if _, err := io.WriteString(conn, "GET /v1/lines HTTP/1.1\r\nHost: "+strings.TrimPrefix(s.base, "http://")+"\r\nConnection: Upgrade\r\nUpgrade: "+api.LinesUpgrade+"\r\n\r\n"); err != nil {
+		return nil, err
+	}
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return nil, fmt.Errorf("the lines door answered %s", resp.Status)
+	}
+	w := bufio.NewWriter(conn)
+	return func(path string, body []byte) ([]byte, error) {
+		w.WriteString(path)
+		w.WriteByte(' ')
+		w.Write(body)
+		w.WriteByte('\n')
+		if err := w.Flush(); err != nil {
+			return nil, err
+		}
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return nil, err
+		}
+		fields := bytes.SplitN(bytes.TrimSuffix(line, []byte("\n")), []byte(" "), 3)
+		if len(fields) != 3 || string(fields[1]) != "0" {
+			return nil, fmt.Errorf("%s: %.200s", path, line)
+		}
+		return fields[2], nil
 	}, nil
 }
 
