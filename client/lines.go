@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,14 +140,14 @@ func (c *Client) dialLines(ctx context.Context, server string) *lineConn {
 		return nil
 	}
 	u, err := url.Parse(server)
-	if err != nil || u.Scheme != "http" { // over TLS, net/http may speak HTTP/2, which has no upgrade
+	if err != nil || u.Scheme != "http" || c.proxied(server) { // over TLS, net/http may speak HTTP/2, which has no upgrade
 		c.lines.failed(true)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, lineDialWait)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(u.Hostname(), cmp.Or(u.Port(), "80")))
 	if err != nil {
 		c.lines.failed(false)
 		return nil
@@ -182,6 +183,21 @@ func (c *Client) dialLines(ctx context.Context, server string) *lineConn {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return lc
+}
+
+// proxied says whether the client's HTTP requests to server go through a
+// proxy (HTTP_PROXY): the door is not dialed past it.
+func (c *Client) proxied(server string) bool {
+	proxy := http.ProxyFromEnvironment
+	if t, ok := c.opts.HTTP.Transport.(*http.Transport); ok {
+		proxy = t.Proxy
+	}
+	req, err := http.NewRequest(http.MethodGet, server, nil)
+	if err != nil || proxy == nil {
+		return err != nil
+	}
+	via, err := proxy(req)
+	return err != nil || via != nil
 }
 
 // exchange sends one line and reads its answer, until ctx is done.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -194,5 +195,33 @@ func TestALinesAnswerThatNeverComes(t *testing.T) {
 		}
 	case <-time.After(testwait.HangGuard):
 		t.Fatalf("the call still waits %v after its context ended", testwait.HangGuard)
+	}
+}
+
+// TestTheLinesDoorIsNotDialedPastAProxy: a client whose requests go
+// through a proxy sends every call through it, and never dials the door.
+func TestTheLinesDoorIsNotDialedPastAProxy(t *testing.T) {
+	var upgrades, viaProxy atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/lines" {
+			upgrades.Add(1)
+		}
+		if r.URL.IsAbs() { // a proxy's request names the whole URL
+			viaProxy.Add(1)
+		}
+		w.Header().Set("Leasewal-Exit", "0")
+		_, _ = io.WriteString(w, `{"result":"ACK","task_id":"T1"}`)
+	}))
+	defer ts.Close()
+	proxy, _ := url.Parse(ts.URL)
+	c, err := client.New([]string{ts.URL}, client.Options{HTTP: &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), api.SubmitRequest{Payload: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if upgrades.Load() != 0 || viaProxy.Load() != 1 {
+		t.Errorf("%d upgrades asked, %d requests through the proxy; want 0 and 1", upgrades.Load(), viaProxy.Load())
 	}
 }
