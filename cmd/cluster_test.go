@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
 	"github.com/leasewal/leasewal/internal/cluster"
 	"github.com/leasewal/leasewal/internal/lincheck"
 	"github.com/leasewal/leasewal/internal/nemesis"
@@ -43,6 +45,8 @@ type testNode struct {
 	stop  func()
 	http  *httptest.Server
 	srv   atomic.Pointer[server.Server]
+	// upgrades counts the connections asked to switch to its lines door.
+	upgrades atomic.Int32
 	// skew is how far (ms) the node's clock runs ahead of the test's.
 	skew atomic.Int64
 }
@@ -74,6 +78,9 @@ func newTestNode(root, id string) *testNode {
 	tn := &testNode{id: id, wal: filepath.Join(root, id+".wal"), dir: filepath.Join(root, id+".raft")}
 	tn.addr, tn.trans = raft.NewInmemTransport("")
 	tn.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/lines" {
+			tn.upgrades.Add(1)
+		}
 		if s := tn.srv.Load(); s != nil {
 			s.ServeHTTP(w, r)
 			return
@@ -533,6 +540,55 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls from 3 clients across a failover from %s: linearizable; %d leases granted", len(history), old.id, last)
+}
+
+// TestClusterLinesThroughAFollower: a Go client whose first URL is a
+// follower sends its calls over that follower's lines door, which forwards
+// each to the leader; while the cluster elects another leader the door
+// answers that it cannot decide, and the client sends the call as a
+// request of its own until one leads: every call decided once.
+func TestClusterLinesThroughAFollower(t *testing.T) {
+	c := newTestCluster(t, 3, cluster.Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 250 * time.Millisecond})
+	leader := c.leader()
+	var follower *testNode
+	for _, tn := range c.nodes {
+		if tn != leader {
+			follower = tn
+			break
+		}
+	}
+	cl, err := client.New([]string{follower.http.URL, leader.http.URL}, client.Options{Token: c.token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	submit := func(req string) api.Ack {
+		t.Helper()
+		ack, err := cl.Submit(ctx, api.SubmitRequest{Payload: "p", RequestID: req})
+		if err != nil {
+			t.Fatalf("submit %s: %v", req, err)
+		}
+		return ack
+	}
+	for i := range 3 {
+		submit(fmt.Sprint("before-", i))
+	}
+	if n := follower.upgrades.Load(); n != 1 {
+		t.Fatalf("%d connections switched at the follower for 3 calls, want 1", n)
+	}
+	c.halt(leader)
+	after := submit("after")
+	if again := submit("after"); !again.Duplicate || again.TaskID != after.TaskID {
+		t.Fatalf("the submit again: %+v, want %s a duplicate", again, after.TaskID)
+	}
+	c.converge()
+	wal, err := os.ReadFile(follower.wal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(wal, []byte(`"type":"TaskCreated"`)); n != 4 {
+		t.Fatalf("%d tasks created for 4 submits:\n%s", n, wal)
+	}
 }
 
 // TestClusterRefusals: a node joining twice changes nothing; a raft dir is
