@@ -36,3 +36,32 @@ func TestAccessLog(t *testing.T) {
 		t.Errorf("the forging request's line: %q", lines[1])
 	}
 }
+
+// TestAccessLogOfASwitchedConnection: a connection handed over to the
+// lines door is logged as switched, 101, once its handler returns.
+func TestAccessLogOfASwitchedConnection(t *testing.T) {
+	logged := make(chan string, 1)
+	ts := httptest.NewServer(&accessLog{w: lineSink(logged), next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conn.Close()
+	})})
+	defer ts.Close()
+	if resp, err := http.Get(ts.URL + "/v1/lines"); err == nil {
+		resp.Body.Close()
+	}
+	if line := <-logged; !strings.Contains(line, `GET "/v1/lines" 101 exit=-`) {
+		t.Errorf("the log of a switched connection: %q", line)
+	}
+}
+
+// lineSink hands each write to a channel.
+type lineSink chan string
+
+func (c lineSink) Write(b []byte) (int, error) {
+	c <- string(b)
+	return len(b), nil
+}
