@@ -708,8 +708,8 @@ func (c *testCluster) runClients(clients, ops int, began time.Time, more func() 
 	done := make(chan []porcupine.Operation, 1)
 	go func() {
 		history, err := lincheck.Clients(clients, ops, time.Duration(c.step)*time.Millisecond, began, more, calls,
-			func(client int, args []string) (string, error) {
-				_, out := c.definite(client, args...)
+			func(client int, in lincheck.Input) (string, error) {
+				_, out := c.definite(client, in.Args(false)...)
 				return out, nil
 			})
 		if err != nil {

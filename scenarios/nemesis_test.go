@@ -235,8 +235,8 @@ func TestClusterNemesisProcesses(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		h, err := lincheck.Clients(3, 4, 0, time.Now(), func() bool { return !over.Load() }, &answered,
-			func(client int, args []string) (string, error) {
-				_, out := definite(client, args...)
+			func(client int, in lincheck.Input) (string, error) {
+				_, out := definite(client, in.Args(false)...)
 				return out, nil
 			})
 		done <- result{h, err}

@@ -188,12 +188,12 @@ func Check(initialAt int64, history []porcupine.Operation, limit time.Duration) 
 // completions, failures or releases of the lease it holds and
 // (client 0's second call, then now and then, when time moves on between
 // calls) the default queue's rate, each call
-// Offset after the last record. send makes client i's call with args and
-// returns what it printed, a definite answer (the caller retries unknown
+// Offset after the last record. send makes client i's call in and returns
+// what it printed (-o json), a definite answer (the caller retries unknown
 // outcomes). Times are since began; answered counts the calls answered so
 // far. Clients returns the history once every client is done, or the first
 // error of send.
-func Clients(n, ops int, offset time.Duration, began time.Time, more func() bool, answered *atomic.Int32, send func(client int, args []string) (string, error)) ([]porcupine.Operation, error) {
+func Clients(n, ops int, offset time.Duration, began time.Time, more func() bool, answered *atomic.Int32, send func(client int, in Input) (string, error)) ([]porcupine.Operation, error) {
 	var (
 		mu      sync.Mutex
 		history []porcupine.Operation
@@ -225,7 +225,7 @@ func Clients(n, ops int, offset time.Duration, began time.Time, more func() bool
 					in.Op, in.Rate, in.Req = "rate", []string{"1/s", "2/s", "none"}[rng.IntN(3)*min(1, i-1)], ""
 				}
 				call := time.Since(began).Nanoseconds()
-				stdout, err := send(client, in.Args(false))
+				stdout, err := send(client, in)
 				ret := time.Since(began).Nanoseconds()
 				var got Output
 				if err == nil {
