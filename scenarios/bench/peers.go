@@ -122,13 +122,15 @@ func peersBench(dir, leasewal string, o peerOptions) {
 					fmt.Println()
 				}
 			}
-			if lw := runs["leasewal"]; len(lw) > 0 && lw[0].batches > 0 {
-				var perBatch, perSync []float64
-				for _, r := range lw {
-					perBatch = append(perBatch, r.requests/max(r.batches, 1))
-					perSync = append(perSync, r.requests/max(r.syncs, 1))
+			for _, door := range []string{"leasewal", "lines"} {
+				if lw := runs[door]; len(lw) > 0 && lw[0].batches > 0 {
+					var perBatch, perSync []float64
+					for _, r := range lw {
+						perBatch = append(perBatch, r.requests/max(r.batches, 1))
+						perSync = append(perSync, r.requests/max(r.syncs, 1))
+					}
+					fmt.Printf("%-8s   %s's counters: %s requests a batch, %s a WAL fsync\n", "", door, spread(perBatch, "%.1f"), spread(perSync, "%.1f"))
 				}
-				fmt.Printf("%-8s   leasewal's counters: %s requests a batch, %s a WAL fsync\n", "", spread(perBatch, "%.1f"), spread(perSync, "%.1f"))
 			}
 		}
 	}
