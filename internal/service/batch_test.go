@@ -104,11 +104,13 @@ func TestBatcher(t *testing.T) {
 	}
 }
 
-// TestPipelinedBatcher: on a WAL, the batcher decides the next batch while
-// the last one's fsync runs; when that fsync fails, its request and every
-// request decided after it on what it wrote (a read among them) are
-// answered with the failure, rolled back, and none is decided again: the
-// WAL is cut back, and the next request decides on it as it is.
+// TestPipelinedBatcher: on a WAL, a full batch (batches of one here) with
+// a request left behind it has its fsync run by the pipe's syncer, and the
+// batcher decides the next batch while it runs; when that fsync fails, its
+// request and every request decided after it on what it wrote (a read
+// among them) are answered with the failure, rolled back, and none is
+// decided again: the WAL is cut back, and the next request decides on it
+// as it is.
 func TestPipelinedBatcher(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
 	submit := func(decided chan<- string) func(tx *store.Tx) error {
@@ -129,22 +131,43 @@ func TestPipelinedBatcher(t *testing.T) {
 	fsys := gatedfs.New()
 	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, FS: fsys, Resident: true})
 	defer h.Close()
-	b := NewBatcher(NewWALBackend(h, "http://test"), 64, nil)
+	b := NewBatcher(NewWALBackend(h, "http://test"), 1, nil)
 	defer b.Stop()
+	// A request the batcher is busy with while the first two queue behind it.
+	held, busy := make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := b.Run(context.Background(), func(tx *store.Tx) error { <-held; return nil })
+		busy <- err
+	}()
+	testwait.Until(t, "the batcher to take the first request", func() bool { return b.Received() == 1 }, nil)
 	firstDecided, secondDecided := make(chan string, 4), make(chan string, 4)
 	first, second := make(chan error, 1), make(chan []state.Record, 1)
 	go func() { _, err := b.Run(context.Background(), submit(firstDecided)); first <- err }()
-	if id := <-firstDecided; id != "T2" {
-		t.Fatalf("the first request created %s", id)
-	}
-	<-fsys.Syncing // the first batch's fsync runs, held
+	testwait.Until(t, "the first to wait", func() bool { return b.Received() == 2 }, nil)
 	var secondErr error
 	go func() {
 		recs, err := b.Run(context.Background(), submit(secondDecided))
 		secondErr = err
 		second <- recs
 	}()
-	if id := <-secondDecided; id != "T3" {
+	testwait.Until(t, "the second to wait behind it", func() bool { return b.Received() == 3 }, nil)
+	close(held)
+	if err := <-busy; err != nil { // it wrote nothing: nothing to fsync
+		t.Fatal(err)
+	}
+	if id := <-firstDecided; id != "T2" {
+		t.Fatalf("the first request created %s", id)
+	}
+	<-fsys.Syncing // the first batch's fsync runs on the syncer, held
+	var id string
+	select {
+	case id = <-secondDecided:
+	case <-time.After(testwait.HangGuard):
+		fsys.Gated.Store(false)
+		go func() { fsys.Gate <- nil }()
+		t.Fatalf("hang guard: the second request was not decided in %s while the first batch's fsync was held", testwait.HangGuard)
+	}
+	if id != "T3" {
 		t.Fatalf("the second request, decided while the first's fsync runs, created %s; want T3", id)
 	}
 	// A read decided now sees both, and is answered only once they are durable.
@@ -195,6 +218,58 @@ func TestPipelinedBatcher(t *testing.T) {
 	var last int64
 	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 3 {
 		t.Fatalf("the WAL: %v, %d records; want the first, the one decided again and the local one", err, last)
+	}
+}
+
+// TestWhatComesDuringABatchAlone: a batch written when nothing else waits
+// is fsynced by the batcher itself; the requests that come meanwhile are
+// not decided until it returns, and then make one batch.
+func TestWhatComesDuringABatchAlone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	var decided atomic.Int32
+	submit := func(tx *store.Tx) error {
+		d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+		if err != nil {
+			return err
+		}
+		decided.Add(1)
+		return tx.Commit(d.Records)
+	}
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second})
+	if err := plain.Write(submit); err != nil { // the WAL exists
+		t.Fatal(err)
+	}
+	plain.Close()
+	decided.Store(0)
+	fsys := gatedfs.New()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, FS: fsys, Resident: true})
+	defer h.Close()
+	var mu sync.Mutex
+	var sizes []int
+	b := NewBatcher(NewWALBackend(h, "http://test"), 64, func(size int, _ time.Duration) { mu.Lock(); sizes = append(sizes, size); mu.Unlock() })
+	defer b.Stop()
+	answered := make(chan error, 4)
+	go func() { _, err := b.Run(context.Background(), submit); answered <- err }()
+	<-fsys.Syncing // the first batch's fsync, held: nothing waited when it was written
+	for range 3 {
+		go func() { _, err := b.Run(context.Background(), submit); answered <- err }()
+	}
+	testwait.Until(t, "three requests to wait", func() bool { return b.Received() == 4 }, nil)
+	n := decided.Load()
+	fsys.Gated.Store(false)
+	fsys.Gate <- nil
+	if n != 1 {
+		t.Fatalf("%d requests decided while the first batch's fsync ran on the batcher, want only the first", n)
+	}
+	for range 4 {
+		if err := <-answered; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != 3 {
+		t.Fatalf("batches of %v, want the first alone and then the three that came during its fsync together", sizes)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leasewal/leasewal/state"
 	"github.com/leasewal/leasewal/wal"
@@ -17,7 +18,8 @@ var ErrPipeStopped = errors.New("the pipe stopped at an earlier batch: nothing o
 // Pipe holds the WAL's exclusive lock across a run of batches (a resident
 // server's group commit, pipelined): each batch is decided on the state that
 // includes every batch before it, written at once, and made durable by a
-// background fsync while the next is decided. A batch's Flight says when its
+// background fsync while the next is decided (or, when its caller has
+// nothing else to decide, by the caller: BatchAlone). A batch's Flight says when its
 // records are durable; nothing decided in a pipe may be answered before.
 // Local writers wait for the lock as for any writer: Close releases it.
 //
@@ -32,9 +34,11 @@ type Pipe struct {
 	h  *Handle
 	tx *Tx
 	// flights queue the batches written, in order, to the syncer; done is
-	// closed when it has answered the last.
+	// closed when it has answered the last. queued counts those it has
+	// not settled yet.
 	flights chan *Flight
 	done    chan struct{}
+	queued  atomic.Int64
 
 	mu      sync.Mutex
 	durable wal.Position // what a Sync made durable
@@ -141,6 +145,20 @@ func (h *Handle) Pipe() (*Pipe, error) {
 // whose decisions left the state unusable is written up to them (its later
 // fns answer ErrNotDecided) and stops the pipe: Stopped.
 func (p *Pipe) Batch(fns []func(*Tx) error, then Then) (errs []error, committed [][]state.Record, f *Flight, err error) {
+	return p.batch(fns, then, false)
+}
+
+// BatchAlone is Batch for a caller with nothing else to decide meanwhile:
+// when no earlier batch waits for its fsync, this one's fsync runs here,
+// and the batch is settled (answered, or left to Close after a failed
+// fsync) before BatchAlone returns, its then heard on this goroutine;
+// else its fsync is queued behind theirs, as Batch's. No goroutine is
+// woken to fsync it, and what comes meanwhile is decided together next.
+func (p *Pipe) BatchAlone(fns []func(*Tx) error, then Then) (errs []error, committed [][]state.Record, f *Flight, err error) {
+	return p.batch(fns, then, true)
+}
+
+func (p *Pipe) batch(fns []func(*Tx) error, then Then, alone bool) (errs []error, committed [][]state.Record, f *Flight, err error) {
 	if p.Stopped() {
 		return nil, nil, nil, ErrPipeStopped
 	}
@@ -189,7 +207,12 @@ func (p *Pipe) Batch(fns []func(*Tx) error, then Then) (errs []error, committed 
 	if tx.log != nil {
 		f.end, f.version = tx.log.Position, tx.log.Version
 	}
-	p.flights <- f
+	if alone && p.queued.Load() == 0 { // the syncer has settled every flight it was handed, and waits
+		p.settle([]*Flight{f})
+	} else {
+		p.queued.Add(1)
+		p.flights <- f
+	}
 	p.rebase()
 	if p.commit != nil && tx.State.HotCount() >= p.h.spillAfter()/2 { // before Due would close the pipe to write them itself
 		p.commit.wakeUp()
@@ -239,10 +262,9 @@ func (p *Pipe) stop(err error) {
 	p.mu.Unlock()
 }
 
-// sync answers the flights in order: one fsync for every flight queued by
-// the time it starts (the later ones' records lie after the earlier ones'),
-// none for a flight already durable. Once an fsync has failed, its flights
-// and every later one wait for Close, which cuts the file back.
+// sync settles the flights in order, every flight queued by the time an
+// fsync starts in one run (the later ones' records lie after the earlier
+// ones').
 func (p *Pipe) sync() {
 	defer close(p.done)
 	for f := range p.flights {
@@ -259,35 +281,45 @@ func (p *Pipe) sync() {
 				break gather
 			}
 		}
-		end := run[len(run)-1].end
+		p.settle(run)
+		p.queued.Add(-int64(len(run)))
+	}
+}
+
+// settle makes a run of flights durable with one fsync (none for a run
+// already durable) and answers them. Once an fsync has failed, its
+// flights and every later one wait for Close, which cuts the file back.
+// One goroutine at a time: the syncer, or BatchAlone's caller while the
+// syncer has nothing.
+func (p *Pipe) settle(run []*Flight) {
+	end := run[len(run)-1].end
+	p.mu.Lock()
+	failed, durable := p.syncFailed, p.durable
+	p.mu.Unlock()
+	if failed == nil && end.Count > durable.Count {
+		err := p.tx.log.Sync()
+		p.h.syncs.Add(1)
 		p.mu.Lock()
-		failed, durable := p.syncFailed, p.durable
+		if err != nil {
+			p.syncFailed = err
+		} else {
+			p.durable, p.version = end, run[len(run)-1].version
+		}
+		failed = p.syncFailed
 		p.mu.Unlock()
-		if failed == nil && end.Count > durable.Count {
-			err := p.tx.log.Sync()
-			p.h.syncs.Add(1)
-			p.mu.Lock()
-			if err != nil {
-				p.syncFailed = err
-			} else {
-				p.durable, p.version = end, run[len(run)-1].version
-			}
-			failed = p.syncFailed
-			p.mu.Unlock()
-			if p.commit != nil && err == nil {
-				p.commit.nudge(end)
-			}
+		if p.commit != nil && err == nil {
+			p.commit.nudge(end)
 		}
-		if failed != nil {
-			p.mu.Lock()
-			p.unanswered = append(p.unanswered, run...)
-			p.mu.Unlock()
-		}
-		for _, g := range run {
-			close(g.settled)
-			if failed == nil {
-				g.answer(nil)
-			}
+	}
+	if failed != nil {
+		p.mu.Lock()
+		p.unanswered = append(p.unanswered, run...)
+		p.mu.Unlock()
+	}
+	for _, g := range run {
+		close(g.settled)
+		if failed == nil {
+			g.answer(nil)
 		}
 	}
 }

@@ -528,3 +528,96 @@ func zeroFreelist(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestBatchAlone: with nothing in flight, BatchAlone fsyncs its batch
+// itself and returns it settled, its then heard; behind a batch whose
+// fsync is under way it queues its own behind it, as Batch does, and both
+// settle in order; an fsync of its own that fails stops the pipe, and
+// Close cuts the WAL back and answers the batch with the failure.
+func TestBatchAlone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0)})
+	submit(t, plain, "first") // T1
+	plain.Close()
+	fsys := gatedfs.New()
+	fsys.Gated.Store(false)
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Clock: fixedClock(t0), FS: fsys})
+	defer h.Close()
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heard atomic.Int32
+	_, _, alone, err := p.BatchAlone([]func(*store.Tx) error{addOne}, func([]error, [][]state.Record, error) { heard.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-alone.Settled():
+	default:
+		t.Fatal("BatchAlone returned with nothing in flight before its batch settled")
+	}
+	if err := alone.Wait(); err != nil || heard.Load() != 1 || p.LastSeq() != 2 {
+		t.Fatalf("the batch alone: %v, then heard %d times, durable up to %d (want nil, 1, 2)", err, heard.Load(), p.LastSeq())
+	}
+
+	fsys.Gated.Store(true)
+	_, _, first, err := p.Batch([]func(*store.Tx) error{addOne}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-fsys.Syncing // the syncer's fsync of the first, held
+	type written struct {
+		f   *store.Flight
+		err error
+	}
+	alongside := func() <-chan written {
+		done := make(chan written, 1)
+		go func() {
+			_, _, f, err := p.BatchAlone([]func(*store.Tx) error{addOne}, nil)
+			done <- written{f, err}
+		}()
+		return done
+	}
+	var behind written
+	select {
+	case behind = <-alongside():
+	case <-fsys.Syncing: // only this batch's own fsync can begin while the first's is held
+		t.Fatal("a batch behind one in flight began an fsync of its own")
+	}
+	if behind.err != nil {
+		t.Fatal(behind.err)
+	}
+	select {
+	case <-behind.f.Settled():
+		t.Fatal("a batch behind one in flight settled before the fsync under way returned")
+	default:
+	}
+	fsys.Gated.Store(false)
+	fsys.Gate <- nil
+	if err := first.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := behind.f.Wait(); err != nil || p.LastSeq() != 4 {
+		t.Fatalf("the batch behind: %v, durable up to %d (want 4)", err, p.LastSeq())
+	}
+
+	before, _ := os.ReadFile(path)
+	fsys.Gated.Store(true)
+	done := alongside()
+	<-fsys.Syncing          // its own fsync, on BatchAlone's goroutine
+	fsys.Gated.Store(false) // the rollback's own fsync goes through
+	fsys.Gate <- errors.New("injected: EIO")
+	w := <-done
+	if w.err != nil || !p.Stopped() {
+		t.Fatalf("a batch alone whose fsync failed: %v, pipe stopped %v (want it written and the pipe stopped)", w.err, p.Stopped())
+	}
+	p.Close()
+	var failed *store.AppendError
+	if err := w.f.Wait(); !errors.As(err, &failed) || !failed.RolledBack {
+		t.Fatalf("the batch whose own fsync failed: %v, want a rolled-back append error", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatalf("the WAL was not cut back:\n%s\nwant\n%s", after, before)
+	}
+}
