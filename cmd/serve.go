@@ -88,9 +88,10 @@ id reused with other options, a fencing conflict), 404 (an unknown task) or 500
 Group commit: requests that arrive together are decided one after the other
 in arrival order, each against the state that includes the earlier ones, their
 records appended in one write with one fsync, and only then answered; if the
-write fails, every request of the batch is answered WriteFailed. Batches are
-pipelined: the next is decided (on the state that includes the last) and
-written while the last one's fsync runs; the WAL stays locked while batches
+write fails, every request of the batch is answered WriteFailed. Requests that
+arrive during an fsync make the next batch; a full batch (--max-batch) is
+pipelined: the next is decided (on the state that includes it) and written
+while its fsync runs. The WAL stays locked while batches
 keep coming and is let go as soon as none is in flight, so local commands on
 the same WAL keep working beside it. A request refused in a batch is refused
 alone; if an fsync fails, the WAL is cut back to what was durable and the
@@ -125,7 +126,7 @@ step.`,
 	c.Flags().StringVar(&o.tlsCert, "tls-cert", "", "serve https with this PEM certificate (chain); needs --tls-key")
 	c.Flags().StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	c.Flags().IntVar(&o.maxBatch, "max-batch", 256, "most requests decided in one batch")
-	c.Flags().BoolVar(&o.pipeline, "pipeline", true, "decide the next batch while the last one's fsync runs (false: one batch at a time)")
+	c.Flags().BoolVar(&o.pipeline, "pipeline", true, "decide the next batch while a full batch's fsync runs (false: each batch takes the WAL's lock on its own, one at a time)")
 	c.Flags().StringVar(&o.advertise, "advertise", "", "the URL other nodes and clients reach this server at (default: http://<the --listen address>)")
 	c.Flags().StringSliceVar(&o.publicHosts, "public-host", nil, "a host name clients reach this server by, beside its address, --listen's and --advertise's (repeat, or give a comma-separated list): a request naming another is refused")
 	c.Flags().StringVar(&o.raft.ID, "raft-id", "", "run as this node of a raft cluster (with --raft-dir and --raft-bind)")
