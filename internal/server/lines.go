@@ -208,16 +208,16 @@ func (l *lineReader) next() ([]byte, error) {
 		if len(l.buf)+len(part) > l.limit {
 			return nil, errLineTooLong
 		}
-		switch {
-		case err == nil && len(l.buf) == 0: // the whole line in the reader's buffer: no copy
-			return bytes.TrimSuffix(bytes.TrimSuffix(part, []byte("\n")), []byte("\r")), nil
-		case err == nil:
-			l.buf = append(l.buf, part...)
-			return bytes.TrimSuffix(bytes.TrimSuffix(l.buf, []byte("\n")), []byte("\r")), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			l.buf = append(l.buf, part...)
-		default:
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			return nil, err
+		}
+		line := part // the whole line in the reader's buffer: no copy
+		if err != nil || len(l.buf) > 0 {
+			l.buf = append(l.buf, part...)
+			line = l.buf
+		}
+		if err == nil {
+			return bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r")), nil
 		}
 	}
 }
