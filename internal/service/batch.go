@@ -162,6 +162,25 @@ type Batcher struct {
 	// observe, if set, hears each batch's size and how long it took from
 	// its write to its records being durable.
 	observe func(size int, durable time.Duration)
+
+	// piper is back when its batches are pipelined. lead is held by
+	// whoever decides in its pipe: the loop, or a request decided where it
+	// came (decideHere); it guards pipe, last (the latest batch written in
+	// the pipe), direct (how many requests were decided where they
+	// came) and crowd (the batches' recent size, 16 for one request: see
+	// crowded). inHand is set while the loop holds requests it took and has
+	// not decided yet: they come before a request that would be decided
+	// where it came. lingering is set while the loop waits for a request
+	// with the pipe idle.
+	piper     Piper
+	linger    time.Duration
+	lead      sync.Mutex
+	pipe      *store.Pipe
+	last      *store.Flight
+	direct    int64
+	crowd     int
+	inHand    atomic.Bool
+	lingering atomic.Bool
 }
 
 type pending struct {
@@ -178,7 +197,13 @@ type pending struct {
 // ends it. observe, if set, hears each batch's size and how long it took
 // from its write to its records being durable.
 func NewBatcher(back Backend, max int, observe func(size int, durable time.Duration)) *Batcher {
-	b := &Batcher{back: back, queue: make(chan *pending, 4096), max: max, done: make(chan struct{}), wrote: make(chan struct{}, 1), observe: observe}
+	return newBatcher(back, max, observe, linger)
+}
+
+// newBatcher is NewBatcher whose idle pipe keeps the lock for linger.
+func newBatcher(back Backend, max int, observe func(size int, durable time.Duration), linger time.Duration) *Batcher {
+	b := &Batcher{back: back, queue: make(chan *pending, 4096), max: max, done: make(chan struct{}), wrote: make(chan struct{}, 1), observe: observe, linger: linger}
+	b.piper, _ = back.(Piper)
 	go func() { b.loop(); close(b.done) }()
 	return b
 }
@@ -200,7 +225,8 @@ func (b *Batcher) signalWrote() {
 	}
 }
 
-// Received is how many requests were ever handed to the batcher.
+// Received is how many requests were ever handed to the batcher: queued,
+// or being decided where they came.
 func (b *Batcher) Received() int64 { return b.received.Load() }
 
 // Run queues decide for the next batch and waits until its batch is
@@ -219,9 +245,11 @@ func (b *Batcher) Run(ctx context.Context, decide func(tx *store.Tx) error) ([]s
 		b.mu.RUnlock()
 		return nil, ErrStopping
 	}
-	b.queue <- p
+	if !b.decideHere(p) {
+		b.queue <- p
+		b.received.Add(1)
+	}
 	b.mu.RUnlock()
-	b.received.Add(1)
 	<-p.done
 	return p.committed, p.err
 }
@@ -257,12 +285,12 @@ func (b *Batcher) Stop() {
 // loop takes what has queued, decides it as one batch, and answers it,
 // until the queue is closed: pipelined on a backend that can be.
 func (b *Batcher) loop() {
-	if p, ok := b.back.(Piper); ok {
-		b.pipelined(p)
+	if b.piper != nil {
+		b.pipelined()
 		return
 	}
 	for {
-		batch, exclusive, open := b.next(true)
+		batch, exclusive, open := b.next(true, b.max)
 		switch {
 		case !open:
 			return
@@ -294,85 +322,157 @@ func (b *Batcher) loop() {
 // is held while requests keep coming, and given back once none has come
 // for linger, or as soon as what is in flight is answered when another
 // process waits for it, so that local writers and readers get their turn.
-// A batch is answered once, with what became of it (store.Pipe): a failed
-// write or fsync answers the batches it took down with the failure, and the
-// pipe is closed; the requests the pipe refused before deciding them are
-// decided on a new one.
-func (b *Batcher) pipelined(back Piper) {
-	var (
-		pipe *store.Pipe
-		last *store.Flight // the latest batch written in the pipe
-	)
-	idle := time.NewTimer(linger)
+// While the pipe lingers, a request that finds nothing in flight and
+// nothing waiting is decided on its own goroutine (decideHere). A batch is
+// answered once, with what became of it (store.Pipe): a failed write or
+// fsync answers the batches it took down with the failure, and the pipe is
+// closed; the requests the pipe refused before deciding them are decided on
+// a new one.
+func (b *Batcher) pipelined() {
+	idle := time.NewTimer(b.linger)
 	defer idle.Stop()
-	closePipe := func() {
-		if pipe != nil {
-			back.Unpipe(pipe) // every batch of it answered: what must be decided again is queued before anything new
-			pipe, last = nil, nil
-		}
-	}
 	for {
-		batch, exclusive, open := b.next(pipe == nil)
+		b.lead.Lock()
+		piped := b.pipe != nil
+		b.lead.Unlock()
+		batch, exclusive, open := b.next(!piped, b.max)
 		if !open {
 			break
 		}
+		b.inHand.Store(len(batch) > 0)
+		b.lead.Lock()
+		b.inHand.Store(false)
 		if exclusive != nil {
-			closePipe()
+			b.closePipe()
 			exclusive.err = exclusive.exclusive()
 			close(exclusive.done)
+			b.lead.Unlock()
 			continue
 		}
 		stay := true
-		if len(batch) == 0 && last != nil { // nothing waits yet: the next request may come while the last fsync runs
-			batch, stay = await(b, last.Settled())
+		if len(batch) == 0 && b.last != nil { // nothing waits yet: the next request may come while the last fsync runs
+			settled := b.last.Settled()
+			b.lead.Unlock()
+			batch, stay = await(b, settled)
+			b.inHand.Store(len(batch) > 0)
+			b.lead.Lock()
+			b.inHand.Store(false)
 		}
-		if len(batch) == 0 && stay && pipe != nil && !pipe.Wanted() { // nothing is in flight: the next request may come in a moment
-			idle.Reset(linger)
+		if len(batch) == 0 && stay && b.pipe != nil && !b.pipe.Wanted() { // nothing is in flight: the next request may come in a moment
+			direct := b.direct
+			idle.Reset(b.linger)
+			b.lingering.Store(true)
+			b.lead.Unlock()
 			batch, _ = await(b, idle.C)
-		}
-		if len(batch) == 0 { // nothing came, or another process waits: the lock goes back to local writers
-			closePipe()
-			continue
-		}
-		if pipe == nil {
-			var err error
-			if pipe, err = back.Pipe(); err != nil {
-				b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
+			b.inHand.Store(len(batch) > 0)
+			b.lead.Lock()
+			b.lingering.Store(false)
+			b.inHand.Store(false)
+			if len(batch) == 0 && b.direct != direct { // requests came, and were decided where they came: linger again
+				b.lead.Unlock()
 				continue
 			}
 		}
-		fns := make([]func(*store.Tx) error, len(batch))
-		for i, p := range batch {
-			fns[i] = p.decide
+		if len(batch) == 0 { // nothing came, or another process waits: the lock goes back to local writers
+			b.closePipe()
+			b.lead.Unlock()
+			continue
 		}
-		write := pipe.Batch
-		if b.nothingWaits() { // the batch holds every request that waited: its fsync here, and what comes meanwhile is the next batch
-			write = pipe.BatchAlone
-		}
-		written := time.Now()
-		_, _, f, err := write(fns, func(errs []error, committed [][]state.Record, err error) {
-			b.observed(len(batch), written)
-			b.answer(batch, errs, committed, err)
-		})
-		switch {
-		case errors.Is(err, store.ErrPipeStopped): // nothing of it was decided
-			closePipe()
-			b.takeFirst(batch)
-		case err != nil: // its own write failed: nothing of it was written
-			closePipe()
-			b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
-		default:
-			last = f
-			b.signalWrote()
-			// A stopped pipe takes no more batches; under steady load nothing
-			// but Due would close a pipe whose Close moves tasks out of memory,
-			// and nothing but Wanted would let a waiting process in.
-			if pipe.Stopped() || pipe.Due() || pipe.Wanted() {
-				closePipe()
+		if b.pipe == nil {
+			pipe, err := b.piper.Pipe()
+			if err != nil {
+				b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
+				b.lead.Unlock()
+				continue
 			}
+			b.pipe = pipe
+		}
+		b.write(b.fill(batch), b.nothingWaits())
+		b.lead.Unlock()
+	}
+	b.lead.Lock()
+	b.closePipe()
+	b.lead.Unlock()
+}
+
+// decideHere decides p on the goroutine that brought it, when the pipe
+// lingers with nothing in flight and nothing waiting: a lone client's
+// request then costs no hand-off to the loop and back, each of which wakes
+// a thread. It says whether it took p.
+func (b *Batcher) decideHere(p *pending) bool {
+	if b.piper == nil || !b.lead.TryLock() {
+		return false
+	}
+	defer b.lead.Unlock()
+	if b.pipe == nil || b.crowd >= crowded || b.inHand.Load() || !b.nothingWaits() || (b.last != nil && !isSettled(b.last)) {
+		return false
+	}
+	b.direct++
+	b.received.Add(1)
+	b.write([]*pending{p}, true)
+	return true
+}
+
+// crowded is the batches' recent size (an average that weighs the last
+// batch an eighth, 16 a request) from which no request is decided where
+// it came: when requests come together, the batcher takes them together,
+// where deciding the first alone would cost an fsync of its own.
+const crowded = 20
+
+// isSettled says whether f is durable or its fsync failed.
+func isSettled(f *store.Flight) bool {
+	select {
+	case <-f.Settled():
+		return true
+	default:
+		return false
+	}
+}
+
+// write decides batch in the pipe and writes it; alone, its fsync runs
+// here when nothing else is in flight (store.Pipe.BatchAlone). The caller
+// holds lead.
+func (b *Batcher) write(batch []*pending, alone bool) {
+	fns := make([]func(*store.Tx) error, len(batch))
+	for i, p := range batch {
+		fns[i] = p.decide
+	}
+	write := b.pipe.Batch
+	if alone {
+		write = b.pipe.BatchAlone
+	}
+	b.crowd += 2*len(batch) - b.crowd/8
+	written := time.Now()
+	_, _, f, err := write(fns, func(errs []error, committed [][]state.Record, err error) {
+		b.observed(len(batch), written)
+		b.answer(batch, errs, committed, err)
+	})
+	switch {
+	case errors.Is(err, store.ErrPipeStopped): // nothing of it was decided
+		b.closePipe()
+		b.takeFirst(batch)
+	case err != nil: // its own write failed: nothing of it was written
+		b.closePipe()
+		b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
+	default:
+		b.last = f
+		b.signalWrote()
+		// A stopped pipe takes no more batches; under steady load nothing
+		// but Due would close a pipe whose Close moves tasks out of memory,
+		// and nothing but Wanted would let a waiting process in.
+		if b.pipe.Stopped() || b.pipe.Due() || b.pipe.Wanted() {
+			b.closePipe()
 		}
 	}
-	closePipe()
+}
+
+// closePipe ends the pipe, once every batch of it is answered: what must
+// be decided again is queued before anything new. The caller holds lead.
+func (b *Batcher) closePipe() {
+	if b.pipe != nil {
+		b.piper.Unpipe(b.pipe)
+		b.pipe, b.last = nil, nil
+	}
 }
 
 // linger is how long an idle pipe keeps the lock for the next request:
@@ -422,8 +522,8 @@ func (b *Batcher) answer(batch []*pending, errs []error, committed [][]state.Rec
 
 // next is take, cutting a batch before an exclusive request: that one
 // comes alone, and what was taken after it is taken first next time.
-func (b *Batcher) next(block bool) (batch []*pending, exclusive *pending, open bool) {
-	batch, open = b.take(block)
+func (b *Batcher) next(block bool, room int) (batch []*pending, exclusive *pending, open bool) {
+	batch, open = b.take(block, room)
 	for i, p := range batch {
 		switch {
 		case p.exclusive == nil:
@@ -436,6 +536,17 @@ func (b *Batcher) next(block bool) (batch []*pending, exclusive *pending, open b
 		return batch[:i], nil, open
 	}
 	return batch, nil, open
+}
+
+// fill tops a batch up with what else waits by now, up to max: the
+// requests that came while the batcher woke for the first, or while a
+// request was decided where it came (decideHere).
+func (b *Batcher) fill(batch []*pending) []*pending {
+	more, exclusive, _ := b.next(false, b.max-len(batch))
+	if exclusive != nil { // it comes alone, next
+		b.takeFirst([]*pending{exclusive})
+	}
+	return append(batch, more...)
 }
 
 // nothingWaits says whether no request waits to be decided.
@@ -459,9 +570,9 @@ func (b *Batcher) takeFirst(ps []*pending) {
 // queued, at most max. It waits for a first request when block is set;
 // else an empty batch says nothing waits. open is false once the queue is
 // closed and nothing is left.
-func (b *Batcher) take(block bool) (batch []*pending, open bool) {
+func (b *Batcher) take(block bool, room int) (batch []*pending, open bool) {
 	b.againMu.Lock()
-	n := min(len(b.again), b.max)
+	n := min(len(b.again), room)
 	batch = append(batch, b.again[:n]...)
 	b.again = b.again[n:]
 	b.againMu.Unlock()
@@ -472,7 +583,7 @@ func (b *Batcher) take(block bool) (batch []*pending, open bool) {
 		}
 		batch = append(batch, p)
 	}
-	for len(batch) < b.max {
+	for len(batch) < room {
 		select {
 		case p, ok := <-b.queue:
 			if !ok {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -269,6 +271,132 @@ func TestWhatComesDuringABatchAlone(t *testing.T) {
 	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != 3 {
 		t.Fatalf("batches of %v, want the first alone and then the three that came during its fsync together", sizes)
 	}
+}
+
+// TestALoneRequestIsDecidedWhereItCame: once a pipe is open, a request
+// that finds nothing in flight and nothing waiting is decided, written and
+// fsynced on its own goroutine; the requests that come during its fsync
+// wait for it and then make one batch, decided by the batcher. When that
+// fsync fails, the request is answered with the failure, rolled back, and
+// the next one is decided on the WAL cut back.
+func TestALoneRequestIsDecidedWhereItCame(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	var decided atomic.Int32
+	submit := func(where chan<- string) func(tx *store.Tx) error {
+		return func(tx *store.Tx) error {
+			d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+			if err != nil {
+				return err
+			}
+			decided.Add(1)
+			where <- goroutine()
+			return tx.Commit(d.Records)
+		}
+	}
+	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second})
+	if err := plain.Write(submit(make(chan string, 1))); err != nil { // the WAL exists
+		t.Fatal(err)
+	}
+	plain.Close()
+	fsys := gatedfs.New()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, FS: fsys, Resident: true})
+	defer h.Close()
+	var mu sync.Mutex
+	var sizes []int
+	b := newBatcher(NewWALBackend(h, "http://test"), 64, func(size int, _ time.Duration) { mu.Lock(); sizes = append(sizes, size); mu.Unlock() }, time.Hour)
+	defer b.Stop()
+	// run sends a submit from a goroutine of its own, and tells where it
+	// was sent from, where it was decided, and its answer.
+	type sent struct {
+		from, decidedOn string
+		err             chan error
+	}
+	run := func() *sent {
+		s, from, where := &sent{err: make(chan error, 1)}, make(chan string, 1), make(chan string, 1)
+		go func() {
+			from <- goroutine()
+			_, err := b.Run(context.Background(), submit(where))
+			s.decidedOn = <-where
+			s.err <- err
+		}()
+		s.from = <-from
+		return s
+	}
+	answer := func(s *sent) error {
+		select {
+		case err := <-s.err:
+			return err
+		case <-time.After(testwait.HangGuard):
+			t.Fatalf("hang guard: a request sent from goroutine %s was not answered in %s", s.from, testwait.HangGuard)
+			return nil
+		}
+	}
+	lingers := func() {
+		testwait.Until(t, "the pipe to linger, idle", b.lingering.Load, nil)
+	}
+
+	first := run() // no pipe yet: the batcher opens one
+	<-fsys.Syncing
+	fsys.Gate <- nil
+	if err := answer(first); err != nil || first.decidedOn == first.from {
+		t.Fatalf("the first request: %v, decided on its own goroutine (%v); want the batcher's", err, first.decidedOn == first.from)
+	}
+	lingers()
+	lone := run() // nothing in flight, nothing waiting
+	<-fsys.Syncing
+	var during []*sent
+	for range 3 {
+		during = append(during, run())
+	}
+	testwait.Until(t, "three requests to wait", func() bool { return b.Received() == 5 }, nil)
+	n := decided.Load()
+	fsys.Gated.Store(false)
+	fsys.Gate <- nil
+	if n != 3 {
+		t.Fatalf("%d requests decided by the end of the lone request's fsync; want the plain one, the first and the lone one", n)
+	}
+	if err := answer(lone); err != nil || lone.decidedOn != lone.from {
+		t.Fatalf("the lone request: %v, decided on its own goroutine %v; want true", err, lone.decidedOn == lone.from)
+	}
+	for _, s := range during {
+		if err := answer(s); err != nil || s.decidedOn == s.from {
+			t.Fatalf("a request that came during its fsync: %v, decided on its own goroutine (%v); want the batcher's", err, s.decidedOn == s.from)
+		}
+	}
+	mu.Lock()
+	got := fmt.Sprint(sizes)
+	mu.Unlock()
+	if got != "[1 1 3]" {
+		t.Fatalf("batches of %s; want the first, the lone one, and the three that came during its fsync together", got)
+	}
+
+	fsys.Gated.Store(true)
+	lingers()
+	failing := run()
+	<-fsys.Syncing
+	fsys.Gated.Store(false) // the cut back fsyncs too
+	fsys.Gate <- errors.New("injected: EIO")
+	var failed *store.AppendError
+	if err := answer(failing); !errors.As(err, &failed) || !failed.RolledBack || failing.decidedOn != failing.from {
+		t.Fatalf("the lone request whose fsync failed: %v, decided on its own goroutine %v; want the failure, rolled back, and true", err, failing.decidedOn == failing.from)
+	}
+	after := run()
+	if err := answer(after); err != nil {
+		t.Fatalf("the request after the failure: %v", err)
+	}
+	b.Stop()
+	check := store.Open(store.Options{Path: path, LockTimeout: time.Second, Verifier: state.NewVerifier()})
+	defer check.Close()
+	var last int64
+	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 7 {
+		t.Fatalf("the WAL: %v, %d records; want 7 submits, the failed one left out", err, last)
+	}
+}
+
+// goroutine names the goroutine that calls it.
+func goroutine() string {
+	buf := make([]byte, 64)
+	return strings.Fields(string(buf[:runtime.Stack(buf, false)]))[1]
 }
 
 // TestABusyPipeLetsLocalCommandsIn: clients that send their next request as
