@@ -3,6 +3,9 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -404,6 +407,7 @@ func (b *Batcher) decideHere(p *pending) bool {
 		return false
 	}
 	defer b.lead.Unlock()
+	defer endOnPanic()
 	if b.pipe == nil || b.crowd >= crowded || b.inHand.Load() || !b.nothingWaits() || (b.last != nil && !isSettled(b.last)) {
 		return false
 	}
@@ -411,6 +415,17 @@ func (b *Batcher) decideHere(p *pending) bool {
 	b.received.Add(1)
 	b.write([]*pending{p}, true)
 	return true
+}
+
+// endOnPanic ends the process on a panic of a request decided where it
+// came, as one on the batcher's goroutine does: net/http would recover it
+// and serve on, with the pipe's state half decided. A restart reads the
+// WAL, which holds only what was acknowledged.
+func endOnPanic() {
+	if p := recover(); p != nil {
+		fmt.Fprintf(os.Stderr, "panic: %v\n\n%s", p, debug.Stack())
+		os.Exit(2)
+	}
 }
 
 // crowded is the batches' recent size (an average that weighs the last

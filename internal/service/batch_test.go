@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -391,6 +393,48 @@ func TestALoneRequestIsDecidedWhereItCame(t *testing.T) {
 	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 7 {
 		t.Fatalf("the WAL: %v, %d records; want 7 submits, the failed one left out", err, last)
 	}
+}
+
+// TestAPanicWhereARequestCameEndsTheProcess: a request decided where it
+// came that panics ends the process, as one decided on the batcher's
+// goroutine does, though its caller recovers (as net/http does): the
+// server must not serve on from a pipe half decided.
+func TestAPanicWhereARequestCameEndsTheProcess(t *testing.T) {
+	if path := os.Getenv("LEASEWAL_TEST_PANIC_HERE"); path != "" {
+		panicWhereItCame(path)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAPanicWhereARequestCameEndsTheProcess$")
+	cmd.Env = append(os.Environ(), "LEASEWAL_TEST_PANIC_HERE="+filepath.Join(t.TempDir(), "q.wal"))
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "panic: injected") {
+		t.Fatalf("a process whose request panicked where it came: %v; want exit 2 and the panic\n%s", err, out)
+	}
+}
+
+// panicWhereItCame opens a pipe on the WAL at path, has a request that
+// panics decided where it came, recovers, and says it served on.
+func panicWhereItCame(path string) {
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Resident: true})
+	b := newBatcher(NewWALBackend(h, "http://test"), 64, nil, time.Hour)
+	if _, err := b.Run(context.Background(), func(tx *store.Tx) error { return nil }); err != nil {
+		fmt.Println("the first request:", err)
+		os.Exit(1)
+	}
+	for waited := time.Duration(0); !b.lingering.Load(); waited += time.Millisecond {
+		if waited > testwait.HangGuard {
+			fmt.Println("hang guard: the pipe never lingered")
+			os.Exit(1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = b.Run(context.Background(), func(*store.Tx) error { panic("injected") })
+	}()
+	fmt.Println("served on after the panic")
+	os.Exit(0)
 }
 
 // goroutine names the goroutine that calls it.
