@@ -215,12 +215,18 @@ func TestPipelinedBatcher(t *testing.T) {
 		t.Fatalf("a local writer beside an idle server: %v", err)
 	}
 	b.Stop()
+	if last, err := lastSeq(path); err != nil || last != 3 {
+		t.Fatalf("the WAL: %v, %d records; want the first, the one decided again and the local one", err, last)
+	}
+}
+
+// lastSeq is the last record's seq of the WAL at path, verified.
+func lastSeq(path string) (int64, error) {
 	check := store.Open(store.Options{Path: path, LockTimeout: time.Second, Verifier: state.NewVerifier()})
 	defer check.Close()
 	var last int64
-	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 3 {
-		t.Fatalf("the WAL: %v, %d records; want the first, the one decided again and the local one", err, last)
-	}
+	err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil })
+	return last, err
 }
 
 // TestWhatComesDuringABatchAlone: a batch written when nothing else waits
@@ -387,10 +393,7 @@ func TestALoneRequestIsDecidedWhereItCame(t *testing.T) {
 		t.Fatalf("the request after the failure: %v", err)
 	}
 	b.Stop()
-	check := store.Open(store.Options{Path: path, LockTimeout: time.Second, Verifier: state.NewVerifier()})
-	defer check.Close()
-	var last int64
-	if err := check.Read(func(tx *store.Tx) error { last = tx.State.LastSeq(); return nil }); err != nil || last != 7 {
+	if last, err := lastSeq(path); err != nil || last != 7 {
 		t.Fatalf("the WAL: %v, %d records; want 7 submits, the failed one left out", err, last)
 	}
 }
