@@ -39,9 +39,9 @@ type State struct {
 	// holds them all. srcErr is the first error it gave (Damage).
 	src    Source
 	srcErr error
-	// skipped is, by queue, the entry of the Source's lease order up to
-	// which every entry names a hot task (skip).
-	skipped map[string]OrderEntry
+	// skipped is, by queue, how far the head of the Source's lease order
+	// is known to hold no pick (skip).
+	skipped map[string]orderSkip
 	// touched is the task the record being applied is about, set while
 	// apply runs (subject, applyCreated) and cleared before it returns.
 	touched *Task

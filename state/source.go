@@ -222,20 +222,30 @@ func (s *State) isHot(num int64) bool {
 	return hot
 }
 
-// skip notes that e and every entry before it in queue's lease order name
-// hot tasks: the next pick there reads the Source after e. Under a steady
-// run of leases the tasks taken since the index was written lead every
-// queue; without it each pick would read past all of them again. It holds
-// until the Source or the hot tasks change (Flushed, Reattach): until then
-// a hot task stays hot and the Source's order stays as it is.
-func (s *State) skip(queue string, e OrderEntry) {
-	if e == s.skipped[queue] {
+// orderSkip is a run at the head of a queue's lease order in the Source
+// that holds no pick: after and every entry before it name hot tasks
+// (memory decides on those), or tasks that cannot be leased before until
+// (their not_before, or the expiry of the lease they are under; 0: none).
+type orderSkip struct {
+	after OrderEntry
+	until int64
+}
+
+// skip notes a run at the head of queue's lease order that holds no pick:
+// the next pick there, before its until, reads the Source after it. Under
+// a steady run of leases the tasks taken since the index was written lead
+// every queue, often behind a task leased before and not done yet; without
+// it each pick would read past all of them again. It holds until the
+// Source or the hot tasks change (Flushed, Reattach): until then a hot
+// task stays hot, and the Source's order and bounds stay as they are.
+func (s *State) skip(queue string, sk orderSkip) {
+	if sk == s.skipped[queue] {
 		return
 	}
 	if s.skipped == nil {
-		s.skipped = map[string]OrderEntry{}
+		s.skipped = map[string]orderSkip{}
 	}
-	s.skipped[queue] = e
+	s.skipped[queue] = sk
 }
 
 // adopt brings into memory a task a record changed that was read from the
@@ -308,20 +318,32 @@ func (s *State) srcPick(queues []string, full map[string]bool, now int64) (pick 
 			continue
 		}
 		_, stretched := s.pauses[q] // a pause moved its deadlines past their entries' bound
-		skipped := s.skipped[q]
-		allHot := true
-		err := s.src.Queued(q, skipped, func(e OrderEntry) bool {
+		sk := s.skipped[q]
+		if sk.until != 0 && now >= sk.until { // a task the run passed may be leasable now
+			sk = orderSkip{}
+		}
+		passing := true // every entry so far is in the run
+		err := s.src.Queued(q, sk.after, func(e OrderEntry) bool {
 			if pick != nil && (e.Priority < pick.Priority || e.Priority == pick.Priority && e.Num > Number(pick.ID)) {
 				return false // every task after it in this queue is behind the pick
 			}
 			if s.isHot(e.Num) {
-				if allHot {
-					skipped = e
+				if passing {
+					sk.after = e
 				}
 				return true
 			}
-			allHot = false
-			if now < e.From || (now >= e.To && !stretched) {
+			if now < e.From {
+				if passing {
+					sk.after = e
+					if sk.until == 0 || e.From < sk.until {
+						sk.until = e.From
+					}
+				}
+				return true
+			}
+			passing = false
+			if now >= e.To && !stretched {
 				return true
 			}
 			t, err := s.fromSource(e.Num)
@@ -343,7 +365,7 @@ func (s *State) srcPick(queues []string, full map[string]bool, now int64) (pick 
 		if s.sourced(err) != nil {
 			return nil
 		}
-		s.skip(q, skipped)
+		s.skip(q, sk)
 	}
 	return pick
 }

@@ -470,3 +470,55 @@ func TestDamagedSourceNeverAnswersWrong(t *testing.T) {
 
 // first is a pair's first value.
 func first[T any](v T, _ error) T { return v }
+
+// countingSource counts the entries its lease orders hand out.
+type countingSource struct {
+	*memSource
+	handed int
+}
+
+func (c *countingSource) Queued(queue string, after OrderEntry, fn func(OrderEntry) bool) error {
+	return c.memSource.Queued(queue, after, func(e OrderEntry) bool { c.handed++; return fn(e) })
+}
+
+// TestPicksPassATaskLeasedBefore: a queue whose order in the Source is led
+// by a task leased before it was written (its worker still at it), then by
+// the tasks leased and completed since: each pick reads the order on from
+// where the last one stopped, not past every task taken since; once the
+// earlier lease has run out, a pick reads from the head again and takes
+// that task.
+func TestPicksPassATaskLeasedBefore(t *testing.T) {
+	s, src := New(), newMemSource()
+	const tasks = 300
+	submit := Submit{Payload: "P", Window: Duration(2 * time.Hour), Policy: RetryPolicy{MaxAttempts: 3}}
+	for range tasks {
+		run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(submit, t0) })
+	}
+	slow := run(t, s, t0, func() (Decision, error) {
+		return s.DecideLease(LeaseRequest{Worker: "slow", Duration: time.Hour}, t0)
+	})
+	counted := &countingSource{memSource: src}
+	src.write(s)
+	s.Flushed(counted)
+	const picks = tasks - 2
+	now := t0 + 1
+	for i := range picks {
+		l := run(t, s, now, func() (Decision, error) {
+			return s.DecideLease(LeaseRequest{Worker: "quick", Duration: time.Minute}, now)
+		})
+		if want := fmt.Sprintf("T%d", i+2); l.TaskID != want {
+			t.Fatalf("pick %d took %q, want %s", i, l.TaskID, want)
+		}
+		run(t, s, now, func() (Decision, error) { return s.DecideComplete(l.TaskID, l.LeaseID, "", now) })
+	}
+	if counted.handed > 3*picks {
+		t.Fatalf("%d picks read %d entries of the order: each read past the tasks taken before it", picks, counted.handed)
+	}
+	late := t0 + time.Hour.Milliseconds()
+	again := run(t, s, late, func() (Decision, error) {
+		return s.DecideLease(LeaseRequest{Worker: "quick", Duration: time.Minute}, late)
+	})
+	if again.TaskID != slow.TaskID {
+		t.Fatalf("after the slow lease ran out a pick took %q, want %s", again.TaskID, slow.TaskID)
+	}
+}
