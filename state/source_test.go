@@ -482,31 +482,34 @@ func (c *countingSource) Queued(queue string, after OrderEntry, fn func(OrderEnt
 }
 
 // TestPicksPassATaskLeasedBefore: a queue whose order in the Source is led
-// by a task leased before it was written (its worker still at it), then by
-// the tasks leased and completed since: each pick reads the order on from
-// where the last one stopped, not past every task taken since; once the
-// earlier lease has run out, a pick reads from the head again and takes
-// that task.
+// by a task not yet due and a task leased before it was written (its worker
+// still at it), then by the tasks leased and completed since: each pick
+// reads the order on from where the last one stopped, not past every task
+// taken since; once the first of them can be leased, a pick reads from the
+// head again and takes it.
 func TestPicksPassATaskLeasedBefore(t *testing.T) {
 	s, src := New(), newMemSource()
 	const tasks = 300
 	submit := Submit{Payload: "P", Window: Duration(2 * time.Hour), Policy: RetryPolicy{MaxAttempts: 3}}
+	due := t0 + (30 * time.Minute).Milliseconds()
+	delayed := submit
+	delayed.NotBefore = due
+	later := run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(delayed, t0) })
 	for range tasks {
 		run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(submit, t0) })
 	}
-	slow := run(t, s, t0, func() (Decision, error) {
-		return s.DecideLease(LeaseRequest{Worker: "slow", Duration: time.Hour}, t0)
-	})
+	lease := func(worker string, d time.Duration, now int64) Decision {
+		return run(t, s, now, func() (Decision, error) { return s.DecideLease(LeaseRequest{Worker: worker, Duration: d}, now) })
+	}
+	slow := lease("slow", time.Hour, t0)
 	counted := &countingSource{memSource: src}
 	src.write(s)
 	s.Flushed(counted)
 	const picks = tasks - 2
 	now := t0 + 1
 	for i := range picks {
-		l := run(t, s, now, func() (Decision, error) {
-			return s.DecideLease(LeaseRequest{Worker: "quick", Duration: time.Minute}, now)
-		})
-		if want := fmt.Sprintf("T%d", i+2); l.TaskID != want {
+		l := lease("quick", time.Minute, now)
+		if want := fmt.Sprintf("T%d", i+3); l.TaskID != want {
 			t.Fatalf("pick %d took %q, want %s", i, l.TaskID, want)
 		}
 		run(t, s, now, func() (Decision, error) { return s.DecideComplete(l.TaskID, l.LeaseID, "", now) })
@@ -514,11 +517,13 @@ func TestPicksPassATaskLeasedBefore(t *testing.T) {
 	if counted.handed > 3*picks {
 		t.Fatalf("%d picks read %d entries of the order: each read past the tasks taken before it", picks, counted.handed)
 	}
+	l := lease("quick", time.Minute, due)
+	if l.TaskID != later.TaskID {
+		t.Fatalf("once due, a pick took %q, want %s", l.TaskID, later.TaskID)
+	}
+	run(t, s, due, func() (Decision, error) { return s.DecideComplete(l.TaskID, l.LeaseID, "", due) })
 	late := t0 + time.Hour.Milliseconds()
-	again := run(t, s, late, func() (Decision, error) {
-		return s.DecideLease(LeaseRequest{Worker: "quick", Duration: time.Minute}, late)
-	})
-	if again.TaskID != slow.TaskID {
-		t.Fatalf("after the slow lease ran out a pick took %q, want %s", again.TaskID, slow.TaskID)
+	if l := lease("quick", time.Minute, late); l.TaskID != slow.TaskID {
+		t.Fatalf("after the slow lease ran out a pick took %q, want %s", l.TaskID, slow.TaskID)
 	}
 }
