@@ -48,14 +48,8 @@ type Compactor struct {
 // not one.
 func StartCompactor(ctx context.Context, policy AutoCompact, w WAL, batch *Batcher,
 	compact func(store.CompactOptions) (store.Compaction, error), note func(string)) *Compactor {
-	return startCompactor(ctx, policy, w, batch, compact, note, time.Minute)
-}
-
-// startCompactor is StartCompactor that looks every period as well.
-func startCompactor(ctx context.Context, policy AutoCompact, w WAL, batch *Batcher,
-	compact func(store.CompactOptions) (store.Compaction, error), note func(string), period time.Duration) *Compactor {
 	c := &Compactor{policy: policy, store: w.store(), batch: batch, compact: compact, note: note, done: make(chan struct{})}
-	go c.run(ctx, period)
+	go c.run(ctx)
 	return c
 }
 
@@ -84,14 +78,12 @@ func LocalCompaction(w WAL, batch *Batcher) func(store.CompactOptions) (store.Co
 // Wait returns once the compactor has stopped.
 func (c *Compactor) Wait() { <-c.done }
 
-// run looks after a write (resting lookRest after each such look) and
-// every period.
-func (c *Compactor) run(ctx context.Context, period time.Duration) {
+func (c *Compactor) run(ctx context.Context) {
 	defer close(c.done)
 	if c.policy.Above <= 0 && c.policy.Every <= 0 {
 		return
 	}
-	tick := time.NewTicker(period)
+	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	last, left := c.now(), int64(0)
 	// The oldest history segment: only a compaction changes the history, so
