@@ -27,8 +27,8 @@ type AutoCompact struct {
 }
 
 // Compactor compacts the WAL a batcher writes, by policy, with compact
-// (LocalCompaction, or a raft node's). It looks after a batch is written
-// (at most every lookRest) and once a minute. A compaction is also where the history's retention is
+// (LocalCompaction, or a raft node's). It looks after every batch written
+// and once a minute. A compaction is also where the history's retention is
 // applied, so it compacts too once the oldest history segment is wholly
 // past Options.KeepHistory and records were written since the last
 // compaction (with none, there is nothing to compact, and the segment
@@ -91,21 +91,11 @@ func (c *Compactor) run(ctx context.Context) {
 	// the server), not at every batch.
 	oldest := c.oldestSegment()
 	stuck := "" // an expired oldest segment a compaction did not remove (it warned why): not compacted for again
-	// A look after a write is followed by a rest before the next: a
-	// server that answers thousands of batches a second wakes its
-	// compactor a few times a second, not at every batch.
-	wrote, rest := c.batch.Wrote(), time.NewTimer(0)
-	defer rest.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wrote:
-			wrote = nil
-			rest.Reset(lookRest)
-		case <-rest.C:
-			wrote = c.batch.Wrote() // a write during the rest is looked at now
-			continue
+		case <-c.batch.Wrote():
 		case <-tick.C:
 			oldest = c.oldestSegment()
 		}
@@ -140,10 +130,6 @@ func (c *Compactor) run(ctx context.Context) {
 		last = c.now()
 	}
 }
-
-// lookRest is how long a compactor rests after a look that a write
-// prompted: a compaction due is begun that much later at most.
-const lookRest = 100 * time.Millisecond
 
 // oldestSegment is the oldest history segment (none: a zero Segment).
 func (c *Compactor) oldestSegment() store.Segment {
