@@ -160,8 +160,10 @@ type Batcher struct {
 	// earlier batch's fsync failed), to be decided again first.
 	againMu sync.Mutex
 	again   []*pending
-	// wrote is signalled (without blocking) after each batch written.
+	// wrote is signalled (without blocking) after each batch written
+	// that look, if set, waits for.
 	wrote chan struct{}
+	look  atomic.Pointer[lookWhen]
 	// observe, if set, hears each batch's size and how long it took from
 	// its write to its records being durable.
 	observe func(size int, durable time.Duration)
@@ -218,10 +220,24 @@ func (b *Batcher) observed(size int, began time.Time) {
 	}
 }
 
+// lookWhen is what a compactor's policy waits for: a WAL larger than above
+// bytes, or a batch decided at or after at (unix ms; 0: no time).
+type lookWhen struct{ above, at int64 }
+
+// lookFor has Wrote signalled only after a batch that w waits for (nil:
+// after every batch).
+func (b *Batcher) lookFor(w *lookWhen) { b.look.Store(w) }
+
 // Wrote is signalled after a batch was written (a compactor looks then).
 func (b *Batcher) Wrote() <-chan struct{} { return b.wrote }
 
-func (b *Batcher) signalWrote() {
+// signalWrote signals Wrote after batch f was written (nil: a batch of a
+// backend that is not piped), unless the compactor said it waits for
+// neither the WAL's size f leaves nor f's time (lookFor).
+func (b *Batcher) signalWrote(f *store.Flight) {
+	if w := b.look.Load(); w != nil && f != nil && f.Size() <= w.above && (w.at == 0 || f.At() < w.at) {
+		return
+	}
 	select {
 	case b.wrote <- struct{}{}:
 	default:
@@ -310,7 +326,7 @@ func (b *Batcher) loop() {
 		errs, committed, err := b.back.Commit(fns)
 		b.observed(len(batch), began)
 		b.answer(batch, errs, committed, err)
-		b.signalWrote()
+		b.signalWrote(nil)
 	}
 }
 
@@ -471,7 +487,7 @@ func (b *Batcher) write(batch []*pending, alone bool) {
 		b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
 	default:
 		b.last = f
-		b.signalWrote()
+		b.signalWrote(f)
 		// A stopped pipe takes no more batches; under steady load nothing
 		// but Due would close a pipe whose Close moves tasks out of memory,
 		// and nothing but Wanted would let a waiting process in.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -504,5 +505,61 @@ func TestABusyPipeLetsLocalCommandsIn(t *testing.T) {
 	case err := <-busy:
 		t.Fatalf("the server's client stopped: %v", err)
 	default:
+	}
+}
+
+// TestWroteOnlyForWhatTheCompactorWaitsFor: a batch that leaves the WAL no
+// larger than the compactor's size bound and is decided before its time
+// does not signal Wrote; one past either does, as every batch does while
+// the compactor says nothing.
+func TestWroteOnlyForWhatTheCompactorWaitsFor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Resident: true})
+	defer h.Close()
+	b := newBatcher(NewWALBackend(h, "http://test"), 64, nil, time.Hour)
+	defer b.Stop()
+	submit := func(tx *store.Tx) error {
+		d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+		if err != nil {
+			return err
+		}
+		return tx.Commit(d.Records)
+	}
+	if _, err := b.Run(context.Background(), submit); err != nil { // the pipe opens
+		t.Fatal(err)
+	}
+	// Each request then finds the pipe lingering and is decided where it
+	// came: the batch is signalled, or not, before its answer.
+	signalled := func(w *lookWhen) bool {
+		b.lookFor(w)
+		testwait.Until(t, "the pipe to linger, idle", b.lingering.Load, nil)
+		select { // what an earlier batch signalled
+		case <-b.Wrote():
+		default:
+		}
+		if _, err := b.Run(context.Background(), submit); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-b.Wrote():
+			return true
+		default:
+			return false
+		}
+	}
+	for _, c := range []struct {
+		name string
+		w    *lookWhen
+		want bool
+	}{
+		{"the compactor says nothing", nil, true},
+		{"below the size, before the time", &lookWhen{above: 1 << 40, at: math.MaxInt64}, false},
+		{"below the size, no time", &lookWhen{above: 1 << 40}, false},
+		{"past the size", &lookWhen{above: 1}, true},
+		{"at the time", &lookWhen{above: 1 << 40, at: 1}, true},
+	} {
+		if got := signalled(c.w); got != c.want {
+			t.Errorf("%s: Wrote signalled %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -27,8 +28,9 @@ type AutoCompact struct {
 }
 
 // Compactor compacts the WAL a batcher writes, by policy, with compact
-// (LocalCompaction, or a raft node's). It looks after every batch written
-// and once a minute. A compaction is also where the history's retention is
+// (LocalCompaction, or a raft node's). It looks once a minute, and after a
+// batch written that its policy may act on (waitsFor): the batcher wakes it
+// for no other. A compaction is also where the history's retention is
 // applied, so it compacts too once the oldest history segment is wholly
 // past Options.KeepHistory and records were written since the last
 // compaction (with none, there is nothing to compact, and the segment
@@ -91,7 +93,9 @@ func (c *Compactor) run(ctx context.Context) {
 	// the server), not at every batch.
 	oldest := c.oldestSegment()
 	stuck := "" // an expired oldest segment a compaction did not remove (it warned why): not compacted for again
+	defer c.batch.lookFor(nil)
 	for {
+		c.batch.lookFor(c.waitsFor(left, last, oldest, stuck))
 		select {
 		case <-ctx.Done():
 			return
@@ -99,6 +103,7 @@ func (c *Compactor) run(ctx context.Context) {
 		case <-tick.C:
 			oldest = c.oldestSegment()
 		}
+		c.batch.lookFor(nil) // while it looks, every batch signals: nothing waits on what it will wait for next
 		info, err := os.Stat(c.store.Path)
 		if err != nil {
 			continue
@@ -129,6 +134,26 @@ func (c *Compactor) run(ctx context.Context) {
 		}
 		last = c.now()
 	}
+}
+
+// waitsFor is what the policy acts on, for the batcher to wake the
+// compactor only then: a WAL larger than both Above and twice what the
+// last compaction left, or the time Every has passed since it, or the time
+// the oldest history segment is wholly past KeepHistory.
+func (c *Compactor) waitsFor(left, last int64, oldest store.Segment, stuck string) *lookWhen {
+	w := &lookWhen{above: math.MaxInt64}
+	if c.policy.Above > 0 {
+		w.above = max(c.policy.Above, 2*left)
+	}
+	if c.policy.Every > 0 {
+		w.at = last + c.policy.Every.Milliseconds()
+	}
+	if keep := c.policy.Options.KeepHistory; keep > 0 && oldest.Path != "" && oldest.Path != stuck {
+		if at := oldest.LastAt + keep.Milliseconds() + 1; w.at == 0 || at < w.at { // expired: its last record before at - keep
+			w.at = at
+		}
+	}
+	return w
 }
 
 // oldestSegment is the oldest history segment (none: a zero Segment).

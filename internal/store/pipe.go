@@ -62,6 +62,7 @@ type Pipe struct {
 type Flight struct {
 	end     wal.Position // the WAL up to the batch's last record
 	version int          // the WAL's format version after it
+	at      int64        // the clock's time the batch was decided at
 	err     error
 	done    chan struct{}
 	settled chan struct{} // closed once the batch is durable, or its fsync failed (then Close answers it)
@@ -85,6 +86,12 @@ func (f *Flight) answer(err error) {
 		f.then(f.errs, f.committed, err)
 	}
 }
+
+// Size is the WAL's size in bytes once the batch is written.
+func (f *Flight) Size() int64 { return f.end.End }
+
+// At is the clock's time the batch was decided at.
+func (f *Flight) At() int64 { return f.at }
 
 // Settled is closed once the batch is durable, or its fsync failed (then
 // Close answers it).
@@ -182,7 +189,7 @@ func (p *Pipe) batch(fns []func(*Tx) error, then Then, alone bool) (errs []error
 	if tx.diverged != nil {
 		p.stop(tx.diverged)
 	}
-	f = &Flight{done: make(chan struct{}), settled: make(chan struct{}), then: then, errs: errs, committed: committed}
+	f = &Flight{done: make(chan struct{}), settled: make(chan struct{}), then: then, errs: errs, committed: committed, at: now}
 	switch {
 	case len(staged) == 0: // nothing to write: durable once what is before it is
 	case tx.log == nil: // a new WAL, created durably (its directory fsynced) at once
