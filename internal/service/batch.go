@@ -358,9 +358,7 @@ func (b *Batcher) pipelined() {
 		if !open {
 			break
 		}
-		b.inHand.Store(len(batch) > 0)
-		b.lead.Lock()
-		b.inHand.Store(false)
+		b.takeLead(batch)
 		if exclusive != nil {
 			b.closePipe()
 			exclusive.err = exclusive.exclusive()
@@ -373,9 +371,7 @@ func (b *Batcher) pipelined() {
 			settled := b.last.Settled()
 			b.lead.Unlock()
 			batch, stay = await(b, settled)
-			b.inHand.Store(len(batch) > 0)
-			b.lead.Lock()
-			b.inHand.Store(false)
+			b.takeLead(batch)
 		}
 		if len(batch) == 0 && stay && b.pipe != nil && !b.pipe.Wanted() { // nothing is in flight: the next request may come in a moment
 			direct := b.direct
@@ -383,10 +379,8 @@ func (b *Batcher) pipelined() {
 			b.lingering.Store(true)
 			b.lead.Unlock()
 			batch, _ = await(b, idle.C)
-			b.inHand.Store(len(batch) > 0)
-			b.lead.Lock()
+			b.takeLead(batch)
 			b.lingering.Store(false)
-			b.inHand.Store(false)
 			if len(batch) == 0 && b.direct != direct { // requests came, and were decided where they came: linger again
 				b.lead.Unlock()
 				continue
@@ -412,6 +406,15 @@ func (b *Batcher) pipelined() {
 	b.lead.Lock()
 	b.closePipe()
 	b.lead.Unlock()
+}
+
+// takeLead takes lead back for the loop, the requests it took while it
+// waited (batch) marked in hand until it has it: a request that would be
+// decided where it came leaves them first.
+func (b *Batcher) takeLead(batch []*pending) {
+	b.inHand.Store(len(batch) > 0)
+	b.lead.Lock()
+	b.inHand.Store(false)
 }
 
 // decideHere decides p on the goroutine that brought it, when the pipe

@@ -119,14 +119,7 @@ func TestBatcher(t *testing.T) {
 func TestPipelinedBatcher(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
 	submit := func(decided chan<- string) func(tx *store.Tx) error {
-		return func(tx *store.Tx) error {
-			d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
-			if err != nil {
-				return err
-			}
-			decided <- d.TaskID
-			return tx.Commit(d.Records)
-		}
+		return submitNoting(func(id string) { decided <- id })
 	}
 	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second})
 	if err := plain.Write(submit(make(chan string, 1))); err != nil { // T1: the WAL exists
@@ -236,14 +229,7 @@ func lastSeq(path string) (int64, error) {
 func TestWhatComesDuringABatchAlone(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
 	var decided atomic.Int32
-	submit := func(tx *store.Tx) error {
-		d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
-		if err != nil {
-			return err
-		}
-		decided.Add(1)
-		return tx.Commit(d.Records)
-	}
+	submit := submitNoting(func(string) { decided.Add(1) })
 	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second})
 	if err := plain.Write(submit); err != nil { // the WAL exists
 		t.Fatal(err)
@@ -292,15 +278,7 @@ func TestALoneRequestIsDecidedWhereItCame(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
 	var decided atomic.Int32
 	submit := func(where chan<- string) func(tx *store.Tx) error {
-		return func(tx *store.Tx) error {
-			d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
-			if err != nil {
-				return err
-			}
-			decided.Add(1)
-			where <- goroutine()
-			return tx.Commit(d.Records)
-		}
+		return submitNoting(func(string) { decided.Add(1); where <- goroutine() })
 	}
 	plain := store.Open(store.Options{Path: path, LockTimeout: time.Second})
 	if err := plain.Write(submit(make(chan string, 1))); err != nil { // the WAL exists
@@ -441,6 +419,21 @@ func panicWhereItCame(path string) {
 	os.Exit(0)
 }
 
+// submitNoting is a request that submits a task, telling noted (if not
+// nil) its id once decided, before its record is committed.
+func submitNoting(noted func(taskID string)) func(tx *store.Tx) error {
+	return func(tx *store.Tx) error {
+		d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
+		if err != nil {
+			return err
+		}
+		if noted != nil {
+			noted(d.TaskID)
+		}
+		return tx.Commit(d.Records)
+	}
+}
+
 // goroutine names the goroutine that calls it.
 func goroutine() string {
 	buf := make([]byte, 64)
@@ -455,13 +448,7 @@ func goroutine() string {
 // few batches.)
 func TestABusyPipeLetsLocalCommandsIn(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.wal")
-	submit := func(tx *store.Tx) error {
-		d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
-		if err != nil {
-			return err
-		}
-		return tx.Commit(d.Records)
-	}
+	submit := submitNoting(nil)
 	h := store.Open(store.Options{Path: path, LockTimeout: time.Second, Resident: true})
 	defer h.Close()
 	b := NewBatcher(NewWALBackend(h, "http://test"), 64, nil)
@@ -518,13 +505,7 @@ func TestWroteOnlyForWhatTheCompactorWaitsFor(t *testing.T) {
 	defer h.Close()
 	b := newBatcher(NewWALBackend(h, "http://test"), 64, nil, time.Hour)
 	defer b.Stop()
-	submit := func(tx *store.Tx) error {
-		d, err := tx.State.DecideSubmit(state.Submit{Payload: "p", Window: state.Duration(time.Minute), Policy: state.RetryPolicy{MaxAttempts: 1}}, tx.Now)
-		if err != nil {
-			return err
-		}
-		return tx.Commit(d.Records)
-	}
+	submit := submitNoting(nil)
 	if _, err := b.Run(context.Background(), submit); err != nil { // the pipe opens
 		t.Fatal(err)
 	}
