@@ -533,6 +533,10 @@ func KeepFile(name string, src io.Reader) error {
 	return werr
 }
 
+// CreatingSuffix follows a WAL's name in the temporary name CreateBatch
+// writes it under.
+const CreatingSuffix = ".creating-"
+
 // Create makes a new WAL of NewVersion holding the header and one record (see CreateBatch).
 func Create(path string, body []byte, fault *Fault) (*Log, error) {
 	return CreateBatch(path, [][]byte{body}, NewVersion, fault, Seam{})
@@ -553,7 +557,7 @@ func CreateBatch(path string, bodies [][]byte, version int, fault *Fault, seam S
 		return nil, err
 	}
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".creating-*")
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+CreatingSuffix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("creating the WAL: %w", openError(path, err))
 	}

@@ -239,6 +239,11 @@ func (p *Pipe) Due() bool {
 	return log != nil && p.h.indexDue(p.tx.State, log.Position)
 }
 
+// Missing reports whether the WAL does not exist yet: the pipe holds no
+// lock on it, and another process may create it meanwhile, which the
+// pipe's state would not see. Only the goroutine that calls Batch may ask.
+func (p *Pipe) Missing() bool { return p.tx.Missing }
+
 // Wanted reports whether another writer or reader waits for the WAL's
 // lock: the pipe should be closed to let it in, once what is in flight
 // is answered.

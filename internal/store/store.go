@@ -811,7 +811,7 @@ func (tx *Tx) append(bodies [][]byte, version int) error {
 		if err != nil {
 			return err
 		}
-		tx.log = log
+		tx.log, tx.Missing = log, false
 		return nil
 	}
 	cut, err := tx.log.AppendBatch(bodies, version)

@@ -5,12 +5,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leasewal/leasewal/wal"
 )
 
 // Watcher wakes a waiting worker when the WAL may have changed. Every
@@ -29,6 +33,7 @@ type Watcher struct {
 	polled          bool          // no inotify: compare stat results
 	last            os.FileInfo
 	hub             *hub
+	only            atomic.Pointer[func() bool] // Only's
 }
 
 // ErrInterrupted is a Wait ended by Interrupt.
@@ -63,6 +68,24 @@ func (w *Watcher) Close() {
 	if !w.polled {
 		w.hub.unsubscribe(w)
 	}
+}
+
+// Only has the watcher tell of a change only when only, asked as the
+// change is seen, reports true (nil: every change). A server's waiting
+// lease sleeps through the writes that cannot give it a task, its thread
+// not woken for them.
+func (w *Watcher) Only(only func() bool) {
+	if only == nil {
+		w.only.Store(nil)
+		return
+	}
+	w.only.Store(&only)
+}
+
+// wanted says whether a change seen now is told (Only).
+func (w *Watcher) wanted() bool {
+	only := w.only.Load()
+	return only == nil || (*only)()
 }
 
 // Interrupt ends the current Wait, or the next one, with ErrInterrupted. It
@@ -112,7 +135,7 @@ func (w *Watcher) await(timer <-chan time.Time) (changed, done bool, err error) 
 	case <-w.wake:
 		return false, true, ErrInterrupted
 	case <-timer:
-		if w.polled && w.statChanged() {
+		if w.polled && w.statChanged() && w.wanted() {
 			return true, true, nil
 		}
 	}
@@ -146,8 +169,19 @@ func Waiting() int {
 	return n
 }
 
+// names says whether an event's name is w's WAL. The process that creates
+// a WAL writes it under a temporary name, links it into place and goes on
+// appending through the file it opened (wal.CreateBatch): inotify names
+// those appends after the temporary name, which is gone.
+func (w *Watcher) names(name string) bool {
+	return name == w.name || strings.HasPrefix(name, w.name+wal.CreatingSuffix)
+}
+
 // notify tells w its WAL may have changed.
 func (w *Watcher) notify() {
+	if !w.wanted() {
+		return
+	}
 	select {
 	case w.changed <- struct{}{}:
 	default:
@@ -274,7 +308,7 @@ func (h *hub) dispatch(events []byte) {
 				continue
 			}
 			for w := range subs {
-				if ev.Mask&unix.IN_Q_OVERFLOW != 0 || string(name) == w.name {
+				if ev.Mask&unix.IN_Q_OVERFLOW != 0 || w.names(string(name)) {
 					w.notify()
 				}
 			}

@@ -82,3 +82,38 @@ func TestWatchFallsBackToPolling(t *testing.T) {
 		t.Fatalf("Interrupt: %v", err)
 	}
 }
+
+// TestAWatcherSeesAppendsOfTheProcessThatCreatedTheWAL: a pipe that creates
+// the WAL goes on appending through the file it created under a temporary
+// name, and inotify names those appends after that name; a watcher of the
+// WAL still hears them, and a pipe on a WAL that does not exist says so.
+func TestAWatcherSeesAppendsOfTheProcessThatCreatedTheWAL(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Resident: true})
+	defer h.Close()
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.Missing() {
+		t.Fatal("a pipe on no WAL says it is not missing")
+	}
+	if _, _, f, err := p.Batch([]func(*store.Tx) error{addOne}, nil); err != nil || f.Wait() != nil {
+		t.Fatalf("the batch that creates the WAL: %v", err)
+	}
+	if p.Missing() {
+		t.Fatal("a pipe that created the WAL says it is missing")
+	}
+	w, err := h.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, _, f, err := p.Batch([]func(*store.Tx) error{addOne}, nil); err != nil || f.Wait() != nil {
+		t.Fatalf("the second batch: %v", err)
+	}
+	if changed, err := w.Wait(time.Now().Add(testwait.HangGuard)); !changed || err != nil {
+		t.Fatalf("the append after the WAL's creation was not seen: %v %v", changed, err)
+	}
+}
