@@ -167,6 +167,8 @@ type Batcher struct {
 	// observe, if set, hears each batch's size and how long it took from
 	// its write to its records being durable.
 	observe func(size int, durable time.Duration)
+	// wakes counts the decisions a waiting lease may be waiting for.
+	wakes *wakes
 
 	// piper is back when its batches are pipelined. lead is held by
 	// whoever decides in its pipe: the loop, or a request decided where it
@@ -209,6 +211,7 @@ func NewBatcher(back Backend, max int, observe func(size int, durable time.Durat
 func newBatcher(back Backend, max int, observe func(size int, durable time.Duration), linger time.Duration) *Batcher {
 	b := &Batcher{back: back, queue: make(chan *pending, 4096), max: max, done: make(chan struct{}), wrote: make(chan struct{}, 1), observe: observe, linger: linger}
 	b.piper, _ = back.(Piper)
+	b.wakes = newWakes(b.piper != nil)
 	go func() { b.loop(); close(b.done) }()
 	return b
 }
@@ -257,7 +260,9 @@ func (b *Batcher) Run(ctx context.Context, decide func(tx *store.Tx) error) ([]s
 		if ctx.Err() != nil {
 			return ErrClientGone
 		}
-		return decide(tx)
+		err := decide(tx)
+		b.wakes.decided(tx)
+		return err
 	}, done: make(chan struct{})}
 	b.mu.RLock()
 	if b.stopped {
@@ -493,8 +498,10 @@ func (b *Batcher) write(batch []*pending, alone bool) {
 		b.signalWrote(f)
 		// A stopped pipe takes no more batches; under steady load nothing
 		// but Due would close a pipe whose Close moves tasks out of memory,
-		// and nothing but Wanted would let a waiting process in.
-		if b.pipe.Stopped() || b.pipe.Due() || b.pipe.Wanted() {
+		// and nothing but Wanted would let a waiting process in. A pipe on
+		// a WAL that does not exist yet would not see another process
+		// create it.
+		if b.pipe.Stopped() || b.pipe.Due() || b.pipe.Wanted() || b.pipe.Missing() {
 			b.closePipe()
 		}
 	}
@@ -504,6 +511,7 @@ func (b *Batcher) write(batch []*pending, alone bool) {
 // be decided again is queued before anything new. The caller holds lead.
 func (b *Batcher) closePipe() {
 	if b.pipe != nil {
+		b.wakes.anywhere.Add(1) // before the lock is let go, and before a failed batch is cut back
 		b.piper.Unpipe(b.pipe)
 		b.pipe, b.last = nil, nil
 	}

@@ -189,7 +189,10 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 		}
 	}
 	req := state.LeaseRequest{Worker: r.Worker, Duration: d, TaskID: r.Task, RequestID: r.RequestID, Queues: queues}
-	var next int64 // when time alone next changes what is eligible
+	var (
+		next    int64          // when time alone next changes what is eligible
+		watched *store.Watcher // a waiting lease's, told of the writes that may give it a task
+	)
 	decide := func(tx *store.Tx) (any, error) {
 		dec, err := tx.State.DecideLease(req, tx.Now)
 		if err != nil {
@@ -200,6 +203,9 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 			l.rateHolds.count(dec.HeldBack)
 			if wait > 0 {
 				next = nextEvent(tx) // it reads every unfinished task: only when the lease will wait
+				if l.o.Batch != nil && watched != nil {
+					watched.Only(l.o.Batch.wakes.mark(tx, queues)) // in the batch: before its own write is seen
+				}
 			}
 			return &api.Empty{Result: api.Outcome(dec.Outcome), TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: answers.Null(answers.Stamp(dec.NextEligibleAt)), Live: dec.Live}, nil
 		case state.ResultCancelled:
@@ -237,6 +243,7 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 		return api.Lease{}, err
 	}
 	defer w.release()
+	watched = w.w
 	deadline := time.Now().Add(wait)
 	for {
 		v, err := l.leaseOnce(ctx, h, r.Actor, decide)

@@ -1,0 +1,99 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/internal/testwait"
+)
+
+// waitingLease starts a lease on queue that waits in l; its answer comes on
+// the channel.
+func waitingLease(l *Local, queue string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		lease, err := l.Lease(context.Background(), api.LeaseRequest{Worker: "idle", Queue: api.List(queue), Wait: "10m"})
+		if err == nil && lease.TaskID == "" {
+			err = fmt.Errorf("leased nothing: %+v", lease)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask: in a server, a
+// lease that waits on queue idle decides again only after a write that may
+// give it a task. Twenty submits to another queue and twenty grants there
+// are decided without it; a submit to idle wakes it, and it leases that
+// task. Every write used to wake it.
+func TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask(t *testing.T) {
+	w := WAL{Path: filepath.Join(t.TempDir(), "q.wal"), LockTimeout: time.Minute}
+	back := OpenWALBackend(w, "http://test")
+	defer back.Close()
+	b := newBatcher(back, 64, nil, time.Hour) // the pipe stays open: it closes only when a test says
+	defer b.Stop()
+	l := New(Options{WAL: w, Batch: b})
+	ctx := context.Background()
+	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "the WAL's first", Queue: "busy"}); err != nil {
+		t.Fatal(err)
+	}
+	got := waitingLease(l, "idle")
+	testwait.Until(t, "the lease to wait", func() bool { return b.Received() == 2 && store.Waiting() == 1 }, func() string {
+		return fmt.Sprintf("%d decisions, %d watching", b.Received(), store.Waiting())
+	})
+	for i := range 20 {
+		if _, err := l.Submit(ctx, api.SubmitRequest{Payload: fmt.Sprint(i), Queue: "busy"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Lease(ctx, api.LeaseRequest{Worker: "busy", Queue: "busy"}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond) // a lease woken by these would decide again meanwhile: the count below shows it
+	}
+	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "for idle", Queue: "idle"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiting lease: %v", err)
+		}
+	case <-time.After(testwait.HangGuard):
+		t.Fatalf("the waiting lease on idle did not lease the task submitted there in %s", testwait.HangGuard)
+	}
+	if n := b.Received(); n != 44 {
+		t.Errorf("%d decisions, want 44: the WAL's first submit, the waiting lease's first decision, 40 for queue busy, the submit to idle and the lease of it", n)
+	}
+}
+
+// TestAWaitingLeaseSeesAnotherProcesssWrite: a server lets the WAL's lock go
+// when idle, and a one-shot command submits to the queue a lease waits on:
+// the server never decided that record, and the lease still takes it.
+func TestAWaitingLeaseSeesAnotherProcesssWrite(t *testing.T) {
+	w := WAL{Path: filepath.Join(t.TempDir(), "q.wal"), LockTimeout: time.Minute}
+	back := OpenWALBackend(w, "http://test")
+	defer back.Close()
+	b := NewBatcher(back, 64, nil)
+	defer b.Stop()
+	l := New(Options{WAL: w, Batch: b})
+	got := waitingLease(l, "idle")
+	testwait.Until(t, "the lease to wait", func() bool { return b.Received() == 1 && store.Waiting() == 1 }, func() string {
+		return fmt.Sprintf("%d decisions, %d watching", b.Received(), store.Waiting())
+	})
+	if _, err := New(Options{WAL: w}).Submit(context.Background(), api.SubmitRequest{Payload: "from a shell", Queue: "idle"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiting lease: %v", err)
+		}
+	case <-time.After(testwait.HangGuard):
+		t.Fatalf("the waiting lease on idle did not lease the task another process submitted there in %s", testwait.HangGuard)
+	}
+}
