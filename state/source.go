@@ -438,14 +438,18 @@ func (s *State) srcNextAt(now int64, next *int64, note func(int64)) {
 // never later than its task's eligibility. For queues none of which is
 // paused, full or held by its rate (those move a task's time as a whole).
 func (s *State) srcEmpty(queues []string, next, now int64) (int64, int, error) {
-	live, err := s.src.Unfinished(queues)
+	recorded, err := s.src.Unfinished(queues)
 	if err != nil {
 		return 0, 0, s.sourced(err)
 	}
+	live := recorded
 	for _, t := range s.order {
 		if t.srcUnfinished && inQueues(t, queues) {
 			live--
 		}
+	}
+	if recorded == 0 { // none of the Source's tasks is of queues: the times of other queues' are not read
+		return next, live, nil
 	}
 	note := func(t *Task, lapsed bool) {
 		if !inQueues(t, queues) {

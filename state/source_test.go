@@ -471,14 +471,45 @@ func TestDamagedSourceNeverAnswersWrong(t *testing.T) {
 // first is a pair's first value.
 func first[T any](v T, _ error) T { return v }
 
-// countingSource counts the entries its lease orders hand out.
+// countingSource counts the entries its lease orders hand out, and the
+// tasks its times do.
 type countingSource struct {
 	*memSource
-	handed int
+	handed, timed int
 }
 
 func (c *countingSource) Queued(queue string, after OrderEntry, fn func(OrderEntry) bool) error {
 	return c.memSource.Queued(queue, after, func(e OrderEntry) bool { c.handed++; return fn(e) })
+}
+
+func (c *countingSource) Upcoming(now int64, fn func(at, num int64) bool) error {
+	return c.memSource.Upcoming(now, func(at, num int64) bool { c.timed++; return fn(at, num) })
+}
+
+// TestALeaseOfAnEmptyQueueReadsNoOtherQueuesTimes: a lease of a queue that
+// holds no task, beside a backlog elsewhere whose every task has a
+// deadline, answers EMPTY with no next time and reads none of the
+// backlog's times (a server's waiting workers ask it after every write that
+// may give them a task).
+func TestALeaseOfAnEmptyQueueReadsNoOtherQueuesTimes(t *testing.T) {
+	s, src := New(), newMemSource()
+	submit := Submit{Payload: "P", Window: Duration(2 * time.Hour), Policy: RetryPolicy{MaxAttempts: 3}}
+	for range 300 {
+		run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(submit, t0) })
+	}
+	counted := &countingSource{memSource: src}
+	src.write(s)
+	s.Flushed(counted)
+	d, err := s.DecideLease(LeaseRequest{Worker: "idle", Duration: time.Minute, Queues: []string{"idle"}}, t0+1)
+	if err != nil || d.Outcome != ResultEmpty || d.NextEligibleAt != 0 {
+		t.Fatalf("a lease of queue idle: %+v %v; want EMPTY with no next time", d, err)
+	}
+	if counted.timed != 0 {
+		t.Fatalf("a lease of an empty queue read %d times of the other queue's tasks", counted.timed)
+	}
+	if d, err := s.DecideLease(LeaseRequest{Worker: "busy", Duration: time.Minute}, t0+1); err != nil || d.Outcome != ResultLeased {
+		t.Fatalf("a lease of any queue beside it: %+v %v", d, err)
+	}
 }
 
 // TestPicksPassATaskLeasedBefore: a queue whose order in the Source is led
