@@ -159,6 +159,31 @@ func (s *State) NextEventAt(now int64) int64 {
 	return next
 }
 
+// Frees says whether r, once applied, may have made a task eligible for a
+// lease that was not, or brought forward the time at which one becomes so:
+// a waiting lease that found nothing must look again after it. queue names
+// the only queue where it may ("": any). A grant and a work-lease record
+// never do; a submit, and a queue's pause, limit or rate, may in their
+// queue; a record of a task's lease or end may in the task's queue, and
+// anywhere once tasks may wait for tasks (an end releases its dependents,
+// whatever their queue); anything else (a schedule, a base) anywhere.
+func (s *State) Frees(r Record) (queue string, frees bool) {
+	switch r.Type {
+	case LeaseGranted, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed:
+		return "", false
+	case TaskCreated, QueuePaused, QueueResumed, QueueLimited, QueueRated:
+		return cmp.Or(r.Queue, DefaultQueue), true
+	}
+	if r.TaskID == "" || s.newest {
+		return "", true
+	}
+	t, err := s.lookupTask(r.TaskID)
+	if err != nil || t == nil {
+		return "", true
+	}
+	return t.Queue, true
+}
+
 // DecideAbort ends a WAITING or LEASED task at an operator's word: DEAD with
 // the reason, its lease (if any) no longer the authority. A repeat with the
 // same reason answers again and writes nothing.

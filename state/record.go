@@ -415,19 +415,3 @@ func (w *recordWriter) list(k string, xs []string) {
 	}
 	w.b = append(w.b, ']')
 }
-
-// Frees says whether r may make a task eligible for a lease that was not,
-// or bring forward the time at which one becomes so: a waiting lease that
-// found nothing must look again after it. queue names the only queue where
-// it may ("": any). A grant and a work-lease record never do; a submit may
-// only in its task's queue; anything else (an end, a lapse, an extension,
-// a pause, a limit, a schedule) is taken to free anywhere.
-func (r Record) Frees() (queue string, frees bool) {
-	switch r.Type {
-	case LeaseGranted, WorkAcquired, WorkEnqueued, WorkSucceeded, WorkFailed:
-		return "", false
-	case TaskCreated:
-		return r.Queue, true
-	}
-	return "", true
-}

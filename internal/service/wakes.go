@@ -8,18 +8,18 @@ import (
 )
 
 // wakes counts what a batcher decided that may give a waiting lease a task
-// (state.Record.Frees), so that a lease that found nothing looks again
+// (state.State.Frees), so that a lease that found nothing looks again
 // only after a write that may change its answer, and not after every
 // write of the server. anywhere counts the records that may free a task
 // in any queue, and the pipe's closings: once the WAL's lock is let go,
 // another process may write, and a batch that failed is cut back, neither
-// seen here. submits counts every submit, and queues the submits by a hash
-// of their queue (a shared slot wakes a lease too often, never too
-// rarely).
+// seen here. inQueue counts every record that may free a task in one
+// queue, and queues the same by a hash of their queue (a shared slot wakes
+// a lease too often, never too rarely).
 type wakes struct {
 	seed      maphash.Seed
 	anywhere  atomic.Uint64
-	submits   atomic.Uint64
+	inQueue   atomic.Uint64
 	queues    [64]atomic.Uint64
 	unwatched bool // the backend is not piped: every write is looked at
 }
@@ -38,12 +38,12 @@ func (w *wakes) decided(tx *store.Tx) {
 		return
 	}
 	for _, r := range tx.Committed {
-		switch queue, frees := r.Frees(); {
+		switch queue, frees := tx.State.Frees(r); {
 		case !frees:
 		case queue == "":
 			w.anywhere.Add(1)
 		default:
-			w.submits.Add(1)
+			w.inQueue.Add(1)
 			w.slot(queue).Add(1)
 		}
 	}
@@ -59,7 +59,7 @@ func (w *wakes) mark(tx *store.Tx, queues []string) (since func() bool) {
 	}
 	counters := []*atomic.Uint64{&w.anywhere}
 	if len(queues) == 0 {
-		counters = append(counters, &w.submits)
+		counters = append(counters, &w.inQueue)
 	}
 	for _, q := range queues {
 		counters = append(counters, w.slot(q))
