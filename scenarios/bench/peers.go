@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -64,6 +65,9 @@ func peersBench(dir, leasewal string, o peerOptions) {
 		}
 	}
 	fmt.Printf("peers: %s phases, %d interleaved rounds: each figure the median [lowest-highest] of the rounds; every acknowledged write fsynced\n", o.phase, o.rounds)
+	if o.waiters > 0 {
+		fmt.Printf("beside the load, %d consumers wait on an empty queue \"idle\" (lease --wait, reserve-with-timeout, BRPOP) through every phase\n", o.waiters)
+	}
 	if _, err := exec.LookPath("strace"); err == nil {
 		fmt.Println("requests per fsync (strace -f, 1 s; more than 1 is group commit):")
 		for _, clients := range []int{8, 32} {
@@ -103,7 +107,10 @@ func peersBench(dir, leasewal string, o peerOptions) {
 						continue
 					}
 					s := p.start(work != "submit")
+					endIdle, err := s.idle(o.waiters)
+					check(err)
 					runs[p.name()] = append(runs[p.name()], measure(s, work, clients, o.phase))
+					endIdle()
 					s.stop()
 				}
 			}
@@ -142,6 +149,41 @@ type peerOptions struct {
 	rounds  int
 	clients []int
 	only    []string
+	waiters int // consumers waiting on an empty queue beside the load (idle)
+}
+
+// idleSettle is how long idle consumers are given to be waiting before a
+// phase begins.
+const idleSettle = 500 * time.Millisecond
+
+// idleConns has n connections of dial each send what wait sends (a wait
+// on an empty queue, answered at most when it times out), over and over,
+// until end closes them.
+func idleConns[C io.Closer](n int, dial func() (C, error), wait func(C) error) (end func(), err error) {
+	var conns []C
+	var wg sync.WaitGroup
+	end = func() {
+		for _, c := range conns {
+			c.Close()
+		}
+		wg.Wait()
+	}
+	for range n {
+		c, err := dial()
+		if err != nil {
+			end()
+			return nil, err
+		}
+		conns = append(conns, c)
+		wg.Go(func() {
+			for wait(c) == nil {
+			}
+		})
+	}
+	if n > 0 {
+		time.Sleep(idleSettle)
+	}
+	return end, nil
 }
 
 // phaseResult is one phase of one server: what it answered, and the CPU it
@@ -264,6 +306,10 @@ type server interface {
 	// client is one connection; each call of its op does one operation
 	// (a submit, or a task taken and finished).
 	client(work string, id int) (op func() error, err error)
+	// idle opens n consumers that wait on an empty queue "idle" (lease
+	// --wait, reserve-with-timeout, BRPOP) until the function it returns
+	// ends them.
+	idle(n int) (end func(), err error)
 	stop()
 }
 
@@ -412,6 +458,32 @@ func (s *leasewalServer) postAs(path, contentType string, body []byte) ([]byte, 
 	}
 	return b, err
 }
+
+// idle has n HTTP clients lease from queue idle with a wait, each on a
+// connection of its own.
+func (s *leasewalServer) idle(n int) (func(), error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	return idleConns(n, func() (*leasewalWaiter, error) { return &leasewalWaiter{cancel: cancel}, nil }, func(w *leasewalWaiter) error {
+		body := []byte(`{"worker":"idle","queue":"idle","wait":"10m"}`)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/lease", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return err
+	})
+}
+
+// leasewalWaiter is one waiting lease of idle: closing it ends every one.
+type leasewalWaiter struct{ cancel context.CancelFunc }
+
+func (w *leasewalWaiter) Close() error { w.cancel(); return nil }
 
 type leaseAnswer struct {
 	TaskID  string `json:"task_id"`
@@ -590,6 +662,30 @@ func (s *beanstalkServer) stop() {
 	stopAll(s.cmd)
 }
 
+// idle has n connections reserve from tube idle, which nothing is put in.
+func (s *beanstalkServer) idle(n int) (func(), error) {
+	return idleConns(n, func() (*beanstalkConn, error) {
+		c, err := dialBeanstalk(s.addr)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprint(c.conn, "watch idle\r\nignore default\r\n")
+		for range 2 {
+			if l, err := c.line(); err != nil || !strings.HasPrefix(l, "WATCHING") {
+				c.Close()
+				return nil, fmt.Errorf("beanstalkd watch: %q %v", l, err)
+			}
+		}
+		return c, nil
+	}, func(c *beanstalkConn) error {
+		fmt.Fprint(c.conn, "reserve-with-timeout 600\r\n")
+		_, err := c.line()
+		return err
+	})
+}
+
+func (c *beanstalkConn) Close() error { return c.conn.Close() }
+
 type beanstalkConn struct {
 	conn net.Conn
 	r    *bufio.Reader
@@ -757,6 +853,16 @@ func (s *redisServer) client(work string, _ int) (func() error, error) {
 		return err
 	}, nil
 }
+
+// idle has n connections BRPOP list idle, which nothing is pushed to.
+func (s *redisServer) idle(n int) (func(), error) {
+	return idleConns(n, func() (*redisConn, error) { return dialRedis(s.addr) }, func(c *redisConn) error {
+		_, err := c.do("BRPOP", "idle", "600")
+		return err
+	})
+}
+
+func (c *redisConn) Close() error { return c.conn.Close() }
 
 func waitListening(addr string) {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
