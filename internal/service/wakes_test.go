@@ -12,18 +12,32 @@ import (
 	"github.com/leasewal/leasewal/internal/testwait"
 )
 
-// waitingLease starts a lease on queue that waits in l; its answer comes on
-// the channel.
-func waitingLease(l *Local, queue string) <-chan error {
+// waitingLease starts a lease of queue idle that waits in l, whose batcher
+// b has had decided requests before it, and returns once it waits. took
+// returns once it has leased a task, which what names.
+func waitingLease(t *testing.T, l *Local, b *Batcher, decided int64) (took func(what string)) {
 	got := make(chan error, 1)
 	go func() {
-		lease, err := l.Lease(context.Background(), api.LeaseRequest{Worker: "idle", Queue: api.List(queue), Wait: "10m"})
+		lease, err := l.Lease(context.Background(), api.LeaseRequest{Worker: "idle", Queue: "idle", Wait: "10m"})
 		if err == nil && lease.TaskID == "" {
 			err = fmt.Errorf("leased nothing: %+v", lease)
 		}
 		got <- err
 	}()
-	return got
+	testwait.Until(t, "the lease to wait", func() bool { return b.Received() == decided+1 && store.Waiting() == 1 }, func() string {
+		return fmt.Sprintf("%d decisions, %d watching", b.Received(), store.Waiting())
+	})
+	return func(what string) {
+		t.Helper()
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("the waiting lease: %v", err)
+			}
+		case <-time.After(testwait.HangGuard):
+			t.Fatalf("the waiting lease of idle did not lease %s in %s", what, testwait.HangGuard)
+		}
+	}
 }
 
 // TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask: in a server, a
@@ -42,10 +56,7 @@ func TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask(t *testing.T) {
 	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "the WAL's first", Queue: "busy"}); err != nil {
 		t.Fatal(err)
 	}
-	got := waitingLease(l, "idle")
-	testwait.Until(t, "the lease to wait", func() bool { return b.Received() == 2 && store.Waiting() == 1 }, func() string {
-		return fmt.Sprintf("%d decisions, %d watching", b.Received(), store.Waiting())
-	})
+	took := waitingLease(t, l, b, 1)
 	for i := range 20 {
 		if _, err := l.Submit(ctx, api.SubmitRequest{Payload: fmt.Sprint(i), Queue: "busy"}); err != nil {
 			t.Fatal(err)
@@ -62,14 +73,7 @@ func TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask(t *testing.T) {
 	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "for idle", Queue: "idle"}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("the waiting lease: %v", err)
-		}
-	case <-time.After(testwait.HangGuard):
-		t.Fatalf("the waiting lease on idle did not lease the task submitted there in %s", testwait.HangGuard)
-	}
+	took("the task submitted there")
 	if n := b.Received(); n != 64 {
 		t.Errorf("%d decisions, want 64: the WAL's first submit, the waiting lease's first decision, 60 for queue busy, the submit to idle and the lease of it", n)
 	}
@@ -85,19 +89,9 @@ func TestAWaitingLeaseSeesAnotherProcesssWrite(t *testing.T) {
 	b := NewBatcher(back, 64, nil)
 	defer b.Stop()
 	l := New(Options{WAL: w, Batch: b})
-	got := waitingLease(l, "idle")
-	testwait.Until(t, "the lease to wait", func() bool { return b.Received() == 1 && store.Waiting() == 1 }, func() string {
-		return fmt.Sprintf("%d decisions, %d watching", b.Received(), store.Waiting())
-	})
+	took := waitingLease(t, l, b, 0)
 	if _, err := New(Options{WAL: w}).Submit(context.Background(), api.SubmitRequest{Payload: "from a shell", Queue: "idle"}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("the waiting lease: %v", err)
-		}
-	case <-time.After(testwait.HangGuard):
-		t.Fatalf("the waiting lease on idle did not lease the task another process submitted there in %s", testwait.HangGuard)
-	}
+	took("the task another process submitted there")
 }
