@@ -738,12 +738,7 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 	}
 	var w *watching
 	for {
-		var v api.Wait
-		err := h.Read(func(tx *store.Tx) error {
-			var err error
-			v, err = look(tx)
-			return err
-		})
+		v, err := l.waitOnce(ctx, h, w, r.Tasks, look)
 		if err != nil {
 			return api.Wait{}, err
 		}
@@ -764,6 +759,27 @@ func (l *Local) Wait(ctx context.Context, r api.WaitRequest) (api.Wait, error) {
 			return v, err
 		}
 	}
+}
+
+// waitOnce is one look of a wait at tasks: inside a server through its
+// batches, where it has w (once watching) told only of the writes that
+// may change those tasks, and takes no lock from the server; else on h.
+func (l *Local) waitOnce(ctx context.Context, h *store.Handle, w *watching, tasks []string, look func(tx *store.Tx) (api.Wait, error)) (api.Wait, error) {
+	if l.o.Batch == nil {
+		var v api.Wait
+		err := h.Read(func(tx *store.Tx) (err error) {
+			v, err = look(tx)
+			return err
+		})
+		return v, err
+	}
+	return as[api.Wait](l.read(ctx, func(tx *store.Tx) (any, error) {
+		v, err := look(tx)
+		if w != nil {
+			w.w.Only(l.o.Batch.wakes.markTasks(tx, tasks)) // in the batch: before a write after it is seen
+		}
+		return v, err
+	}))
 }
 
 // workView is a work-lease decision as its answer; for succeed and fail,

@@ -15,19 +15,21 @@ import (
 // another process may write, and a batch that failed is cut back, neither
 // seen here. inQueue counts every record that may free a task in one
 // queue, and queues the same by a hash of their queue (a shared slot wakes
-// a lease too often, never too rarely).
+// a lease too often, never too rarely). tasks counts every record of a
+// task by a hash of its id, for a wait on tasks' states.
 type wakes struct {
 	seed      maphash.Seed
 	anywhere  atomic.Uint64
 	inQueue   atomic.Uint64
 	queues    [64]atomic.Uint64
-	unwatched bool // the backend is not piped: every write is looked at
+	tasks     [1024]atomic.Uint64 // more than queues: a backlog has many tasks, few queues
+	unwatched bool                // the backend is not piped: every write is looked at
 }
 
 func newWakes(piped bool) *wakes { return &wakes{seed: maphash.MakeSeed(), unwatched: !piped} }
 
-func (w *wakes) slot(queue string) *atomic.Uint64 {
-	return &w.queues[maphash.String(w.seed, queue)%uint64(len(w.queues))]
+func (w *wakes) slot(slots []atomic.Uint64, name string) *atomic.Uint64 {
+	return &slots[maphash.String(w.seed, name)%uint64(len(slots))]
 }
 
 // decided counts the records a decision committed on tx. It runs where
@@ -38,13 +40,16 @@ func (w *wakes) decided(tx *store.Tx) {
 		return
 	}
 	for _, r := range tx.Committed {
+		if r.TaskID != "" {
+			w.slot(w.tasks[:], r.TaskID).Add(1)
+		}
 		switch queue, frees := tx.State.Frees(r); {
 		case !frees:
 		case queue == "":
 			w.anywhere.Add(1)
 		default:
 			w.inQueue.Add(1)
-			w.slot(queue).Add(1)
+			w.slot(w.queues[:], queue).Add(1)
 		}
 	}
 }
@@ -62,8 +67,28 @@ func (w *wakes) mark(tx *store.Tx, queues []string) (since func() bool) {
 		counters = append(counters, &w.inQueue)
 	}
 	for _, q := range queues {
-		counters = append(counters, w.slot(q))
+		counters = append(counters, w.slot(w.queues[:], q))
 	}
+	return moved(counters)
+}
+
+// markTasks is mark for a wait on the states of tasks, in its look on tx:
+// a task's state changes by a record of its own, by time, or, once tasks
+// may wait for tasks, by an end of another, which counts anywhere
+// (State.Frees).
+func (w *wakes) markTasks(tx *store.Tx, tasks []string) (since func() bool) {
+	if w.unwatched || tx.Missing {
+		return nil
+	}
+	counters := []*atomic.Uint64{&w.anywhere}
+	for _, id := range tasks {
+		counters = append(counters, w.slot(w.tasks[:], id))
+	}
+	return moved(counters)
+}
+
+// moved notes counters now, and returns whether one has moved since.
+func moved(counters []*atomic.Uint64) func() bool {
 	seen := make([]uint64, len(counters))
 	for i, c := range counters {
 		seen[i] = c.Load()

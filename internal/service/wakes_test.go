@@ -3,7 +3,10 @@ package service
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"path/filepath"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +43,16 @@ func waitingLease(t *testing.T, l *Local, b *Batcher, decided int64) (took func(
 	}
 }
 
+// apart seeds b's counting so that watched shares a slot of slots with
+// none of others: a shared slot wakes a waiter for the other's records too,
+// and the tests count what wakes it. b has decided nothing yet.
+func apart(b *Batcher, slots []atomic.Uint64, watched string, others ...string) {
+	for shared := true; shared; {
+		b.wakes.seed = maphash.MakeSeed()
+		shared = slices.ContainsFunc(others, func(o string) bool { return b.wakes.slot(slots, o) == b.wakes.slot(slots, watched) })
+	}
+}
+
 // TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask: in a server, a
 // lease that waits on queue idle decides again only after a write that may
 // give it a task. Twenty submits to another queue, twenty grants and
@@ -51,6 +64,7 @@ func TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask(t *testing.T) {
 	defer back.Close()
 	b := newBatcher(back, 64, nil, time.Hour) // the pipe stays open: it closes only when a test says
 	defer b.Stop()
+	apart(b, b.wakes.queues[:], "idle", "busy")
 	l := New(Options{WAL: w, Batch: b})
 	ctx := context.Background()
 	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "the WAL's first", Queue: "busy"}); err != nil {
@@ -94,4 +108,68 @@ func TestAWaitingLeaseSeesAnotherProcesssWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	took("the task another process submitted there")
+}
+
+// TestAWaitOnATaskSleepsThroughWritesOfOthers: in a server, a wait for a
+// task's state looks in the server's batches, and again only after a
+// write of that task: sixty records of other tasks are decided without
+// it, the task's lease wakes it, and it answers OK.
+func TestAWaitOnATaskSleepsThroughWritesOfOthers(t *testing.T) {
+	w := WAL{Path: filepath.Join(t.TempDir(), "q.wal"), LockTimeout: time.Minute}
+	back := OpenWALBackend(w, "http://test")
+	defer back.Close()
+	b := newBatcher(back, 64, nil, time.Hour) // the pipe stays open: it closes only when a test says
+	defer b.Stop()
+	var busy []string
+	for n := 2; n <= 21; n++ {
+		busy = append(busy, fmt.Sprint("T", n))
+	}
+	apart(b, b.wakes.tasks[:], "T1", busy...)
+	l := New(Options{WAL: w, Batch: b})
+	ctx := context.Background()
+	watched, err := l.Submit(ctx, api.SubmitRequest{Payload: "watched", Queue: "watched"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		v, err := l.Wait(ctx, api.WaitRequest{Tasks: []string{watched.TaskID}, For: "LEASED", Timeout: "10m"})
+		if err == nil && v.Result != api.ResultOK {
+			err = fmt.Errorf("answered %+v", v)
+		}
+		got <- err
+	}()
+	testwait.Until(t, "the wait to watch", func() bool { return b.Received() == 3 && store.Waiting() == 1 }, func() string {
+		return fmt.Sprintf("%d decisions, %d watching", b.Received(), store.Waiting())
+	})
+	for i := range 20 {
+		if _, err := l.Submit(ctx, api.SubmitRequest{Payload: fmt.Sprint(i), Queue: "busy"}); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := l.Lease(ctx, api.LeaseRequest{Worker: "busy", Queue: "busy"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease.TaskID != busy[i] {
+			t.Fatalf("leased %s, want %s", lease.TaskID, busy[i])
+		}
+		if _, err := l.Complete(ctx, api.CompleteRequest{Task: lease.TaskID, Lease: lease.LeaseID}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond) // a wait woken by these would look again meanwhile: the count below shows it
+	}
+	if _, err := l.Lease(ctx, api.LeaseRequest{Worker: "w", Task: watched.TaskID}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the wait: %v", err)
+		}
+	case <-time.After(testwait.HangGuard):
+		t.Fatalf("the wait for %s LEASED did not answer in %s", watched.TaskID, testwait.HangGuard)
+	}
+	if n := b.Received(); n != 65 {
+		t.Errorf("%d decisions, want 65: the submit, the wait's two looks, 60 of queue busy, the lease and the look that saw it", n)
+	}
 }
