@@ -68,6 +68,9 @@ func peersBench(dir, leasewal string, o peerOptions) {
 	if o.waiters > 0 {
 		fmt.Printf("beside the load, %d consumers wait on an empty queue \"idle\" (lease --wait, reserve-with-timeout, BRPOP) through every phase\n", o.waiters)
 	}
+	if o.watchers > 0 {
+		fmt.Printf("beside the load, %d waits for a task that does not change (leasewal's wait; beanstalkd and redis have none) through every phase\n", o.watchers)
+	}
 	if _, err := exec.LookPath("strace"); err == nil {
 		fmt.Println("requests per fsync (strace -f, 1 s; more than 1 is group commit):")
 		for _, clients := range []int{8, 32} {
@@ -109,7 +112,10 @@ func peersBench(dir, leasewal string, o peerOptions) {
 					s := p.start(work != "submit")
 					endIdle, err := s.idle(o.waiters)
 					check(err)
+					endWatch, err := s.watch(o.watchers)
+					check(err)
 					runs[p.name()] = append(runs[p.name()], measure(s, work, clients, o.phase))
+					endWatch()
 					endIdle()
 					s.stop()
 				}
@@ -145,11 +151,12 @@ func peersBench(dir, leasewal string, o peerOptions) {
 
 // peerOptions are peersBench's flags.
 type peerOptions struct {
-	phase   time.Duration
-	rounds  int
-	clients []int
-	only    []string
-	waiters int // consumers waiting on an empty queue beside the load (idle)
+	phase    time.Duration
+	rounds   int
+	clients  []int
+	only     []string
+	waiters  int // consumers waiting on an empty queue beside the load (idle)
+	watchers int // waits for a task's state beside the load (watch)
 }
 
 // idleSettle is how long idle consumers are given to be waiting before a
@@ -310,6 +317,9 @@ type server interface {
 	// --wait, reserve-with-timeout, BRPOP) until the function it returns
 	// ends them.
 	idle(n int) (end func(), err error)
+	// watch opens n waits for a task that does not change (leasewal's
+	// wait; the others have none: nothing).
+	watch(n int) (end func(), err error)
 	stop()
 }
 
@@ -462,10 +472,34 @@ func (s *leasewalServer) postAs(path, contentType string, body []byte) ([]byte, 
 // idle has n HTTP clients lease from queue idle with a wait, each on a
 // connection of its own.
 func (s *leasewalServer) idle(n int) (func(), error) {
+	return s.waitingFor(n, "lease", `{"worker":"idle","queue":"idle","wait":"10m"}`)
+}
+
+// watch submits a task to queue watched, which nothing leases, and has n
+// HTTP clients wait for it to complete, each on a connection of its own.
+func (s *leasewalServer) watch(n int) (func(), error) {
+	if n == 0 {
+		return func() {}, nil
+	}
+	b, err := s.post("submit", []byte(`{"payload":"watched","queue":"watched"}`))
+	if err != nil {
+		return nil, err
+	}
+	var ack struct {
+		TaskID string `json:"task_id"`
+	}
+	if err := json.Unmarshal(b, &ack); err != nil {
+		return nil, err
+	}
+	return s.waitingFor(n, "wait", fmt.Sprintf(`{"tasks":[%q],"for":"COMPLETED","timeout":"10m"}`, ack.TaskID))
+}
+
+// waitingFor has n HTTP clients post body to path, each again once
+// answered, until the function it returns ends them.
+func (s *leasewalServer) waitingFor(n int, path, body string) (func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return idleConns(n, func() (*leasewalWaiter, error) { return &leasewalWaiter{cancel: cancel}, nil }, func(w *leasewalWaiter) error {
-		body := []byte(`{"worker":"idle","queue":"idle","wait":"10m"}`)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/lease", bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/"+path, strings.NewReader(body))
 		if err != nil {
 			return err
 		}
@@ -480,7 +514,7 @@ func (s *leasewalServer) idle(n int) (func(), error) {
 	})
 }
 
-// leasewalWaiter is one waiting lease of idle: closing it ends every one.
+// leasewalWaiter is one waiting request: closing it ends every one.
 type leasewalWaiter struct{ cancel context.CancelFunc }
 
 func (w *leasewalWaiter) Close() error { w.cancel(); return nil }
@@ -686,6 +720,8 @@ func (s *beanstalkServer) idle(n int) (func(), error) {
 
 func (c *beanstalkConn) Close() error { return c.conn.Close() }
 
+func (s *beanstalkServer) watch(int) (func(), error) { return func() {}, nil }
+
 type beanstalkConn struct {
 	conn net.Conn
 	r    *bufio.Reader
@@ -863,6 +899,8 @@ func (s *redisServer) idle(n int) (func(), error) {
 }
 
 func (c *redisConn) Close() error { return c.conn.Close() }
+
+func (s *redisServer) watch(int) (func(), error) { return func() {}, nil }
 
 func waitListening(addr string) {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
