@@ -53,25 +53,24 @@ func apart(b *Batcher, slots []atomic.Uint64, watched string, others ...string) 
 	}
 }
 
-// TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask: in a server, a
-// lease that waits on queue idle decides again only after a write that may
-// give it a task. Twenty submits to another queue, twenty grants and
-// twenty completions there are decided without it; a submit to idle wakes it, and it leases that
-// task. Every write used to wake it.
-func TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask(t *testing.T) {
+// piped is a server's WAL and batcher, whose idle pipe keeps the WAL's lock
+// for linger; both end with the test.
+func piped(t *testing.T, linger time.Duration) (WAL, *Batcher) {
 	w := WAL{Path: filepath.Join(t.TempDir(), "q.wal"), LockTimeout: time.Minute}
 	back := OpenWALBackend(w, "http://test")
-	defer back.Close()
-	b := newBatcher(back, 64, nil, time.Hour) // the pipe stays open: it closes only when a test says
-	defer b.Stop()
-	apart(b, b.wakes.queues[:], "idle", "busy")
-	l := New(Options{WAL: w, Batch: b})
+	b := newBatcher(back, 64, nil, linger)
+	t.Cleanup(func() { b.Stop(); back.Close() })
+	return w, b
+}
+
+// busyQueue submits, leases and completes n tasks of queue busy in l, one
+// after the other, and returns their ids. It pauses a moment after each:
+// a waiter woken by their writes would look again meanwhile, and the tests
+// count the looks.
+func busyQueue(t *testing.T, l *Local, n int) (ids []string) {
+	t.Helper()
 	ctx := context.Background()
-	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "the WAL's first", Queue: "busy"}); err != nil {
-		t.Fatal(err)
-	}
-	took := waitingLease(t, l, b, 1)
-	for i := range 20 {
+	for i := range n {
 		if _, err := l.Submit(ctx, api.SubmitRequest{Payload: fmt.Sprint(i), Queue: "busy"}); err != nil {
 			t.Fatal(err)
 		}
@@ -82,8 +81,27 @@ func TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask(t *testing.T) {
 		if _, err := l.Complete(ctx, api.CompleteRequest{Task: lease.TaskID, Lease: lease.LeaseID}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond) // a lease woken by these would decide again meanwhile: the count below shows it
+		ids = append(ids, lease.TaskID)
+		time.Sleep(time.Millisecond)
 	}
+	return ids
+}
+
+// TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask: in a server, a
+// lease that waits on queue idle decides again only after a write that may
+// give it a task. Twenty submits to another queue, twenty grants and
+// twenty completions there are decided without it; a submit to idle wakes
+// it, and it leases that task. Every write used to wake it.
+func TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask(t *testing.T) {
+	w, b := piped(t, time.Hour) // the pipe stays open: it closes only when a test says
+	apart(b, b.wakes.queues[:], "idle", "busy")
+	l := New(Options{WAL: w, Batch: b})
+	ctx := context.Background()
+	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "the WAL's first", Queue: "busy"}); err != nil {
+		t.Fatal(err)
+	}
+	took := waitingLease(t, l, b, 1)
+	busyQueue(t, l, 20)
 	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "for idle", Queue: "idle"}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +115,7 @@ func TestAWaitingLeaseSleepsThroughWritesThatCannotGiveItATask(t *testing.T) {
 // when idle, and a one-shot command submits to the queue a lease waits on:
 // the server never decided that record, and the lease still takes it.
 func TestAWaitingLeaseSeesAnotherProcesssWrite(t *testing.T) {
-	w := WAL{Path: filepath.Join(t.TempDir(), "q.wal"), LockTimeout: time.Minute}
-	back := OpenWALBackend(w, "http://test")
-	defer back.Close()
-	b := NewBatcher(back, 64, nil)
-	defer b.Stop()
+	w, b := piped(t, linger)
 	l := New(Options{WAL: w, Batch: b})
 	took := waitingLease(t, l, b, 0)
 	if _, err := New(Options{WAL: w}).Submit(context.Background(), api.SubmitRequest{Payload: "from a shell", Queue: "idle"}); err != nil {
@@ -115,11 +129,7 @@ func TestAWaitingLeaseSeesAnotherProcesssWrite(t *testing.T) {
 // write of that task: sixty records of other tasks are decided without
 // it, the task's lease wakes it, and it answers OK.
 func TestAWaitOnATaskSleepsThroughWritesOfOthers(t *testing.T) {
-	w := WAL{Path: filepath.Join(t.TempDir(), "q.wal"), LockTimeout: time.Minute}
-	back := OpenWALBackend(w, "http://test")
-	defer back.Close()
-	b := newBatcher(back, 64, nil, time.Hour) // the pipe stays open: it closes only when a test says
-	defer b.Stop()
+	w, b := piped(t, time.Hour) // the pipe stays open: it closes only when a test says
 	var busy []string
 	for n := 2; n <= 21; n++ {
 		busy = append(busy, fmt.Sprint("T", n))
@@ -142,21 +152,8 @@ func TestAWaitOnATaskSleepsThroughWritesOfOthers(t *testing.T) {
 	testwait.Until(t, "the wait to watch", func() bool { return b.Received() == 3 && store.Waiting() == 1 }, func() string {
 		return fmt.Sprintf("%d decisions, %d watching", b.Received(), store.Waiting())
 	})
-	for i := range 20 {
-		if _, err := l.Submit(ctx, api.SubmitRequest{Payload: fmt.Sprint(i), Queue: "busy"}); err != nil {
-			t.Fatal(err)
-		}
-		lease, err := l.Lease(ctx, api.LeaseRequest{Worker: "busy", Queue: "busy"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if lease.TaskID != busy[i] {
-			t.Fatalf("leased %s, want %s", lease.TaskID, busy[i])
-		}
-		if _, err := l.Complete(ctx, api.CompleteRequest{Task: lease.TaskID, Lease: lease.LeaseID}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Millisecond) // a wait woken by these would look again meanwhile: the count below shows it
+	if done := busyQueue(t, l, 20); !slices.Equal(done, busy) {
+		t.Fatalf("the busy queue's tasks were %v, want %v", done, busy)
 	}
 	if _, err := l.Lease(ctx, api.LeaseRequest{Worker: "w", Task: watched.TaskID}); err != nil {
 		t.Fatal(err)
