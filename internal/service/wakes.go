@@ -56,12 +56,8 @@ func (w *wakes) decided(tx *store.Tx) {
 
 // mark is called by a lease that found nothing in queues (none: any), in
 // its decision on tx: the function it returns says whether anything
-// decided since may free a task for it (nil: anything may). A WAL that
-// does not exist yet has no lock to hold: another process may create it.
+// decided since may free a task for it (nil: anything may; see moved).
 func (w *wakes) mark(tx *store.Tx, queues []string) (since func() bool) {
-	if w.unwatched || tx.Missing {
-		return nil
-	}
 	counters := []*atomic.Uint64{&w.anywhere}
 	if len(queues) == 0 {
 		counters = append(counters, &w.inQueue)
@@ -69,7 +65,7 @@ func (w *wakes) mark(tx *store.Tx, queues []string) (since func() bool) {
 	for _, q := range queues {
 		counters = append(counters, w.slot(w.queues[:], q))
 	}
-	return moved(counters)
+	return w.moved(tx, counters)
 }
 
 // markTasks is mark for a wait on the states of tasks, in its look on tx:
@@ -77,18 +73,21 @@ func (w *wakes) mark(tx *store.Tx, queues []string) (since func() bool) {
 // may wait for tasks, by an end of another, which counts anywhere
 // (State.Frees).
 func (w *wakes) markTasks(tx *store.Tx, tasks []string) (since func() bool) {
-	if w.unwatched || tx.Missing {
-		return nil
-	}
 	counters := []*atomic.Uint64{&w.anywhere}
 	for _, id := range tasks {
 		counters = append(counters, w.slot(w.tasks[:], id))
 	}
-	return moved(counters)
+	return w.moved(tx, counters)
 }
 
-// moved notes counters now, and returns whether one has moved since.
-func moved(counters []*atomic.Uint64) func() bool {
+// moved notes counters now, in a decision on tx, and returns whether one
+// has moved since (nil: anything may have, unwatched, or on a WAL that
+// does not exist yet, which has no lock to hold: another process may
+// create it).
+func (w *wakes) moved(tx *store.Tx, counters []*atomic.Uint64) func() bool {
+	if w.unwatched || tx.Missing {
+		return nil
+	}
 	seen := make([]uint64, len(counters))
 	for i, c := range counters {
 		seen[i] = c.Load()

@@ -28,6 +28,7 @@ import (
 // through the handle's warnings: a wait never fails for want of inotify.
 type Watcher struct {
 	path, name, dir string
+	creating        string        // the prefix of the names the WAL is created under (names)
 	changed         chan struct{} // an event about the WAL (buffered: one pending is enough)
 	wake            chan struct{} // Interrupt
 	polled          bool          // no inotify: compare stat results
@@ -46,7 +47,8 @@ const pollEvery = 250 * time.Millisecond
 func (h *Handle) Watch() (*Watcher, error) { return h.watchWith(watchHub) }
 
 func (h *Handle) watchWith(hub *hub) (*Watcher, error) {
-	w := &Watcher{path: h.opts.Path, name: filepath.Base(h.opts.Path), dir: filepath.Dir(h.opts.Path),
+	name := filepath.Base(h.opts.Path)
+	w := &Watcher{path: h.opts.Path, name: name, creating: name + wal.CreatingSuffix, dir: filepath.Dir(h.opts.Path),
 		changed: make(chan struct{}, 1), wake: make(chan struct{}, 1), hub: hub}
 	if err := hub.subscribe(w); err != nil {
 		if errors.Is(err, fs.ErrNotExist) { // no directory to watch: no WAL can ever be there
@@ -74,18 +76,12 @@ func (w *Watcher) Close() {
 // change is seen, reports true (nil: every change). A server's waiting
 // lease sleeps through the writes that cannot give it a task, its thread
 // not woken for them.
-func (w *Watcher) Only(only func() bool) {
-	if only == nil {
-		w.only.Store(nil)
-		return
-	}
-	w.only.Store(&only)
-}
+func (w *Watcher) Only(only func() bool) { w.only.Store(&only) }
 
 // wanted says whether a change seen now is told (Only).
 func (w *Watcher) wanted() bool {
 	only := w.only.Load()
-	return only == nil || (*only)()
+	return only == nil || *only == nil || (*only)()
 }
 
 // Interrupt ends the current Wait, or the next one, with ErrInterrupted. It
@@ -174,7 +170,7 @@ func Waiting() int {
 // appending through the file it opened (wal.CreateBatch): inotify names
 // those appends after the temporary name, which is gone.
 func (w *Watcher) names(name string) bool {
-	return name == w.name || strings.HasPrefix(name, w.name+wal.CreatingSuffix)
+	return name == w.name || strings.HasPrefix(name, w.creating)
 }
 
 // notify tells w its WAL may have changed.
