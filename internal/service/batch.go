@@ -167,8 +167,10 @@ type Batcher struct {
 	// observe, if set, hears each batch's size and how long it took from
 	// its write to its records being durable.
 	observe func(size int, durable time.Duration)
-	// wakes counts the decisions a waiting lease may be waiting for.
+	// wakes counts the decisions a waiting lease may be waiting for, and
+	// turns keeps the waiting leases in line.
 	wakes *wakes
+	turns turns
 
 	// piper is back when its batches are pipelined. lead is held by
 	// whoever decides in its pipe: the loop, or a request decided where it

@@ -192,6 +192,8 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 	var (
 		next    int64          // when time alone next changes what is eligible
 		watched *store.Watcher // a waiting lease's, told of the writes that may give it a task
+		first   bool           // watched is the first of its line (turns), which watches for them
+		marked  *marks         // what the first noted in its last decision
 	)
 	decide := func(tx *store.Tx) (any, error) {
 		dec, err := tx.State.DecideLease(req, tx.Now)
@@ -204,7 +206,12 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 			if wait > 0 {
 				next = nextEvent(tx) // it reads every unfinished task: only when the lease will wait
 				if l.o.Batch != nil && watched != nil {
-					watched.Only(l.o.Batch.wakes.mark(tx, queues)) // in the batch: before its own write is seen
+					only := func() bool { return false } // it waits for a turn
+					if first {
+						marked = l.o.Batch.wakes.mark(tx, queues)
+						only = marked.only() // in the batch: before its own write is seen
+					}
+					watched.Only(only)
 				}
 			}
 			return &api.Empty{Result: api.Outcome(dec.Outcome), TaskID: dec.TaskID, Reason: dec.Reason, NextEligibleAt: answers.Null(answers.Stamp(dec.NextEligibleAt)), Live: dec.Live}, nil
@@ -244,15 +251,28 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 	}
 	defer w.release()
 	watched = w.w
+	line, inLine := lineOf(r.Task, queues), l.o.Batch != nil
+	if inLine {
+		l.o.Batch.turns.join(line, w.w)
+		defer l.o.Batch.turns.leave(line, w.w)
+	}
 	deadline := time.Now().Add(wait)
 	for {
+		first = !inLine || l.o.Batch.turns.first(line, w.w)
 		v, err := l.leaseOnce(ctx, h, r.Actor, decide)
 		a, err := leased(v, err)
 		if _, empty := v.(*api.Empty); !empty || !time.Now().Before(deadline) || l.stopped() {
 			return a, err
 		}
+		if !first { // its turn comes from the line: time is the first's to watch
+			next = 0
+		}
 		if err := w.until(waitUntil(next, deadline)); err != nil {
 			return api.Lease{}, err
+		}
+		if inLine && first {
+			n, all := marked.freed()
+			l.o.Batch.turns.give(line, max(n, 1)-1, all) // it takes one turn itself
 		}
 	}
 }
@@ -776,7 +796,7 @@ func (l *Local) waitOnce(ctx context.Context, h *store.Handle, w *watching, task
 	return as[api.Wait](l.read(ctx, func(tx *store.Tx) (any, error) {
 		v, err := look(tx)
 		if w != nil {
-			w.w.Only(l.o.Batch.wakes.markTasks(tx, tasks)) // in the batch: before a write after it is seen
+			w.w.Only(l.o.Batch.wakes.markTasks(tx, tasks).only()) // in the batch: before a write after it is seen
 		}
 		return v, err
 	}))

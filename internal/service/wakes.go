@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/leasewal/leasewal/internal/store"
+	"github.com/leasewal/leasewal/state"
 )
 
 // wakes counts what a batcher decided that may give a waiting lease a task
@@ -48,16 +49,26 @@ func (w *wakes) decided(tx *store.Tx) {
 		case queue == "":
 			w.anywhere.Add(1)
 		default:
-			w.inQueue.Add(1)
-			w.slot(w.queues[:], queue).Add(1)
+			n := uint64(1)
+			if r.Type == state.QueueResumed || r.Type == state.QueueLimited || r.Type == state.QueueRated {
+				n = everyWaiter // it may free every task of its queue at once
+			}
+			w.inQueue.Add(n)
+			w.slot(w.queues[:], queue).Add(n)
 		}
 	}
 }
 
+// everyWaiter is what a record that may free every task of its queue adds
+// to the queue's counters: more than any line of waiters, each of which a
+// first woken by it gives a turn (turns).
+const everyWaiter = 1 << 32
+
 // mark is called by a lease that found nothing in queues (none: any), in
-// its decision on tx: the function it returns says whether anything
-// decided since may free a task for it (nil: anything may; see moved).
-func (w *wakes) mark(tx *store.Tx, queues []string) (since func() bool) {
+// its decision on tx: the counters it notes say whether anything decided
+// since may free a task for it, and how many records may have (nil:
+// anything may; see note).
+func (w *wakes) mark(tx *store.Tx, queues []string) *marks {
 	counters := []*atomic.Uint64{&w.anywhere}
 	if len(queues) == 0 {
 		counters = append(counters, &w.inQueue)
@@ -65,39 +76,66 @@ func (w *wakes) mark(tx *store.Tx, queues []string) (since func() bool) {
 	for _, q := range queues {
 		counters = append(counters, w.slot(w.queues[:], q))
 	}
-	return w.moved(tx, counters)
+	return w.note(tx, counters)
 }
 
 // markTasks is mark for a wait on the states of tasks, in its look on tx:
 // a task's state changes by a record of its own, by time, or, once tasks
 // may wait for tasks, by an end of another, which counts anywhere
 // (State.Frees).
-func (w *wakes) markTasks(tx *store.Tx, tasks []string) (since func() bool) {
+func (w *wakes) markTasks(tx *store.Tx, tasks []string) *marks {
 	counters := []*atomic.Uint64{&w.anywhere}
 	for _, id := range tasks {
 		counters = append(counters, w.slot(w.tasks[:], id))
 	}
-	return w.moved(tx, counters)
+	return w.note(tx, counters)
 }
 
-// moved notes counters now, in a decision on tx, and returns whether one
-// has moved since (nil: anything may have, unwatched, or on a WAL that
-// does not exist yet, which has no lock to hold: another process may
-// create it).
-func (w *wakes) moved(tx *store.Tx, counters []*atomic.Uint64) func() bool {
+// note notes counters, anywhere first, now, in a decision on tx (nil:
+// anything may change unseen, unwatched, or on a WAL that does not exist
+// yet, which has no lock to hold: another process may create it).
+func (w *wakes) note(tx *store.Tx, counters []*atomic.Uint64) *marks {
 	if w.unwatched || tx.Missing {
 		return nil
 	}
-	seen := make([]uint64, len(counters))
+	m := &marks{counters: counters, seen: make([]uint64, len(counters))}
 	for i, c := range counters {
-		seen[i] = c.Load()
+		m.seen[i] = c.Load()
+	}
+	return m
+}
+
+// marks are the counters a waiter noted, anywhere's first, and what they
+// were then.
+type marks struct {
+	counters []*atomic.Uint64
+	seen     []uint64
+}
+
+// only is what a watcher asks at each change (store.Watcher.Only): whether
+// a counter has moved since (nil marks: every change counts).
+func (m *marks) only() func() bool {
+	if m == nil {
+		return nil
 	}
 	return func() bool {
-		for i, c := range counters {
-			if c.Load() != seen[i] {
+		for i, c := range m.counters {
+			if c.Load() != m.seen[i] {
 				return true
 			}
 		}
 		return false
 	}
+}
+
+// freed is how many records decided since may have freed a task for the
+// waiter; all when one may have freed tasks anywhere, or m is nil.
+func (m *marks) freed() (n uint64, all bool) {
+	if m == nil || m.counters[0].Load() != m.seen[0] {
+		return 0, true
+	}
+	for i, c := range m.counters[1:] {
+		n += c.Load() - m.seen[i+1]
+	}
+	return n, false
 }
