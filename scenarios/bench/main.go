@@ -47,6 +47,7 @@ func main() {
 	peerRounds := flag.Int("rounds", 5, "with -peers: interleaved rounds of every figure")
 	peerClients := flag.String("clients", "1,8,32", "with -peers: numbers of clients")
 	peerWaiters := flag.Int("waiters", 0, "with -peers: consumers that wait on an empty queue beside the load, through every phase")
+	peerConsumers := flag.Int("consumers", 0, "with -peers: consumers that wait on the queue the submits go to and take each task as it comes, through every submit phase")
 	peerWatchers := flag.Int("watchers", 0, "with -peers: waits for a task that does not change (leasewal's wait) beside the load, through every phase")
 	peerOnly := flag.String("only", "", "with -peers: only these servers (leasewal, lines, serial, cluster, beanstalkd, redis), comma-separated")
 	abuse := flag.Int("abuse", 0, "measure a server's bounds instead, on a WAL of this many records: garbage and a log of every record (peak RSS), a batch at the limit beside submits, heartbeats at 10 and 5,000 workers, submits/s (-leasewal may name several binaries: A B A B)")
@@ -79,7 +80,7 @@ func main() {
 		return
 	}
 	if *peerPhase > 0 {
-		o := peerOptions{phase: *peerPhase, rounds: max(1, *peerRounds), waiters: *peerWaiters, watchers: *peerWatchers}
+		o := peerOptions{phase: *peerPhase, rounds: max(1, *peerRounds), waiters: *peerWaiters, consumers: *peerConsumers, watchers: *peerWatchers}
 		for _, c := range strings.Split(*peerClients, ",") {
 			n, err := strconv.Atoi(c)
 			check(err)

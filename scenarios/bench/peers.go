@@ -68,6 +68,9 @@ func peersBench(dir, leasewal string, o peerOptions) {
 	if o.waiters > 0 {
 		fmt.Printf("beside the load, %d consumers wait on an empty queue \"idle\" (lease --wait, reserve-with-timeout, BRPOP) through every phase\n", o.waiters)
 	}
+	if o.consumers > 0 {
+		fmt.Printf("beside the submits, %d consumers wait on their queue and take each task as it comes, leaving it unfinished (lease --wait, reserve-with-timeout, BRPOP)\n", o.consumers)
+	}
 	if o.watchers > 0 {
 		fmt.Printf("beside the load, %d waits for a task that does not change (leasewal's wait; beanstalkd and redis have none) through every phase\n", o.watchers)
 	}
@@ -112,12 +115,18 @@ func peersBench(dir, leasewal string, o peerOptions) {
 						continue
 					}
 					s := p.start(work != "submit")
-					endIdle, err := s.idle(o.waiters)
+					endIdle, err := s.idle(o.waiters, false)
 					check(err)
+					endConsume := func() {}
+					if work == "submit" {
+						endConsume, err = s.idle(o.consumers, true)
+						check(err)
+					}
 					endWatch, err := s.watch(o.watchers)
 					check(err)
 					runs[p.name()] = append(runs[p.name()], measure(s, work, clients, o.phase))
 					endWatch()
+					endConsume()
 					endIdle()
 					s.stop()
 				}
@@ -153,12 +162,13 @@ func peersBench(dir, leasewal string, o peerOptions) {
 
 // peerOptions are peersBench's flags.
 type peerOptions struct {
-	phase    time.Duration
-	rounds   int
-	clients  []int
-	only     []string
-	waiters  int // consumers waiting on an empty queue beside the load (idle)
-	watchers int // waits for a task's state beside the load (watch)
+	phase     time.Duration
+	rounds    int
+	clients   []int
+	only      []string
+	waiters   int // consumers waiting on an empty queue beside the load (idle)
+	consumers int // consumers waiting on the submits' queue (idle, in the submit phases)
+	watchers  int // waits for a task's state beside the load (watch)
 }
 
 // idleSettle is how long idle consumers are given to be waiting before a
@@ -316,9 +326,10 @@ type server interface {
 	// (a submit, or a task taken and finished).
 	client(work string, id int) (op func() error, err error)
 	// idle opens n consumers that wait on an empty queue "idle" (lease
-	// --wait, reserve-with-timeout, BRPOP) until the function it returns
-	// ends them.
-	idle(n int) (end func(), err error)
+	// --wait, reserve-with-timeout, BRPOP), or on the queue the submits go
+	// to (load), until the function it returns ends them. A consumer takes
+	// what comes and waits again, leaving it unfinished.
+	idle(n int, load bool) (end func(), err error)
 	// watch opens n waits for a task that does not change (leasewal's
 	// wait; the others have none: nothing).
 	watch(n int) (end func(), err error)
@@ -482,8 +493,8 @@ func (s *leasewalServer) postAs(path, contentType string, body []byte) ([]byte, 
 
 // idle has n HTTP clients lease from queue idle with a wait, each on a
 // connection of its own.
-func (s *leasewalServer) idle(n int) (func(), error) {
-	return s.waitingFor(n, "lease", `{"worker":"idle","queue":"idle","wait":"10m"}`)
+func (s *leasewalServer) idle(n int, load bool) (func(), error) {
+	return s.waitingFor(n, "lease", `{"worker":"idle","queue":"`+map[bool]string{false: "idle", true: "default"}[load]+`","wait":"10m"}`)
 }
 
 // watch submits a task to queue watched, which nothing leases, and has n
@@ -707,12 +718,13 @@ func (s *beanstalkServer) stop() {
 	stopAll(s.cmd)
 }
 
-// idle has n connections reserve from tube idle, which nothing is put in.
-func (s *beanstalkServer) idle(n int) (func(), error) {
+// idle has n connections reserve from tube idle, which nothing is put in,
+// or from the tube the submits go to (load).
+func (s *beanstalkServer) idle(n int, load bool) (func(), error) {
 	return idleConns(n, func() (*beanstalkConn, error) {
 		c, err := dialBeanstalk(s.addr)
-		if err != nil {
-			return nil, err
+		if err != nil || load {
+			return c, err
 		}
 		fmt.Fprint(c.conn, "watch idle\r\nignore default\r\n")
 		for range 2 {
@@ -724,7 +736,11 @@ func (s *beanstalkServer) idle(n int) (func(), error) {
 		return c, nil
 	}, func(c *beanstalkConn) error {
 		fmt.Fprint(c.conn, "reserve-with-timeout 600\r\n")
-		_, err := c.line()
+		l, err := c.line()
+		var id, size int
+		if _, scanned := fmt.Sscanf(l, "RESERVED %d %d", &id, &size); err == nil && scanned == nil {
+			_, err = io.ReadFull(c.r, make([]byte, size+2))
+		}
 		return err
 	})
 }
@@ -901,10 +917,11 @@ func (s *redisServer) client(work string, _ int) (func() error, error) {
 	}, nil
 }
 
-// idle has n connections BRPOP list idle, which nothing is pushed to.
-func (s *redisServer) idle(n int) (func(), error) {
+// idle has n connections BRPOP list idle, which nothing is pushed to, or
+// the list the submits go to (load).
+func (s *redisServer) idle(n int, load bool) (func(), error) {
 	return idleConns(n, func() (*redisConn, error) { return dialRedis(s.addr) }, func(c *redisConn) error {
-		_, err := c.do("BRPOP", "idle", "600")
+		_, err := c.do("BRPOP", map[bool]string{false: "idle", true: "q"}[load], "600")
 		return err
 	})
 }
