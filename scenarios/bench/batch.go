@@ -17,7 +17,7 @@ func batchBench(dir, leasewal string, n int) {
 	check(err)
 	w := bufio.NewWriter(f)
 	for i := range n {
-		fmt.Fprintf(w, "{\"payload\":\"resize img-%d\",\"request-id\":\"job-%d\",\"queue\":\"images\"}\n", i, i)
+		fmt.Fprintf(w, "{\"payload\":\"resize img-%d\",\"request_id\":\"job-%d\",\"queue\":\"images\"}\n", i, i)
 	}
 	check(w.Flush())
 	check(f.Close())
