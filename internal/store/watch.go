@@ -199,7 +199,12 @@ type hub struct {
 
 var watchHub = &hub{fd: -1, init: unix.InotifyInit1}
 
-const watchMask = unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_ATTRIB
+// watchMask is what changes the WAL: a write or a cut (IN_MODIFY), one
+// created, renamed over or away, or deleted. Not IN_CLOSE_WRITE: every
+// command opens the WAL for writing, and a waiter that looks and finds
+// nothing would wake every other waiter as it closes it, each of which
+// would look again, and so on for ever.
+const watchMask = unix.IN_MODIFY | unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_ATTRIB
 
 func (h *hub) subscribe(w *Watcher) error {
 	h.mu.Lock()

@@ -117,3 +117,43 @@ func TestAWatcherSeesAppendsOfTheProcessThatCreatedTheWAL(t *testing.T) {
 		t.Fatalf("the append after the WAL's creation was not seen: %v %v", changed, err)
 	}
 }
+
+// TestAWatcherSleepsThroughALookThatWritesNothing: commands open the WAL
+// for writing; one that writes nothing (a lease that finds no task, a
+// read) closes it unchanged, and no watcher is told: idle waiters that
+// woke each other so looked at the WAL for ever, a third of a core each.
+// The append after them is told.
+func TestAWatcherSleepsThroughALookThatWritesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer h.Close()
+	if err := h.Write(addOne); err != nil {
+		t.Fatal(err)
+	}
+	w, err := h.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for range 3 { // as one-shot commands do
+		other := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+		if err := other.Write(func(*store.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Read(func(*store.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		other.Close()
+	}
+	other := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer other.Close()
+	if changed, err := w.Wait(time.Now().Add(100 * time.Millisecond)); changed || err != nil {
+		t.Fatalf("looks that wrote nothing woke a watcher: %v %v", changed, err)
+	}
+	if err := other.Write(addOne); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := w.Wait(time.Now().Add(testwait.HangGuard)); !changed || err != nil {
+		t.Fatalf("the append after them was not seen: %v %v", changed, err)
+	}
+}
