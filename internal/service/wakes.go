@@ -12,15 +12,16 @@ import (
 // (state.State.Frees), so that a lease that found nothing looks again
 // only after a write that may change its answer, and not after every
 // write of the server. anywhere counts the records that may free a task
-// in any queue, and the pipe's closings: once the WAL's lock is let go,
-// another process may write, and a batch that failed is cut back, neither
-// seen here. inQueue counts every record that may free a task in one
-// queue, and queues the same by a hash of their queue (a shared slot wakes
-// a lease too often, never too rarely). tasks counts every record of a
-// task by a hash of its id, for a wait on tasks' states.
+// in any queue; unseen the pipe's closings: once the WAL's lock is let
+// go, another process may write, and a batch that failed is cut back,
+// neither seen here. inQueue counts every record that may free a task in
+// one queue, and queues the same by a hash of their queue (a shared slot
+// wakes a lease too often, never too rarely). tasks counts every record
+// of a task by a hash of its id, for a wait on tasks' states.
 type wakes struct {
 	seed      maphash.Seed
 	anywhere  atomic.Uint64
+	unseen    atomic.Uint64
 	inQueue   atomic.Uint64
 	queues    [64]atomic.Uint64
 	tasks     [1024]atomic.Uint64 // more than queues: a backlog has many tasks, few queues
@@ -69,7 +70,7 @@ const everyWaiter = 1 << 32
 // since may free a task for it, and how many records may have (nil:
 // anything may; see note).
 func (w *wakes) mark(tx *store.Tx, queues []string) *marks {
-	counters := []*atomic.Uint64{&w.anywhere}
+	counters := []*atomic.Uint64{&w.anywhere, &w.unseen}
 	if len(queues) == 0 {
 		counters = append(counters, &w.inQueue)
 	}
@@ -84,14 +85,14 @@ func (w *wakes) mark(tx *store.Tx, queues []string) *marks {
 // may wait for tasks, by an end of another, which counts anywhere
 // (State.Frees).
 func (w *wakes) markTasks(tx *store.Tx, tasks []string) *marks {
-	counters := []*atomic.Uint64{&w.anywhere}
+	counters := []*atomic.Uint64{&w.anywhere, &w.unseen}
 	for _, id := range tasks {
 		counters = append(counters, w.slot(w.tasks[:], id))
 	}
 	return w.note(tx, counters)
 }
 
-// note notes counters, anywhere first, now, in a decision on tx (nil:
+// note notes counters, anywhere and unseen first, now, in a decision on tx (nil:
 // anything may change unseen, unwatched, or on a WAL that does not exist
 // yet, which has no lock to hold: another process may create it).
 func (w *wakes) note(tx *store.Tx, counters []*atomic.Uint64) *marks {
@@ -105,8 +106,8 @@ func (w *wakes) note(tx *store.Tx, counters []*atomic.Uint64) *marks {
 	return m
 }
 
-// marks are the counters a waiter noted, anywhere's first, and what they
-// were then.
+// marks are the counters a waiter noted, anywhere's and unseen's first,
+// and what they were then.
 type marks struct {
 	counters []*atomic.Uint64
 	seen     []uint64
@@ -129,13 +130,15 @@ func (m *marks) only() func() bool {
 }
 
 // freed is how many records decided since may have freed a task for the
-// waiter; all when one may have freed tasks anywhere, or m is nil.
+// waiter; all when one may have freed tasks anywhere, or m is nil. What
+// another process may have written (unseen) is not counted: a waiter that
+// takes a task hands its place to the next, which looks (turns).
 func (m *marks) freed() (n uint64, all bool) {
 	if m == nil || m.counters[0].Load() != m.seen[0] {
 		return 0, true
 	}
-	for i, c := range m.counters[1:] {
-		n += c.Load() - m.seen[i+1]
+	for i, c := range m.counters[2:] {
+		n += c.Load() - m.seen[i+2]
 	}
 	return n, false
 }
