@@ -18,16 +18,16 @@ import (
 	"github.com/leasewal/leasewal/internal/testwait"
 )
 
-// waitingLeases starts n leases of queues that wait in l until they lease a
-// task or ctx ends, and returns once all of them watch; each answer, a
-// task's id or an error, comes on the channel.
-func waitingLeases(t *testing.T, ctx context.Context, l *Local, n int, queues api.List, wait string) <-chan string {
+// waitingLeases starts n leases of queue q that wait in l until they lease
+// a task, and returns once all of them watch; each answer, a task's id or
+// an error, comes on the channel.
+func waitingLeases(t *testing.T, l *Local, n int) <-chan string {
 	t.Helper()
 	before := store.Waiting()
 	got := make(chan string, n)
 	for i := range n {
 		go func() {
-			lease, err := l.Lease(ctx, api.LeaseRequest{Worker: fmt.Sprint("w", i), Queue: queues, Wait: wait})
+			lease, err := l.Lease(context.Background(), api.LeaseRequest{Worker: fmt.Sprint("w", i), Queue: "q", Wait: "10m"})
 			switch {
 			case err != nil:
 				got <- err.Error()
@@ -42,6 +42,31 @@ func waitingLeases(t *testing.T, ctx context.Context, l *Local, n int, queues ap
 	return got
 }
 
+// waitingLine is a server whose idle pipe keeps the WAL's lock for
+// linger, with a first task in queue other, and n leases that wait on
+// queue q (waitingLeases), once each has looked.
+func waitingLine(t *testing.T, linger time.Duration, n int) (*Local, *Batcher, <-chan string) {
+	w, b := piped(t, linger)
+	l := New(Options{WAL: w, Batch: b})
+	if _, err := l.Submit(context.Background(), api.SubmitRequest{Payload: "the WAL's first", Queue: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	got := waitingLeases(t, l, n)
+	testwait.Until(t, "every lease's first look", func() bool { return b.Received() == int64(n)+1 }, func() string { return fmt.Sprint(b.Received(), " decisions") })
+	return l, b, got
+}
+
+// decidedExactly fails t unless b comes to want decisions and decides no
+// more in a moment (a lease woken by the last write would decide then).
+func decidedExactly(t *testing.T, b *Batcher, want int64, what string) {
+	t.Helper()
+	testwait.Until(t, what, func() bool { return b.Received() >= want }, func() string { return fmt.Sprint(b.Received(), " decisions") })
+	time.Sleep(5 * time.Millisecond)
+	if n := b.Received(); n != want {
+		t.Fatalf("%d decisions, want %d: %s", n, want, what)
+	}
+}
+
 // TestAWriteWakesOneWaitingLeaseATask: twenty leases wait on queue q in a
 // server. The first of them is decided in the batch of each submit there,
 // and takes its task; the next, whose turn it becomes, looks once: two
@@ -49,15 +74,9 @@ func waitingLeases(t *testing.T, ctx context.Context, l *Local, n int, queues ap
 // submitted in one batch, the first waiter takes one in that batch and
 // gives the next four a turn, and the sixth looks once they are gone.
 func TestAWriteWakesOneWaitingLeaseATask(t *testing.T) {
-	w, b := piped(t, time.Hour) // the pipe stays open
-	l := New(Options{WAL: w, Batch: b})
+	l, b, got := waitingLine(t, time.Hour, 20) // the pipe stays open
 	ctx := context.Background()
-	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "the WAL's first", Queue: "other"}); err != nil {
-		t.Fatal(err)
-	}
-	got := waitingLeases(t, ctx, l, 20, "q", "10m")
 	decided := int64(21)
-	testwait.Until(t, "every lease's first look", func() bool { return b.Received() == decided }, func() string { return fmt.Sprint(b.Received(), " decisions") })
 	leased := map[string]bool{}
 	take := func(ids ...string) {
 		t.Helper()
@@ -87,11 +106,7 @@ func TestAWriteWakesOneWaitingLeaseATask(t *testing.T) {
 			t.Errorf("submit %d and its lease by a waiter took %d fsyncs, want 1: the lease is decided in the submit's batch", i+1, n)
 		}
 		decided += 2
-		testwait.Until(t, "the next lease's turn", func() bool { return b.Received() >= decided }, func() string { return fmt.Sprint(b.Received(), " decisions") })
-		time.Sleep(5 * time.Millisecond) // a lease woken by the write would decide meanwhile
-		if n := b.Received(); n != decided {
-			t.Fatalf("after submit %d: %d decisions, want %d: the submit (the first waiter's lease of it in its batch), the next waiter's turn", i+1, n, decided)
-		}
+		decidedExactly(t, b, decided, fmt.Sprintf("submit %d (the first waiter's lease of it in its batch), the next waiter's turn", i+1))
 	}
 	reqs := make([]api.SubmitRequest, 5)
 	for i := range reqs {
@@ -107,11 +122,7 @@ func TestAWriteWakesOneWaitingLeaseATask(t *testing.T) {
 	}
 	take(ids...)
 	decided += 1 + 4 + 1
-	testwait.Until(t, "the next lease's turn", func() bool { return b.Received() >= decided }, func() string { return fmt.Sprint(b.Received(), " decisions") })
-	time.Sleep(5 * time.Millisecond)
-	if n := b.Received(); n != decided {
-		t.Fatalf("after a batch of 5: %d decisions, want %d: the batch (the first waiter's lease in it), four waiters' leases, the next waiter's turn", n, decided)
-	}
+	decidedExactly(t, b, decided, "a batch of 5 (the first waiter's lease in it), four waiters' leases, the next waiter's turn")
 	if left := store.Waiting(); left != 10 {
 		t.Errorf("%d leases watch, want the 10 that took nothing", left)
 	}
@@ -123,13 +134,8 @@ func TestAWriteWakesOneWaitingLeaseATask(t *testing.T) {
 // first, in its batch, and looked at by the next alone: a lock let go
 // wakes the first, not the line.
 func TestAQuietServerWakesOneWaitingLeaseATask(t *testing.T) {
-	w, b := piped(t, time.Millisecond)
-	l := New(Options{WAL: w, Batch: b})
+	l, b, got := waitingLine(t, time.Millisecond, 10)
 	ctx := context.Background()
-	if _, err := l.Submit(ctx, api.SubmitRequest{Payload: "the WAL's first", Queue: "other"}); err != nil {
-		t.Fatal(err)
-	}
-	got := waitingLeases(t, ctx, l, 10, "q", "10m")
 	decided := int64(11)
 	piped := func() bool {
 		b.lead.Lock()
@@ -153,11 +159,7 @@ func TestAQuietServerWakesOneWaitingLeaseATask(t *testing.T) {
 			t.Fatalf("no waiting lease took %s in %s", ack.TaskID, testwait.HangGuard)
 		}
 		decided += 2
-		testwait.Until(t, "the next lease's turn", func() bool { return b.Received() >= decided }, func() string { return fmt.Sprint(b.Received(), " decisions") })
-		time.Sleep(5 * time.Millisecond) // a lease woken by the write would decide meanwhile
-		if n := b.Received(); n != decided {
-			t.Fatalf("after submit %d: %d decisions, want %d: the submit (the first waiter's lease of it in its batch), the next waiter's turn", i+1, n, decided)
-		}
+		decidedExactly(t, b, decided, fmt.Sprintf("submit %d (the first waiter's lease of it in its batch), the next waiter's turn", i+1))
 	}
 }
 
@@ -176,7 +178,7 @@ func TestAResumeGivesEveryWaiterATurn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := waitingLeases(t, ctx, l, 10, "q", "10m")
+	got := waitingLeases(t, l, 10)
 	testwait.Until(t, "every lease's first look", func() bool { return b.Received() == 16 }, func() string { return fmt.Sprint(b.Received(), " decisions") })
 	if _, err := l.Resume(ctx, api.ResumeRequest{Queue: "q"}); err != nil {
 		t.Fatal(err)
