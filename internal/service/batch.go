@@ -171,10 +171,6 @@ type Batcher struct {
 	// turns keeps the waiting leases in line.
 	wakes *wakes
 	turns turns
-	// riding collects the parked leases the batch being decided took
-	// (carry), to be answered with it; nil outside a pipe's batch. The
-	// caller of write holds lead.
-	riding *[]*pending
 
 	// piper is back when its batches are pipelined. lead is held by
 	// whoever decides in its pipe: the loop, or a request decided where it
@@ -204,9 +200,6 @@ type pending struct {
 	committed []state.Record
 	err       error
 	done      chan struct{}
-	// wake, if set, is told once done is closed: a parked lease's waiter
-	// sleeps on its watcher, not on done.
-	wake func()
 }
 
 // NewBatcher starts a batcher of at most max requests a batch on back; Stop
@@ -265,7 +258,14 @@ func (b *Batcher) Received() int64 { return b.received.Load() }
 // decided for a request whose client has gone (ctx done): the check stands
 // immediately before the decision, in the batch.
 func (b *Batcher) Run(ctx context.Context, decide func(tx *store.Tx) error) ([]state.Record, error) {
-	p := b.request(ctx, decide)
+	p := &pending{decide: func(tx *store.Tx) error {
+		if ctx.Err() != nil {
+			return ErrClientGone
+		}
+		err := decide(tx)
+		b.wakes.decided(tx)
+		return err
+	}, done: make(chan struct{})}
 	b.mu.RLock()
 	if b.stopped {
 		b.mu.RUnlock()
@@ -278,81 +278,6 @@ func (b *Batcher) Run(ctx context.Context, decide func(tx *store.Tx) error) ([]s
 	b.mu.RUnlock()
 	<-p.done
 	return p.committed, p.err
-}
-
-// request is decide as a request of a batch. Nothing is decided for a
-// client that has gone; what it decides is counted for the waiting leases
-// (wakes), and the leases parked in the lines of the queues where it may
-// free a task are decided after it (carry).
-func (b *Batcher) request(ctx context.Context, decide func(tx *store.Tx) error) *pending {
-	return &pending{decide: func(tx *store.Tx) error {
-		if ctx.Err() != nil {
-			return ErrClientGone
-		}
-		err := decide(tx)
-		b.wakes.decided(tx)
-		if err == nil {
-			b.carry(tx)
-		}
-		return err
-	}, done: make(chan struct{})}
-}
-
-// carry decides, right after a request decided on tx, the leases parked in
-// the lines of the queues where its records may free a task
-// (turns.riders), each with records of its own: they are written in the
-// same batch, and answered with it. Only in a pipe, where the batch that
-// decides them collects them (riding).
-func (b *Batcher) carry(tx *store.Tx) {
-	if b.riding == nil || b.turns.parked.Load() == 0 {
-		return
-	}
-	host, actor := tx.Committed, tx.Actor
-	for _, r := range host {
-		queue, frees := tx.State.Frees(r)
-		if !frees {
-			continue
-		}
-		for _, p := range b.turns.riders(queue) {
-			tx.Committed, tx.Actor = nil, ""
-			p.err = p.decide(tx)
-			p.committed = tx.Committed
-			*b.riding = append(*b.riding, p)
-		}
-	}
-	tx.Committed, tx.Actor = host, actor
-}
-
-// Park is Run for a waiting lease that leaves decide with the lines
-// (turns.park): a batch whose records may free a task for it decides it
-// (carry). Unpark takes it back, or says it was taken; then Parked's
-// answer is its outcome.
-func (b *Batcher) Park(ctx context.Context, key string, w *store.Watcher, decide func(tx *store.Tx) error) *Parked {
-	if b.piper == nil {
-		return nil
-	}
-	p := b.request(ctx, decide)
-	p.wake = w.Interrupt
-	if !b.turns.park(key, w, p) {
-		return nil
-	}
-	return &Parked{p: p, key: key}
-}
-
-// Parked is a lease left with the lines of a batcher.
-type Parked struct {
-	p   *pending
-	key string
-}
-
-// Unpark takes the lease back (false), or, when a batch decided it, waits
-// for that batch and returns its outcome (true).
-func (b *Batcher) Unpark(pk *Parked) (decided bool, committed []state.Record, err error) {
-	if !b.turns.unpark(pk.key, pk.p) {
-		return false, nil, nil
-	}
-	<-pk.p.done
-	return true, pk.p.committed, pk.p.err
 }
 
 // Exclusive runs fn between two batches, with nothing in flight and the
@@ -559,14 +484,10 @@ func (b *Batcher) write(batch []*pending, alone bool) {
 	}
 	b.crowd += 2*len(batch) - b.crowd/8
 	written := time.Now()
-	var riders []*pending
-	b.riding = &riders
 	_, _, f, err := write(fns, func(errs []error, committed [][]state.Record, err error) {
 		b.observed(len(batch), written)
 		b.answer(batch, errs, committed, err)
-		answerRiders(riders, err)
 	})
-	b.riding = nil
 	switch {
 	case errors.Is(err, store.ErrPipeStopped): // nothing of it was decided
 		b.closePipe()
@@ -574,7 +495,6 @@ func (b *Batcher) write(batch []*pending, alone bool) {
 	case err != nil: // its own write failed: nothing of it was written
 		b.closePipe()
 		b.answer(batch, make([]error, len(batch)), make([][]state.Record, len(batch)), err)
-		answerRiders(riders, err)
 	default:
 		b.last = f
 		b.signalWrote(f)
@@ -642,18 +562,6 @@ func (b *Batcher) answer(batch []*pending, errs []error, committed [][]state.Rec
 		close(p.done)
 	}
 	b.takeFirst(again)
-}
-
-// answerRiders tells the parked leases a batch decided (carry) its
-// outcome: err, the batch's, voids what they decided.
-func answerRiders(riders []*pending, err error) {
-	for _, p := range riders {
-		if err != nil {
-			p.err, p.committed = err, nil
-		}
-		close(p.done)
-		p.wake()
-	}
 }
 
 // next is take, cutting a batch before an exclusive request: that one

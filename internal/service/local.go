@@ -157,31 +157,17 @@ func (l *Local) operate(ctx context.Context, opts store.Options, writing bool, a
 			return nil, err
 		}
 		var answer any
-		committed, err := l.o.Batch.Run(ctx, batched(actor, decide, &answer))
+		committed, err := l.o.Batch.Run(ctx, func(tx *store.Tx) error {
+			tx.Actor = actor
+			var err error
+			answer, err = decide(tx)
+			return err
+		})
 		return answer, l.told(committed, err)
 	}
 	h, done := l.handle(opts)
 	defer done()
 	return l.on(h, writing, actor, decide)
-}
-
-// batched is decide as a request of a server's batch, by actor: its
-// answer is left in answer.
-func batched(actor string, decide func(tx *store.Tx) (any, error), answer *any) func(tx *store.Tx) error {
-	return func(tx *store.Tx) error {
-		tx.Actor = actor
-		var err error
-		*answer, err = decide(tx)
-		return err
-	}
-}
-
-// park leaves a waiting lease's decide, by actor, with the server's lines
-// (Batcher.Park); its answer, once a batch decided it, is left in answer.
-// nil: it cannot be left there.
-func (l *Local) park(ctx context.Context, key string, w *store.Watcher, actor string, decide func(tx *store.Tx) (any, error)) (pk *Parked, answer *any) {
-	answer = new(any)
-	return l.o.Batch.Park(ctx, key, w, batched(actor, firingFirst(decide), answer)), answer
 }
 
 // firingFirst has a writing operation write the schedules' firings due at

@@ -251,48 +251,31 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 	}
 	defer w.release()
 	watched = w.w
-	var line string
-	inLine := l.o.Batch != nil
+	line, inLine := lineOf(r.Task, queues), l.o.Batch != nil
 	if inLine {
-		line = l.o.Batch.turns.join(r.Task, queues, w.w)
+		l.o.Batch.turns.join(line, w.w)
 		defer l.o.Batch.turns.leave(line, w.w)
 	}
 	deadline := time.Now().Add(wait)
-	first = !inLine || l.o.Batch.turns.first(line, w.w)
-	v, verr := l.leaseOnce(ctx, h, r.Actor, decide)
 	watching := false // it last looked as the first of its line, and noted marked
 	for {
+		first = !inLine || l.o.Batch.turns.first(line, w.w)
+		v, err := l.leaseOnce(ctx, h, r.Actor, decide)
+		a, err := leased(v, err)
 		if _, empty := v.(*api.Empty); !empty || !time.Now().Before(deadline) || l.stopped() {
-			if inLine && watching && !empty && verr == nil { // it took a task: the records since its look may have freed more
+			if watching && first && err == nil && a.TaskID != "" { // it took a task: the records since its look may have freed more
 				n, all := marked.freed()
 				l.o.Batch.turns.give(line, max(n, 1)-1, all)
 			}
-			return leased(v, verr)
+			return a, err
 		}
 		watching = inLine && first
 		if !first { // its turn comes from the line: time is the first's to watch
 			next = 0
 		}
-		until := waitUntil(next, deadline) // before it is parked: a batch may decide it at once
-		var parked *Parked
-		var answer *any
-		if watching {
-			parked, answer = l.park(ctx, line, w.w, r.Actor, decide)
-		}
-		if err := w.until(until); err != nil {
-			if parked != nil {
-				l.o.Batch.turns.unpark(line, parked.p)
-			}
+		if err := w.until(waitUntil(next, deadline)); err != nil {
 			return api.Lease{}, err
 		}
-		if parked != nil {
-			if decided, committed, err := l.o.Batch.Unpark(parked); decided && !errors.Is(err, store.ErrNotDecided) {
-				v, verr = *answer, l.told(committed, err)
-				continue // a batch decided it
-			}
-		}
-		first = !inLine || l.o.Batch.turns.first(line, w.w)
-		v, verr = l.leaseOnce(ctx, h, r.Actor, decide)
 	}
 }
 

@@ -75,8 +75,17 @@ func (w *Watcher) Close() {
 // Only has the watcher tell of a change only when only, asked as the
 // change is seen, reports true (nil: every change). A server's waiting
 // lease sleeps through the writes that cannot give it a task, its thread
-// not woken for them.
-func (w *Watcher) Only(only func() bool) { w.only.Store(&only) }
+// not woken for them. It is called where the caller looks at the WAL's
+// state (in a server's batch), so a change told before is dropped: that
+// look has seen it (a write of two syscalls, told at the first, woke a
+// waiter twice).
+func (w *Watcher) Only(only func() bool) {
+	w.only.Store(&only)
+	select {
+	case <-w.changed:
+	default:
+	}
+}
 
 // wanted says whether a change seen now is told (Only).
 func (w *Watcher) wanted() bool {
