@@ -53,6 +53,8 @@ type Source interface {
 	// Task.WakeAt) after after, each with its task's number, until fn
 	// returns false.
 	Upcoming(after int64, fn func(at, num int64) bool) error
+	// Wakes is Upcoming of the wake times alone.
+	Wakes(after int64, fn func(at, num int64) bool) error
 }
 
 // OrderEntry is an unfinished task in its queue's lease order: enough to
@@ -92,13 +94,21 @@ func (t *Task) LapseAt() int64 {
 	return 0
 }
 
-// WakeAt is when a waiting task becomes eligible by time (its not_before);
-// 0 for one that is not waiting, or waits for a dependency.
+// WakeAt is when a task becomes eligible by time: a waiting one at its
+// not_before, a leased one when its lease lapses and its backoff ends (if
+// it is to run again then); 0 for one that will not, or waits for a
+// dependency. A lease that finds nothing reads the tasks by it, and stops
+// at the first of its queues (srcEmpty): by the lapse alone, it read
+// every lease that ends within a backoff of the first.
 func (t *Task) WakeAt() int64 {
-	if t.State != Waiting || t.Pending() {
+	c := t
+	if t.State == Leased {
+		c = t.At(t.Lease.Expiry)
+	}
+	if c.State != Waiting || c.Pending() {
 		return 0
 	}
-	return t.NotBefore
+	return c.NotBefore
 }
 
 // Number is the number of task id T<n> (0: not of that form).
@@ -433,9 +443,9 @@ func (s *State) srcNextAt(now int64, next *int64, note func(int64)) {
 // the Source holds becomes eligible by time alone (0: none), and how many
 // are unfinished. It counts the Source's unfinished tasks by key, less those
 // memory shadows and those time has ended by now, and reads only the tasks
-// time has changed by now and those whose recorded times come, in time
-// order, before the earliest found (next, memory's): a recorded time is
-// never later than its task's eligibility. For queues none of which is
+// time has changed by now and those whose wake times come, in time order,
+// before the earliest found (next, memory's): a wake time is its task's
+// eligibility (Task.WakeAt). For queues none of which is
 // paused, full or held by its rate (those move a task's time as a whole).
 func (s *State) srcEmpty(queues []string, next, now int64) (int64, int, error) {
 	recorded, err := s.src.Unfinished(queues)
@@ -478,7 +488,7 @@ func (s *State) srcEmpty(queues []string, next, now int64) (int64, int, error) {
 	if err := s.src.Lapsing(now, func(num int64) bool { return read(num, true) }); err != nil || s.srcErr != nil {
 		return 0, 0, s.sourced(err)
 	}
-	err = s.src.Upcoming(now, func(at, num int64) bool { return (next == 0 || at < next) && read(num, false) })
+	err = s.src.Wakes(now, func(at, num int64) bool { return (next == 0 || at < next) && read(num, false) })
 	if s.sourced(err) != nil {
 		return 0, 0, s.srcErr
 	}

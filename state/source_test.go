@@ -327,13 +327,23 @@ func (m *memSource) Lapsing(until int64, fn func(int64) bool) error {
 }
 
 func (m *memSource) Upcoming(after int64, fn func(at, n int64) bool) error {
-	if err := m.failing("upcoming"); err != nil {
+	return m.times("upcoming", after, fn, (*Task).LapseAt, (*Task).WakeAt)
+}
+
+func (m *memSource) Wakes(after int64, fn func(at, n int64) bool) error {
+	return m.times("wakes", after, fn, (*Task).WakeAt)
+}
+
+// times hands fn, by time, the times after after that times give.
+func (m *memSource) times(what string, after int64, fn func(at, n int64) bool, times ...func(*Task) int64) error {
+	if err := m.failing(what); err != nil {
 		return err
 	}
 	type due struct{ at, n int64 }
 	var dues []due
 	for _, t := range m.all() {
-		for _, at := range []int64{t.LapseAt(), t.WakeAt()} {
+		for _, timeOf := range times {
+			at := timeOf(t)
 			if at > after {
 				dues = append(dues, due{at, Number(t.ID)})
 			}
@@ -443,7 +453,7 @@ func TestSourcePlusTailEqualsReplay(t *testing.T) {
 // call would have said: every answer the state gives while it reports no
 // damage is a full replay's.
 func TestDamagedSourceNeverAnswersWrong(t *testing.T) {
-	ops := []string{"task", "submitted", "owner", "leaseRequested", "each", "queues", "queued", "lapsing", "upcoming", "unfinished"}
+	ops := []string{"task", "submitted", "owner", "leaseRequested", "each", "queues", "queued", "lapsing", "upcoming", "wakes", "unfinished"}
 	for seed := range 40 {
 		recs := randomRecords(t, uint64(seed))
 		full, s, src := New(), New(), newMemSource()
@@ -486,6 +496,10 @@ func (c *countingSource) Upcoming(now int64, fn func(at, num int64) bool) error 
 	return c.memSource.Upcoming(now, func(at, num int64) bool { c.timed++; return fn(at, num) })
 }
 
+func (c *countingSource) Wakes(now int64, fn func(at, num int64) bool) error {
+	return c.memSource.Wakes(now, func(at, num int64) bool { c.timed++; return fn(at, num) })
+}
+
 // TestALeaseOfAnEmptyQueueReadsNoOtherQueuesTimes: a lease of a queue that
 // holds no task, beside a backlog elsewhere whose every task has a
 // deadline, answers EMPTY with no next time and reads none of the
@@ -509,6 +523,32 @@ func TestALeaseOfAnEmptyQueueReadsNoOtherQueuesTimes(t *testing.T) {
 	}
 	if d, err := s.DecideLease(LeaseRequest{Worker: "busy", Duration: time.Minute}, t0+1); err != nil || d.Outcome != ResultLeased {
 		t.Fatalf("a lease of any queue beside it: %+v %v", d, err)
+	}
+}
+
+// TestALeaseBesideHeldLeasesReadsOneTime: 300 tasks of a queue are
+// leased a millisecond apart, each to run again a second after its lease
+// ends; a lease that finds nothing there answers when the first may run
+// again, and reads that task alone (it read all 300, whose leases end
+// within a second of the first's: the index kept a lease by its end).
+func TestALeaseBesideHeldLeasesReadsOneTime(t *testing.T) {
+	s, src := New(), newMemSource()
+	submit := Submit{Payload: "P", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 3, Backoff: Duration(time.Second), BackoffMax: Duration(time.Minute)}}
+	for i := range int64(300) {
+		run(t, s, t0+i, func() (Decision, error) { return s.DecideSubmit(submit, t0+i) })
+		run(t, s, t0+i, func() (Decision, error) {
+			return s.DecideLease(LeaseRequest{Worker: "held", Duration: 30 * time.Second}, t0+i)
+		})
+	}
+	counted := &countingSource{memSource: src}
+	src.write(s)
+	s.Flushed(counted)
+	d, err := s.DecideLease(LeaseRequest{Worker: "idle", Duration: time.Minute}, t0+1000)
+	if want := t0 + 30_000 + 1_000; err != nil || d.Outcome != ResultEmpty || d.NextEligibleAt != want {
+		t.Fatalf("a lease beside 300 held: %+v %v; want EMPTY, next eligible at %d (the first lease's end and its backoff)", d, err, want)
+	}
+	if counted.timed > 2 {
+		t.Errorf("a lease beside 300 held was handed %d tasks' times, want 2: the first's, and the next, which ends the walk", counted.timed)
 	}
 }
 

@@ -59,7 +59,7 @@ import (
 
 // Schema is the layout's version: an index of another is built again,
 // never misread.
-const Schema = 3
+const Schema = 4
 
 // writeMapping is how much of the file OpenHeld maps at once, as etcd's
 // backend does (10 GB there).

@@ -300,6 +300,23 @@ func (r *Reader) Upcoming(after int64, fn func(at, n int64) bool) error {
 	})
 }
 
+// Wakes hands fn, by time, the wake times after after, each with its
+// task's number.
+func (r *Reader) Wakes(after int64, fn func(at, n int64) bool) error {
+	return guard(func() error {
+		c := r.tx.Bucket(bWake).Cursor()
+		for k, _ := c.Seek(appendTimeKey(nil, after+1, 0)); k != nil; k, _ = c.Next() {
+			if len(k) != 16 {
+				return errKey("wake", k)
+			}
+			if !fn(keyTime(k), int64(binary.BigEndian.Uint64(k[8:]))) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
 // errKey is a key or value of a bucket that this package never wrote.
 func errKey(bucket string, k []byte) error {
 	return &damageError{what: "a key of bucket " + bucket + " is malformed: " + string(bytes.ToValidUTF8(k, []byte("?")))}
