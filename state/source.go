@@ -97,9 +97,9 @@ func (t *Task) LapseAt() int64 {
 // WakeAt is when a task becomes eligible by time: a waiting one at its
 // not_before, a leased one when its lease lapses and its backoff ends (if
 // it is to run again then); 0 for one that will not, or waits for a
-// dependency. A lease that finds nothing reads the tasks by it, and stops
-// at the first of its queues (srcEmpty): by the lapse alone, it read
-// every lease that ends within a backoff of the first.
+// dependency. It is the time itself, not a bound on it, so that a lease
+// that finds nothing stops at the first task of its queues (srcEmpty),
+// not a backoff later.
 func (t *Task) WakeAt() int64 {
 	c := t
 	if t.State == Leased {
@@ -445,8 +445,8 @@ func (s *State) srcNextAt(now int64, next *int64, note func(int64)) {
 // memory shadows and those time has ended by now, and reads only the tasks
 // time has changed by now and those whose wake times come, in time order,
 // before the earliest found (next, memory's): a wake time is its task's
-// eligibility (Task.WakeAt). For queues none of which is
-// paused, full or held by its rate (those move a task's time as a whole).
+// eligibility (Task.WakeAt). For queues none of which is paused, full or
+// held by its rate (those move a task's time as a whole).
 func (s *State) srcEmpty(queues []string, next, now int64) (int64, int, error) {
 	recorded, err := s.src.Unfinished(queues)
 	if err != nil {

@@ -263,7 +263,7 @@ func (l *Local) Lease(ctx context.Context, r api.LeaseRequest) (api.Lease, error
 		v, err := l.leaseOnce(ctx, h, r.Actor, decide)
 		a, err := leased(v, err)
 		if _, empty := v.(*api.Empty); !empty || !time.Now().Before(deadline) || l.stopped() {
-			if watching && first && err == nil && a.TaskID != "" { // it took a task: the records since its look may have freed more
+			if watching && err == nil && a.TaskID != "" { // it took a task as the first: the records since its look may have freed more
 				n, all := marked.freed()
 				l.o.Batch.turns.give(line, max(n, 1)-1, all)
 			}

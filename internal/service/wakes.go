@@ -92,9 +92,9 @@ func (w *wakes) markTasks(tx *store.Tx, tasks []string) *marks {
 	return w.note(tx, counters)
 }
 
-// note notes counters, anywhere and unseen first, now, in a decision on tx (nil:
-// anything may change unseen, unwatched, or on a WAL that does not exist
-// yet, which has no lock to hold: another process may create it).
+// note notes counters, anywhere and unseen first, now, in a decision on
+// tx (nil: anything may change unseen, unwatched, or on a WAL that does
+// not exist yet, which has no lock to hold: another process may create it).
 func (w *wakes) note(tx *store.Tx, counters []*atomic.Uint64) *marks {
 	if w.unwatched || tx.Missing {
 		return nil

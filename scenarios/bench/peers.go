@@ -377,7 +377,7 @@ func countSyncs(s server, work string, clients int) (ops, syncs int64, tool stri
 	defer os.Remove(out.Name())
 	tool, counted := "perf", regexp.MustCompile(`(?m)^(\d+),[^,]*,syscalls:sys_enter_f(?:data)?sync,`)
 	tracer := exec.Command("perf", "stat", "-a", "-x,", "-e", "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync", "-o", out.Name())
-	if exec.Command("perf", "stat", "-e", "syscalls:sys_enter_fsync", "true").Run() != nil {
+	if !perfCounts() {
 		tool, counted = "strace", regexp.MustCompile(`(?m)^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(?:fsync|fdatasync)$`)
 		tracer = exec.Command("strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out.Name(), "-p", strconv.Itoa(s.pid()))
 	}
@@ -393,6 +393,12 @@ func countSyncs(s server, work string, clients int) (ops, syncs int64, tool stri
 	}
 	return ops, syncs, tool
 }
+
+// perfCounts says whether perf can open the syscall tracepoints here,
+// asked once.
+var perfCounts = sync.OnceValue(func() bool {
+	return exec.Command("perf", "stat", "-e", "syscalls:sys_enter_fsync", "true").Run() == nil
+})
 
 // fill is how many tasks wait before a phase that takes them.
 const fill = 60000
