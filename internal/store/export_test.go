@@ -184,3 +184,7 @@ func MarkIndexUnsynced(path, boot string) error {
 		return nil, nil
 	})
 }
+
+// InFlight is how many batches the pipe's syncer was handed and has not
+// yet counted off: it answers a run before it counts it off.
+func (p *Pipe) InFlight() int64 { return p.queued.Load() }

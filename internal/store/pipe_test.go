@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -602,6 +603,11 @@ func TestBatchAlone(t *testing.T) {
 		t.Fatalf("the batch behind: %v, durable up to %d (want 4)", err, p.LastSeq())
 	}
 
+	// The syncer answers a run before it counts it off: a batch alone
+	// before then would be handed to it rather than fsynced where it came.
+	testwait.Until(t, "the syncer to count off the batches it answered", func() bool { return p.InFlight() == 0 }, func() string {
+		return fmt.Sprint(p.InFlight(), " in flight")
+	})
 	before, _ := os.ReadFile(path)
 	fsys.Gated.Store(true)
 	done := alongside()
