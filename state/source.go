@@ -157,6 +157,32 @@ func (s *State) Hot() []*Task {
 	return hot
 }
 
+// HotCopy is Hot, each task a copy that shares nothing the state changes
+// in place later (its lease, attempts, dependencies, its queue's pauses):
+// what another goroutine may read while the state goes on.
+func (s *State) HotCopy() []*Task {
+	hot := s.Hot()
+	pauses := map[*queuePauses]*queuePauses{}
+	for i, t := range hot {
+		c := *t
+		c.Attempts = slices.Clone(t.Attempts)
+		c.Seqs = slices.Clone(t.Seqs)
+		c.Deps = slices.Clone(t.Deps)
+		if t.Lease != nil {
+			l := *t.Lease
+			c.Lease = &l
+		}
+		if t.pauses != nil {
+			if pauses[t.pauses] == nil {
+				pauses[t.pauses] = &queuePauses{spans: slices.Clone(t.pauses.spans)}
+			}
+			c.pauses = pauses[t.pauses]
+		}
+		hot[i] = &c
+	}
+	return hot
+}
+
 // HotCount is how many tasks memory holds: cheap enough to ask after every
 // record.
 func (s *State) HotCount() int { return len(s.order) }

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,16 +12,18 @@ import (
 )
 
 // A committer writes the index of a server's pipe off the request path,
-// as etcd's backend commits its applied state beside the raft log. It keeps
-// a state of its own, read from the index, and follows the WAL: every
-// commitEvery, or once commitRecords more records are durable, it applies
-// the records the pipe made durable since (read from the file: they never
-// change), writes the tasks they touched into the index with the position
-// after them, in one transaction, and prepares a state that reads from the
-// index there. The pipe, between two batches, takes that state: it applies
-// the records it wrote since (a few: those of the commit's own time) and
-// decides on it from then on, its memory bounded by what it decided since
-// the last commit.
+// as etcd's backend commits its applied state beside the raft log. The
+// pipe, between two batches, once a commit is due (commitEvery since the
+// last, commitRecords records, or half the tasks memory may hold), hands it
+// a copy of the tasks it holds in memory and of its head, with the WAL's
+// position after its last batch (capture). The committer waits until that
+// position is durable, writes the tasks into the index with the position, in
+// one transaction, and prepares a state that reads from the index there. The
+// pipe, between two batches, takes that state: it applies the records it
+// wrote since the copy (a few: those of the commit's own time) and decides
+// on it from then on, its memory bounded by what it decided since the last
+// copy. Every record is applied once by the pipe; the committer applies
+// none.
 //
 // The pipe holds the index open for writing for its life (the WAL's
 // exclusive lock keeps every other process from needing it), one database
@@ -30,22 +31,31 @@ import (
 // never needs a sync (the WAL is the truth): see commitIndex.
 type committer struct {
 	db      *index.DB
-	log     *wal.Log
-	st      *state.State
-	r       *index.Reader // st's Source
-	pos     wal.Position  // what the index holds: st's position
 	durable func() (wal.Position, int)
 	sync    bool // the next commit syncs (it says the index is unsynced)
 	warn    func(format string, args ...any)
 
-	wake chan struct{}
+	jobs chan capture  // at most one: the pipe copies again only once the last is taken
+	wake chan struct{} // a fsync made more durable
 	stop chan struct{}
 	done chan struct{}
 
-	written atomic.Int64 // the records the index holds, for nudge
+	written atomic.Int64 // the records the index holds
 
 	mu    sync.Mutex
 	ready *rebase
+	// busy: a copy is handed over and its state not taken yet (the pipe's
+	// own, read and written on its goroutine only).
+	busy bool
+	last time.Time // when the pipe last copied (the pipe's own too)
+}
+
+// capture is what the pipe held at a position: a copy of its tasks in
+// memory and its head, which the index is to hold with meta.
+type capture struct {
+	tasks []*state.Task
+	head  []byte
+	meta  index.Meta
 }
 
 // rebase is a state that reads from the index at pos, for the pipe.
@@ -76,28 +86,19 @@ func (p *Pipe) startCommitter() bool {
 		h.unwritable(err)
 		return p.readsAgain()
 	}
-	meta, head, err := db.Meta()
+	meta, _, err := db.Meta()
 	pos := meta.Position
 	if err != nil || pos.Generation != h.indexed.Generation || pos.Count < h.indexed.Count || pos.Count > h.pos.Count {
 		_ = db.Close()
 		return p.readsAgain()
 	}
-	c := &committer{db: db, log: p.tx.log, pos: pos, durable: p.durableEnd, warn: h.warn,
-		sync: bootID() == "" || meta.Synced, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	mine, err1 := db.Read()
-	cs, err2 := db.Read()
-	if err := errors.Join(err1, err2); err != nil {
-		closeReaders(mine, cs)
+	mine, err := db.Read()
+	if err != nil {
 		_ = db.Close()
 		return p.readsAgain()
 	}
-	if c.st, err = state.LoadHead(head, cs); err != nil {
-		closeReaders(mine, cs)
-		_ = db.Close()
-		return p.readsAgain()
-	}
-	c.r = cs
-	c.st.SpillTo(spillInto(c.db, &c.r), h.spillAfter())
+	c := &committer{db: db, durable: p.durableEnd, warn: h.warn, sync: bootID() == "" || meta.Synced,
+		jobs: make(chan capture, 1), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	h.cache.Reattach(mine)
 	h.idx = &openIndex{db: db, r: mine}
 	p.spillsInto(h.cache, db, &h.idx.r)
@@ -115,74 +116,49 @@ func (p *Pipe) readsAgain() bool {
 	return false
 }
 
-func closeReaders(rs ...*index.Reader) {
-	for _, r := range rs {
-		if r != nil {
-			r.Close()
-		}
-	}
-}
-
 func (c *committer) run() {
 	defer close(c.done)
-	tick := time.NewTicker(commitEvery)
-	defer tick.Stop()
-	for first := true; ; first = false {
-		if !first { // the first commit at once: a pipe may be shorter than commitEvery
+	for {
+		var job capture
+		select {
+		case <-c.stop:
+			return
+		case job = <-c.jobs:
+		}
+		for to, _ := c.durable(); to.Count < job.meta.Position.Count; to, _ = c.durable() {
 			select {
-			case <-c.stop:
+			case <-c.stop: // a failed fsync stops the pipe: what it copied is never written
 				return
-			case <-tick.C:
 			case <-c.wake:
 			}
 		}
-		to, version := c.durable()
-		if to.Count <= c.pos.Count {
-			continue
-		}
-		if err := c.commit(to, version); err != nil {
+		if err := c.commit(job); err != nil {
 			c.warn("could not write the index (%v); the server writes it when it next lets other writers in", err)
 			return
 		}
 	}
 }
 
-// commit applies the records up to to and writes what they touched into
-// the index, then prepares the pipe's state there.
-func (c *committer) commit(to wal.Position, version int) error {
-	if err := applyFrames(c.st, c.log, c.pos, to, version); err != nil {
-		return err
-	}
-	c.r.Close()
-	if rb := c.take(); rb != nil { // not taken: its read would keep the pages this commit frees from being used again
-		rb.r.Close()
-	}
-	head := c.st.Head()
-	meta := index.Meta{Position: to, Seq: c.st.LastSeq(), At: c.st.LastAt(), Boot: bootID(), Synced: bootID() == ""}
-	if err := c.db.Write(c.st.Hot(), head, meta, c.sync); err != nil {
+// commit writes what the pipe copied into the index, then prepares the
+// pipe's state there.
+func (c *committer) commit(job capture) error {
+	if err := c.db.Write(job.tasks, job.head, job.meta, c.sync); err != nil {
 		return err
 	}
 	c.sync = bootID() == ""
-	mine, err1 := c.db.Read()
-	next, err2 := c.db.Read()
-	if err := errors.Join(err1, err2); err != nil {
-		closeReaders(mine, next)
+	r, err := c.db.Read()
+	if err != nil {
 		return err
 	}
-	c.r, c.pos = mine, to
-	c.st.Flushed(mine)
-	st, err := state.LoadHead(head, next)
+	st, err := state.LoadHead(job.head, r)
 	if err != nil {
-		next.Close()
+		r.Close()
 		return err
 	}
 	c.mu.Lock()
-	if c.ready != nil {
-		c.ready.r.Close()
-	}
-	c.ready = &rebase{st: st, r: next, pos: to}
+	c.ready = &rebase{st: st, r: r, pos: job.meta.Position}
 	c.mu.Unlock()
-	c.written.Store(int64(to.Count))
+	c.written.Store(int64(job.meta.Position.Count))
 	return nil
 }
 
@@ -195,15 +171,9 @@ func (c *committer) take() *rebase {
 	return rb
 }
 
-// nudge wakes the committer once records are many since it last wrote.
-func (c *committer) nudge(durable wal.Position) {
-	if int64(durable.Count)-c.written.Load() >= commitRecords {
-		c.wakeUp()
-	}
-}
-
-// wakeUp has the committer commit now rather than at its next tick.
-func (c *committer) wakeUp() {
+// nudge tells the committer a fsync made more durable: a copy may be
+// waiting for it.
+func (c *committer) nudge() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -217,7 +187,22 @@ func (c *committer) end(h *Handle) {
 	h.idx.closeReader()
 	close(c.stop)
 	<-c.done
-	c.r.Close()
+}
+
+// capture hands the committer a copy of what the pipe holds, at the WAL's
+// position after its last batch, when a commit is due (or now, with now)
+// and the committer has nothing of the pipe's that the pipe has not taken
+// back. Only the goroutine that calls Batch may call it.
+func (p *Pipe) capture(now bool) {
+	c, st, log := p.commit, p.tx.State, p.tx.log
+	if c == nil || c.busy || log == nil || int64(log.Count) <= c.written.Load() {
+		return
+	}
+	if !now && time.Since(c.last) < commitEvery && int64(log.Count)-c.written.Load() < commitRecords && st.HotCount() < p.h.spillAfter()/2 {
+		return
+	}
+	c.busy, c.last = true, time.Now()
+	c.jobs <- capture{tasks: st.HotCopy(), head: st.Head(), meta: index.Meta{Position: log.Position, Seq: st.LastSeq(), At: st.LastAt(), Boot: bootID(), Synced: bootID() == ""}}
 }
 
 // applyFrames applies the records between from and to of log onto st.
@@ -256,6 +241,7 @@ func (p *Pipe) rebase() {
 	if rb == nil {
 		return
 	}
+	c.busy = false
 	log := p.tx.log
 	p.spillsInto(rb.st, c.db, &rb.r)
 	if err := applyFrames(rb.st, log, rb.pos, log.Position, log.Version); err != nil {

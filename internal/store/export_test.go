@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/leasewal/leasewal/internal/index"
 	"github.com/leasewal/leasewal/state"
+	"github.com/leasewal/leasewal/wal"
 )
 
 // What the tests of package store_test reach inside the package.
@@ -154,13 +156,15 @@ func rewriteIndex(path string, change func(*index.DB, *index.Meta) ([]*state.Tas
 // Committing says whether a committer writes the pipe's index.
 func (p *Pipe) Committing() bool { return p.commit != nil }
 
-// WaitCommitted wakes the pipe's committer and waits until it has written
-// the index up to at least records records; a hang guard says what it
-// waited for.
+// WaitCommitted hands the pipe's committer what the pipe holds, taking
+// back the state of a commit before when there is one, and waits until it
+// has written the index up to at least records records; a hang guard says
+// what it waited for. Only the goroutine that calls Batch may call it.
 func (p *Pipe) WaitCommitted(records int) error {
 	guard := time.After(2 * time.Minute)
 	for p.commit.written.Load() < int64(records) {
-		p.commit.wakeUp()
+		p.rebase()
+		p.capture(true)
 		select {
 		case <-guard:
 			return fmt.Errorf("the committer wrote the index up to record %d in 2 minutes, not %d", p.commit.written.Load(), records)
@@ -169,6 +173,29 @@ func (p *Pipe) WaitCommitted(records int) error {
 	}
 	return nil
 }
+
+// CaptureWatched hands the committer a copy of what the pipe holds now (it
+// must hold nothing of the pipe's: WaitCommitted before), and returns a
+// channel closed once the committer has found the WAL not yet durable up
+// to it. Only the goroutine that calls Batch may call it.
+func (p *Pipe) CaptureWatched() <-chan struct{} {
+	c, want := p.commit, p.tx.log.Count
+	waiting, once, durable := make(chan struct{}), sync.Once{}, c.durable
+	c.durable = func() (wal.Position, int) {
+		pos, version := durable()
+		if pos.Count < want {
+			once.Do(func() { close(waiting) })
+		}
+		return pos, version
+	}
+	p.rebase()
+	p.capture(true)
+	return waiting
+}
+
+// IndexedBy is how many records the pipe's committer has written into the
+// index.
+func (p *Pipe) IndexedBy() int { return int(p.commit.written.Load()) }
 
 // IndexedAt is how many records the index the handle's state reads holds.
 func (h *Handle) IndexedAt() int { return h.indexed.Count }

@@ -221,9 +221,7 @@ func (p *Pipe) batch(fns []func(*Tx) error, then Then, alone bool) (errs []error
 		p.flights <- f
 	}
 	p.rebase()
-	if p.commit != nil && tx.State.HotCount() >= p.h.spillAfter()/2 { // before Due would close the pipe to write them itself
-		p.commit.wakeUp()
-	}
+	p.capture(false)
 	return errs, committed, f, nil
 }
 
@@ -320,7 +318,7 @@ func (p *Pipe) settle(run []*Flight) {
 		failed = p.syncFailed
 		p.mu.Unlock()
 		if p.commit != nil && err == nil {
-			p.commit.nudge(end)
+			p.commit.nudge()
 		}
 	}
 	if failed != nil {

@@ -315,6 +315,89 @@ func TestAServerWritesTheIndexOffItsRequestPath(t *testing.T) {
 	}
 }
 
+// TestACopyIsWrittenOnlyOnceDurable: a server's committer writes what the
+// pipe copied only once the WAL is durable up to it. A copy taken while its
+// batch's fsync is held waits; when that fsync fails, the pipe cuts the WAL
+// back and the copy is never written (the index holds no record the WAL
+// does not); when it succeeds, the same copy is written.
+func TestACopyIsWrittenOnlyOnceDurable(t *testing.T) {
+	path := backlogWAL(t, t.TempDir(), 3000, 1000)
+	stateOf(t, path) // the index, built
+	fsys := gatedfs.New()
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(t0 + 400*86_400_000), Resident: true, FS: fsys})
+	defer h.Close()
+	var leased []string
+	batch := []func(*store.Tx) error{addOne, leaseOne(&leased), addOne}
+	for _, fails := range []bool{true, false} {
+		fsys.Gated.Store(false)
+		p, err := h.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.Committing() {
+			p.Close()
+			t.Fatal("a resident handle's pipe over an index has no committer")
+		}
+		_, _, f, err := p.Batch(batch, nil)
+		if err == nil {
+			err = f.Wait()
+		}
+		if err == nil {
+			err = p.WaitCommitted(int(p.LastSeq()))
+		}
+		if err != nil {
+			p.Close()
+			t.Fatal(err)
+		}
+		durable := p.IndexedBy()
+		fsys.Gated.Store(true)
+		if _, _, f, err = p.Batch(batch, nil); err != nil {
+			p.Close()
+			t.Fatal(err)
+		}
+		waiting := p.CaptureWatched()
+		<-fsys.Syncing
+		select {
+		case <-waiting:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the committer did not look at what the WAL has made durable in 2 minutes after a copy past it")
+		}
+		if got := p.IndexedBy(); got != durable {
+			t.Fatalf("with the fsync held, the committer wrote the index up to record %d, past the %d made durable", got, durable)
+		}
+		if fails {
+			fsys.Gate <- errors.New("injected: EIO")
+			fsys.Gated.Store(false)
+			p.Close() // it cuts the WAL back, and answers the batch
+			if err := f.Wait(); err == nil {
+				t.Fatal("a batch whose fsync failed was answered durable")
+			}
+			if n, ok := store.IndexOf(path); !ok || n != durable || n != walRecords(t, path) {
+				t.Fatalf("after a failed fsync the index holds %d records (loads: %v), the WAL %d; want %d", n, ok, walRecords(t, path), durable)
+			}
+			continue
+		}
+		fsys.Gated.Store(false)
+		fsys.Gate <- nil
+		err = f.Wait()
+		if err == nil {
+			err = p.WaitCommitted(int(p.LastSeq()))
+		}
+		records := int(p.LastSeq())
+		p.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := store.IndexOf(path); !ok || n != records || n != walRecords(t, path) {
+			t.Fatalf("once durable, the index holds %d records (loads: %v), the WAL %d; want %d", n, ok, walRecords(t, path), records)
+		}
+	}
+	now := t0 + 401*86_400_000
+	if got, want := answersAt(t, path, now, false, store.Options{}), replayedAnswers(t, path, now); got != want {
+		t.Fatal("from the index the committer wrote, a new handle answers differently from a full replay")
+	}
+}
+
 // TestAPipeSeesWhoWaits: a pipe that holds the WAL sees a local writer, and
 // a local reader, that wait for its lock (each holds the turnstile while it
 // waits: the pipe created it, else a reader would not queue in it), and
