@@ -192,10 +192,12 @@ func (c *committer) end(h *Handle) {
 // capture hands the committer a copy of what the pipe holds, at the WAL's
 // position after its last batch, when a commit is due (or now, with now)
 // and the committer has nothing of the pipe's that the pipe has not taken
-// back. Only the goroutine that calls Batch may call it.
+// back; never a state the pipe stopped deciding on (a record it refused
+// may have left it half changed) or one whose reads of the index failed.
+// Only the goroutine that calls Batch may call it.
 func (p *Pipe) capture(now bool) {
 	c, st, log := p.commit, p.tx.State, p.tx.log
-	if c == nil || c.busy || log == nil || int64(log.Count) <= c.written.Load() {
+	if c == nil || c.busy || log == nil || int64(log.Count) <= c.written.Load() || p.Stopped() || st.Damage() != nil {
 		return
 	}
 	if !now && time.Since(c.last) < commitEvery && int64(log.Count)-c.written.Load() < commitRecords && st.HotCount() < p.h.spillAfter()/2 {

@@ -193,6 +193,14 @@ func (p *Pipe) CaptureWatched() <-chan struct{} {
 	return waiting
 }
 
+// CaptureNow has the pipe hand its committer a copy of what it holds, and
+// says whether it did. Only the goroutine that calls Batch may call it.
+func (p *Pipe) CaptureNow() bool {
+	p.rebase()
+	p.capture(true)
+	return p.commit.busy
+}
+
 // IndexedBy is how many records the pipe's committer has written into the
 // index.
 func (p *Pipe) IndexedBy() int { return int(p.commit.written.Load()) }

@@ -398,6 +398,64 @@ func TestACopyIsWrittenOnlyOnceDurable(t *testing.T) {
 	}
 }
 
+// TestAStoppedPipeHandsItsCommitterNothing: a record the state refuses
+// after the gate passed it (a decision that broke a rule) may leave the
+// pipe's state half changed: the pipe stops, and hands its committer no
+// copy of that state, which the index would hold as the truth; the records
+// before it stand, and the next command answers as a full replay.
+func TestAStoppedPipeHandsItsCommitterNothing(t *testing.T) {
+	path := backlogWAL(t, t.TempDir(), 3000, 1000)
+	stateOf(t, path) // the index, built
+	now := t0 + 400*86_400_000
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(now), Resident: true})
+	defer h.Close()
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := true
+	defer func() {
+		if open {
+			p.Close()
+		}
+	}()
+	if !p.Committing() {
+		t.Fatal("a resident handle's pipe over an index has no committer")
+	}
+	_, _, f, err := p.Batch([]func(*store.Tx) error{addOne}, nil)
+	if err == nil {
+		err = f.Wait()
+	}
+	if err == nil {
+		err = p.WaitCommitted(int(p.LastSeq()))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CaptureNow() {
+		t.Fatal("a pipe with nothing new handed its committer a copy")
+	}
+	refused := func(tx *store.Tx) error { // well formed, and about a task no record created
+		return tx.Commit([]state.Record{{Type: state.TaskCompleted, TaskID: "T999999", LeaseID: "L999999"}})
+	}
+	errs, _, f, err := p.Batch([]func(*store.Tx) error{addOne, refused}, nil)
+	var refusal *store.RefusedRecordError
+	if err != nil || !errors.As(errs[1], &refusal) || !p.Stopped() {
+		t.Fatalf("a record the state refuses: batch %v, its operation %v, pipe stopped %v", err, errs[1], p.Stopped())
+	}
+	if err := f.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if p.CaptureNow() {
+		t.Fatal("a pipe that stopped on a record its state refused handed that state to its committer")
+	}
+	p.Close()
+	open = false
+	if got, want := answersAt(t, path, now, false, store.Options{}), replayedAnswers(t, path, now); got != want {
+		t.Fatal("after a pipe stopped on a refused record, a new handle answers differently from a full replay")
+	}
+}
+
 // TestAPipeSeesWhoWaits: a pipe that holds the WAL sees a local writer, and
 // a local reader, that wait for its lock (each holds the turnstile while it
 // waits: the pipe created it, else a reader would not queue in it), and
