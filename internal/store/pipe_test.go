@@ -236,6 +236,23 @@ func TestAPipeSaysWhenToWriteTheIndex(t *testing.T) {
 	}
 }
 
+// committingPipe opens h's pipe, which must have a committer, and a close
+// of it that closes it once, however often called.
+func committingPipe(t *testing.T, h *store.Handle) (*store.Pipe, func()) {
+	t.Helper()
+	p, err := h.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	closePipe := func() { once.Do(p.Close) }
+	if !p.Committing() {
+		closePipe()
+		t.Fatal("a resident handle's pipe over an index has no committer")
+	}
+	return p, closePipe
+}
+
 // TestAServerWritesTheIndexOffItsRequestPath: while a server's pipe holds
 // the WAL, a committer follows what it made durable and writes the index,
 // and the pipe decides on the state the committer prepared from then on
@@ -258,19 +275,8 @@ func TestAServerWritesTheIndexOffItsRequestPath(t *testing.T) {
 	batch := func(leased *[]string) []func(*store.Tx) error {
 		return []func(*store.Tx) error{addOne, leaseOne(leased), addOne, leaseOne(leased), addOne}
 	}
-	p, err := h.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := true
-	defer func() {
-		if open {
-			p.Close()
-		}
-	}()
-	if !p.Committing() {
-		t.Fatal("a resident handle's pipe over an index has no committer")
-	}
+	p, closePipe := committingPipe(t, h)
+	defer closePipe()
 	for range 3 {
 		for range 40 {
 			_, _, f, err := p.Batch(batch(&leased), nil)
@@ -302,8 +308,7 @@ func TestAServerWritesTheIndexOffItsRequestPath(t *testing.T) {
 			t.Fatalf("after taking the committer's state, the pipe holds %d tasks in memory, not those of the last 2 batches", hot)
 		}
 	}
-	p.Close()
-	open = false
+	closePipe()
 	if !bytes.Equal(mustRead(t, path), mustRead(t, twin)) {
 		t.Fatal("the WAL written over the committer's states differs from the one a writer holding every task wrote")
 	}
@@ -330,14 +335,8 @@ func TestACopyIsWrittenOnlyOnceDurable(t *testing.T) {
 	batch := []func(*store.Tx) error{addOne, leaseOne(&leased), addOne}
 	for _, fails := range []bool{true, false} {
 		fsys.Gated.Store(false)
-		p, err := h.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !p.Committing() {
-			p.Close()
-			t.Fatal("a resident handle's pipe over an index has no committer")
-		}
+		p, closePipe := committingPipe(t, h)
+		defer closePipe()
 		_, _, f, err := p.Batch(batch, nil)
 		if err == nil {
 			err = f.Wait()
@@ -346,13 +345,13 @@ func TestACopyIsWrittenOnlyOnceDurable(t *testing.T) {
 			err = p.WaitCommitted(int(p.LastSeq()))
 		}
 		if err != nil {
-			p.Close()
+			closePipe()
 			t.Fatal(err)
 		}
 		durable := p.IndexedBy()
 		fsys.Gated.Store(true)
 		if _, _, f, err = p.Batch(batch, nil); err != nil {
-			p.Close()
+			closePipe()
 			t.Fatal(err)
 		}
 		waiting := p.CaptureWatched()
@@ -368,7 +367,7 @@ func TestACopyIsWrittenOnlyOnceDurable(t *testing.T) {
 		if fails {
 			fsys.Gate <- errors.New("injected: EIO")
 			fsys.Gated.Store(false)
-			p.Close() // it cuts the WAL back, and answers the batch
+			closePipe() // it cuts the WAL back, and answers the batch
 			if err := f.Wait(); err == nil {
 				t.Fatal("a batch whose fsync failed was answered durable")
 			}
@@ -384,7 +383,7 @@ func TestACopyIsWrittenOnlyOnceDurable(t *testing.T) {
 			err = p.WaitCommitted(int(p.LastSeq()))
 		}
 		records := int(p.LastSeq())
-		p.Close()
+		closePipe()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -409,19 +408,8 @@ func TestAStoppedPipeHandsItsCommitterNothing(t *testing.T) {
 	now := t0 + 400*86_400_000
 	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(now), Resident: true})
 	defer h.Close()
-	p, err := h.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := true
-	defer func() {
-		if open {
-			p.Close()
-		}
-	}()
-	if !p.Committing() {
-		t.Fatal("a resident handle's pipe over an index has no committer")
-	}
+	p, closePipe := committingPipe(t, h)
+	defer closePipe()
 	_, _, f, err := p.Batch([]func(*store.Tx) error{addOne}, nil)
 	if err == nil {
 		err = f.Wait()
@@ -449,8 +437,7 @@ func TestAStoppedPipeHandsItsCommitterNothing(t *testing.T) {
 	if p.CaptureNow() {
 		t.Fatal("a pipe that stopped on a record its state refused handed that state to its committer")
 	}
-	p.Close()
-	open = false
+	closePipe()
 	if got, want := answersAt(t, path, now, false, store.Options{}), replayedAnswers(t, path, now); got != want {
 		t.Fatal("after a pipe stopped on a refused record, a new handle answers differently from a full replay")
 	}
@@ -543,14 +530,8 @@ func TestAServerWritesAnEndsDependentsAChunkAtATime(t *testing.T) {
 	path, leases := dependentsWAL(t, each, chunk)
 	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(t0 + 400*86_400_000), Resident: true, SpillAfter: chunk})
 	defer h.Close()
-	p, err := h.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !p.Committing() {
-		p.Close()
-		t.Fatal("a resident handle's pipe over an index has no committer")
-	}
+	p, closePipe := committingPipe(t, h)
+	defer closePipe()
 	var leased []string
 	for i, fns := range [][]func(*store.Tx) error{
 		{func(tx *store.Tx) error { return endOf(tx, "ok", leases["ok"]) }, leaseOne(&leased)},
@@ -567,11 +548,11 @@ func TestAServerWritesAnEndsDependentsAChunkAtATime(t *testing.T) {
 			err = p.WaitCommitted(int(p.LastSeq()))
 		}
 		if err != nil {
-			p.Close()
+			closePipe()
 			t.Fatal(err)
 		}
 	}
-	p.Close()
+	closePipe()
 	if len(leased) != 2 || leased[0] == leased[1] {
 		t.Fatalf("the pipe leased %v after the ends; want two tasks they released", leased)
 	}
