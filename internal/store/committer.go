@@ -22,8 +22,7 @@ import (
 // pipe, between two batches, takes that state: it applies the records it
 // wrote since the copy (a few: those of the commit's own time) and decides
 // on it from then on, its memory bounded by what it decided since the last
-// copy. Every record is applied once by the pipe; the committer applies
-// none.
+// copy. The committer applies no record.
 //
 // The pipe holds the index open for writing for its life (the WAL's
 // exclusive lock keeps every other process from needing it), one database
