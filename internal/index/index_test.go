@@ -268,17 +268,23 @@ func checkHolds(t *testing.T, seed uint64, r *Reader, full *state.State) {
 		if len(got) != len(want) || slices.ContainsFunc(got, func(g due) bool { return !slices.ContainsFunc(want, func(w due) bool { return w.n == g.n }) }) {
 			fail("lapsing by %d: %v, want %v", at, got, want)
 		}
-		got, want = nil, nil
-		for _, d := range upcoming {
-			if d.at > at {
-				want = append(want, d)
+		for _, times := range []struct {
+			name string
+			read func(int64, func(at, n int64) bool) error
+			all  []due
+		}{{"upcoming", r.Upcoming, upcoming}, {"wakes", r.Wakes, slices.SortedFunc(slices.Values(wakes), byTime)}} {
+			got, want := []due(nil), []due(nil)
+			for _, d := range times.all {
+				if d.at > at {
+					want = append(want, d)
+				}
 			}
-		}
-		if err := r.Upcoming(at, func(when, n int64) bool { got = append(got, due{when, n}); return true }); err != nil {
-			fail("%v", err)
-		}
-		if !slices.Equal(got, want) {
-			fail("upcoming after %d: %v, want %v", at, got, want)
+			if err := times.read(at, func(when, n int64) bool { got = append(got, due{when, n}); return true }); err != nil {
+				fail("%v", err)
+			}
+			if !slices.Equal(got, want) {
+				fail("%s after %d: %v, want %v", times.name, at, got, want)
+			}
 		}
 	}
 }

@@ -274,46 +274,44 @@ func (r *Reader) Dependents(n, after int64, fn func(int64) bool) error {
 // Upcoming hands fn, by time, the lapse and wake times after after, each
 // with its task's number: the two buckets merged.
 func (r *Reader) Upcoming(after int64, fn func(at, n int64) bool) error {
-	return guard(func() error {
-		from := appendTimeKey(nil, after+1, 0)
-		lapse, wake := r.tx.Bucket(bLapse).Cursor(), r.tx.Bucket(bWake).Cursor()
-		l, _ := lapse.Seek(from)
-		w, _ := wake.Seek(from)
-		for l != nil || w != nil {
-			k := l
-			if l == nil || w != nil && bytes.Compare(w, l) < 0 {
-				k = w
-			}
-			if len(k) != 16 {
-				return errKey("lapse or wake", k)
-			}
-			if !fn(keyTime(k), int64(binary.BigEndian.Uint64(k[8:]))) {
-				return nil
-			}
-			if bytes.Equal(k, l) {
-				l, _ = lapse.Next()
-			} else {
-				w, _ = wake.Next()
-			}
-		}
-		return nil
-	})
+	return r.times(after, fn, bLapse, bWake)
 }
 
 // Wakes hands fn, by time, the wake times after after, each with its
 // task's number.
 func (r *Reader) Wakes(after int64, fn func(at, n int64) bool) error {
+	return r.times(after, fn, bWake)
+}
+
+// times hands fn, by time, the keys after after of buckets of times, each
+// with its task's number: the buckets merged.
+func (r *Reader) times(after int64, fn func(at, n int64) bool, buckets ...[]byte) error {
 	return guard(func() error {
-		c := r.tx.Bucket(bWake).Cursor()
-		for k, _ := c.Seek(appendTimeKey(nil, after+1, 0)); k != nil; k, _ = c.Next() {
+		from := appendTimeKey(nil, after+1, 0)
+		cursors, keys := make([]*bolt.Cursor, len(buckets)), make([][]byte, len(buckets))
+		for i, b := range buckets {
+			cursors[i] = r.tx.Bucket(b).Cursor()
+			keys[i], _ = cursors[i].Seek(from)
+		}
+		for {
+			next := -1
+			for i, k := range keys {
+				if k != nil && (next < 0 || bytes.Compare(k, keys[next]) < 0) {
+					next = i
+				}
+			}
+			if next < 0 {
+				return nil
+			}
+			k := keys[next]
 			if len(k) != 16 {
-				return errKey("wake", k)
+				return errKey(string(buckets[next]), k)
 			}
 			if !fn(keyTime(k), int64(binary.BigEndian.Uint64(k[8:]))) {
 				return nil
 			}
+			keys[next], _ = cursors[next].Next()
 		}
-		return nil
 	})
 }
 

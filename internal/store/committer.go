@@ -196,10 +196,13 @@ func (c *committer) end(h *Handle) {
 // Only the goroutine that calls Batch may call it.
 func (p *Pipe) capture(now bool) {
 	c, st, log := p.commit, p.tx.State, p.tx.log
-	if c == nil || c.busy || log == nil || int64(log.Count) <= c.written.Load() || p.Stopped() || st.Damage() != nil {
+	if c == nil || c.busy || log == nil || int64(log.Count) <= c.written.Load() {
 		return
 	}
 	if !now && time.Since(c.last) < commitEvery && int64(log.Count)-c.written.Load() < commitRecords && st.HotCount() < p.h.spillAfter()/2 {
+		return
+	}
+	if p.Stopped() || st.Damage() != nil {
 		return
 	}
 	c.busy, c.last = true, time.Now()

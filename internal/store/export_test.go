@@ -163,8 +163,7 @@ func (p *Pipe) Committing() bool { return p.commit != nil }
 func (p *Pipe) WaitCommitted(records int) error {
 	guard := time.After(2 * time.Minute)
 	for p.commit.written.Load() < int64(records) {
-		p.rebase()
-		p.capture(true)
+		p.CaptureNow()
 		select {
 		case <-guard:
 			return fmt.Errorf("the committer wrote the index up to record %d in 2 minutes, not %d", p.commit.written.Load(), records)
@@ -188,8 +187,7 @@ func (p *Pipe) CaptureWatched() <-chan struct{} {
 		}
 		return pos, version
 	}
-	p.rebase()
-	p.capture(true)
+	p.CaptureNow()
 	return waiting
 }
 
