@@ -482,7 +482,7 @@ func (c *batchLines) decode(deprecated func(line int, old []string), each func(r
 	reqs, olds, errs := c.reqs, c.olds, c.errs
 	parallel.Ranges(n, func(_, from, to int) {
 		for i := from; i < to; i++ {
-			reqs[i] = c.base
+			reqs[i] = c.fresh()
 			olds[i], errs[i] = DecodeStrict(c.text[c.start(i):c.ends[i]], &reqs[i])
 		}
 	})
@@ -501,6 +501,21 @@ func (c *batchLines) decode(deprecated func(line int, old []string), each func(r
 		}
 	}
 	return nil
+}
+
+// fresh is the base a line is decoded over, with its own copies of what
+// the base points to: decoding writes through them (encoding/json sets a
+// pointer's int and appends into a slice's array), and a line's
+// max_attempts or after would become every other line's (--max-attempts
+// and --after given as every line's default).
+func (c *batchLines) fresh() SubmitRequest {
+	r := c.base
+	if r.MaxAttempts != nil {
+		n := *r.MaxAttempts
+		r.MaxAttempts = &n
+	}
+	r.After, r.AfterEnded = slices.Clone(r.After), slices.Clone(r.AfterEnded)
+	return r
 }
 
 func (c *batchLines) start(i int) int {

@@ -176,6 +176,53 @@ func TestCollectBatchKeepsOrderAndLines(t *testing.T) {
 	}
 }
 
+// TestBatchLinesKeepTheirOwnDefaults: the flags' defaults are every line's
+// own. A line that sets what the base points to (max_attempts, after,
+// after_ended) changes neither the base nor any other line: decoded over
+// one shared base, every line took the last such line's values.
+func TestBatchLinesKeepTheirOwnDefaults(t *testing.T) {
+	spread(t)
+	// Every field the base shares by reference is one this test gives; a new
+	// one must be copied in batchLines.fresh and given here.
+	var shared []string
+	for f := range reflect.TypeFor[SubmitRequest]().Fields() {
+		if k := f.Type.Kind(); k == reflect.Pointer || k == reflect.Slice || k == reflect.Map {
+			shared = append(shared, f.Name)
+		}
+	}
+	if want := []string{"MaxAttempts", "After", "AfterEnded"}; !slices.Equal(shared, want) {
+		t.Fatalf("SubmitRequest's fields held by reference are %v, this test gives %v: copy the new ones in batchLines.fresh", shared, want)
+	}
+	five := 5
+	base := SubmitRequest{MaxAttempts: &five, After: []string{"T1"}, AfterEnded: []string{"T2", "T3"}}
+	var in strings.Builder
+	for i := range 400 {
+		if i%2 == 0 {
+			fmt.Fprintf(&in, "{\"payload\":\"p%d\",\"max_attempts\":%d,\"after\":[\"a%d\"],\"after_ended\":[\"e%d\"]}\n", i, 10+i, i, i)
+		} else {
+			fmt.Fprintf(&in, "{\"payload\":\"p%d\"}\n", i)
+		}
+	}
+	reqs, _, err := CollectBatch(strings.NewReader(in.String()), base, MaxBatchTasks, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if five != 5 || !slices.Equal(base.After, []string{"T1"}) || !slices.Equal(base.AfterEnded, []string{"T2", "T3"}) {
+		t.Fatalf("decoding the batch changed its base: max attempts %d, after %v, after_ended %v", five, base.After, base.AfterEnded)
+	}
+	for i, r := range reqs {
+		want := base
+		want.Payload = fmt.Sprintf("p%d", i)
+		if i%2 == 0 {
+			attempts := 10 + i
+			want.MaxAttempts, want.After, want.AfterEnded = &attempts, []string{fmt.Sprintf("a%d", i)}, []string{fmt.Sprintf("e%d", i)}
+		}
+		if !reflect.DeepEqual(r, want) {
+			t.Fatalf("line %d is %+v (max attempts %d); want %+v (max attempts %d)", i+1, r, *r.MaxAttempts, want, *want.MaxAttempts)
+		}
+	}
+}
+
 // spread has the tests below cut their work in four parts whatever the
 // machine's processors, so that the parallel path runs.
 func spread(t *testing.T) {
