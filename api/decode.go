@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"reflect"
 	"runtime"
@@ -34,19 +33,28 @@ func DecodeStrict(body []byte, v any) (old []string, err error) {
 		return nil, ErrNotUTF8
 	}
 	w := keyWalker{b: body}
+	if w.ws(); w.i < len(body) && body[w.i] == '{' {
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() && rv.Elem().Kind() == reflect.Struct && !readsItself(rv.Elem().Type()) {
+			w.fill = rv.Elem()
+		}
+	}
 	walked := w.value(reflect.TypeOf(v))
 	switch {
 	case walked == errWalkStop:
 	case walked != nil:
 		return nil, walked
 	}
+	for _, r := range w.renames {
+		old = append(old, r.from)
+	}
+	w.ws()
+	if walked == nil && w.i == len(w.b) && w.filled && !w.left {
+		return old, nil // every value set as encoding/json sets it
+	}
 	if len(w.renames) > 0 {
 		body = w.renamed()
-		for _, r := range w.renames {
-			old = append(old, r.from)
-		}
 	}
-	if w.ws(); walked == nil && w.i == len(w.b) {
+	if walked == nil && w.i == len(w.b) {
 		// One value, its every key a field's: what DisallowUnknownFields
 		// and the check for a second value would find is known.
 		return old, json.Unmarshal(body, v)
@@ -93,6 +101,11 @@ type keyWalker struct {
 	i int
 	// renames are the keys spelled the old way, to be read as the new.
 	renames []rename
+	// fill is the struct the top object is read into, its plain values
+	// (assign) set as they are walked; filled says it was, and left that
+	// a value was left to encoding/json, which then reads the whole.
+	fill         reflect.Value
+	filled, left bool
 }
 
 // rename is a key at b[at:at+len(from)] (inside its quotes) to be read as to.
@@ -142,6 +155,24 @@ func (w *keyWalker) str() (string, error) {
 	return "", errWalkStop
 }
 
+// keyName reads a key at i: a field's name itself, and the field, when
+// it spells one without an escape (no copy of the key), else as str
+// reads it.
+func (w *keyWalker) keyName(fields map[string]jsonField) (string, jsonField, bool, error) {
+	end := w.i + 1
+	for end < len(w.b) && w.b[end] != '"' && w.b[end] != '\\' {
+		end++
+	}
+	if end < len(w.b) && w.b[end] == '"' {
+		if f, ok := fields[string(w.b[w.i+1:end])]; ok {
+			w.i = end + 1
+			return f.name, f, true, nil
+		}
+	}
+	key, err := w.str()
+	return key, jsonField{}, false, err
+}
+
 // skipStr passes over a string value at i (the decoder reads it).
 func (w *keyWalker) skipStr() error {
 	for w.i++; w.i < len(w.b); w.i++ {
@@ -158,11 +189,16 @@ func (w *keyWalker) skipStr() error {
 
 var unmarshaler = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
 
+// readsItself says whether t (or a pointer to it) is a json.Unmarshaler.
+func readsItself(t reflect.Type) bool {
+	return t.Implements(unmarshaler) || reflect.PointerTo(t).Implements(unmarshaler)
+}
+
 func (w *keyWalker) value(t reflect.Type) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t != nil && (t.Implements(unmarshaler) || reflect.PointerTo(t).Implements(unmarshaler)) {
+	if t != nil && readsItself(t) {
 		t = nil // its own reading (List): only its objects' keys are checked
 	}
 	w.ws()
@@ -208,15 +244,18 @@ func (w *keyWalker) value(t reflect.Type) error {
 }
 
 func (w *keyWalker) object(t reflect.Type) error {
-	var fields map[string]reflect.Type
+	var fields map[string]jsonField
 	if t != nil && t.Kind() == reflect.Struct {
 		fields = jsonFields(t)
 	}
+	fill := w.fill // the top object's only
+	w.fill = reflect.Value{}
 	var elem reflect.Type
 	if t != nil && t.Kind() == reflect.Map {
 		elem = t.Elem()
 	}
-	var seen []string
+	var few [16]string
+	seen := few[:0]
 	var many map[string]bool // past a few keys: a body of many keys is not quadratic
 	w.i++
 	for {
@@ -224,23 +263,25 @@ func (w *keyWalker) object(t reflect.Type) error {
 		if w.i >= len(w.b) {
 			return errWalkStop
 		}
-		if w.b[w.i] == '}' {
+		if w.b[w.i] == '}' && len(seen)+len(many) == 0 { // {}; one after a comma is not JSON
 			w.i++
+			w.filled = fill.IsValid()
 			return nil
 		}
 		if w.b[w.i] != '"' {
 			return errWalkStop
 		}
 		at := w.i + 1
-		key, err := w.str()
+		key, field, known, err := w.keyName(fields)
 		if err != nil {
 			return err
 		}
-		if fields != nil {
-			if _, ok := fields[key]; !ok && strings.Contains(key, "-") && w.i-at-1 == len(key) {
-				if _, isOld := fields[strings.ReplaceAll(key, "-", "_")]; isOld {
-					w.renames = append(w.renames, rename{at: at, from: key, to: strings.ReplaceAll(key, "-", "_")})
-					key = strings.ReplaceAll(key, "-", "_")
+		if fields != nil && !known {
+			field, known = fields[key]
+			if !known && strings.Contains(key, "-") && w.i-at-1 == len(key) {
+				if field, known = fields[strings.ReplaceAll(key, "-", "_")]; known {
+					w.renames = append(w.renames, rename{at: at, from: key, to: field.name})
+					key = field.name
 				}
 			}
 		}
@@ -258,29 +299,122 @@ func (w *keyWalker) object(t reflect.Type) error {
 		} else {
 			seen = append(seen, key)
 		}
-		field := elem
-		if fields != nil {
-			ft, ok := fields[key]
-			if !ok {
-				return &KeyError{Key: key}
-			}
-			field = ft
+		if fields == nil {
+			field = jsonField{typ: elem, index: -1}
+		} else if !known {
+			return &KeyError{Key: key}
 		}
 		w.ws()
 		if w.i >= len(w.b) || w.b[w.i] != ':' {
 			return errWalkStop
 		}
 		w.i++
-		if err := w.value(field); err != nil {
-			return err
+		w.ws()
+		if !fill.IsValid() || !w.assign(fill, field) {
+			w.left = true
+			if err := w.value(field.typ); err != nil {
+				return err
+			}
 		}
 		w.ws()
-		if w.i < len(w.b) && w.b[w.i] == ',' {
+		switch {
+		case w.i < len(w.b) && w.b[w.i] == ',':
 			w.i++
-		} else if w.i >= len(w.b) || w.b[w.i] != '}' {
+		case w.i < len(w.b) && w.b[w.i] == '}':
+			w.i++
+			w.filled = fill.IsValid()
+			return nil
+		default:
 			return errWalkStop
 		}
 	}
+}
+
+// assign sets dst's field f to the value at i, and passes over it, when
+// encoding/json would read it without help: a string without an escape or
+// a control character, an integer that fits, true or false, into a field
+// of that kind or a pointer to one (a nil pointer given a new value, as
+// encoding/json does). Else it leaves i where it was.
+func (w *keyWalker) assign(dst reflect.Value, f jsonField) bool {
+	if f.index < 0 || w.i >= len(w.b) {
+		return false
+	}
+	v := dst.Field(f.index)
+	t := f.typ
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	end := w.i
+	var text []byte
+	var n int64
+	switch c := w.b[w.i]; {
+	case c == '"' && t.Kind() == reflect.String:
+		for end++; end < len(w.b) && w.b[end] != '"'; end++ {
+			if w.b[end] == '\\' || w.b[end] < 0x20 {
+				return false
+			}
+		}
+		if end == len(w.b) {
+			return false
+		}
+		text = w.b[w.i+1 : end]
+		end++
+	case (c == 't' || c == 'f') && t.Kind() == reflect.Bool:
+		text = []byte("false")
+		if c == 't' {
+			text, n = []byte("true"), 1
+		}
+		if !bytes.HasPrefix(w.b[w.i:], text) {
+			return false
+		}
+		end += len(text)
+	case (c == '-' || c >= '0' && c <= '9') && t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
+		if c == '-' {
+			end++
+		}
+		digits := end
+		for end < len(w.b) && w.b[end] >= '0' && w.b[end] <= '9' {
+			end++
+		}
+		if end == digits || w.b[digits] == '0' && end-digits > 1 { // JSON has no leading zero
+			return false
+		}
+		var err error
+		if n, err = strconv.ParseInt(string(w.b[w.i:end]), 10, 64); err != nil || reflect.Zero(t).OverflowInt(n) {
+			return false
+		}
+	default:
+		return false
+	}
+	if end < len(w.b) && !strings.ContainsRune(",}] \t\n\r", rune(w.b[end])) { // 1.5, truex: for the decoder to refuse
+		return false
+	}
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			v.Set(reflect.New(t))
+		}
+		v = v.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		v.SetString(string(text))
+	case reflect.Bool:
+		v.SetBool(n == 1)
+	default:
+		v.SetInt(n)
+	}
+	w.i = end
+	return true
+}
+
+// jsonField is a struct's field as encoding/json reads it: its name, its
+// type, and its index for assign (-1: one assign leaves to encoding/json:
+// of an embedded struct, read from a quoted string, or by a type's own
+// UnmarshalJSON).
+type jsonField struct {
+	name  string
+	typ   reflect.Type
+	index int
 }
 
 // fieldsOf caches jsonFields by type.
@@ -288,22 +422,31 @@ var fieldsOf sync.Map
 
 // jsonFields is a struct's fields by their JSON names, those of embedded
 // structs included.
-func jsonFields(t reflect.Type) map[string]reflect.Type {
+func jsonFields(t reflect.Type) map[string]jsonField {
 	if m, ok := fieldsOf.Load(t); ok {
-		return m.(map[string]reflect.Type)
+		return m.(map[string]jsonField)
 	}
-	out := map[string]reflect.Type{}
+	out := map[string]jsonField{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		index, t := i, f.Type
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if slices.Contains(strings.Split(opts, ","), "string") || readsItself(t) {
+			index = -1
+		}
 		switch {
 		case name == "-" || !f.IsExported():
 		case f.Anonymous && name == "":
-			maps.Copy(out, jsonFields(f.Type))
+			for k, e := range jsonFields(f.Type) {
+				out[k] = jsonField{name: k, typ: e.typ, index: -1}
+			}
 		case name == "":
-			out[f.Name] = f.Type
+			out[f.Name] = jsonField{name: f.Name, typ: f.Type, index: index}
 		default:
-			out[name] = f.Type
+			out[name] = jsonField{name: name, typ: f.Type, index: index}
 		}
 	}
 	fieldsOf.Store(t, out)

@@ -103,10 +103,32 @@ func FuzzDecodeStrict(f *testing.F) {
 		`{"task":"T1","lease":"L1","next":{"worker":"W","Worker":"V"}}`, `{"name":"n","every":"1m","task":{"payload":"x","queue":"q"}}`,
 		`{"payload":"a\u0062","queue":["a","b"]}`, `{"pay\u006coad":"x","payload":"y"}`, `{"payload":"x"} {}`, `[{"a":1,"a":2}]`, `{"payload":`,
 		`{"payload":"x","request-id":"r"}`, `{"request_id":"r","request-id":"r"}`, `{"name":"n","catch-up":"all","task":{"payload":"p","max-attempts":2}}`,
+		`{"priority":-0,"max_attempts":7}`, `{"priority":01}`, `{"priority":1.0}`, `{"priority":1e2}`, `{"max_attempts":9223372036854775808}`,
+		"{\"payload\":\"a\tb\"}", `{"payload":"x","priority":true}`, `{"payload":truex}`, `{"max_attempts":null,"after":[]}`,
+		` { "payload" : "x" , "priority" : 5 } `, `{"task":"T1","lease":"L1","next":{"worker":"W","queue":"a,b"}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// Over defaults, as a batch's line is read: what encoding/json makes
+		// of the same defaults, its pointer written through.
+		over := func() *SubmitRequest {
+			n := 4
+			return &SubmitRequest{Queue: "q", Priority: 2, MaxAttempts: &n, After: []string{"T1"}}
+		}
+		if got, want := over(), over(); true {
+			if old, err := DecodeStrict(body, got); err == nil {
+				renamed := body
+				for _, k := range old {
+					renamed = bytes.ReplaceAll(renamed, []byte(`"`+k+`"`), []byte(`"`+strings.ReplaceAll(k, "-", "_")+`"`))
+				}
+				dec := json.NewDecoder(bytes.NewReader(renamed))
+				dec.DisallowUnknownFields()
+				if refErr := dec.Decode(want); refErr != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("took %q over defaults as %+v; encoding/json says %+v, %v", body, got, want, refErr)
+				}
+			}
+		}
 		for _, v := range []any{&SubmitRequest{}, &CompleteRequest{}, &ScheduleAddRequest{}, &InspectRequest{}} {
 			old, err := DecodeStrict(body, v)
 			if err != nil {
