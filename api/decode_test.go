@@ -106,6 +106,7 @@ func FuzzDecodeStrict(f *testing.F) {
 		`{"priority":-0,"max_attempts":7}`, `{"priority":01}`, `{"priority":1.0}`, `{"priority":1e2}`, `{"max_attempts":9223372036854775808}`,
 		"{\"payload\":\"a\tb\"}", `{"payload":"x","priority":true}`, `{"payload":truex}`, `{"max_attempts":null,"after":[]}`,
 		` { "payload" : "x" , "priority" : 5 } `, `{"task":"T1","lease":"L1","next":{"worker":"W","queue":"a,b"}}`,
+		`{"result":"ACK","task_id":"T1","duplicate":false,"available_at":null,"deadline":"2026-01-01T00:00:00.000Z","waiting_for":null}`, `{"deadline":nul}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -129,7 +130,7 @@ func FuzzDecodeStrict(f *testing.F) {
 				}
 			}
 		}
-		for _, v := range []any{&SubmitRequest{}, &CompleteRequest{}, &ScheduleAddRequest{}, &InspectRequest{}} {
+		for _, v := range []any{&SubmitRequest{}, &CompleteRequest{}, &ScheduleAddRequest{}, &InspectRequest{}, &Ack{}, &Lease{}} {
 			old, err := DecodeStrict(body, v)
 			if err != nil {
 				continue
@@ -335,5 +336,13 @@ func TestEncodeAndDecodeLinesKeepOrder(t *testing.T) {
 	}
 	if got, err := DecodeLines[Ack]([]byte(" \n")); got != nil || err != nil {
 		t.Fatalf("an empty answer: %v, %v", got, err)
+	}
+	// An answer is not held to a request's strictness: a key this client
+	// does not know, one in other letters, one given twice or in an old
+	// spelling are read as encoding/json reads them.
+	lenient := `{"task_id":"T1","queue":"q","added_later":1}` + "\n" + `{"Task_ID":"T2","queue":"a","queue":"b"}` + "\n" + `{"task_id":"T3","request-id":"r"}`
+	got, err := DecodeLines[Ack]([]byte(lenient))
+	if want := []Ack{{TaskID: "T1", Queue: "q"}, {TaskID: "T2", Queue: "b"}, {TaskID: "T3"}}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("read %+v, %v; want %+v", got, err, want)
 	}
 }
