@@ -149,6 +149,14 @@ func (s *State) Head() []byte {
 	return e.b
 }
 
+// HotTask is the task id names when memory holds it: a lookup that
+// changes nothing (Task reads one from the index into memory), so that
+// several goroutines may make it at once.
+func (s *State) HotTask(id string) (*Task, bool) {
+	t, ok := s.tasks[id]
+	return t, ok
+}
+
 // Hot is the tasks a record touched since the state was loaded or last
 // flushed, in creation order: what an index must take to hold the state.
 func (s *State) Hot() []*Task {

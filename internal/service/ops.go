@@ -12,6 +12,7 @@ import (
 	"github.com/leasewal/leasewal/api"
 	"github.com/leasewal/leasewal/internal/answers"
 	"github.com/leasewal/leasewal/internal/limits"
+	"github.com/leasewal/leasewal/internal/parallel"
 	"github.com/leasewal/leasewal/internal/store"
 	"github.com/leasewal/leasewal/state"
 )
@@ -137,8 +138,21 @@ func (l *Local) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]ap
 		if err := tx.Commit(recs); err != nil {
 			return nil, err
 		}
-		acks := make([]api.Ack, len(ds))
+		// The tasks the batch created are in memory, their acks made on
+		// every processor; another (a duplicate's) may be read from the
+		// index, after.
+		acks, made := make([]api.Ack, len(ds)), make([]bool, len(ds))
+		parallel.Ranges(len(ds), func(_, from, to int) {
+			for i := from; i < to; i++ {
+				if t, ok := tx.State.HotTask(ds[i].TaskID); ok {
+					acks[i], made[i] = ackOf(ds[i], t, tx.Now), true
+				}
+			}
+		})
 		for i, d := range ds {
+			if made[i] {
+				continue
+			}
 			t, err := tx.State.Task(d.TaskID)
 			if err != nil {
 				return nil, err
