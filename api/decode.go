@@ -762,14 +762,20 @@ const batchChunk = 4096
 // within the server's limits: [from, to) of reqs, as encoded by the
 // client.
 func BatchParts(reqs []SubmitRequest) ([][2]int, error) {
+	sizes, errs := make([]int64, len(reqs)), make([]error, runtime.GOMAXPROCS(0))
+	parallel.Ranges(len(reqs), func(part, from, to int) {
+		for i := from; i < to && errs[part] == nil; i++ {
+			var b []byte
+			b, errs[part] = json.Marshal(reqs[i])
+			sizes[i] = int64(len(b) + 1)
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	var parts [][2]int
 	from, size := 0, int64(0)
-	for i, r := range reqs {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return nil, err
-		}
-		n := int64(len(b) + 1)
+	for i, n := range sizes {
 		if i > from && (i-from >= MaxServerBatchTasks || size+n > MaxServerBatchBody) {
 			parts, from, size = append(parts, [2]int{from, i}), i, 0
 		}

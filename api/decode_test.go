@@ -346,3 +346,49 @@ func TestEncodeAndDecodeLinesKeepOrder(t *testing.T) {
 		t.Fatalf("read %+v, %v; want %+v", got, err, want)
 	}
 }
+
+// TestBatchPartsCutAtTheServersLimits: a batch's parts follow each other
+// over every line, each within the lines and bytes a server takes (each
+// line as the client encodes it, and its newline; a line alone is a part
+// whatever its size), and each but the last as long as those allow: the
+// next line would take it past one.
+func TestBatchPartsCutAtTheServersLimits(t *testing.T) {
+	spread(t)
+	defer func(tasks int, body int64) { MaxServerBatchTasks, MaxServerBatchBody = tasks, body }(MaxServerBatchTasks, MaxServerBatchBody)
+	reqs := make([]SubmitRequest, 2000)
+	size := make([]int64, len(reqs))
+	for i := range reqs {
+		reqs[i] = SubmitRequest{Payload: strings.Repeat("x", i%97), RequestID: fmt.Sprint("r", i)}
+		b, _ := json.Marshal(reqs[i])
+		size[i] = int64(len(b) + 1)
+	}
+	for _, limits := range []struct {
+		tasks int
+		body  int64
+	}{{300, 1 << 30}, {1 << 20, 9000}, {250, 12000}, {1, 1}, {1 << 20, 1 << 30}} {
+		MaxServerBatchTasks, MaxServerBatchBody = limits.tasks, limits.body
+		parts, err := BatchParts(reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := 0
+		for k, p := range parts {
+			var bytes int64
+			for i := p[0]; i < p[1]; i++ {
+				bytes += size[i]
+			}
+			switch {
+			case p[0] != next || p[1] <= p[0]:
+				t.Fatalf("limits %+v: part %d is %v after line %d", limits, k, p, next)
+			case p[1]-p[0] > 1 && (p[1]-p[0] > limits.tasks || bytes > limits.body):
+				t.Fatalf("limits %+v: part %d %v holds %d lines, %d bytes", limits, k, p, p[1]-p[0], bytes)
+			case k < len(parts)-1 && p[1]-p[0] < limits.tasks && bytes+size[p[1]] <= limits.body:
+				t.Fatalf("limits %+v: part %d %v ends before a line that fits", limits, k, p)
+			}
+			next = p[1]
+		}
+		if next != len(reqs) {
+			t.Fatalf("limits %+v: the parts %v end at line %d of %d", limits, parts, next, len(reqs))
+		}
+	}
+}
