@@ -667,8 +667,9 @@ func (c *batchLines) decode(deprecated func(line int, old []string), each func(r
 // fresh is the base a line is decoded over, with its own copies of what
 // the base points to: decoding writes through them (encoding/json sets a
 // pointer's int and appends into a slice's array), and a line's
-// max_attempts or after would become every other line's (--max-attempts
-// and --after given as every line's default).
+// max_attempts or after would become every other line's (the command
+// line's base always points to a max_attempts, to an after when --after
+// is given).
 func (c *batchLines) fresh() SubmitRequest {
 	r := c.base
 	if r.MaxAttempts != nil {
