@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -187,7 +188,10 @@ func (w *keyWalker) skipStr() error {
 	return errWalkStop
 }
 
-var unmarshaler = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
+var (
+	unmarshaler     = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]() // what encoding/json reads a string into
+)
 
 // readsItself says whether t (or a pointer to it) is a json.Unmarshaler.
 func readsItself(t reflect.Type) bool {
@@ -428,7 +432,7 @@ func (w *keyWalker) endsAt(i int) bool {
 // jsonField is a struct's field as encoding/json reads it: its name, its
 // type, and its index for assign (-1: one assign leaves to encoding/json:
 // of an embedded struct, read from a quoted string, or by a type's own
-// UnmarshalJSON).
+// UnmarshalJSON or UnmarshalText).
 type jsonField struct {
 	name  string
 	typ   reflect.Type
@@ -452,7 +456,7 @@ func jsonFields(t reflect.Type) map[string]jsonField {
 		if t.Kind() == reflect.Pointer {
 			t = t.Elem()
 		}
-		if slices.Contains(strings.Split(opts, ","), "string") || readsItself(t) {
+		if slices.Contains(strings.Split(opts, ","), "string") || readsItself(t) || t.Implements(textUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
 			index = -1
 		}
 		switch {

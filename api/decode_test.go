@@ -392,3 +392,36 @@ func TestBatchPartsCutAtTheServersLimits(t *testing.T) {
 		}
 	}
 }
+
+// shout reads itself as text, upper-cased.
+type shout string
+
+func (s *shout) UnmarshalText(b []byte) error {
+	*s = shout(strings.ToUpper(string(b)))
+	return nil
+}
+
+// TestTheWalkLeavesWhatReadsItselfToEncodingJSON: a field read by its
+// type's own UnmarshalText, or from a quoted string (",string"), is read as
+// encoding/json reads it, not set by the key walk as the string it spells;
+// each alone in its body, with a plain field the walk sets.
+func TestTheWalkLeavesWhatReadsItselfToEncodingJSON(t *testing.T) {
+	type fields struct {
+		Text    shout  `json:"text"`
+		Pointer *shout `json:"pointer"`
+		Quoted  int    `json:"quoted,string"`
+		Plain   string `json:"plain"`
+	}
+	for _, body := range []string{`{"text":"a","plain":"c"}`, `{"pointer":"b","plain":"c"}`, `{"quoted":"7","plain":"c"}`} {
+		var got, want fields
+		if _, err := DecodeStrict([]byte(body), &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(body), &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("read %s as %+v; encoding/json reads %+v", body, got, want)
+		}
+	}
+}
