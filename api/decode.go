@@ -3,7 +3,6 @@ package api
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"encoding"
 	"encoding/json"
 	"errors"
@@ -480,62 +479,101 @@ func jsonFields(t reflect.Type) map[string]jsonField {
 // such a string as another, each bad byte made U+FFFD, so a client refuses
 // it before sending, as a local command does.
 func NotUTF8(req any) error {
-	if path := notUTF8(reflect.ValueOf(req), ""); path != "" {
-		return Usage("%s is not UTF-8 text: encode binary data (e.g. base64) first", path)
+	bad, path := notUTF8(reflect.ValueOf(req))
+	if !bad {
+		return nil
 	}
-	return nil
+	path = strings.TrimPrefix(path, ".")
+	if path == "" || strings.HasPrefix(path, "'s") {
+		path = "the request" + path
+	}
+	return Usage("%s is not UTF-8 text: encode binary data (e.g. base64) first", path)
 }
 
-func notUTF8(v reflect.Value, path string) string {
+// notUTF8 says whether v holds a string that is not UTF-8, and the path to
+// the first from v (.field, [index], .key, 's key "k"), made only once one
+// is found: a batch's many requests are checked, and are text.
+func notUTF8(v reflect.Value) (bool, string) {
 	switch v.Kind() {
 	case reflect.String:
-		if !utf8.ValidString(v.String()) {
-			return cmp.Or(path, "the request")
-		}
+		return !utf8.ValidString(v.String()), ""
 	case reflect.Pointer, reflect.Interface:
 		if !v.IsNil() {
-			return notUTF8(v.Elem(), path)
+			return notUTF8(v.Elem())
 		}
 	case reflect.Slice, reflect.Array:
 		if v.Type().Elem().Kind() == reflect.Uint8 { // []byte: base64 in JSON
-			return ""
+			return false, ""
 		}
 		for i := range v.Len() {
-			if bad := notUTF8(v.Index(i), fmt.Sprintf("%s[%d]", path, i)); bad != "" {
-				return bad
+			if bad, path := notUTF8(v.Index(i)); bad {
+				return true, "[" + strconv.Itoa(i) + "]" + path
 			}
 		}
 	case reflect.Map:
 		for it := v.MapRange(); it.Next(); {
 			key := fmt.Sprint(it.Key().Interface())
 			if !utf8.ValidString(key) {
-				return cmp.Or(path, "the request") + "'s key " + strconv.QuoteToASCII(key)
+				return true, "'s key " + strconv.QuoteToASCII(key)
 			}
-			if bad := notUTF8(it.Value(), path+"."+key); bad != "" {
-				return bad
+			if bad, path := notUTF8(it.Value()); bad {
+				return true, "." + key + path
 			}
 		}
 	case reflect.Struct:
-		t := v.Type()
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" || !f.IsExported() {
-				continue
-			}
-			if name == "" && !f.Anonymous {
-				name = f.Name
-			}
-			inner := path
-			if name != "" {
-				inner = strings.TrimPrefix(path+"."+name, ".")
-			}
-			if bad := notUTF8(v.Field(i), inner); bad != "" {
-				return bad
+		for _, f := range textFields(v.Type()) {
+			if bad, path := notUTF8(v.Field(f.index)); bad {
+				if f.name != "" { // an embedded struct's fields are its own
+					path = "." + f.name + path
+				}
+				return true, path
 			}
 		}
 	}
-	return ""
+	return false, ""
+}
+
+// textField is a field of a struct that JSON sends and that may hold text:
+// its index and its JSON name ("" for an embedded struct).
+type textField struct {
+	index int
+	name  string
+}
+
+// textFieldsOf caches textFields by type.
+var textFieldsOf sync.Map
+
+// textFields is the fields of struct type t that notUTF8 looks into.
+func textFields(t reflect.Type) []textField {
+	if fs, ok := textFieldsOf.Load(t); ok {
+		return fs.([]textField)
+	}
+	var fs []textField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() || !holdsText(f.Type) {
+			continue
+		}
+		if name == "" && !f.Anonymous {
+			name = f.Name
+		}
+		fs = append(fs, textField{index: i, name: name})
+	}
+	textFieldsOf.Store(t, fs)
+	return fs
+}
+
+// holdsText says whether a value of type t may hold a string: not a
+// number, a boolean or bytes.
+func holdsText(t reflect.Type) bool {
+	switch k := t.Kind(); {
+	case k == reflect.Bool, k >= reflect.Int && k <= reflect.Complex128:
+		return false
+	case k == reflect.Slice || k == reflect.Array:
+		return t.Elem().Kind() != reflect.Uint8
+	}
+	return true
 }
 
 // ErrNotUTF8 is a body that is not UTF-8, as JSON must be.

@@ -425,3 +425,54 @@ func TestTheWalkLeavesWhatReadsItselfToEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestNotUTF8NamesThePath: a string that is not UTF-8 is named by its JSON
+// path, found wherever it is; text is passed.
+func TestNotUTF8NamesThePath(t *testing.T) {
+	type inner struct {
+		Reason string            `json:"reason"`
+		Labels map[string]string `json:"labels"`
+	}
+	type request struct {
+		Payload string  `json:"payload"`
+		Ops     []inner `json:"ops"`
+		Ptr     *inner  `json:"ptr"`
+		Plain   string
+		Raw     []byte `json:"raw"`
+	}
+	for want, req := range map[string]any{
+		"payload":                  request{Payload: "\xff"},
+		"ops[3].reason":            request{Ops: []inner{{}, {}, {}, {Reason: "a\xffb"}}},
+		"ptr.labels.k":             request{Ptr: &inner{Labels: map[string]string{"k": "\xff"}}},
+		`ptr.labels's key "\xff"`:  request{Ptr: &inner{Labels: map[string]string{"\xff": "v"}}},
+		`the request's key "\xfe"`: map[string]string{"\xfe": "x"},
+		"Plain":                    request{Plain: "\xff"},
+		"the request":              "\xff",
+		"[1]":                      []string{"ok", "\xff"},
+		"(none: bytes are base64)": request{Raw: []byte{0xff}},
+		"(none: text)":             request{Payload: "fine", Ops: []inner{{Reason: "é"}}},
+	} {
+		err := NotUTF8(req)
+		if strings.HasPrefix(want, "(none") {
+			if err != nil {
+				t.Errorf("%+v: %v; want nothing refused", req, err)
+			}
+			continue
+		}
+		if err == nil || err.Error() != want+" is not UTF-8 text: encode binary data (e.g. base64) first" {
+			t.Errorf("%+v: %v; want %s named", req, err, want)
+		}
+	}
+}
+
+// BenchmarkNotUTF8Submit: what the check of a request costs the client (a
+// batch's every line).
+func BenchmarkNotUTF8Submit(b *testing.B) {
+	req := SubmitRequest{Payload: "resize img-42", RequestID: "job-42", Queue: "images", Actor: "root@vm:123", After: []string{"T1"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := NotUTF8(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/parallel"
 )
 
 // Options say how a client reaches its servers.
@@ -467,6 +468,19 @@ func (c *Client) ScheduleList(ctx context.Context, req api.ScheduleListRequest) 
 // names its line, from 1). Give each a RequestID so that the batch may be
 // sent again: every task answers as a Duplicate.
 func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]api.Ack, error) {
+	// A string that is not UTF-8 is refused before anything is sent, as a
+	// lone request's is (encode): JSON would send it mangled.
+	bad := make([]error, len(reqs))
+	parallel.Ranges(len(reqs), func(_, from, to int) {
+		for i := from; i < to; i++ {
+			bad[i] = api.NotUTF8(reqs[i])
+		}
+	})
+	for i, err := range bad {
+		if err != nil {
+			return nil, api.Usage("item %d of the batch: %v", i+1, err)
+		}
+	}
 	body, err := api.EncodeLines(len(reqs), func(i int) any {
 		req := reqs[i]
 		req.Actor = c.actor(req.Actor)

@@ -98,6 +98,20 @@ func TestCalls(t *testing.T) {
 	if !errors.As(err, &refused) || refused.Kind != "RequestConflict" || !strings.Contains(refused.Message, "batch line 2") {
 		t.Fatalf("a conflicting batch: %#v", err)
 	}
+	// A string that is not UTF-8 is refused before anything is sent, as a
+	// lone request's is: JSON would send it as another (U+FFFD).
+	before, err := c.Stats(ctx, api.StatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SubmitBatch(ctx, []api.SubmitRequest{{Payload: "fine"}, {Payload: "bad \xff byte"}})
+	var usage *api.UsageError
+	if !errors.As(err, &usage) || err.Error() != "item 2 of the batch: payload is not UTF-8 text: encode binary data (e.g. base64) first" {
+		t.Fatalf("a batch with a payload that is not UTF-8: %v", err)
+	}
+	if after, err := c.Stats(ctx, api.StatsRequest{}); err != nil || after.LastSeq != before.LastSeq {
+		t.Fatalf("the refused batch wrote: last seq %d -> %d (%v)", before.LastSeq, after.LastSeq, err)
+	}
 
 	readCalls(ctx, t, c, acks[0].TaskID)
 	workCalls(ctx, t, c)
