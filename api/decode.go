@@ -428,6 +428,20 @@ func (w *keyWalker) endsAt(i int) bool {
 	return i == len(w.b) || strings.IndexByte(",}] \t\n\r", w.b[i]) >= 0
 }
 
+// jsonName is a struct field's name in JSON ("" for an embedded struct,
+// whose fields are its own), whether it is read from a quoted string
+// (",string"), and whether JSON holds it at all.
+func jsonName(f reflect.StructField) (name string, quoted, sent bool) {
+	name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if name == "-" || !f.IsExported() {
+		return "", false, false
+	}
+	if name == "" && !f.Anonymous {
+		name = f.Name
+	}
+	return name, slices.Contains(strings.Split(opts, ","), "string"), true
+}
+
 // jsonField is a struct's field as encoding/json reads it: its name, its
 // type, and its index for assign (-1: one assign leaves to encoding/json:
 // of an embedded struct, read from a quoted string, or by a type's own
@@ -450,22 +464,20 @@ func jsonFields(t reflect.Type) map[string]jsonField {
 	out := map[string]jsonField{}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-		index, t := i, f.Type
-		if t.Kind() == reflect.Pointer {
-			t = t.Elem()
+		name, quoted, sent := jsonName(f)
+		index, ft := i, f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
 		}
-		if slices.Contains(strings.Split(opts, ","), "string") || readsItself(t) || t.Implements(textUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		if quoted || readsItself(ft) || ft.Implements(textUnmarshaler) || reflect.PointerTo(ft).Implements(textUnmarshaler) {
 			index = -1
 		}
 		switch {
-		case name == "-" || !f.IsExported():
-		case f.Anonymous && name == "":
+		case !sent:
+		case name == "":
 			for k, e := range jsonFields(f.Type) {
 				out[k] = jsonField{name: k, typ: e.typ, index: -1}
 			}
-		case name == "":
-			out[f.Name] = jsonField{name: f.Name, typ: f.Type, index: index}
 		default:
 			out[name] = jsonField{name: name, typ: f.Type, index: index}
 		}
@@ -551,14 +563,9 @@ func textFields(t reflect.Type) []textField {
 	var fs []textField
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() || !holdsText(f.Type) {
-			continue
+		if name, _, sent := jsonName(f); sent && holdsText(f.Type) {
+			fs = append(fs, textField{index: i, name: name})
 		}
-		if name == "" && !f.Anonymous {
-			name = f.Name
-		}
-		fs = append(fs, textField{index: i, name: name})
 	}
 	textFieldsOf.Store(t, fs)
 	return fs
