@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -377,8 +378,12 @@ func readsWhole(path string, st *state.State) bool {
 // after another state wrote it further (as another process does between
 // two operations of a server), or another index file whose transaction
 // count is the one it read at. The index then holds what a full replay
-// holds, keys of the newer copies removed: the notes are not taken.
+// holds, keys of the newer copies removed: the notes are not taken. The
+// longer histories' writes hold more tasks than one processor takes: cut
+// into parts, each of which reads its copies and notes on a processor of
+// its own (update).
 func TestAWriteTakesTheCopyOverAStaleNote(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	txID := func(db *DB) int {
 		tx, err := db.db.Begin(false)
 		if err != nil {
@@ -392,13 +397,17 @@ func TestAWriteTakesTheCopyOverAStaleNote(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	histories := 30
+	histories := []int{30, 3}
 	if testing.Short() {
-		histories = 8
+		histories = []int{8, 1}
 	}
-	for seed := range uint64(histories) {
+	for seed := range uint64(histories[0] + histories[1]) {
+		steps := 300
+		if seed >= uint64(histories[0]) {
+			steps = 4000
+		}
 		for _, otherFile := range []bool{false, true} {
-			recs := history(t, seed, 300)
+			recs := history(t, seed, steps)
 			prefix, mid := len(recs)/3, 2*len(recs)/3
 			full := state.New()
 			applyAll(t, full, recs)

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
+	"runtime"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/leasewal/leasewal/internal/parallel"
 	"github.com/leasewal/leasewal/state"
 )
 
@@ -48,12 +52,14 @@ func (d *DB) WriteTasks(tasks []*state.Task, seq, at int64, boot string) error {
 
 // update writes tasks over their copies in one transaction, each key of a
 // task as of at, then has meta say what the index holds; sync waits for
-// the transaction to be on disk.
+// the transaction to be on disk. The copies to replace are read first, in
+// the transaction; each part of the tasks then works out its changes on a
+// processor of its own from bytes alone (a bbolt transaction is one
+// goroutine's), and the puts run in key order on this one.
 func (d *DB) update(tasks []*state.Task, at int64, sync bool, meta func(*bolt.Bucket) error) error {
 	return guard(func() error {
 		return d.db.Update(func(tx *bolt.Tx) error {
 			syncs(tx, sync)
-			c := changes{tasks: len(tasks)}
 			newest := int64(0) // tasks numbered after it have no copy to replace
 			if k, _ := tx.Bucket(bTasks).Cursor().Last(); len(k) == 8 {
 				newest = int64(binary.BigEndian.Uint64(k))
@@ -62,14 +68,39 @@ func (d *DB) update(tasks []*state.Task, at int64, sync bool, meta func(*bolt.Bu
 			if err != nil {
 				return err
 			}
-			for _, t := range tasks {
-				n := state.Number(t.ID)
-				if err := c.oldKeys(tx, t, n, newest, file); err != nil {
-					return err
+			noted := tx.ID() - 1 // the transaction a Reader's note must be of (stored)
+			var copies [][]byte  // by task: its copy's bytes, when its keys must be read from them
+			for i, t := range tasks {
+				if n := state.Number(t.ID); n <= newest && notedKeys(t, n, file, noted) == nil {
+					if copies == nil {
+						copies = make([][]byte, len(tasks))
+					}
+					copies[i] = tx.Bucket(bTasks).Get(num(n))
 				}
-				c.key(t, n, at)
 			}
-			if err := c.apply(tx); err != nil {
+			parts := make([]changes, runtime.GOMAXPROCS(0))
+			failed := make([]error, len(parts))
+			parallel.Ranges(len(tasks), func(p, from, to int) {
+				c := &parts[p]
+				c.tasks = to - from
+				for i := from; i < to; i++ {
+					t := tasks[i]
+					n := state.Number(t.ID)
+					var raw []byte
+					if copies != nil {
+						raw = copies[i]
+					}
+					if err := c.oldKeys(n, raw, notedKeys(t, n, file, noted)); err != nil {
+						failed[p] = err
+						return
+					}
+					c.key(t, n, at)
+				}
+			})
+			if err := errors.Join(failed...); err != nil {
+				return err
+			}
+			if err := apply(tx, parts); err != nil {
 				return err
 			}
 			return meta(tx.Bucket(bMeta))
@@ -117,16 +148,16 @@ func synced(yes bool) []byte {
 	return []byte{0}
 }
 
-// changes are one write's deletes and puts, by bucket: applied in key
-// order (deletes first: a task's new keys may be its old copy's), so that
-// each bucket is walked once, leaf after leaf, however the tasks' ids and
-// times are ordered. The bytes of what they write are copied into chunks
+// changes are the deletes and puts of a part of one write, by bucket:
+// applied in key order (deletes first: a task's new keys may be its old
+// copy's), so that each bucket is walked once, leaf after leaf, however
+// the tasks' ids and times are ordered. The bytes of what they write are copied into chunks
 // (kept): a transaction holds them until it commits, and a write of many
 // tasks would otherwise allocate a few small slices for each.
 type changes struct {
 	dels map[string][][]byte
 	puts map[string][]kv
-	// tasks is how many tasks the write holds: the room a bucket's list
+	// tasks is how many tasks the part holds: the room a bucket's list
 	// of changes starts with (grown a doubling at a time, a list of
 	// 100,000 was a tenth of a write).
 	tasks int
@@ -285,22 +316,32 @@ func keysOf(t *state.Task, n, wakeAfter int64, s *keySet) {
 	}
 }
 
+// notedKeys is what the Reader noted of t's keys (Task.Stored) when it
+// read t's copy in the transaction noted, of the index file file: the
+// index has not been written since, so they are the copy's keys (nil: no
+// such note).
+func notedKeys(t *state.Task, n int64, file string, noted int) []byte {
+	if s, ok := t.Stored.(*stored); ok && s.file == file && s.tx == noted && s.n == n {
+		return s.keys
+	}
+	return nil
+}
+
 // oldKeys sets c.old to the keys of t's copy in the index (none when it
-// has none): from what the Reader noted (Task.Stored) when the index has
-// not been written since it read the copy, else from the copy itself.
-func (c *changes) oldKeys(tx *bolt.Tx, t *state.Task, n, newest int64, file string) error {
+// has none): from what the Reader noted, else from the copy itself, whose
+// bytes are raw (nil: none).
+func (c *changes) oldKeys(n int64, raw, noted []byte) error {
 	c.old.reset()
-	if s, ok := t.Stored.(*stored); ok && s.file == file && s.tx == tx.ID()-1 && s.n == n && c.old.unpack(s.keys) {
+	if noted != nil {
+		if !c.old.unpack(noted) { // pack wrote it in this process: never so
+			return fmt.Errorf("the keys noted of task %d do not read", n)
+		}
 		return nil
 	}
-	if n > newest {
+	if raw == nil {
 		return nil
 	}
-	old := tx.Bucket(bTasks).Get(num(n))
-	if old == nil {
-		return nil
-	}
-	prev, err := unseal(n, old)
+	prev, err := unseal(n, raw)
 	if err != nil {
 		return err
 	}
@@ -340,13 +381,28 @@ func (c *changes) key(t *state.Task, n, at int64) {
 	}
 }
 
-// apply writes the changes, each bucket's in key order. A bucket whose
-// keys mostly come after every key it holds (tasks by number, the live
-// marks, times), or after every key of their range (the lease order: a
-// queue's new task after those of its priority), fills its pages: bbolt's
-// half-full default is for keys that land anywhere.
-func (c *changes) apply(tx *bolt.Tx) error {
-	for name, keys := range c.dels {
+// apply writes the changes of every part, each bucket's in key order. A
+// bucket whose keys mostly come after every key it holds (tasks by number,
+// the live marks, times), or after every key of their range (the lease
+// order: a queue's new task after those of its priority), fills its pages:
+// bbolt's half-full default is for keys that land anywhere.
+func apply(tx *bolt.Tx, parts []changes) error {
+	dels, puts := parts[0].dels, parts[0].puts
+	for _, c := range parts[1:] { // every key names its task: no two parts change one key
+		for name, keys := range c.dels {
+			if dels == nil {
+				dels = map[string][][]byte{}
+			}
+			dels[name] = append(dels[name], keys...)
+		}
+		for name, kvs := range c.puts {
+			if puts == nil {
+				puts = map[string][]kv{}
+			}
+			puts[name] = append(puts[name], kvs...)
+		}
+	}
+	for name, keys := range dels {
 		cur := tx.Bucket([]byte(name)).Cursor() // one for all: Delete makes one each time
 		slices.SortFunc(keys, bytes.Compare)
 		for _, k := range keys {
@@ -358,7 +414,7 @@ func (c *changes) apply(tx *bolt.Tx) error {
 			}
 		}
 	}
-	for name, kvs := range c.puts {
+	for name, kvs := range puts {
 		b := tx.Bucket([]byte(name))
 		switch name {
 		case string(bTasks), string(bLive), string(bLapse), string(bWake), string(bAfter), string(bQueued), string(bOrder):
