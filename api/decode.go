@@ -92,9 +92,16 @@ func (e *KeyError) Error() string {
 // The key walk (DecodeStrict) reads a JSON value as one of a type would be
 // read: every object's keys distinct, and a struct's each exactly one of its
 // fields' JSON names. It reads the bytes itself (a request's hot path: no
-// token allocated); a syntax error stops it, and is left to the decoder.
+// token allocated); a syntax error stops it, and is left to the decoder. So
+// does a value nested deeper than encoding/json reads (maxDepth): a body of
+// a megabyte of '[' would otherwise grow the walk's stack to 128 MB, and a
+// few more to the runtime's limit, which ends the process.
 
 var errWalkStop = errors.New("not JSON: left to the decoder")
+
+// maxDepth is encoding/json's limit on nested objects and arrays: a value
+// that the walk stops at for its depth, encoding/json refuses.
+const maxDepth = 10_000
 
 type keyWalker struct {
 	b []byte
@@ -106,6 +113,8 @@ type keyWalker struct {
 	// a value was left to encoding/json, which then reads the whole.
 	fill         reflect.Value
 	filled, left bool
+	// depth is how many objects and arrays hold the value walked.
+	depth int
 }
 
 // rename is a key at b[at:at+len(from)] (inside its quotes) to be read as to.
@@ -209,30 +218,19 @@ func (w *keyWalker) value(t reflect.Type) error {
 		return errWalkStop
 	}
 	switch w.b[w.i] {
-	case '{':
-		return w.object(t)
-	case '[':
-		var elem reflect.Type
-		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-			elem = t.Elem()
+	case '{', '[':
+		if w.depth == maxDepth {
+			return errWalkStop
 		}
-		w.i++
-		for {
-			w.ws()
-			if w.i < len(w.b) && w.b[w.i] == ']' {
-				w.i++
-				return nil
-			}
-			if err := w.value(elem); err != nil {
-				return err
-			}
-			w.ws()
-			if w.i < len(w.b) && w.b[w.i] == ',' {
-				w.i++
-			} else if w.i >= len(w.b) || w.b[w.i] != ']' {
-				return errWalkStop
-			}
+		w.depth++
+		var err error
+		if w.b[w.i] == '{' {
+			err = w.object(t)
+		} else {
+			err = w.array(t)
 		}
+		w.depth--
+		return err
 	case '"':
 		return w.skipStr()
 	}
@@ -244,6 +242,30 @@ func (w *keyWalker) value(t reflect.Type) error {
 		return errWalkStop
 	}
 	return nil
+}
+
+func (w *keyWalker) array(t reflect.Type) error {
+	var elem reflect.Type
+	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		elem = t.Elem()
+	}
+	w.i++
+	for {
+		w.ws()
+		if w.i < len(w.b) && w.b[w.i] == ']' {
+			w.i++
+			return nil
+		}
+		if err := w.value(elem); err != nil {
+			return err
+		}
+		w.ws()
+		if w.i < len(w.b) && w.b[w.i] == ',' {
+			w.i++
+		} else if w.i >= len(w.b) || w.b[w.i] != ']' {
+			return errWalkStop
+		}
+	}
 }
 
 func (w *keyWalker) object(t reflect.Type) error {

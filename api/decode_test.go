@@ -426,6 +426,36 @@ func TestTheWalkLeavesWhatReadsItselfToEncodingJSON(t *testing.T) {
 	}
 }
 
+// TestADeepValueIsRefusedAsEncodingJSONRefusesIt: a value nested as deep as
+// a server's request body allows (a megabyte of '[') is refused with
+// encoding/json's error, and the walk's stack stays small (the walk alone
+// grew it to 128 MB, and a batch's bodies to the runtime's limit, which
+// ends the process); a value nested as deep as encoding/json reads is
+// read as it reads it.
+func TestADeepValueIsRefusedAsEncodingJSONRefusesIt(t *testing.T) {
+	for _, n := range []int{maxDepth - 1, maxDepth, 1 << 20} {
+		body := []byte(`{"payload":"x","after":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`)
+		var got, want SubmitRequest
+		var stack uint64
+		done := make(chan error)
+		go func() { // a goroutine of its own: the stack measured is the walk's
+			_, err := DecodeStrict(body, &got)
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			stack = ms.StackInuse
+			done <- err
+		}()
+		err := <-done
+		wantErr := json.Unmarshal(body, &want)
+		if wantErr == nil || err == nil || err.Error() != wantErr.Error() {
+			t.Fatalf("%d deep: %v; encoding/json says %v", n, err, wantErr)
+		}
+		if stack > 16<<20 {
+			t.Fatalf("%d deep: the stacks hold %d MB as the walk ends", n, stack>>20)
+		}
+	}
+}
+
 // TestNotUTF8NamesThePath: a string that is not UTF-8 is named by its JSON
 // path, found wherever it is; text is passed.
 func TestNotUTF8NamesThePath(t *testing.T) {
