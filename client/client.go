@@ -466,7 +466,9 @@ func (c *Client) ScheduleList(ctx context.Context, req api.ScheduleListRequest) 
 // SubmitBatch creates many tasks in one request, one write and one fsync:
 // all of them, or, when one is refused, none (the error, an *api.Error,
 // names its line, from 1). Give each a RequestID so that the batch may be
-// sent again: every task answers as a Duplicate.
+// sent again: every task answers as a Duplicate. A server takes at most
+// api.MaxServerBatchTasks lines and api.MaxServerBatchBody bytes a batch:
+// api.BatchParts cuts a bigger one into batches within them.
 func (c *Client) SubmitBatch(ctx context.Context, reqs []api.SubmitRequest) ([]api.Ack, error) {
 	// A string that is not UTF-8 is refused before anything is sent, as a
 	// lone request's is (encode): JSON would send it mangled.
