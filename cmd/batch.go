@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/client"
 	"github.com/leasewal/leasewal/internal/service"
 )
 
@@ -69,8 +71,9 @@ func runSubmitBatch(e env, o submitOptions) error {
 	}, batchAcks.table, "send the same batch again: each line with a request-id answers with its task and writes nothing (give every line one)", "")
 }
 
-// partRefusal is the refusal of part p of a batch sent in parts: the parts
-// before it were written, each atomic.
+// partRefusal is the refusal of part p of a batch sent in parts, or its
+// unknown outcome: the parts before it were written, each atomic, and
+// none after it was sent.
 func partRefusal(err error, lines []int, p [2]int, parts int) error {
 	if parts == 1 {
 		return err
@@ -79,7 +82,11 @@ func partRefusal(err error, lines []int, p [2]int, parts int) error {
 	if p[0] > 0 {
 		written = fmt.Sprintf("lines 1 to %d were written by the requests before it", lines[p[0]-1])
 	}
-	return fmt.Errorf("%w (the server takes a batch in parts of at most %d lines or %d MiB: nothing of lines %d to %d was written; %s)",
+	this := "nothing of lines %d to %d was written"
+	if _, unknown := errors.AsType[*client.UnknownOutcomeError](err); unknown {
+		this = "lines %d to %d may have been written"
+	}
+	return fmt.Errorf("%w (the server takes a batch in parts of at most %d lines or %d MiB: "+this+"; %s; no line after them was sent)",
 		err, api.MaxServerBatchTasks, api.MaxServerBatchBody>>20, lines[p[0]], lines[p[1]-1], written)
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,6 +86,31 @@ func TestTheBatchDoorTakesABoundedBatch(t *testing.T) {
 	}
 	if code, out, _ := cli("--wal", walPath, "stats", "-o", "json"); code != 0 || !strings.Contains(out, `"TaskCreated":40005`) {
 		t.Fatalf("the WAL after both batches: %s", out)
+	}
+
+	// A part written whose answer is lost: the command says it may have
+	// been written, and sends nothing after it.
+	var posts atomic.Int32
+	lossy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/submit/batch" && posts.Add(1) == 2 {
+			s.ServeHTTP(httptest.NewRecorder(), r)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		s.ServeHTTP(w, r)
+	}))
+	defer lossy.Close()
+	if err := os.WriteFile(file, []byte(lines(2*api.MaxServerBatchTasks+1, 300_000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = cli("--server", lossy.URL, "submit", "--batch-file", file)
+	if code != api.ExitUnknownSent || !strings.Contains(stderr, "lines 20001 to 40000 may have been written; lines 1 to 20000 were written by the requests before it; no line after them was sent") {
+		t.Fatalf("a part whose answer was lost: exit %d, %s", code, stderr)
+	}
+	if code, out, _ := cli("--wal", walPath, "stats", "-o", "json"); code != 0 || !strings.Contains(out, `"TaskCreated":80005`) || posts.Load() != 2 {
+		t.Fatalf("the WAL after a part whose answer was lost (%d posts): %s", posts.Load(), out)
 	}
 }
 
