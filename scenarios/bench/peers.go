@@ -85,9 +85,9 @@ func peersBench(dir, leasewal string, o peerOptions) {
 				}
 				for _, work := range []string{"submit", "take"} {
 					s := p.start(work == "take")
-					ops, syncs, tool := countSyncs(s, work, clients)
+					ops, syncs, renames, tool := countSyncs(s, work, clients)
 					s.stop()
-					fmt.Printf("  %2d clients %-10s %-7s %6d ops %6d fsyncs  %5.1f per fsync (%s)\n", clients, p.name(), work, ops, syncs, float64(ops)/float64(max(syncs, 1)), tool)
+					fmt.Printf("  %2d clients %-10s %-7s %6d ops %6d fsyncs  %5.1f per fsync  %d renames (%s)\n", clients, p.name(), work, ops, syncs, float64(ops)/float64(max(syncs, 1)), renames, tool)
 				}
 			}
 		}
@@ -365,21 +365,22 @@ func rate(s server, work string, clients int, d time.Duration) float64 {
 }
 
 // countSyncs runs clients clients for a second and counts the fsync and
-// fdatasync calls made meanwhile: with perf's syscall tracepoints across
-// the machine when perf can open them (the load generator makes none), else
-// with strace on the server. strace stops the server at each traced call,
-// and the time that adds lets more requests join each fsync: it
-// overstates grouping (redis gathers 7.8 at 8 clients under strace, 4.2
-// without).
-func countSyncs(s server, work string, clients int) (ops, syncs int64, tool string) {
+// fdatasync calls made meanwhile, and the renames (a server that renames a
+// file between a decision and its answer, a checkpoint's, shows them):
+// with perf's syscall tracepoints across the machine when perf can open
+// them (the load generator makes none), else with strace on the server.
+// strace stops the server at each traced call, and the time that adds
+// lets more requests join each fsync: it overstates grouping (redis
+// gathers 7.8 at 8 clients under strace, 4.2 without).
+func countSyncs(s server, work string, clients int) (ops, syncs, renames int64, tool string) {
 	out, err := os.CreateTemp("", "syncs-")
 	check(err)
 	defer os.Remove(out.Name())
-	tool, counted := "perf", regexp.MustCompile(`(?m)^(\d+),[^,]*,syscalls:sys_enter_f(?:data)?sync,`)
-	tracer := exec.Command("perf", "stat", "-a", "-x,", "-e", "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync", "-o", out.Name())
+	tool, counted := "perf", regexp.MustCompile(`(?m)^(\d+),[^,]*,syscalls:sys_enter_(f(?:data)?sync|rename(?:at2?)?),`)
+	tracer := exec.Command("perf", "stat", "-a", "-x,", "-e", "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync,syscalls:sys_enter_rename,syscalls:sys_enter_renameat,syscalls:sys_enter_renameat2", "-o", out.Name())
 	if !perfCounts() {
-		tool, counted = "strace", regexp.MustCompile(`(?m)^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(?:fsync|fdatasync)$`)
-		tracer = exec.Command("strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out.Name(), "-p", strconv.Itoa(s.pid()))
+		tool, counted = "strace", regexp.MustCompile(`(?m)^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(f(?:data)?sync|rename(?:at2?)?)$`)
+		tracer = exec.Command("strace", "-f", "-c", "-e", "trace=fsync,fdatasync,rename,renameat,renameat2", "-o", out.Name(), "-p", strconv.Itoa(s.pid()))
 	}
 	check(tracer.Start())
 	time.Sleep(500 * time.Millisecond) // attached
@@ -389,9 +390,13 @@ func countSyncs(s server, work string, clients int) (ops, syncs int64, tool stri
 	summary, _ := os.ReadFile(out.Name())
 	for _, m := range counted.FindAllStringSubmatch(string(summary), -1) {
 		n, _ := strconv.ParseInt(m[1], 10, 64)
-		syncs += n
+		if strings.HasPrefix(m[2], "rename") {
+			renames += n
+		} else {
+			syncs += n
+		}
 	}
-	return ops, syncs, tool
+	return ops, syncs, renames, tool
 }
 
 // perfCounts says whether perf can open the syscall tracepoints here,
