@@ -13,6 +13,9 @@ func Closest(word string, known []string) string {
 		if k == word {
 			return ""
 		}
+		if max(len(k)-len(word), len(word)-len(k)) >= bestDistance { // no closer: each edit changes the length by one at most
+			continue
+		}
 		if d := editDistance(word, k); d < bestDistance {
 			best, bestDistance = k, d
 		}
