@@ -649,6 +649,9 @@ func ReadBatch(r io.Reader, base SubmitRequest, maxTasks int, deprecated func(li
 			if err := c.decode(deprecated, each); err != nil {
 				return err
 			}
+			if maxTasks >= MaxBatchTasks { // the command line's bound: nothing sends more in parts
+				return Usage("the batch holds more than %d tasks, the most one submit --batch-file takes: split the file into files of at most that many lines, each sent by a submit of its own (each all or none)", maxTasks)
+			}
 			return Usage("the batch holds more than %d tasks, the most one request takes: split it ('leasewal --server URL submit --batch-file' sends a bigger file in parts)", maxTasks)
 		}
 		if scan.Err() != nil { // the reading failed: the scanner hands over what it had of the last line

@@ -294,6 +294,22 @@ func TestReadBatchStopsAtTheFirstBadLineAcrossChunks(t *testing.T) {
 	}
 }
 
+// TestABatchPastItsBoundSaysHowToSplitIt: a batch past a server's bound is
+// told that the command line sends a bigger file in parts; one past the
+// command line's own, which nothing sends in parts, to split the file.
+func TestABatchPastItsBoundSaysHowToSplitIt(t *testing.T) {
+	for _, c := range []struct {
+		bound int
+		hint  string
+	}{{MaxServerBatchTasks, "sends a bigger file in parts"}, {MaxBatchTasks, "split the file into files of at most that many lines"}} {
+		body := strings.Repeat(`{"payload":"p"}`+"\n", c.bound+1)
+		err := ReadBatch(strings.NewReader(body), SubmitRequest{}, c.bound, nil, func(SubmitRequest, int) error { return nil })
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than %d tasks", c.bound)) || !strings.Contains(err.Error(), c.hint) {
+			t.Fatalf("a batch of %d lines past its bound: %v", c.bound+1, err)
+		}
+	}
+}
+
 func TestReadBatchReportsTheReadThatCutALine(t *testing.T) {
 	spread(t)
 	var in strings.Builder
