@@ -24,6 +24,13 @@ const (
 	IndexTail  = indexTail
 )
 
+// SetWriteChunk makes writeIndex write n tasks a transaction until restore.
+func SetWriteChunk(n int) (restore func()) {
+	old := writeChunk
+	writeChunk = n
+	return func() { writeChunk = old }
+}
+
 // IndexSuffix is the index's name beside its WAL.
 const IndexSuffix = index.Suffix
 

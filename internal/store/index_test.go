@@ -178,6 +178,58 @@ func TestTheIndexIsBuiltAndUsed(t *testing.T) {
 	}
 }
 
+// TestABigWriteIsCommittedAChunkAtATime: a writer whose operation holds
+// more tasks than one transaction takes (writeChunk, a few dozen here)
+// writes them a chunk a transaction: a new WAL's first tasks, then new
+// tasks beside tasks read from the index and leased, whose notes each
+// chunk's commit leaves stale for the next. The index then holds the whole write, and answers as a full
+// replay.
+func TestABigWriteIsCommittedAChunkAtATime(t *testing.T) {
+	defer store.SetWriteChunk(40)()
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute, Clock: fixedClock(t0)})
+	submits := func(tx *store.Tx, n int) error {
+		subs := make([]state.Submit, n)
+		for i := range subs {
+			subs[i] = state.Submit{Payload: fmt.Sprint("big ", tx.State.LastSeq(), " ", i), Window: state.Duration(time.Hour), Policy: state.RetryPolicy{MaxAttempts: 2}}
+		}
+		_, recs, err := tx.State.DecideSubmits(subs, tx.Now)
+		if err != nil {
+			return err
+		}
+		return tx.Commit(recs)
+	}
+	if err := h.Write(func(tx *store.Tx) error { return submits(tx, store.IndexAfter+100) }); err != nil {
+		t.Fatal(err)
+	}
+	err := h.Write(func(tx *store.Tx) error {
+		for i := range 100 {
+			d, err := tx.State.DecideLease(state.LeaseRequest{Worker: "W", Duration: time.Minute}, tx.Now)
+			if err != nil || d.Outcome != state.ResultLeased {
+				return fmt.Errorf("lease %d: %v %v", i, d.Outcome, err)
+			}
+			if err := tx.Commit(d.Records); err != nil {
+				return err
+			}
+		}
+		return submits(tx, 200)
+	})
+	h.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, ok := store.IndexOf(path); !ok || held != store.IndexAfter+400 {
+		t.Fatalf("the index holds %d records (loads: %v); the WAL has %d", held, ok, store.IndexAfter+400)
+	}
+	now := t0 + int64(30*time.Second/time.Millisecond)
+	want := replayedAnswers(t, path, now)
+	for _, writing := range []bool{false, true} {
+		if got := answersAt(t, path, now, writing, store.Options{}); got != want {
+			t.Fatalf("after writes of many tasks in chunks of 40, a command (writing %v) answers differently from a full replay", writing)
+		}
+	}
+}
+
 // TestAReplayBuildingTheIndexAnswersAsAFullReplay: a replay from the WAL's
 // start that writes its tasks into the index every few dozen (so that it
 // holds no more in memory) answers every lookup, listing and decision as a
