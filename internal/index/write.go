@@ -151,9 +151,10 @@ func synced(yes bool) []byte {
 // changes are the deletes and puts of a part of one write, by bucket:
 // applied in key order (deletes first: a task's new keys may be its old
 // copy's), so that each bucket is walked once, leaf after leaf, however
-// the tasks' ids and times are ordered. The bytes of what they write are copied into chunks
-// (kept): a transaction holds them until it commits, and a write of many
-// tasks would otherwise allocate a few small slices for each.
+// the tasks' ids and times are ordered. The bytes of what they write are
+// copied into chunks (kept): a transaction holds them until it commits,
+// and a write of many tasks would otherwise allocate a few small slices
+// for each.
 type changes struct {
 	dels map[string][][]byte
 	puts map[string][]kv
