@@ -81,21 +81,25 @@ func (d *DB) update(tasks []*state.Task, at int64, sync bool, meta func(*bolt.Bu
 			parts := make([]changes, runtime.GOMAXPROCS(0))
 			failed := make([]error, len(parts))
 			parallel.Ranges(len(tasks), func(p, from, to int) {
-				c := &parts[p]
-				c.tasks = to - from
-				for i := from; i < to; i++ {
-					t := tasks[i]
-					n := state.Number(t.ID)
-					var raw []byte
-					if copies != nil {
-						raw = copies[i]
+				// A copy's bytes are the index's mapped pages: guarded on
+				// this goroutine too, as damage, not a crash.
+				failed[p] = guard(func() error {
+					c := &parts[p]
+					c.tasks = to - from
+					for i := from; i < to; i++ {
+						t := tasks[i]
+						n := state.Number(t.ID)
+						var raw []byte
+						if copies != nil {
+							raw = copies[i]
+						}
+						if err := c.oldKeys(n, raw, notedKeys(t, n, file, noted)); err != nil {
+							return err
+						}
+						c.key(t, n, at)
 					}
-					if err := c.oldKeys(n, raw, notedKeys(t, n, file, noted)); err != nil {
-						failed[p] = err
-						return
-					}
-					c.key(t, n, at)
-				}
+					return nil
+				})
 			})
 			if err := errors.Join(failed...); err != nil {
 				return err

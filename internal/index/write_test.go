@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -177,5 +178,31 @@ func TestAFailedOpenForWritingIsNotWaitedFor(t *testing.T) {
 	db = mustOpen(t, path)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAPanicOnAPartsProcessorIsTheWritesError: a write's tasks are worked
+// out in parts on every processor; a panic in a part that runs on a
+// goroutine of its own (here a LEASED task without its lease, which no
+// state holds) fails the write as damage, as one on the transaction's own
+// goroutine does, and the process goes on; nothing of the write is kept.
+func TestAPanicOnAPartsProcessorIsTheWritesError(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	db := mustOpen(t, filepath.Join(t.TempDir(), "q.index"))
+	st := state.New()
+	applyAll(t, st, history(t, 3, 3000))
+	hot := st.Hot()
+	if len(hot) < 3*256 {
+		t.Fatalf("%d tasks: too few for a part of their own", len(hot))
+	}
+	broken := *hot[len(hot)-1] // in the last part, on a goroutine of its own
+	broken.State, broken.Lease = state.Leased, nil
+	hot[len(hot)-1] = &broken
+	err := db.Write(hot, st.Head(), Meta{Position: wal.Position{Count: 1}, Seq: 1}, false)
+	if err == nil || !strings.Contains(err.Error(), "the index is damaged") {
+		t.Fatalf("a write whose part panicked: %v", err)
+	}
+	if _, _, err := db.Meta(); !errors.Is(err, ErrNoIndex) {
+		t.Fatalf("after the failed write, the index says: %v", err)
 	}
 }
