@@ -60,8 +60,9 @@ func (d *DB) update(tasks []*state.Task, at int64, sync bool, meta func(*bolt.Bu
 	return guard(func() error {
 		return d.db.Update(func(tx *bolt.Tx) error {
 			syncs(tx, sync)
+			byNumber := tx.Bucket(bTasks)
 			newest := int64(0) // tasks numbered after it have no copy to replace
-			if k, _ := tx.Bucket(bTasks).Cursor().Last(); len(k) == 8 {
+			if k, _ := byNumber.Cursor().Last(); len(k) == 8 {
 				newest = int64(binary.BigEndian.Uint64(k))
 			}
 			file, err := fileID(tx)
@@ -75,7 +76,7 @@ func (d *DB) update(tasks []*state.Task, at int64, sync bool, meta func(*bolt.Bu
 					if copies == nil {
 						copies = make([][]byte, len(tasks))
 					}
-					copies[i] = tx.Bucket(bTasks).Get(num(n))
+					copies[i] = byNumber.Get(num(n))
 				}
 			}
 			parts := make([]changes, runtime.GOMAXPROCS(0))
