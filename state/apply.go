@@ -315,6 +315,33 @@ func (s *State) Live() []*Task {
 	return all
 }
 
+// EachLeased hands fn each task leased as recorded by worker (by any
+// worker for ""), in no particular order (those in memory first), until fn
+// returns false: the few tasks a heartbeat or the workers' listing needs,
+// without reading every unfinished one. Whether its lease is current at a
+// time is the caller's to ask (Task.At).
+func (s *State) EachLeased(worker string, fn func(*Task) bool) {
+	for _, t := range s.live {
+		if t.State == Leased && (worker == "" || t.Lease.Worker == worker) && !fn(t) {
+			return
+		}
+	}
+	if s.src == nil {
+		return
+	}
+	err := s.src.Leased(worker, func(num int64) bool {
+		t, err := s.fromSource(num)
+		switch {
+		case err != nil:
+			return false // fromSource noted it as damage
+		case t == nil: // memory holds it: handed above if it still is leased so
+			return true
+		}
+		return fn(t)
+	})
+	s.sourced(err)
+}
+
 // EachLive hands fn each task Live lists, in no particular order (those in
 // memory first), until fn returns false.
 func (s *State) EachLive(fn func(*Task) bool) {

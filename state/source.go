@@ -55,6 +55,10 @@ type Source interface {
 	Upcoming(after int64, fn func(at, num int64) bool) error
 	// Wakes is Upcoming of the wake times alone.
 	Wakes(after int64, fn func(at, num int64) bool) error
+	// Leased hands fn the number of every task leased as recorded (its
+	// State Leased) by worker, by any worker for "", until fn returns
+	// false.
+	Leased(worker string, fn func(num int64) bool) error
 }
 
 // OrderEntry is an unfinished task in its queue's lease order: enough to

@@ -26,6 +26,19 @@ func answers(s *State, names []string, now int64) string {
 		"\n" + lookups(s, names, now)
 }
 
+// leasedBy lists the tasks EachLeased hands out for worker, each with its
+// recorded lease, in creation order.
+func leasedBy(s *State, worker string) string {
+	var out []*Task
+	s.EachLeased(worker, func(t *Task) bool { out = append(out, t); return true })
+	slices.SortFunc(out, byCreation)
+	var b strings.Builder
+	for _, t := range out {
+		fmt.Fprintf(&b, "%s:%s:%s ", t.ID, t.Lease.ID, t.Lease.Worker)
+	}
+	return b.String()
+}
+
 // inAnyOrder is what EachTaskInAnyOrder hands out, put in creation order
 // (damage is the state's: Damage).
 func inAnyOrder(s *State, live bool) []*Task {
@@ -59,6 +72,7 @@ func lookups(s *State, names []string, now int64) string {
 		fmt.Fprintf(&b, "domain %s %+v %v %v %v\n", d.Name, d.Lease, d.Backlog, d.Processed.Sorted(), d.Failed.Sorted())
 	}
 	for _, name := range names {
+		fmt.Fprintf(&b, "%q leases %s\n", name, leasedBy(s, name))
 		t, taskErr := s.lookupTask(name)
 		ok := t != nil
 		sub, subErr := s.submitted(name)
@@ -127,7 +141,7 @@ func namesOf(tasks []*Task) []string {
 	for _, t := range tasks {
 		names = append(names, t.ID, t.RequestID)
 		for _, a := range t.Attempts {
-			names = append(names, a.LeaseID)
+			names = append(names, a.LeaseID, a.Worker)
 			if a.RequestID != "" {
 				names = append(names, a.RequestID)
 			}
@@ -306,6 +320,18 @@ func (m *memSource) Dependents(num, after int64, fn func(int64) bool) error {
 	return nil
 }
 
+func (m *memSource) Leased(worker string, fn func(int64) bool) error {
+	if err := m.failing("leased"); err != nil {
+		return err
+	}
+	for _, t := range m.all() {
+		if t.State == Leased && (worker == "" || t.Lease.Worker == worker) && !fn(Number(t.ID)) {
+			return nil
+		}
+	}
+	return nil
+}
+
 func (m *memSource) Lapsing(until int64, fn func(int64) bool) error {
 	if err := m.failing("lapsing"); err != nil {
 		return err
@@ -453,7 +479,7 @@ func TestSourcePlusTailEqualsReplay(t *testing.T) {
 // call would have said: every answer the state gives while it reports no
 // damage is a full replay's.
 func TestDamagedSourceNeverAnswersWrong(t *testing.T) {
-	ops := []string{"task", "submitted", "owner", "leaseRequested", "each", "queues", "queued", "lapsing", "upcoming", "wakes", "unfinished"}
+	ops := []string{"task", "submitted", "owner", "leaseRequested", "each", "queues", "queued", "lapsing", "upcoming", "wakes", "unfinished", "leased"}
 	for seed := range 40 {
 		recs := randomRecords(t, uint64(seed))
 		full, s, src := New(), New(), newMemSource()
@@ -481,11 +507,21 @@ func TestDamagedSourceNeverAnswersWrong(t *testing.T) {
 // first is a pair's first value.
 func first[T any](v T, _ error) T { return v }
 
-// countingSource counts the entries its lease orders hand out, and the
-// tasks its times do.
+// countingSource counts the entries its lease orders hand out, the tasks
+// its times do, the tasks read by number and the listings of every task.
 type countingSource struct {
 	*memSource
-	handed, timed int
+	handed, timed, read, listed int
+}
+
+func (c *countingSource) Task(n int64) (*Task, error) {
+	c.read++
+	return c.memSource.Task(n)
+}
+
+func (c *countingSource) Each(unfinished bool, fn func(*Task) bool) error {
+	c.listed++
+	return c.memSource.Each(unfinished, fn)
 }
 
 func (c *countingSource) Queued(queue string, after OrderEntry, fn func(OrderEntry) bool) error {
@@ -596,5 +632,33 @@ func TestPicksPassATaskLeasedBefore(t *testing.T) {
 	late := t0 + time.Hour.Milliseconds()
 	if l := lease("quick", time.Minute, late); l.TaskID != slow.TaskID {
 		t.Fatalf("after the slow lease ran out a pick took %q, want %s", l.TaskID, slow.TaskID)
+	}
+}
+
+// TestAWorkersLeasesAreReadAlone: beside 300 waiting tasks held by the
+// source, the leases of a worker (a heartbeat's answer) read that worker's
+// tasks alone, and none of the backlog; a lease taken over in memory is
+// its new holder's.
+func TestAWorkersLeasesAreReadAlone(t *testing.T) {
+	s, src := New(), newMemSource()
+	submit := Submit{Payload: "P", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 3}}
+	for range 300 {
+		run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(submit, t0) })
+	}
+	for _, w := range []string{"W1", "W2", "W1"} {
+		run(t, s, t0, func() (Decision, error) { return s.DecideLease(LeaseRequest{Worker: w, Duration: time.Minute}, t0) })
+	}
+	counted := &countingSource{memSource: src}
+	src.write(s)
+	s.Flushed(counted)
+	if got := leasedBy(s, "W1"); got != "T1:L1:W1 T3:L3:W1 " || counted.read != 2 || counted.listed != 0 {
+		t.Fatalf("the leases of W1: %q, reading %d tasks and listing every task %d times; want T1 and T3, two tasks read, no listing", got, counted.read, counted.listed)
+	}
+	later := t0 + 2*time.Minute.Milliseconds() // W1's leases have lapsed: T1 goes to W3
+	run(t, s, later, func() (Decision, error) {
+		return s.DecideLease(LeaseRequest{Worker: "W3", Duration: time.Minute}, later)
+	})
+	if w1, w3 := leasedBy(s, "W1"), leasedBy(s, "W3"); w1 != "T3:L3:W1 " || w3 != "T1:L4:W3 " || s.Damage() != nil {
+		t.Fatalf("after T1 went to W3: W1 %q, W3 %q (%v); want T3 as recorded, and T1", w1, w3, s.Damage())
 	}
 }

@@ -29,6 +29,9 @@
 //	queued      queue, 0, number -> nothing, for each task unfinished as
 //	            recorded: a queue's unfinished tasks counted without a
 //	            decode (a lease that finds nothing says how many wait)
+//	held        worker, 0, number -> nothing, for each task leased as
+//	            recorded: a worker's leases (a heartbeat's answer) without
+//	            reading every unfinished task
 //
 // Finished tasks are not kept by end time: nothing reads them so (a
 // compaction reads every task to write its base, and decides there which
@@ -59,7 +62,7 @@ import (
 
 // Schema is the layout's version: an index of another is built again,
 // never misread.
-const Schema = 4
+const Schema = 5
 
 // writeMapping is how much of the file OpenHeld maps at once, as etcd's
 // backend does (10 GB there).
@@ -80,7 +83,8 @@ var (
 	bWake      = []byte("wake")
 	bAfter     = []byte("after")
 	bQueued    = []byte("queued")
-	buckets    = [][]byte{bMeta, bTasks, bLive, bSubmits, bLeases, bLeaseReqs, bOrder, bLapse, bWake, bAfter, bQueued}
+	bHeld      = []byte("held")
+	buckets    = [][]byte{bMeta, bTasks, bLive, bSubmits, bLeases, bLeaseReqs, bOrder, bLapse, bWake, bAfter, bQueued, bHeld}
 
 	kSchema   = []byte("schema")
 	kPosition = []byte("position")
@@ -378,9 +382,11 @@ func appendEdgeKey(b []byte, upstream, n int64) []byte { return appendNum(append
 
 func keyTime(k []byte) int64 { return int64(binary.BigEndian.Uint64(k) ^ (1 << 63)) }
 
-// appendQueuedKey appends a task's key among its queue's unfinished tasks.
-func appendQueuedKey(b []byte, queue string, n int64) []byte {
-	return appendNum(append(append(b, queue...), 0), n)
+// appendNamedKey appends a task's key among those of a name (its queue's
+// unfinished tasks, its worker's leases): the name, a zero byte (no name
+// holds one), the number.
+func appendNamedKey(b []byte, name string, n int64) []byte {
+	return appendNum(append(append(b, name...), 0), n)
 }
 
 // appendOrderKey appends a task's key in its queue's lease order: the

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,9 +137,18 @@ func TestTheIndexHoldsTheTasks(t *testing.T) {
 			}
 			st.Flushed(r)
 		}
+		ref := state.New() // the same records, in memory alone
 		for _, rec := range recs {
 			if err := st.Apply(rec); err != nil {
 				t.Fatalf("seed %d: record %d over the index: %v", seed, rec.Seq, err)
+			}
+			if err := ref.Apply(rec); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []string{"", "W0", "W1", "W2"} { // a lease of a task read from the index, taken over in memory
+				if got, want := leasesOf(st, w), leasesOf(ref, w); got != want || st.Damage() != nil {
+					t.Fatalf("seed %d, record %d: the leases of %q over the index: %s (%v), want %s", seed, rec.Seq, w, got, st.Damage(), want)
+				}
 			}
 			if rng.IntN(12) == 0 {
 				write()
@@ -153,6 +163,14 @@ func TestTheIndexHoldsTheTasks(t *testing.T) {
 		r.Close()
 		db.Close()
 	}
+}
+
+// leasesOf lists the tasks s says worker (any, for "") holds as recorded.
+func leasesOf(s *state.State, worker string) string {
+	var ids []string
+	s.EachLeased(worker, func(t *state.Task) bool { ids = append(ids, t.ID+" "+t.Lease.ID); return true })
+	slices.Sort(ids)
+	return strings.Join(ids, ", ")
 }
 
 // checkHolds compares what the index answers with what the tasks of a
@@ -251,6 +269,26 @@ func checkHolds(t *testing.T, seed uint64, r *Reader, full *state.State) {
 			if err := r.Queued(q, after, func(e state.OrderEntry) bool { rest = append(rest, e); return true }); err != nil || !slices.Equal(rest, order[i+1:]) {
 				fail("queue %s after %+v:\n%+v\nwant\n%+v", q, after, rest, order[i+1:])
 			}
+		}
+	}
+	held := map[string][]int64{} // a worker's leases as recorded, in creation order
+	for _, task := range tasks {
+		if task.State == state.Leased {
+			held[task.Lease.Worker] = append(held[task.Lease.Worker], state.Number(task.ID))
+		}
+	}
+	var everyone []int64
+	for _, w := range slices.Sorted(maps.Keys(held)) {
+		everyone = append(everyone, held[w]...)
+	}
+	for _, w := range append(slices.Collect(maps.Keys(held)), "", "nobody", "W") {
+		want := held[w]
+		if w == "" {
+			want = everyone
+		}
+		var listed []int64
+		if err := r.Leased(w, func(n int64) bool { listed = append(listed, n); return true }); err != nil || !slices.Equal(listed, want) {
+			fail("the leases of worker %q: %v (%v), want %v", w, listed, err, want)
 		}
 	}
 	byTime := func(a, b due) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.n, b.n)) }

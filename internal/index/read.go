@@ -237,6 +237,39 @@ func (r *Reader) Queued(queue string, after state.OrderEntry, fn func(state.Orde
 	})
 }
 
+// Leased hands fn the tasks leased as recorded by worker (by any worker,
+// for ""), by worker and then in creation order, each checked against the
+// task itself (damage when it is not leased so).
+func (r *Reader) Leased(worker string, fn func(int64) bool) error {
+	var prefix []byte
+	if worker != "" {
+		prefix = append([]byte(worker), 0)
+	}
+	return guard(func() error {
+		c := r.tx.Bucket(bHeld).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			i := bytes.IndexByte(k, 0)
+			if i < 0 || len(k) != i+9 {
+				return errKey("held", k)
+			}
+			n := int64(binary.BigEndian.Uint64(k[i+1:]))
+			// The copy itself, not Task's: a task Task handed out may have
+			// been changed since by the state that took it.
+			t, err := unseal(n, r.tasks.Get(k[i+1:]))
+			if err == nil && (t.State != state.Leased || t.Lease.Worker != string(k[:i])) {
+				err = &damageError{what: fmt.Sprintf("held names task %d under worker %q, which does not hold it", n, k[:i])}
+			}
+			if err != nil {
+				return err
+			}
+			if !fn(n) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
 // Lapsing hands fn, by time, the tasks whose lapse time is at or before until.
 func (r *Reader) Lapsing(until int64, fn func(int64) bool) error {
 	return guard(func() error {

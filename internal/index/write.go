@@ -292,8 +292,9 @@ func fileID(tx *bolt.Tx) (string, error) {
 
 // keysOf sets s to every key t has outside the tasks bucket: its ids (a
 // request id or lease id never changes owner), and, unfinished, its live
-// mark, what it waits for, its place in the lease order (unless it waits)
-// and its times; a wake time only after wakeAfter.
+// mark, its worker's while leased, what it waits for, its place in the
+// lease order (unless it waits) and its times; a wake time only after
+// wakeAfter.
 func keysOf(t *state.Task, n, wakeAfter int64, s *keySet) {
 	s.reset()
 	s.add(bSubmits, appendNum(append(s.buf, t.RequestID...), n), 8)
@@ -307,7 +308,10 @@ func keysOf(t *state.Task, n, wakeAfter int64, s *keySet) {
 		return
 	}
 	s.add(bLive, appendNum(s.buf, n), 0)
-	s.add(bQueued, appendQueuedKey(s.buf, t.Queue, n), 0)
+	s.add(bQueued, appendNamedKey(s.buf, t.Queue, n), 0)
+	if t.State == state.Leased {
+		s.add(bHeld, appendNamedKey(s.buf, t.Lease.Worker, n), 0)
+	}
 	for _, d := range t.Waits() {
 		s.add(bAfter, appendEdgeKey(s.buf, state.Number(d.ID), n), 0)
 	}

@@ -58,7 +58,7 @@ func (l *Local) Candidates(ctx context.Context, kind, task string) ([]Candidate,
 				}
 				return nil
 			}
-			for worker, leases := range CurrentLeases(st, now) {
+			for worker, leases := range CurrentLeases(st, "", now) {
 				for _, l := range leases {
 					out = append(out, Candidate{l.LeaseID, l.TaskID + " " + worker})
 				}

@@ -454,7 +454,7 @@ func (l *Local) Heartbeat(ctx context.Context, r api.HeartbeatRequest) (api.Hear
 	defer done()
 	var v api.Heartbeat
 	err := h.Read(func(tx *store.Tx) error {
-		v = api.Heartbeat{Result: api.ResultOK, WorkerID: r.Worker, At: api.FormatTime(tx.Now), Leases: CurrentLeases(tx.State, tx.Now)[r.Worker]}
+		v = api.Heartbeat{Result: api.ResultOK, WorkerID: r.Worker, At: api.FormatTime(tx.Now), Leases: CurrentLeases(tx.State, r.Worker, tx.Now)[r.Worker]}
 		if v.Leases == nil {
 			v.Leases = []api.HeldLease{}
 		}
@@ -466,13 +466,20 @@ func (l *Local) Heartbeat(ctx context.Context, r api.HeartbeatRequest) (api.Hear
 	return v, err
 }
 
-// CurrentLeases lists the leases current at now, by worker.
-func CurrentLeases(st *state.State, now int64) map[string][]api.HeldLease {
-	out := map[string][]api.HeldLease{}
-	for _, t := range st.Live() { // only unfinished tasks hold leases
-		if c := t.At(now); c.State == state.Leased {
-			out[c.Lease.Worker] = append(out[c.Lease.Worker], api.HeldLease{TaskID: t.ID, LeaseID: c.Lease.ID, Expiry: api.FormatTime(c.Lease.Expiry)})
+// CurrentLeases lists the leases of worker (of every worker, for "")
+// current at now, by worker, each worker's in creation order.
+func CurrentLeases(st *state.State, worker string, now int64) map[string][]api.HeldLease {
+	var held []*state.Task
+	st.EachLeased(worker, func(t *state.Task) bool {
+		if t.At(now).State == state.Leased { // a lease past its expiry is no longer current
+			held = append(held, t)
 		}
+		return true
+	})
+	slices.SortFunc(held, func(a, b *state.Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
+	out := map[string][]api.HeldLease{}
+	for _, t := range held {
+		out[t.Lease.Worker] = append(out[t.Lease.Worker], api.HeldLease{TaskID: t.ID, LeaseID: t.Lease.ID, Expiry: api.FormatTime(t.Lease.Expiry)})
 	}
 	return out
 }

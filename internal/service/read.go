@@ -316,7 +316,7 @@ func (l *Local) Workers(ctx context.Context) (api.Workers, error) {
 	var v api.Workers
 	err := h.Read(func(tx *store.Tx) error {
 		reg := h.Workers(tx.Now)
-		leases := CurrentLeases(tx.State, tx.Now)
+		leases := CurrentLeases(tx.State, "", tx.Now)
 		names := map[string]bool{}
 		for w := range reg {
 			names[w] = true
