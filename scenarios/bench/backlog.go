@@ -23,7 +23,11 @@ func backlog(dir, leasewal, floor string, sizes []int, reps int) {
 		check(histgen.WriteFile(wals[i], histgen.Options{Records: 1000, Waiting: n}))
 		execute(leasewal, "--wal", wals[i], "submit", "--payload", "warm") // builds the index
 	}
-	lat := map[string][][]time.Duration{"submit": make([][]time.Duration, len(sizes)), "lease": make([][]time.Duration, len(sizes)), "complete": make([][]time.Duration, len(sizes))}
+	ops := []string{"submit", "lease", "complete", "heartbeat"}
+	lat := map[string][][]time.Duration{}
+	for _, op := range ops {
+		lat[op] = make([][]time.Duration, len(sizes))
+	}
 	var floorRuns []time.Duration
 	floorFile := filepath.Join(dir, "backlog-floor.log")
 	for rep := range reps {
@@ -37,6 +41,7 @@ func backlog(dir, leasewal, floor string, sizes []int, reps int) {
 			if m := leaseRE.FindSubmatch(r.out); m != nil {
 				lat["complete"][i] = append(lat["complete"][i], execute(leasewal, "--wal", wal, "complete", "--task", string(m[1]), "--lease", string(m[2])).elapsed)
 			}
+			lat["heartbeat"][i] = append(lat["heartbeat"][i], execute(leasewal, "--wal", wal, "heartbeat", "--worker", "B").elapsed)
 		}
 	}
 	last := len(sizes) - 1
@@ -46,7 +51,7 @@ func backlog(dir, leasewal, floor string, sizes []int, reps int) {
 		fmt.Printf(" %15d", n)
 	}
 	fmt.Printf(" %14s %14s\n", "last / first", "last / floor")
-	for _, op := range []string{"submit", "lease", "complete"} {
+	for _, op := range ops {
 		med, avg := make([]time.Duration, len(sizes)), make([]time.Duration, len(sizes))
 		fmt.Printf("%-9s", op)
 		for i := range sizes {
