@@ -324,7 +324,7 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 				srv.Changed()
 			}
 		}})
-	live.LoadFrom(func() ([]api.Record, int64, error) { return latest(svc) }) // when the page is first looked at
+	live.LoadFrom(func() ([]api.Record, int64, error) { return latest(svc, back) }) // when the page is first looked at
 	o.Live = live
 	synced, _ := back.(interface{ Syncs() int64 }) // a single server's WAL; a raft node's is the node's
 	o.Metrics = metrics.Handler(func(ctx context.Context) ([]metrics.Family, error) {
@@ -369,14 +369,14 @@ func newServer(e env, back service.Backend, node *cluster.Node, maxBatch int, o 
 }
 
 // latest is the WAL's latest records, as many as a live page keeps, and
-// its last seq.
-func latest(svc *service.Local) ([]api.Record, int64, error) {
-	stats, err := svc.Stats(context.Background(), api.StatsRequest{})
-	if err != nil || stats.LastSeq == 0 {
+// its last seq (the backend's status: stats would read every task).
+func latest(svc *service.Local, back service.Backend) ([]api.Record, int64, error) {
+	status, err := back.Status()
+	if err != nil || status.LastSeq == 0 {
 		return nil, 0, err
 	}
 	var recs []api.Record
-	end, err := svc.Log(context.Background(), api.LogRequest{From: max(1, stats.LastSeq-report.LiveRecords+1)},
+	end, err := svc.Log(context.Background(), api.LogRequest{From: max(1, status.LastSeq-report.LiveRecords+1)},
 		func(r api.Record) error { recs = append(recs, r); return nil })
 	return recs, end.LastSeq, err
 }
