@@ -566,6 +566,17 @@ type Redacted struct {
 	Duplicate bool    `json:"duplicate"`
 }
 
+// QueueListRequest lists the queues (queue ls).
+type QueueListRequest struct{}
+
+// QueueList is the queues that hold a task not ended as recorded, by name
+// (OK): read from the index's keys, without reading a task, whatever the
+// backlog; stats counts them.
+type QueueList struct {
+	Result Outcome  `json:"result"`
+	Queues []string `json:"queues"`
+}
+
 // StatsRequest asks for the figures an operator watches (stats, GET
 // /metrics): of every queue, or of one.
 type StatsRequest struct {

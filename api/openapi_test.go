@@ -47,6 +47,7 @@ var routes = []route{
 	{"/v1/abort", "End a waiting or leased task (TaskAborted)", api.AbortRequest{}, []any{api.Aborted{}}, false, nil, `{"task":"T1","reason":"bad batch"}`},
 	{"/v1/queue/rate", "Set or lift a queue's rate of grants (QueueRated)", api.QueueRateRequest{}, []any{api.QueueRate{}}, false, nil, `{"queue":"mail","rate":"10/s","burst":5}`},
 	{"/v1/queue/limit", "Set or lift a queue's limit of current leases (QueueLimited)", api.QueueLimitRequest{}, []any{api.QueueLimit{}}, false, nil, `{"queue":"img","limit":2}`},
+	{"/v1/queue/ls", "The queues that hold unfinished tasks, by name, read without reading a task", api.QueueListRequest{}, []any{api.QueueList{}}, false, nil, `{}`},
 	{"/v1/stats", "The figures an operator watches: queues, their latency, records by type", api.StatsRequest{}, []any{api.Stats{}}, false, nil, `{"queue":"default"}`},
 	{"/v1/redact", "Stop serving a task's payload; the next compaction drops it (TaskRedacted)", api.RedactRequest{}, []any{api.Redacted{}}, false, nil, `{"task":"T1","reason":"a password was pasted"}`},
 	{"/v1/requeue", "Run a FAILED or DEAD task again, as a new task (TaskCreated)", api.RequeueRequest{}, []any{api.Ack{}}, false, nil, `{"task":"T2","request_id":"rerun-T2"}`},

@@ -28,6 +28,7 @@ type Service interface {
 	Abort(context.Context, AbortRequest) (Aborted, error)
 	Redact(context.Context, RedactRequest) (Redacted, error)
 	Stats(context.Context, StatsRequest) (Stats, error)
+	QueueList(context.Context, QueueListRequest) (QueueList, error)
 	QueueLimit(context.Context, QueueLimitRequest) (QueueLimit, error)
 	QueueRate(context.Context, QueueRateRequest) (QueueRate, error)
 	Pause(context.Context, PauseRequest) (Paused, error)

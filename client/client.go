@@ -458,6 +458,11 @@ func (c *Client) ScheduleRemove(ctx context.Context, req api.ScheduleRemoveReque
 	return callAs[api.ScheduleRemoved](ctx, c, "schedule/rm", req)
 }
 
+// QueueList lists the queues that hold unfinished tasks.
+func (c *Client) QueueList(ctx context.Context, req api.QueueListRequest) (api.QueueList, error) {
+	return callAs[api.QueueList](ctx, c, "queue/ls", req)
+}
+
 // ScheduleList lists every schedule with its last and next slots.
 func (c *Client) ScheduleList(ctx context.Context, req api.ScheduleListRequest) (api.Schedules, error) {
 	return callAs[api.Schedules](ctx, c, "schedule/ls", req)

@@ -205,20 +205,17 @@ func (e env) noteQueueTypos(svc api.Service, queues []string) {
 	if len(queues) == 0 {
 		return
 	}
-	stats, err := svc.Stats(e.context(), api.StatsRequest{})
+	list, err := svc.QueueList(e.context(), api.QueueListRequest{}) // names alone: no task read, whatever the backlog
 	if err != nil {
 		return // the command itself says what is wrong
 	}
-	var withTasks []string
-	for _, q := range stats.Queues {
-		withTasks = append(withTasks, q.Queue)
-	}
+	withTasks := list.Queues
 	for _, q := range queues {
 		if slices.Contains(withTasks, q) {
 			continue
 		}
 		if near := suggest.Closest(q, withTasks); near != "" {
-			fmt.Fprintf(e.stderr, "leasewal: queue %q has no unfinished task; did you mean %q? ('leasewal stats' lists the queues)\n", escape(q), escape(near))
+			fmt.Fprintf(e.stderr, "leasewal: queue %q has no unfinished task; did you mean %q? ('leasewal queue ls' lists the queues)\n", escape(q), escape(near))
 		}
 	}
 }

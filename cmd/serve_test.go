@@ -742,6 +742,7 @@ func TestTypedOperationsThroughServer(t *testing.T) {
 		{[]string{"abort", "T2", "--reason", "not needed", "-o", "json"}, 0, `"state":"DEAD"`},
 		{[]string{"redact", "T2", "--reason", "secret", "-o", "json"}, 0, `"reason":"secret","duplicate":false`},
 		{[]string{"queue", "limit", "mail", "2", "-o", "json"}, 0, `"limit":2,"duplicate":false`},
+		{[]string{"queue", "ls", "-o", "json"}, 0, `{"result":"OK","queues":[`},
 		{[]string{"queue", "rate", "mail", "10/s", "--burst", "5", "-o", "json"}, 0, `"queue":"mail","rate":"10/s","burst":5,"duplicate":false`},
 		{[]string{"queue", "rate", "mail", "10/s", "--burst", "5", "-o", "json"}, 0, `"duplicate":true`},
 		{[]string{"queue", "rate", "mail", "10/d"}, ExitUsage, ""},

@@ -518,6 +518,44 @@ type QueueStat struct {
 	EligibleSince int64
 }
 
+// QueuesWithTasks is every queue that holds a task not ended as recorded,
+// by name: from the names the Source keeps, without reading its tasks.
+func (s *State) QueuesWithTasks() ([]string, error) {
+	with := map[string]bool{}
+	shadowed := map[string]int{} // the Source's unfinished tasks memory holds, by queue
+	for _, t := range s.order {
+		if !t.State.Terminal() {
+			with[t.Queue] = true
+		}
+		if t.srcUnfinished {
+			shadowed[t.Queue]++
+		}
+	}
+	if s.src != nil {
+		names, err := s.src.Queues()
+		if err != nil {
+			return nil, s.sourced(err)
+		}
+		for _, q := range names {
+			if with[q] {
+				continue
+			}
+			if shadowed[q] == 0 { // the Source holds one of its tasks unfinished, and memory none
+				with[q] = true
+				continue
+			}
+			recorded, err := s.src.Unfinished([]string{q})
+			if err != nil {
+				return nil, s.sourced(err)
+			}
+			if recorded > shadowed[q] {
+				with[q] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(with)), nil
+}
+
 // QueueStats counts the unfinished tasks of every queue as they stand at
 // now (time's lapses applied), in queue name order.
 func (s *State) QueueStats(now int64) []QueueStat {

@@ -68,6 +68,8 @@ func lookups(s *State, names []string, now int64) string {
 			fmt.Fprintf(&b, "  lease in %v: %s %v\n", queues, jsonOf(d), err)
 		}
 	}
+	queues, err := s.QueuesWithTasks()
+	fmt.Fprintf(&b, "queues with tasks %v %v\n", queues, err != nil)
 	for _, d := range s.Domains() {
 		fmt.Fprintf(&b, "domain %s %+v %v %v %v\n", d.Name, d.Lease, d.Backlog, d.Processed.Sorted(), d.Failed.Sorted())
 	}

@@ -193,14 +193,15 @@ func (r *Reader) Unfinished(queues []string) (n int, err error) {
 	return n, err
 }
 
-// Queues is every queue holding an unfinished task, by name.
+// Queues is every queue holding an unfinished task, by name (those whose
+// only tasks wait for others too: queued, not order).
 func (r *Reader) Queues() (queues []string, err error) {
 	err = guard(func() error {
-		c := r.tx.Bucket(bOrder).Cursor()
+		c := r.tx.Bucket(bQueued).Cursor()
 		for k, _ := c.First(); k != nil; {
 			i := bytes.IndexByte(k, 0)
 			if i < 0 {
-				return errKey("order", k)
+				return errKey("queued", k)
 			}
 			queues = append(queues, string(k[:i]))
 			k, _ = c.Seek(append(bytes.Clone(k[:i]), 1)) // the next queue: past every key of this one

@@ -92,6 +92,7 @@ func routes(svc api.Service, describe func(error) api.Error, spool spooler) map[
 		"schedule/rm": typed(func(ctx context.Context, r api.ScheduleRemoveRequest) reply {
 			return answer(svc.ScheduleRemove(ctx, r))
 		}),
+		"queue/ls":    readOnly(typed(func(ctx context.Context, r api.QueueListRequest) reply { return answer(svc.QueueList(ctx, r)) })),
 		"schedule/ls": readOnly(typed(func(ctx context.Context, r api.ScheduleListRequest) reply { return answer(svc.ScheduleList(ctx, r)) })),
 		"heartbeat":   typed(func(ctx context.Context, r api.HeartbeatRequest) reply { return answer(svc.Heartbeat(ctx, r)) }),
 		"expire":      typed(func(ctx context.Context, r api.ExpireRequest) reply { return answer(svc.Expire(ctx, r)) }),

@@ -950,6 +950,16 @@ func (l *Local) ScheduleRemove(ctx context.Context, r api.ScheduleRemoveRequest)
 	}))
 }
 
+func (l *Local) QueueList(ctx context.Context, _ api.QueueListRequest) (api.QueueList, error) {
+	return as[api.QueueList](l.read(ctx, func(tx *store.Tx) (any, error) {
+		queues, err := tx.State.QueuesWithTasks()
+		if err != nil {
+			return nil, err
+		}
+		return api.QueueList{Result: api.ResultOK, Queues: append([]string{}, queues...)}, nil // none: [], not null
+	}))
+}
+
 func (l *Local) ScheduleList(ctx context.Context, _ api.ScheduleListRequest) (api.Schedules, error) {
 	return as[api.Schedules](l.read(ctx, func(tx *store.Tx) (any, error) {
 		v := api.Schedules{Result: api.ResultOK, At: api.FormatTime(tx.Now), Schedules: []api.Schedule{}}
