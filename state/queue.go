@@ -83,16 +83,74 @@ func (s *State) best(queues []string, skip map[string]bool, paused map[string]Pa
 		}
 		return true
 	}
-	if s.src != nil && !anyOf(queues, full) { // memory's tasks here, the Source's without reading each
-		for _, t := range s.live {
-			note(t)
-		}
-		next, srcLive, _ := s.srcEmpty(slices.Compact(slices.Sorted(slices.Values(queues))), next, now) // an error is the state's Damage
+	if s.src == nil {
+		s.EachLive(note)
+		slices.Sort(heldBack)
+		return nil, next, live, heldBack
+	}
+	for _, t := range s.live { // memory's tasks here, the Source's without reading each
+		note(t)
+	}
+	asked := slices.Compact(slices.Sorted(slices.Values(queues)))
+	if !anyOf(queues, full) {
+		next, srcLive, _ := s.srcEmpty(asked, next, now) // an error is the state's Damage
 		return nil, next, live + srcLive, nil
 	}
-	s.EachLive(note)
+	if len(asked) == 0 {
+		var err error
+		if asked, err = s.src.Queues(); s.sourced(err) != nil {
+			return nil, 0, 0, nil
+		}
+	}
+	var plain []string // the queues asked for that are not skipped
+	for _, q := range asked {
+		if !full[q] {
+			plain = append(plain, q)
+			continue
+		}
+		at, n, held := s.srcSkipped(q, paused, rated, now)
+		live += n
+		if at != 0 && (next == 0 || at < next) {
+			next = at
+		}
+		if held && !slices.Contains(heldBack, q) {
+			heldBack = append(heldBack, q)
+		}
+	}
+	if len(plain) > 0 {
+		var n int
+		next, n, _ = s.srcEmpty(plain, next, now)
+		live += n
+	}
 	slices.Sort(heldBack)
 	return nil, next, live, heldBack
+}
+
+// srcSkipped is the Source's part of what a lease that finds nothing says
+// at now of queue q, which it skipped (paused, full, or at its rate), as
+// note says it of each task, without reading each: how many of its tasks
+// are unfinished; when the first may be leased (0: not by time alone), the
+// earliest one may by time (now, when one may now) moved past its pause's
+// end or its rate's next grant, never for a queue full or paused until a
+// resume; and whether its rate held back a task that may be leased now.
+func (s *State) srcSkipped(q string, paused map[string]PauseSpan, rated map[string]int64, now int64) (at int64, live int, held bool) {
+	earliest, live, err := s.srcEmpty([]string{q}, 0, now)
+	sp, isPaused := paused[q]
+	until, isRated := rated[q]
+	if err != nil || isPaused && sp.Open() || !isPaused && !isRated {
+		return 0, live, false
+	}
+	leasable := s.srcPick([]string{q}, nil, now) != nil
+	if leasable {
+		earliest = now
+	}
+	switch {
+	case earliest == 0:
+		return 0, live, false
+	case isPaused:
+		return max(earliest, sp.To), live, false
+	}
+	return max(earliest, until), live, leasable
 }
 
 // anyOf reports whether set holds a queue of queues (any, for none).

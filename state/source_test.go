@@ -63,7 +63,7 @@ func lookups(s *State, names []string, now int64) string {
 	fmt.Fprintf(&b, "seq %d at %d\n", s.LastSeq(), s.LastAt())
 	for _, at := range []int64{now, now + 60_000, now + 3_600_000} {
 		fmt.Fprintf(&b, "at %d: expire %s; next event %d; live %s; stats %s\n", at, jsonOf(first(s.DecideExpire(at))), s.NextEventAt(at), idsOf(unfinished(s.Live())), jsonOf(s.QueueStats(at)))
-		for _, queues := range [][]string{nil, {"default"}, {"q1", "q2"}} {
+		for _, queues := range [][]string{nil, {"default"}, {"mail", "img"}, {"img", "q1"}} {
 			d, err := s.DecideLease(LeaseRequest{Worker: "W9", Duration: time.Second, Queues: queues}, at)
 			fmt.Fprintf(&b, "  lease in %v: %s %v\n", queues, jsonOf(d), err)
 		}
