@@ -56,7 +56,7 @@ func (a *app) completion(kind string) cobra.CompletionFunc {
 		if kind == service.CandidateLeases && c.Flags().Lookup("task") != nil {
 			task, _ = c.Flags().GetString("task")
 		}
-		cands, err := a.env.local().Candidates(a.env.context(), kind, task)
+		cands, err := a.env.local().Candidates(a.env.context(), kind, task, prefix)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}

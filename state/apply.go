@@ -115,6 +115,10 @@ func (s *State) LastSeq() int64 { return s.lastSeq }
 // LastAt is the time of the last record applied (0 for none).
 func (s *State) LastAt() int64 { return s.lastAt }
 
+// LastTaskNumber is the highest number of a task created (T<n>): no task
+// has a higher one.
+func (s *State) LastTaskNumber() int64 { return s.lastTaskNum }
+
 // The lookups below answer from memory, then from the Source. (nil, nil)
 // means there is no such thing; an error is damage the Source revealed,
 // and no answer may be built on the lookup.
