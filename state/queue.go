@@ -523,8 +523,8 @@ func (s *State) fullQueues(now int64) map[string]int {
 		return nil
 	}
 	held := map[string]int{}
-	s.EachLive(func(t *Task) bool {
-		if _, limited := s.limits[t.Queue]; limited && !t.State.Terminal() && t.At(now).State == Leased {
+	s.EachLeased("", func(t *Task) bool { // a lease current at now is one as recorded: time only ends leases
+		if _, limited := s.limits[t.Queue]; limited && t.At(now).State == Leased {
 			held[t.Queue]++
 		}
 		return true
