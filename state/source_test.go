@@ -664,3 +664,40 @@ func TestAWorkersLeasesAreReadAlone(t *testing.T) {
 		t.Fatalf("after T1 went to W3: W1 %q, W3 %q (%v); want T3 as recorded, and T1", w1, w3, s.Damage())
 	}
 }
+
+// TestALeaseReadsNoBacklog: beside 300 waiting tasks the source holds, a
+// lease reads none of them whole when another queue has a limit, nor when
+// their queue is paused, full or at its rate: it answers from the leases
+// held, the lease order's head, and the keys.
+func TestALeaseReadsNoBacklog(t *testing.T) {
+	one, rate := 1, Rate{Count: 1, Per: time.Hour.Milliseconds()}
+	for _, setup := range []struct {
+		name string
+		set  func(s *State) (Decision, error)
+		want Outcome
+	}{
+		{"a limit on another queue", func(s *State) (Decision, error) { return s.DecideQueueLimit("api", &one) }, ResultLeased},
+		{"its queue paused", func(s *State) (Decision, error) { return s.DecidePause(DefaultQueue, "", 0, t0) }, ResultEmpty},
+		{"its queue paused for an hour", func(s *State) (Decision, error) { return s.DecidePause(DefaultQueue, "", time.Hour, t0) }, ResultEmpty},
+		{"its queue full", func(s *State) (Decision, error) { return s.DecideQueueLimit(DefaultQueue, &one) }, ResultEmpty},
+		{"its queue at its rate", func(s *State) (Decision, error) {
+			run(t, s, t0, func() (Decision, error) { return s.DecideQueueRate(DefaultQueue, &rate) })
+			return s.DecideLease(LeaseRequest{Worker: "W", Duration: time.Minute}, t0) // the burst's one grant
+		}, ResultEmpty},
+	} {
+		s, src := New(), newMemSource()
+		submit := Submit{Payload: "P", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 3}}
+		for range 300 {
+			run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(submit, t0) })
+		}
+		run(t, s, t0, func() (Decision, error) { return s.DecideLease(LeaseRequest{Worker: "W", Duration: time.Minute}, t0) })
+		run(t, s, t0, func() (Decision, error) { return setup.set(s) })
+		counted := &countingSource{memSource: src}
+		src.write(s)
+		s.Flushed(counted)
+		d, err := s.DecideLease(LeaseRequest{Worker: "W2", Duration: time.Minute}, t0+1)
+		if err != nil || d.Outcome != setup.want || counted.listed != 0 || counted.read > 3 {
+			t.Errorf("%s: a lease answered %s (%v), listing every task %d times and reading %d; want %s, no listing, at most 3 read", setup.name, d.Outcome, err, counted.listed, counted.read, setup.want)
+		}
+	}
+}
