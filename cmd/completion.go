@@ -10,11 +10,13 @@ import (
 )
 
 // registerCompletions gives every --task, --lease, --domain, --worker,
-// --state and --type flag in the tree, and inspect's arguments, dynamic shell
-// completion (cobra's `completion bash|zsh|fish` prints the scripts).
+// --queue, --state and --type flag in the tree, and the arguments of
+// inspect, pause and resume, dynamic shell completion (cobra's `completion
+// bash|zsh|fish` prints the scripts).
 func (a *app) registerCompletions(root *cobra.Command) {
 	byFlag := map[string]string{
 		"task": service.CandidateTasks, "lease": service.CandidateLeases, "domain": service.CandidateDomains, "worker": service.CandidateWorkers,
+		"queue": service.CandidateQueues,
 	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasewal/leasewal/api"
+	"github.com/leasewal/leasewal/internal/service"
 )
 
 func (a *app) newPauseCmd() *cobra.Command {
@@ -24,6 +25,7 @@ QUEUE' does. Pausing a paused queue answers its pause (duplicate) and writes
 nothing: to change it, resume and pause again.`,
 		Example: `  leasewal pause mail --reason 'smtp relay down'
   leasewal pause mail --for 30m -o json`,
+		ValidArgsFunction: a.completion(service.CandidateQueues),
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErr("'leasewal pause' takes one queue, e.g. 'leasewal pause mail --for 30m'")
@@ -47,7 +49,8 @@ func (a *app) newResumeCmd() *cobra.Command {
 		Short: "Hand out a paused queue's tasks again",
 		Long: `End a queue's pause: it leases again at once, and its tasks' windows run again
 from where they stood. A queue that is not paused: exit 2, nothing written.`,
-		Example: `  leasewal resume mail`,
+		Example:           `  leasewal resume mail`,
+		ValidArgsFunction: a.completion(service.CandidateQueues),
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErr("'leasewal resume' takes one queue, e.g. 'leasewal resume mail'")

@@ -3,6 +3,7 @@ package service
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ const (
 	CandidateLeases  = "lease"
 	CandidateDomains = "domain"
 	CandidateWorkers = "worker"
+	CandidateQueues  = "queue"
 )
 
 // maxCandidates is the most task ids a completion lists: more than a shell
@@ -34,7 +36,7 @@ const maxCandidates = 1000
 // hang on a busy WAL): task ids that begin with prefix (taskCandidates);
 // the leases of task, or else the current ones; domains; every worker that
 // heartbeated, holds a lease, or held one of the latest maxCandidates
-// tasks.
+// tasks; the queues that hold tasks or are paused, limited or rated.
 func (l *Local) Candidates(ctx context.Context, kind, task, prefix string) ([]Candidate, error) {
 	opts := l.store
 	opts.LockTimeout = min(opts.LockTimeout, 500*time.Millisecond)
@@ -62,6 +64,24 @@ func (l *Local) Candidates(ctx context.Context, kind, task, prefix string) ([]Ca
 				}
 			}
 			slices.SortFunc(out, func(a, b Candidate) int { return strings.Compare(a.Value, b.Value) })
+		case CandidateQueues:
+			names, _ := st.QueuesWithTasks()
+			seen := map[string]bool{}
+			for _, q := range names {
+				seen[q] = true
+			}
+			for q := range st.Pauses(now) {
+				seen[q] = true
+			}
+			for q := range st.Limits() {
+				seen[q] = true
+			}
+			for _, r := range st.Rates() {
+				seen[r.Queue] = true
+			}
+			for _, q := range slices.Sorted(maps.Keys(seen)) {
+				out = append(out, Candidate{Value: q})
+			}
 		case CandidateDomains:
 			for _, d := range st.Domains() {
 				out = append(out, Candidate{Value: d.Name})
