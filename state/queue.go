@@ -576,6 +576,85 @@ type QueueStat struct {
 	EligibleSince int64
 }
 
+func (q *QueueStat) eligible(since int64) {
+	q.Waiting++
+	q.Eligible++
+	if q.EligibleSince == 0 || since < q.EligibleSince {
+		q.EligibleSince = since
+	}
+}
+
+// srcQueueStats counts the Source's unfinished tasks memory does not hold
+// as QueueStats does, reading only the tasks time has changed by now
+// (Lapsing: a lease's end, a window's, a death by a dependency), which
+// count reads whole; every other one stands at now as recorded, and its
+// entry in its queue's lease order says how: leased; waiting and eligible
+// from its not_before on (From, no earlier than its available_at), unless
+// its queue is paused; a task that is in no lease order waits for another.
+func (s *State) srcQueueStats(now int64, count func(*Task) bool, stat func(string) *QueueStat) {
+	names, err := s.src.Queues()
+	if s.sourced(err) != nil {
+		return
+	}
+	changed, pendingChanged := map[int64]bool{}, map[string]int{}
+	err = s.src.Lapsing(now, func(num int64) bool {
+		if s.isHot(num) {
+			return true
+		}
+		t, err := s.fromSource(num)
+		if err != nil || t == nil {
+			s.sourced(firstErr(err, fmt.Errorf("the index's times name task %d, which it does not hold", num)))
+			return false
+		}
+		changed[num] = true
+		if t.Pending() {
+			pendingChanged[t.Queue]++
+		}
+		return count(t)
+	})
+	if s.sourced(err) != nil || s.srcErr != nil {
+		return
+	}
+	shadowed := map[string]int{} // the Source's unfinished tasks memory holds, by queue
+	for _, t := range s.order {
+		if t.srcUnfinished {
+			shadowed[t.Queue]++
+		}
+	}
+	for _, queue := range names {
+		_, paused := s.PausedAt(queue, now)
+		ordered := 0
+		err := s.src.Queued(queue, OrderEntry{}, func(e OrderEntry) bool {
+			if s.isHot(e.Num) {
+				return true
+			}
+			ordered++
+			switch {
+			case changed[e.Num]:
+			case e.Leased:
+				stat(queue).Leased++
+			case e.From <= now && !paused:
+				stat(queue).eligible(e.From)
+			default:
+				stat(queue).Waiting++
+			}
+			return true
+		})
+		if s.sourced(err) != nil {
+			return
+		}
+		recorded, err := s.src.Unfinished([]string{queue})
+		if s.sourced(err) != nil {
+			return
+		}
+		if blocked := recorded - shadowed[queue] - ordered - pendingChanged[queue]; blocked > 0 {
+			q := stat(queue)
+			q.Waiting += blocked
+			q.Blocked += blocked
+		}
+	}
+}
+
 // QueuesWithTasks is every queue that holds a task not ended as recorded,
 // by name: from the names the Source keeps, without reading its tasks.
 func (s *State) QueuesWithTasks() ([]string, error) {
@@ -618,16 +697,20 @@ func (s *State) QueuesWithTasks() ([]string, error) {
 // now (time's lapses applied), in queue name order.
 func (s *State) QueueStats(now int64) []QueueStat {
 	byQueue := map[string]*QueueStat{}
-	s.EachLive(func(t *Task) bool {
+	stat := func(queue string) *QueueStat {
+		q := byQueue[queue]
+		if q == nil {
+			q = &QueueStat{Queue: queue}
+			byQueue[queue] = q
+		}
+		return q
+	}
+	count := func(t *Task) bool {
 		c := t.At(now)
 		if c.State.Terminal() {
 			return true
 		}
-		q := byQueue[c.Queue]
-		if q == nil {
-			q = &QueueStat{Queue: c.Queue}
-			byQueue[c.Queue] = q
-		}
+		q := stat(c.Queue)
 		_, paused := s.PausedAt(c.Queue, now)
 		switch {
 		case c.State == Leased:
@@ -636,16 +719,20 @@ func (s *State) QueueStats(now int64) []QueueStat {
 			q.Waiting++
 			q.Blocked++
 		case c.leasable(now) && !paused:
-			q.Waiting++
-			q.Eligible++
-			if since := max(c.AvailableAt, c.NotBefore); q.EligibleSince == 0 || since < q.EligibleSince {
-				q.EligibleSince = since
-			}
+			q.eligible(max(c.AvailableAt, c.NotBefore))
 		default:
 			q.Waiting++
 		}
 		return true
-	})
+	}
+	if s.src == nil {
+		s.EachLive(count)
+	} else {
+		for _, t := range s.live {
+			count(t)
+		}
+		s.srcQueueStats(now, count, stat)
+	}
 	out := make([]QueueStat, 0, len(byQueue))
 	for _, name := range slices.Sorted(maps.Keys(byQueue)) {
 		out = append(out, *byQueue[name])

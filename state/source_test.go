@@ -701,3 +701,23 @@ func TestALeaseReadsNoBacklog(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsReadNoBacklog: beside 300 waiting tasks the source holds, one
+// leased, the queues' figures are counted from the lease order's entries
+// and the keys: no listing of every task, and no task read but those time
+// has changed (none here).
+func TestStatsReadNoBacklog(t *testing.T) {
+	s, src := New(), newMemSource()
+	submit := Submit{Payload: "P", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 3}}
+	for range 300 {
+		run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(submit, t0) })
+	}
+	run(t, s, t0, func() (Decision, error) { return s.DecideLease(LeaseRequest{Worker: "W", Duration: time.Minute}, t0) })
+	want := jsonOf(s.QueueStats(t0 + 1))
+	counted := &countingSource{memSource: src}
+	src.write(s)
+	s.Flushed(counted)
+	if got := jsonOf(s.QueueStats(t0 + 1)); got != want || counted.listed != 0 || counted.read != 0 {
+		t.Fatalf("the figures over the source: %s, listing every task %d times and reading %d; want %s, no listing, none read", got, counted.listed, counted.read, want)
+	}
+}
