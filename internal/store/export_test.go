@@ -228,3 +228,6 @@ func MarkIndexUnsynced(path, boot string) error {
 // InFlight is how many batches the pipe's syncer was handed and has not
 // yet counted off: it answers a run before it counts it off.
 func (p *Pipe) InFlight() int64 { return p.queued.Load() }
+
+// Told says whether a change is waiting to end w's next Wait.
+func (w *Watcher) Told() bool { return len(w.changed) > 0 }

@@ -78,9 +78,14 @@ func (w *Watcher) Close() {
 // not woken for them. It is called where the caller looks at the WAL's
 // state (in a server's batch), so a change told before is dropped: that
 // look has seen it (a write of two syscalls, told at the first, woke a
-// waiter twice).
+// waiter twice). With nil it is kept: the caller could not know what its
+// look saw (a WAL that did not exist has no lock to keep another process
+// from creating it between that look and this call).
 func (w *Watcher) Only(only func() bool) {
 	w.only.Store(&only)
+	if only == nil {
+		return
+	}
 	select {
 	case <-w.changed:
 	default:

@@ -157,3 +157,34 @@ func TestAWatcherSleepsThroughALookThatWritesNothing(t *testing.T) {
 		t.Fatalf("the append after them was not seen: %v %v", changed, err)
 	}
 }
+
+// TestAChangeToldBeforeALookThatCannotTellIsKept: a waiter that looked at a
+// WAL that did not exist holds no lock that kept another process from
+// creating it meanwhile; the creation, told before the waiter says what
+// it waits for (Only, with nil: every change), still ends its wait. A
+// server's waiting lease on a new WAL slept through its creation so, for
+// as long as it was to wait.
+func TestAChangeToldBeforeALookThatCannotTellIsKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.wal")
+	h := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer h.Close()
+	w, err := h.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	other := store.Open(store.Options{Path: path, LockTimeout: time.Minute})
+	defer other.Close()
+	if err := other.Write(addOne); err != nil { // another process creates the WAL
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the creation to be told", w.Told, func() string { return "no change told" })
+	w.Only(nil)
+	if !w.Told() {
+		t.Fatal("the creation told before the waiter's look was dropped")
+	}
+	w.Only(func() bool { return true }) // a look in the WAL's lock has seen what was told before it
+	if w.Told() {
+		t.Fatal("a change told before a look that holds the lock was kept")
+	}
+}
