@@ -470,12 +470,7 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 	if len(c.Attempts) > 0 {
 		w.LastEnd = c.current()
 	}
-	s.EachLive(func(o *Task) bool {
-		if o.ID != t.ID && !o.State.Terminal() && o.Queue == t.Queue && ahead(o, t) && o.At(now).leasable(now) {
-			w.Ahead++
-		}
-		return true
-	})
+	w.Ahead = s.aheadOf(t, now)
 	limit := s.fullMessage(s.fullQueues(now), c.Queue)
 	pause, paused := s.PausedAt(c.Queue, now)
 	held := s.heldQueues(now)
@@ -514,6 +509,56 @@ func (s *State) Explain(taskID string, now int64) (Why, error) {
 		w.Because = BecauseWindowClosed
 	}
 	return w, nil
+}
+
+// aheadOf is how many tasks of t's queue a lease at now would take before
+// t: those ahead of it in lease order that may be leased. Of the Source's,
+// it reads only those time has changed by now (Lapsing); every other one
+// stands at now as recorded, and its entry in the lease order says whether
+// it may be leased (waiting, its not_before passed). It walks the order
+// up to t's place, not every unfinished task.
+func (s *State) aheadOf(t *Task, now int64) int {
+	n := 0
+	count := func(o *Task) bool {
+		if o.ID != t.ID && !o.State.Terminal() && o.Queue == t.Queue && ahead(o, t) && o.At(now).leasable(now) {
+			n++
+		}
+		return true
+	}
+	if s.src == nil {
+		s.EachLive(count)
+		return n
+	}
+	for _, o := range s.live {
+		count(o)
+	}
+	changed := map[int64]bool{}
+	err := s.src.Lapsing(now, func(num int64) bool {
+		if s.isHot(num) {
+			return true
+		}
+		o, err := s.fromSource(num)
+		if err != nil || o == nil {
+			s.sourced(firstErr(err, fmt.Errorf("the index's times name task %d, which it does not hold", num)))
+			return false
+		}
+		changed[num] = true
+		return count(o)
+	})
+	if s.sourced(err) != nil || s.srcErr != nil {
+		return 0
+	}
+	num := Number(t.ID)
+	s.sourced(s.src.Queued(t.Queue, OrderEntry{}, func(e OrderEntry) bool {
+		if e.Priority < t.Priority || e.Priority == t.Priority && e.Num >= num {
+			return false // t's place: every entry from here on is behind it
+		}
+		if !s.isHot(e.Num) && !changed[e.Num] && !e.Leased && e.From <= now {
+			n++
+		}
+		return true
+	}))
+	return n
 }
 
 // fullQueues is every queue that holds as many current leases at now as its

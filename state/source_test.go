@@ -721,3 +721,22 @@ func TestStatsReadNoBacklog(t *testing.T) {
 		t.Fatalf("the figures over the source: %s, listing every task %d times and reading %d; want %s, no listing, none read", got, counted.listed, counted.read, want)
 	}
 }
+
+// TestWhyCountsTheTasksAheadByTheirEntries: beside 300 tasks the source
+// holds, all eligible from the moment asked (their not_before), why the
+// last waits counts the 299 ahead of it from the lease order's entries,
+// reading no task but its own.
+func TestWhyCountsTheTasksAheadByTheirEntries(t *testing.T) {
+	s, src := New(), newMemSource()
+	submit := Submit{Payload: "P", Window: NoWindow, Policy: RetryPolicy{MaxAttempts: 3}}
+	for range 300 {
+		run(t, s, t0, func() (Decision, error) { return s.DecideSubmit(submit, t0) })
+	}
+	counted := &countingSource{memSource: src}
+	src.write(s)
+	s.Flushed(counted)
+	w, err := s.Explain("T300", t0)
+	if err != nil || w.Ahead != 299 || counted.listed != 0 || counted.read != 1 {
+		t.Fatalf("why T300: %d ahead (%v), listing every task %d times and reading %d; want 299, no listing, T300 alone read", w.Ahead, err, counted.listed, counted.read)
+	}
+}
