@@ -534,16 +534,12 @@ func (s *State) aheadOf(t *Task, now int64) int {
 	}
 	changed := map[int64]bool{}
 	err := s.src.Lapsing(now, func(num int64) bool {
-		if s.isHot(num) {
-			return true
+		o, ok := s.srcTimed(num)
+		if o != nil {
+			changed[num] = true
+			count(o)
 		}
-		o, err := s.fromSource(num)
-		if err != nil || o == nil {
-			s.sourced(firstErr(err, fmt.Errorf("the index's times name task %d, which it does not hold", num)))
-			return false
-		}
-		changed[num] = true
-		return count(o)
+		return ok
 	})
 	if s.sourced(err) != nil || s.srcErr != nil {
 		return 0
@@ -643,19 +639,15 @@ func (s *State) srcQueueStats(now int64, count func(*Task) bool, stat func(strin
 	}
 	changed, pendingChanged := map[int64]bool{}, map[string]int{}
 	err = s.src.Lapsing(now, func(num int64) bool {
-		if s.isHot(num) {
-			return true
+		t, ok := s.srcTimed(num)
+		if t != nil {
+			changed[num] = true
+			if t.Pending() {
+				pendingChanged[t.Queue]++
+			}
+			count(t)
 		}
-		t, err := s.fromSource(num)
-		if err != nil || t == nil {
-			s.sourced(firstErr(err, fmt.Errorf("the index's times name task %d, which it does not hold", num)))
-			return false
-		}
-		changed[num] = true
-		if t.Pending() {
-			pendingChanged[t.Queue]++
-		}
-		return count(t)
+		return ok
 	})
 	if s.sourced(err) != nil || s.srcErr != nil {
 		return

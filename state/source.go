@@ -476,6 +476,21 @@ func (s *State) srcNextAt(now int64, next *int64, note func(int64)) {
 	}))
 }
 
+// srcTimed is the Source's task num, which a walk of the index's times
+// named: nil when memory holds it (the walk goes on without it), false when
+// the Source holds no such task (damage, noted: the walk stops).
+func (s *State) srcTimed(num int64) (*Task, bool) {
+	if s.isHot(num) {
+		return nil, true
+	}
+	t, err := s.fromSource(num)
+	if err != nil || t == nil {
+		s.sourced(firstErr(err, fmt.Errorf("the index's times name task %d, which it does not hold", num)))
+		return nil, false
+	}
+	return t, true
+}
+
 // srcEmpty is the Source's part of what a lease that finds nothing in
 // queues (every queue, for none) says at now: when the next of their tasks
 // the Source holds becomes eligible by time alone (0: none), and how many
@@ -512,16 +527,11 @@ func (s *State) srcEmpty(queues []string, next, now int64) (int64, int, error) {
 		}
 	}
 	read := func(num int64, lapsed bool) bool {
-		if s.isHot(num) {
-			return true
+		t, ok := s.srcTimed(num)
+		if t != nil {
+			note(t, lapsed)
 		}
-		t, err := s.fromSource(num)
-		if err != nil || t == nil {
-			s.sourced(firstErr(err, fmt.Errorf("the index's times name task %d, which it does not hold", num)))
-			return false
-		}
-		note(t, lapsed)
-		return true
+		return ok
 	}
 	if err := s.src.Lapsing(now, func(num int64) bool { return read(num, true) }); err != nil || s.srcErr != nil {
 		return 0, 0, s.sourced(err)
