@@ -210,7 +210,7 @@ func (s *State) stillWaiting(id string, ids []string) ([]*Task, error) {
 			out = append(out, t)
 		}
 	}
-	slices.SortFunc(out, byCreation)
+	slices.SortFunc(out, ByCreation)
 	return slices.Compact(out), nil // a task both memory and the Source name
 }
 
@@ -456,7 +456,7 @@ func (s *State) chainDeaths(taskID string, now int64) (Decision, []*Task, error)
 			}
 		}
 	}
-	slices.SortFunc(chain, byCreation)
+	slices.SortFunc(chain, ByCreation)
 	for _, t := range chain {
 		if !t.State.Terminal() {
 			d.Records = append(d.Records, Record{Type: TaskDead, TaskID: t.ID, Reason: t.deathByDependency(), Dependency: t.DeadBy})
@@ -475,7 +475,7 @@ func (s *State) chainDeaths(taskID string, now int64) (Decision, []*Task, error)
 		}
 		chain = append(chain, t)
 	}
-	slices.SortFunc(chain, byCreation)
+	slices.SortFunc(chain, ByCreation)
 	return d, chain, nil
 }
 

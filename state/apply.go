@@ -315,7 +315,7 @@ func (s *State) Live() []*Task {
 	}
 	var all []*Task
 	s.EachLive(func(t *Task) bool { all = append(all, t); return true })
-	slices.SortFunc(all, byCreation)
+	slices.SortFunc(all, ByCreation)
 	return all
 }
 

@@ -588,7 +588,7 @@ func (s *State) DecideExpire(now int64) (Decision, error) {
 	if s.src != nil {
 		lapsing = append(lapsing, s.srcLapsing(now)...)
 	}
-	slices.SortFunc(lapsing, byCreation) // a task read from the index joins live out of order
+	slices.SortFunc(lapsing, ByCreation) // a task read from the index joins live out of order
 	var ended []*Task
 	for _, t := range lapsing {
 		if t.State.Terminal() {

@@ -532,16 +532,8 @@ func (s *State) aheadOf(t *Task, now int64) int {
 	for _, o := range s.live {
 		count(o)
 	}
-	changed := map[int64]bool{}
-	err := s.src.Lapsing(now, func(num int64) bool {
-		o, ok := s.srcTimed(num)
-		if o != nil {
-			changed[num] = true
-			count(o)
-		}
-		return ok
-	})
-	if s.sourced(err) != nil || s.srcErr != nil {
+	changed, ok := s.srcChanged(now, func(o *Task) { count(o) })
+	if !ok {
 		return 0
 	}
 	num := Number(t.ID)
@@ -637,27 +629,17 @@ func (s *State) srcQueueStats(now int64, count func(*Task) bool, stat func(strin
 	if s.sourced(err) != nil {
 		return
 	}
-	changed, pendingChanged := map[int64]bool{}, map[string]int{}
-	err = s.src.Lapsing(now, func(num int64) bool {
-		t, ok := s.srcTimed(num)
-		if t != nil {
-			changed[num] = true
-			if t.Pending() {
-				pendingChanged[t.Queue]++
-			}
-			count(t)
+	pendingChanged := map[string]int{}
+	changed, ok := s.srcChanged(now, func(t *Task) {
+		if t.Pending() {
+			pendingChanged[t.Queue]++
 		}
-		return ok
+		count(t)
 	})
-	if s.sourced(err) != nil || s.srcErr != nil {
+	if !ok {
 		return
 	}
-	shadowed := map[string]int{} // the Source's unfinished tasks memory holds, by queue
-	for _, t := range s.order {
-		if t.srcUnfinished {
-			shadowed[t.Queue]++
-		}
-	}
+	shadowed := s.shadowed()
 	for _, queue := range names {
 		_, paused := s.PausedAt(queue, now)
 		ordered := 0
@@ -696,15 +678,12 @@ func (s *State) srcQueueStats(now int64, count func(*Task) bool, stat func(strin
 // by name: from the names the Source keeps, without reading its tasks.
 func (s *State) QueuesWithTasks() ([]string, error) {
 	with := map[string]bool{}
-	shadowed := map[string]int{} // the Source's unfinished tasks memory holds, by queue
 	for _, t := range s.order {
 		if !t.State.Terminal() {
 			with[t.Queue] = true
 		}
-		if t.srcUnfinished {
-			shadowed[t.Queue]++
-		}
 	}
+	shadowed := s.shadowed()
 	if s.src != nil {
 		names, err := s.src.Queues()
 		if err != nil {

@@ -165,7 +165,7 @@ func (s *State) HotTask(id string) (*Task, bool) {
 // flushed, in creation order: what an index must take to hold the state.
 func (s *State) Hot() []*Task {
 	hot := slices.Clone(s.order)
-	slices.SortFunc(hot, byCreation)
+	slices.SortFunc(hot, ByCreation)
 	return hot
 }
 
@@ -316,7 +316,7 @@ func (s *State) EachTask(live bool, fn func(*Task) bool) error {
 	if live {
 		hot = slices.Clone(s.live)
 	}
-	slices.SortFunc(hot, byCreation)
+	slices.SortFunc(hot, ByCreation)
 	more := true
 	if s.src != nil {
 		err := s.src.Each(live, func(t *Task) bool {
@@ -442,7 +442,7 @@ func (s *State) srcLapsing(now int64) []*Task {
 		return true
 	})
 	s.sourced(err)
-	slices.SortFunc(out, byCreation)
+	slices.SortFunc(out, ByCreation)
 	return out
 }
 
@@ -489,6 +489,35 @@ func (s *State) srcTimed(num int64) (*Task, bool) {
 		return nil, false
 	}
 	return t, true
+}
+
+// srcChanged hands fn each of the Source's tasks memory does not hold that
+// time has changed by now (Lapsing: a lease's end, a window's, a death by a
+// dependency), read whole, and says which it handed; false when the walk
+// met damage (the state's Damage).
+func (s *State) srcChanged(now int64, fn func(*Task)) (map[int64]bool, bool) {
+	changed := map[int64]bool{}
+	err := s.src.Lapsing(now, func(num int64) bool {
+		t, ok := s.srcTimed(num)
+		if t != nil {
+			changed[num] = true
+			fn(t)
+		}
+		return ok
+	})
+	return changed, s.sourced(err) == nil && s.srcErr == nil
+}
+
+// shadowed counts, by queue, the Source's unfinished tasks memory holds:
+// those its keys count that memory answers for.
+func (s *State) shadowed() map[string]int {
+	n := map[string]int{}
+	for _, t := range s.order {
+		if t.srcUnfinished {
+			n[t.Queue]++
+		}
+	}
+	return n
 }
 
 // srcEmpty is the Source's part of what a lease that finds nothing in
@@ -543,4 +572,5 @@ func (s *State) srcEmpty(queues []string, next, now int64) (int64, int, error) {
 	return next, live, nil
 }
 
-func byCreation(a, b *Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) }
+// ByCreation orders tasks as they were created (slices.SortFunc).
+func ByCreation(a, b *Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) }

@@ -31,7 +31,7 @@ func answers(s *State, names []string, now int64) string {
 func leasedBy(s *State, worker string) string {
 	var out []*Task
 	s.EachLeased(worker, func(t *Task) bool { out = append(out, t); return true })
-	slices.SortFunc(out, byCreation)
+	slices.SortFunc(out, ByCreation)
 	var b strings.Builder
 	for _, t := range out {
 		fmt.Fprintf(&b, "%s:%s:%s ", t.ID, t.Lease.ID, t.Lease.Worker)
@@ -44,7 +44,7 @@ func leasedBy(s *State, worker string) string {
 func inAnyOrder(s *State, live bool) []*Task {
 	var out []*Task
 	_ = s.EachTaskInAnyOrder(live, func(t *Task) bool { out = append(out, t); return true })
-	slices.SortFunc(out, byCreation)
+	slices.SortFunc(out, ByCreation)
 	return out
 }
 

@@ -254,9 +254,17 @@ func (r *Reader) Leased(worker string, fn func(int64) bool) error {
 				return errKey("held", k)
 			}
 			n := int64(binary.BigEndian.Uint64(k[i+1:]))
-			// The copy itself, not Task's: a task Task handed out may have
-			// been changed since by the state that took it.
-			t, err := unseal(n, r.tasks.Get(k[i+1:]))
+			// A task Task handed out before may have been changed since by
+			// the state that took it: the check reads the copy again. One
+			// not read yet is read through Task, which the state's read of
+			// it then finds decoded.
+			var t *state.Task
+			var err error
+			if _, handed := r.cached[n]; handed {
+				t, err = unseal(n, r.tasks.Get(k[i+1:]))
+			} else if t, err = r.Task(n); err == nil && t == nil {
+				err = &damageError{what: fmt.Sprintf("held names task %d, which the index does not hold", n)}
+			}
 			if err == nil && (t.State != state.Leased || t.Lease.Worker != string(k[:i])) {
 				err = &damageError{what: fmt.Sprintf("held names task %d under worker %q, which does not hold it", n, k[:i])}
 			}

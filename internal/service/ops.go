@@ -476,7 +476,7 @@ func CurrentLeases(st *state.State, worker string, now int64) map[string][]api.H
 		}
 		return true
 	})
-	slices.SortFunc(held, func(a, b *state.Task) int { return cmp.Compare(a.Seqs[0], b.Seqs[0]) })
+	slices.SortFunc(held, state.ByCreation)
 	out := map[string][]api.HeldLease{}
 	for _, t := range held {
 		out[t.Lease.Worker] = append(out[t.Lease.Worker], api.HeldLease{TaskID: t.ID, LeaseID: t.Lease.ID, Expiry: api.FormatTime(t.Lease.Expiry)})
