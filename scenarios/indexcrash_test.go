@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +33,9 @@ func TestIndexCrashImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed := time.Now().UnixNano()
+	if s, err := strconv.ParseInt(os.Getenv("LEASEWAL_SEED"), 10, 64); err == nil {
+		seed = s // a failure's seed, to see it again
+	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 44))
 	t.Logf("seed %d", seed)
 

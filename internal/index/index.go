@@ -33,6 +33,13 @@
 //	            recorded: a worker's leases (a heartbeat's answer) without
 //	            reading every unfinished task
 //
+// Every value but meta's ends with a seal (a CRC32C): a task's of its
+// number and encoding, any other entry's of its bucket's name, its key and
+// its value ("nothing" above is the seal alone); meta's values are sealed
+// together (kSum). bbolt keeps no checksum of its pages: a read checks
+// the seals of what it meets and the keys' order (cursor), and so finds a
+// flipped byte rather than answer from it.
+//
 // Finished tasks are not kept by end time: nothing reads them so (a
 // compaction reads every task to write its base, and decides there which
 // it keeps).
@@ -62,7 +69,7 @@ import (
 
 // Schema is the layout's version: an index of another is built again,
 // never misread.
-const Schema = 5
+const Schema = 6
 
 // writeMapping is how much of the file OpenHeld maps at once, as etcd's
 // backend does (10 GB there).
@@ -94,6 +101,7 @@ var (
 	kSynced   = []byte("synced")
 	kFile     = []byte("file")
 	kPartial  = []byte("partial")
+	kSum      = []byte("sum")
 )
 
 // ErrNoIndex is an index that is not there, or not one this version reads.
@@ -283,6 +291,9 @@ func (d *DB) Meta() (m Meta, head []byte, err error) {
 			if s := b.Get(kSchema); len(s) != 8 || binary.BigEndian.Uint64(s) != Schema {
 				return ErrNoIndex
 			}
+			if !bytes.Equal(b.Get(kSum), metaSum(b)) {
+				return &damageError{what: "its meta does not match its checksum"}
+			}
 			var ok bool
 			if m.Position, ok = decodePosition(b.Get(kPosition)); !ok {
 				return ErrNoIndex
@@ -341,6 +352,34 @@ func sealed(n int64, body []byte) []byte {
 	return binary.BigEndian.AppendUint32(body, taskSum(n, body))
 }
 
+// entrySum is the CRC32C of a bucket's name (bucketSum) and then of an
+// entry's key and value, one after the other in kv: every entry but a
+// task's (sealed) and meta's (metaSum) carries it after its value, so that
+// a byte flipped in an entry, or an entry met in another bucket than its
+// own (a branch page's pointer flipped), is found when it is read, never
+// taken for a lease order's entry or a time. One call of the checksum an
+// entry: a walk of a million entries checksums each.
+func entrySum(bucketSum uint32, kv []byte) uint32 { return wal.UpdateCRC32C(bucketSum, kv) }
+
+func bucketSum(bucket []byte) uint32 { return wal.UpdateCRC32C(0, bucket) }
+
+// metaKeys are the keys of meta its checksum (kSum) covers, in its order.
+var metaKeys = [][]byte{kSchema, kPosition, kSeq, kHead, kBoot, kSynced, kFile, kPartial}
+
+// metaSum is the CRC32C of every value of meta, each with its key and
+// length: a write of meta ends with it (putMeta), and Meta checks it, so
+// that a flipped head or seq is damage, never a counter taken as it reads.
+func metaSum(m *bolt.Bucket) []byte {
+	var sum uint32
+	var n [binary.MaxVarintLen64]byte
+	for _, k := range metaKeys {
+		v := m.Get(k)
+		sum = wal.UpdateCRC32C(wal.UpdateCRC32C(sum, k), binary.AppendUvarint(n[:0], uint64(len(v))))
+		sum = wal.UpdateCRC32C(sum, v)
+	}
+	return binary.BigEndian.AppendUint32(nil, sum)
+}
+
 // taskSum is the CRC32C of a task's number and then of its encoding.
 func taskSum(n int64, body []byte) uint32 {
 	return wal.UpdateCRC32C(wal.UpdateCRC32C(0, num(n)), body)
@@ -355,6 +394,11 @@ func unseal(n int64, b []byte) (*state.Task, error) {
 	if taskSum(n, body) != binary.BigEndian.Uint32(b[len(body):]) {
 		return nil, &damageError{what: fmt.Sprintf("task %d does not match its checksum", n)}
 	}
+	return decodeTask(n, body)
+}
+
+// decodeTask decodes task number n's encoding, its seal checked.
+func decodeTask(n int64, body []byte) (*state.Task, error) {
 	t, err := state.DecodeTask(body)
 	if err != nil {
 		return nil, err

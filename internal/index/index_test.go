@@ -3,9 +3,12 @@ package index
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -624,4 +627,319 @@ func TestAPartOfARecordKeepsTheIndexPartial(t *testing.T) {
 			t.Fatalf("partial %v, want %v", got, step.want)
 		}
 	}
+}
+
+// TestEveryReadFindsAFlippedEntry: an entry of a bucket with a byte of its key or of its value flipped where it lies in the file
+// (its leaf, a branch page that names it, a free page keeping an older
+// copy) is never an answer: every read of the index says it is damaged, or
+// answers as the good index does. bbolt keeps no checksum of its pages: a
+// value flipped is read as it reads, and a key flipped can send a seek
+// past the entries it seeks, or hide its entry from a walk.
+func TestEveryReadFindsAFlippedEntry(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.index")
+	db, err := Open(good, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := state.New()
+	recs := history(t, 5, 3000)
+	now := recs[len(recs)-1].At
+	apply := func(d state.Decision, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range d.Records {
+			r.Seq, r.At = st.LastSeq()+1, now
+			if err := st.Apply(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, r := range recs {
+		if err := st.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+		if i == len(recs)/2 { // a second write leaves older pages free
+			if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: i + 1}, Seq: st.LastSeq()}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	live := st.Live()
+	for i := range 20 { // tasks that wait for others: the after bucket
+		apply(st.DecideSubmit(state.Submit{Payload: "w", Queue: "mail", Window: state.NoWindow, Policy: state.RetryPolicy{MaxAttempts: 1}, After: []string{live[i%len(live)].ID, live[(i*7+1)%len(live)].ID}}, now))
+	}
+	for i := range 6 {
+		apply(st.DecideLease(state.LeaseRequest{Worker: fmt.Sprint("W", i%3), Duration: time.Minute}, now))
+	}
+	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: len(recs) + 26}, Seq: st.LastSeq()}, true); err != nil {
+		t.Fatal(err)
+	}
+	var entries [][3][]byte // bucket, key, value
+	rng := rand.New(rand.NewPCG(5, 44))
+	err = db.db.View(func(tx *bolt.Tx) error {
+		for _, name := range buckets {
+			if bytes.Equal(name, bMeta) {
+				continue
+			}
+			var all [][3][]byte
+			_ = tx.Bucket(name).ForEach(func(k, v []byte) error {
+				all = append(all, [3][]byte{name, bytes.Clone(k), bytes.Clone(v)})
+				return nil
+			})
+			if len(all) == 0 {
+				t.Fatalf("bucket %s is empty: the history holds none of its entries", name)
+			}
+			rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+			entries = append(entries, all[:min(len(all), 6)]...)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, task := range mustTasks(t, st) {
+		ids = append(ids, task.RequestID)
+		for _, a := range task.Attempts {
+			ids = append(ids, a.LeaseID, a.RequestID)
+		}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	asked := probe{ids: ids, last: int64(len(mustTasks(t, st))), after: map[string][]state.OrderEntry{}}
+	want, err := everyAnswer(good, &asked, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range want {
+		if a.damaged {
+			t.Fatalf("the good index: %s %d: damaged", a.what, a.of)
+		}
+	}
+	images, found := 0, 0
+	try := func(b []byte, what string, walks bool) {
+		path := filepath.Join(dir, "flipped.index")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		images++
+		got, err := everyAnswer(path, &asked, walks)
+		if err != nil {
+			found++
+			return
+		}
+		damaged := false
+		for i, a := range got {
+			if a.damaged {
+				damaged = true
+			} else if w := want[i]; a.what != w.what || a.of != w.of || !slices.Equal(a.got, w.got) {
+				t.Fatalf("%s: %s", what, difference(a, w))
+			}
+		}
+		if damaged {
+			found++
+		}
+	}
+	// A branch page's entry that names its neighbour's page: a leaf read
+	// twice by a walk (bbolt's page header: id, flags, count; a branch
+	// entry: pos, key size, page id). A seek past it misses the leaf it no
+	// longer names, and nothing it reads can tell (docs/design.md): the
+	// walks alone are asked.
+	const pageSize, branchPage = 4096, 0x01
+	for page := 0; page+pageSize <= len(data); page += pageSize {
+		if binary.LittleEndian.Uint16(data[page+8:]) != branchPage {
+			continue
+		}
+		for i := 1; i < int(binary.LittleEndian.Uint16(data[page+10:])); i++ {
+			b := bytes.Clone(data)
+			copy(b[page+16+16*i+8:page+16+16*i+16], b[page+16+16*(i-1)+8:])
+			try(b, fmt.Sprintf("entry %d of the branch page at %d naming the page before", i, page), true)
+		}
+	}
+	for _, e := range entries {
+		type flip struct {
+			where string
+			at    int
+		}
+		var flips []flip
+		for at, rest := 0, data; ; {
+			i := bytes.Index(rest, e[1])
+			if i < 0 {
+				break
+			}
+			flips = append(flips, flip{fmt.Sprintf("key at %d", at+i), at + i + rng.IntN(len(e[1]))})
+			if len(e[2]) > 0 && bytes.HasPrefix(rest[i+len(e[1]):], e[2]) {
+				flips = append(flips, flip{fmt.Sprintf("value at %d", at+i), at + i + len(e[1]) + rng.IntN(len(e[2]))})
+			}
+			at, rest = at+i+1, rest[i+1:]
+		}
+		if len(flips) == 0 {
+			t.Fatalf("the entry %q of %s is nowhere in the file", e[1], e[0])
+		}
+		for _, f := range flips {
+			b := bytes.Clone(data)
+			b[f.at] ^= byte(1 + rng.IntN(255))
+			try(b, fmt.Sprintf("an entry of %s, its %s flipped (byte %d)", e[0], f.where, f.at), false)
+		}
+	}
+	if found == 0 {
+		t.Fatalf("none of %d flipped entries was found damaged", images)
+	}
+	t.Logf("%d flipped entries: %d found damaged, the others (free pages) answer as the good index", images, found)
+}
+
+// answer is one read's answer: what was read (of what), and what it said,
+// or that it found damage.
+type answer struct {
+	what    string
+	of      int64
+	got     []int64
+	damaged bool
+}
+
+// probe is what everyAnswer asks of an index: lookups of ids (request and
+// lease ids), reads of tasks 0 to last, and reads of a queue's lease order
+// from after each of after's entries and of times from each of times; the
+// read of a good index sets after and times.
+type probe struct {
+	ids   []string
+	last  int64
+	after map[string][]state.OrderEntry
+	times []int64
+}
+
+// everyAnswer is what each read of the index at path answers, each on its
+// own, or the error that opening it meets; with walks, only the reads of
+// every task, from the first key on.
+func everyAnswer(path string, p *probe, walks bool) ([]answer, error) {
+	db, err := Open(path, false, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if _, _, err := db.Meta(); err != nil {
+		return nil, err
+	}
+	r, err := db.Read()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []answer
+	say := func(what string, of int64, got []int64, err error) {
+		if err != nil {
+			var damage *damageError
+			if !errors.As(err, &damage) && !strings.Contains(err.Error(), "the index is damaged") { // a bbolt panic is caught as damage too
+				panic(fmt.Sprintf("%s %d: %v: not damage", what, of, err))
+			}
+			got = nil
+		}
+		out = append(out, answer{what, of, got, err != nil})
+	}
+	collect := func(each func(func(int64) bool) error) ([]int64, error) {
+		var got []int64
+		err := each(func(n int64) bool { got = append(got, n); return true })
+		return got, err
+	}
+	for i, unfinished := range []bool{false, true} {
+		var b []byte
+		sum := crc32.NewIEEE()
+		err := r.Each(unfinished, func(t *state.Task) bool {
+			b = state.AppendTask(b[:0], t)
+			_, _ = sum.Write(b)
+			return true
+		})
+		say("each (0: every task, 1: unfinished), the CRC of the tasks", int64(i), []int64{int64(sum.Sum32())}, err)
+	}
+	if walks {
+		return out, nil
+	}
+	for n := range p.last + 1 {
+		t, err := r.Task(n)
+		var sum int64 = -1 // none
+		if t != nil {
+			sum = int64(crc32.ChecksumIEEE(state.AppendTask(nil, t)))
+		}
+		say("task", n, []int64{sum}, err)
+	}
+	queues, err := r.Queues()
+	say(fmt.Sprint("queues ", queues), 0, nil, err)
+	n, err := r.Unfinished(nil)
+	say("unfinished", 0, []int64{int64(n)}, err)
+	for _, q := range []string{"default", "mail", "img"} {
+		n, err := r.Unfinished([]string{q})
+		say("unfinished of "+q, 0, []int64{int64(n)}, err)
+		order := p.after[q] == nil
+		queued := func(after state.OrderEntry) ([]int64, error) {
+			var got []int64
+			err := r.Queued(q, after, func(e state.OrderEntry) bool {
+				leased := int64(0)
+				if e.Leased {
+					leased = 1
+				}
+				if order && e.Num%5 == 0 {
+					p.after[q] = append(p.after[q], e)
+				}
+				got = append(got, e.Num, int64(e.Priority), e.From, e.To, leased)
+				return true
+			})
+			return got, err
+		}
+		got, err := queued(state.OrderEntry{})
+		say("queued of "+q, 0, got, err)
+		order = false
+		for _, e := range p.after[q] {
+			got, err := queued(e)
+			say("queued of "+q+" after", e.Num, got, err)
+		}
+	}
+	for _, worker := range []string{"", "W0", "W1", "W2"} {
+		got, err := collect(func(fn func(int64) bool) error { return r.Leased(worker, fn) })
+		say("leased by "+worker, 0, got, err)
+	}
+	var times []int64
+	err = r.Upcoming(math.MinInt64, func(at, n int64) bool {
+		if p.times == nil && len(times)%20 == 0 {
+			p.times = append(p.times, at)
+		}
+		times = append(times, at, n)
+		return true
+	})
+	say("upcoming", 0, times, err)
+	for _, at := range p.times {
+		got, err := collect(func(fn func(int64) bool) error { return r.Lapsing(at, fn) })
+		say("lapsing until", at, got, err)
+		got = got[:0]
+		err = r.Wakes(at, func(at, n int64) bool { got = append(got, at, n); return true })
+		say("wakes after", at, got, err)
+	}
+	for n := range p.last + 1 {
+		got, err := collect(func(fn func(int64) bool) error { return r.Dependents(n, 0, fn) })
+		say("dependents of", n, got, err)
+	}
+	for i, id := range p.ids {
+		for _, lookup := range []func(string) (int64, error){r.Submitted, r.LeaseOwner, r.LeaseRequested} {
+			n, err := lookup(id)
+			say("lookup of the id numbered", int64(i), []int64{n}, err)
+		}
+	}
+	return out, nil
+}
+
+// difference says how a read's answer differs from a good index's.
+func difference(got, want answer) string {
+	j := 0
+	for j < min(len(got.got), len(want.got)) && got.got[j] == want.got[j] {
+		j++
+	}
+	return fmt.Sprintf("%s %d answered, and differently: %d numbers, want %d; from the %dth on %v, want %v", got.what, got.of,
+		len(got.got), len(want.got), j, got.got[j:min(j+6, len(got.got))], want.got[j:min(j+6, len(want.got))])
 }

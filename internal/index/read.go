@@ -18,7 +18,7 @@ import (
 type Reader struct {
 	tx     *bolt.Tx
 	tasks  *bolt.Bucket
-	seek   *bolt.Cursor          // Task's: a Get makes a cursor each time
+	seek   *cursor               // Task's: a Get makes a cursor each time
 	cached map[int64]*state.Task // decoded in this transaction
 	// file is the index file's id (meta), and notes the buffer Task
 	// builds the note of each copy in (stored).
@@ -43,7 +43,8 @@ func (d *DB) Read() (*Reader, error) {
 		if tasks == nil {
 			return ErrNoIndex
 		}
-		read := &Reader{tx: tx, tasks: tasks, seek: tasks.Cursor(), cached: map[int64]*state.Task{}}
+		read := &Reader{tx: tx, tasks: tasks, cached: map[int64]*state.Task{}}
+		read.seek = read.cursor(bTasks)
 		read.file = string(tx.Bucket(bMeta).Get(kFile))
 		r = read
 		return nil
@@ -70,11 +71,11 @@ func (r *Reader) Task(n int64) (t *state.Task, err error) {
 	}
 	err = guard(func() error {
 		var key [8]byte
-		k, b := r.seek.Seek(appendNum(key[:0], n))
-		if b == nil || !bytes.Equal(k, key[:]) {
-			return nil
+		k, b, err := r.seek.seek(appendNum(key[:0], n))
+		if err != nil || !bytes.Equal(k, key[:]) {
+			return err
 		}
-		t, err = unseal(n, b)
+		t, err = decodeTask(n, b)
 		return err
 	})
 	if t != nil && r.file != "" {
@@ -95,9 +96,9 @@ func (r *Reader) Task(n int64) (t *state.Task, err error) {
 // damage).
 func (r *Reader) lookup(bucket []byte, key string, has func(*state.Task) bool) (n int64, err error) {
 	err = guard(func() error {
-		v := r.tx.Bucket(bucket).Get([]byte(key))
-		if v == nil {
-			return nil
+		k, v, err := r.cursor(bucket).seek([]byte(key)) // a Get, with the entries around it checked
+		if err != nil || !bytes.Equal(k, []byte(key)) {
+			return err
 		}
 		if len(v) != 8 {
 			return errKey(string(bucket), []byte(key))
@@ -137,12 +138,15 @@ func (r *Reader) LeaseRequested(req string) (int64, error) {
 func (r *Reader) Each(unfinished bool, fn func(*state.Task) bool) error {
 	return guard(func() error {
 		if !unfinished {
-			c := r.tasks.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
+			c := r.cursor(bTasks)
+			for k, v, err := c.seek(nil); k != nil || err != nil; k, v, err = c.next() {
+				if err != nil {
+					return err
+				}
 				if len(k) != 8 {
 					return errKey("tasks", k)
 				}
-				t, err := unseal(int64(binary.BigEndian.Uint64(k)), v)
+				t, err := decodeTask(int64(binary.BigEndian.Uint64(k)), v)
 				if err != nil {
 					return err
 				}
@@ -152,8 +156,11 @@ func (r *Reader) Each(unfinished bool, fn func(*state.Task) bool) error {
 			}
 			return nil
 		}
-		c := r.tx.Bucket(bLive).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		c := r.cursor(bLive)
+		for k, _, err := c.seek(nil); k != nil || err != nil; k, _, err = c.next() {
+			if err != nil {
+				return err
+			}
 			if len(k) != 8 {
 				return errKey("live", k)
 			}
@@ -181,11 +188,15 @@ func (r *Reader) Unfinished(queues []string) (n int, err error) {
 			n = r.tx.Bucket(bLive).Stats().KeyN
 			return nil
 		}
-		c := r.tx.Bucket(bQueued).Cursor()
+		c := r.cursor(bQueued)
 		for _, q := range queues {
 			prefix := append([]byte(q), 0)
-			for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			k, _, err := c.seek(prefix)
+			for ; err == nil && k != nil && bytes.HasPrefix(k, prefix); k, _, err = c.next() {
 				n++
+			}
+			if err != nil {
+				return err
 			}
 		}
 		return nil
@@ -197,16 +208,17 @@ func (r *Reader) Unfinished(queues []string) (n int, err error) {
 // only tasks wait for others too: queued, not order).
 func (r *Reader) Queues() (queues []string, err error) {
 	err = guard(func() error {
-		c := r.tx.Bucket(bQueued).Cursor()
-		for k, _ := c.First(); k != nil; {
+		c := r.cursor(bQueued)
+		k, _, err := c.seek(nil)
+		for err == nil && k != nil {
 			i := bytes.IndexByte(k, 0)
 			if i < 0 {
 				return errKey("queued", k)
 			}
 			queues = append(queues, string(k[:i]))
-			k, _ = c.Seek(append(bytes.Clone(k[:i]), 1)) // the next queue: past every key of this one
+			k, _, err = c.seek(append(bytes.Clone(k[:i]), 1)) // the next queue: past every key of this one
 		}
-		return nil
+		return err
 	})
 	return queues, err
 }
@@ -215,15 +227,16 @@ func (r *Reader) Queues() (queues []string, err error) {
 func (r *Reader) Queued(queue string, after state.OrderEntry, fn func(state.OrderEntry) bool) error {
 	return guard(func() error {
 		prefix := append([]byte(queue), 0)
-		c := r.tx.Bucket(bOrder).Cursor()
-		k, v := c.Seek(prefix)
+		c := r.cursor(bOrder)
+		from := prefix
 		if after.Num != 0 {
-			from := appendOrderKey(nil, queue, after.Priority, after.Num)
-			if k, v = c.Seek(from); bytes.Equal(k, from) {
-				k, v = c.Next()
-			}
+			from = appendOrderKey(nil, queue, after.Priority, after.Num)
 		}
-		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		k, v, err := c.seek(from)
+		if err == nil && after.Num != 0 && bytes.Equal(k, from) {
+			k, v, err = c.next()
+		}
+		for ; err == nil && k != nil && bytes.HasPrefix(k, prefix); k, v, err = c.next() {
 			rest := k[len(prefix):]
 			if len(rest) != 10 || len(v) != orderValueLen {
 				return errKey("order", k)
@@ -234,7 +247,7 @@ func (r *Reader) Queued(queue string, after state.OrderEntry, fn func(state.Orde
 				return nil
 			}
 		}
-		return nil
+		return err
 	})
 }
 
@@ -247,8 +260,9 @@ func (r *Reader) Leased(worker string, fn func(int64) bool) error {
 		prefix = append([]byte(worker), 0)
 	}
 	return guard(func() error {
-		c := r.tx.Bucket(bHeld).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		c := r.cursor(bHeld)
+		k, _, err := c.seek(prefix)
+		for ; err == nil && k != nil && bytes.HasPrefix(k, prefix); k, _, err = c.next() {
 			i := bytes.IndexByte(k, 0)
 			if i < 0 || len(k) != i+9 {
 				return errKey("held", k)
@@ -275,23 +289,24 @@ func (r *Reader) Leased(worker string, fn func(int64) bool) error {
 				return nil
 			}
 		}
-		return nil
+		return err
 	})
 }
 
 // Lapsing hands fn, by time, the tasks whose lapse time is at or before until.
 func (r *Reader) Lapsing(until int64, fn func(int64) bool) error {
 	return guard(func() error {
-		c := r.tx.Bucket(bLapse).Cursor()
-		for k, _ := c.First(); k != nil && keyTime(k) <= until; k, _ = c.Next() {
+		c := r.cursor(bLapse)
+		k, _, err := c.seek(nil)
+		for ; err == nil && k != nil; k, _, err = c.next() {
 			if len(k) != 16 {
 				return errKey("lapse", k)
 			}
-			if !fn(int64(binary.BigEndian.Uint64(k[8:]))) {
+			if keyTime(k) > until || !fn(int64(binary.BigEndian.Uint64(k[8:]))) {
 				return nil
 			}
 		}
-		return nil
+		return err
 	})
 }
 
@@ -299,9 +314,10 @@ func (r *Reader) Lapsing(until int64, fn func(int64) bool) error {
 // task n.
 func (r *Reader) Dependents(n, after int64, fn func(int64) bool) error {
 	return guard(func() error {
-		c := r.tx.Bucket(bAfter).Cursor()
+		c := r.cursor(bAfter)
 		prefix := num(n)
-		for k, _ := c.Seek(appendEdgeKey(nil, n, after+1)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		k, _, err := c.seek(appendEdgeKey(nil, n, after+1))
+		for ; err == nil && k != nil && bytes.HasPrefix(k, prefix); k, _, err = c.next() {
 			if len(k) != 16 {
 				return errKey("after", k)
 			}
@@ -309,7 +325,7 @@ func (r *Reader) Dependents(n, after int64, fn func(int64) bool) error {
 				return nil
 			}
 		}
-		return nil
+		return err
 	})
 }
 
@@ -330,10 +346,13 @@ func (r *Reader) Wakes(after int64, fn func(at, n int64) bool) error {
 func (r *Reader) times(after int64, fn func(at, n int64) bool, buckets ...[]byte) error {
 	return guard(func() error {
 		from := appendTimeKey(nil, after+1, 0)
-		cursors, keys := make([]*bolt.Cursor, len(buckets)), make([][]byte, len(buckets))
+		cursors, keys := make([]*cursor, len(buckets)), make([][]byte, len(buckets))
 		for i, b := range buckets {
-			cursors[i] = r.tx.Bucket(b).Cursor()
-			keys[i], _ = cursors[i].Seek(from)
+			cursors[i] = r.cursor(b)
+			var err error
+			if keys[i], _, err = cursors[i].seek(from); err != nil {
+				return err
+			}
 		}
 		for {
 			next := -1
@@ -352,9 +371,102 @@ func (r *Reader) times(after int64, fn func(at, n int64) bool, buckets ...[]byte
 			if !fn(keyTime(k), int64(binary.BigEndian.Uint64(k[8:]))) {
 				return nil
 			}
-			keys[next], _ = cursors[next].Next()
+			var err error
+			if keys[next], _, err = cursors[next].next(); err != nil {
+				return err
+			}
 		}
 	})
+}
+
+// cursor reads a bucket of sealed entries (entrySum, or a task's) and checks, as it
+// goes, what bbolt does not, keeping no checksum of its pages: every entry
+// it reads is sealed and after the one before it, and the entry before the
+// one a seek lands on is sealed and before the key sought. A flipped key,
+// of a branch page or of a leaf, can send bbolt's binary search past the
+// entries sought, and a flipped page number can hand a leaf twice: the
+// first check finds the entries in another's place, the second the place.
+type cursor struct {
+	c      *bolt.Cursor
+	bucket []byte
+	sum    uint32 // bucketSum's
+	last   []byte // the key read last
+	kv     []byte // an entry's key and value, checksummed at once
+}
+
+func (r *Reader) cursor(bucket []byte) *cursor {
+	return &cursor{c: r.tx.Bucket(bucket).Cursor(), bucket: bucket, sum: bucketSum(bucket)}
+}
+
+// seek moves to the first key at or after from (the first key, for nil)
+// and reads it (a nil key: none).
+func (c *cursor) seek(from []byte) (k, v []byte, err error) {
+	c.last = nil
+	if from == nil {
+		return c.read(c.c.First())
+	}
+	var before, bv []byte
+	if k, v = c.c.Seek(from); k != nil {
+		before, bv = c.c.Prev()
+	} else {
+		before, bv = c.c.Last()
+	}
+	if before != nil {
+		if _, _, err := c.read(before, bv); err != nil {
+			return nil, nil, err
+		}
+		if bytes.Compare(before, from) >= 0 {
+			return nil, nil, c.misplaced(before)
+		}
+	}
+	if k == nil {
+		return nil, nil, nil
+	}
+	if bytes.Compare(k, from) < 0 { // a branch page's key flipped higher sends the search a page early
+		return nil, nil, c.misplaced(k)
+	}
+	if before == nil { // the cursor back on k: Prev leaves it on the first key when it finds none before
+		c.c.First()
+	} else {
+		c.c.Next()
+	}
+	return c.read(k, v)
+}
+
+// next moves to the next key and reads it (a nil key: none).
+func (c *cursor) next() (k, v []byte, err error) { return c.read(c.c.Next()) }
+
+// read checks key k and its value v where the cursor stands, and says the
+// value without its seal (a task's encoding, for decodeTask).
+func (c *cursor) read(k, v []byte) ([]byte, []byte, error) {
+	if k == nil {
+		return nil, nil, nil
+	}
+	if len(v) < 4 {
+		return nil, nil, c.unsealed(k)
+	}
+	body, seal := v[:len(v)-4], binary.BigEndian.Uint32(v[len(v)-4:])
+	if bytes.Equal(c.bucket, bTasks) { // a task's own seal (sealed)
+		if len(k) != 8 || taskSum(int64(binary.BigEndian.Uint64(k)), body) != seal {
+			return nil, nil, c.unsealed(k)
+		}
+	} else if c.kv = append(append(c.kv[:0], k...), body...); entrySum(c.sum, c.kv) != seal {
+		return nil, nil, c.unsealed(k)
+	}
+	v = body
+	if c.last != nil && bytes.Compare(k, c.last) <= 0 {
+		return nil, nil, c.misplaced(k)
+	}
+	c.last = k
+	return k, v, nil
+}
+
+func (c *cursor) unsealed(k []byte) error {
+	return &damageError{what: fmt.Sprintf("an entry of bucket %s does not match its checksum: %s", c.bucket, bytes.ToValidUTF8(k, []byte("?")))}
+}
+
+func (c *cursor) misplaced(k []byte) error {
+	return &damageError{what: fmt.Sprintf("bucket %s holds %s out of its order", c.bucket, bytes.ToValidUTF8(k, []byte("?")))}
 }
 
 // errKey is a key or value of a bucket that this package never wrote.

@@ -137,13 +137,14 @@ func syncs(tx *bolt.Tx, sync bool) {
 	tx.DB().NoSync = !sync
 }
 
+// putMeta writes values into meta, and then meta's checksum.
 func putMeta(m *bolt.Bucket, values map[string][]byte) error {
 	for k, v := range values {
 		if err := m.Put([]byte(k), v); err != nil {
 			return err
 		}
 	}
-	return nil
+	return m.Put(kSum, metaSum(m))
 }
 
 func synced(yes bool) []byte {
@@ -230,6 +231,12 @@ func (s *keySet) add(bucket []byte, b []byte, vlen int) {
 	s.buf = b
 }
 
+// seal is add for a key and value keysOf makes: it appends their seal
+// (entrySum) to the value first.
+func (s *keySet) seal(bucket []byte, b []byte, vlen int) {
+	s.add(bucket, binary.BigEndian.AppendUint32(b, entrySum(bucketSum(bucket), b[len(s.buf):])), vlen+4) // the key, then the value
+}
+
 func (s *keySet) key(i int) []byte   { return s.buf[s.keys[i].from:s.keys[i].mid] }
 func (s *keySet) value(i int) []byte { return s.buf[s.keys[i].mid:s.keys[i].to] }
 
@@ -297,32 +304,32 @@ func fileID(tx *bolt.Tx) (string, error) {
 // wakeAfter.
 func keysOf(t *state.Task, n, wakeAfter int64, s *keySet) {
 	s.reset()
-	s.add(bSubmits, appendNum(append(s.buf, t.RequestID...), n), 8)
+	s.seal(bSubmits, appendNum(append(s.buf, t.RequestID...), n), 8)
 	for _, a := range t.Attempts {
-		s.add(bLeases, appendNum(append(s.buf, a.LeaseID...), n), 8)
+		s.seal(bLeases, appendNum(append(s.buf, a.LeaseID...), n), 8)
 		if a.RequestID != "" {
-			s.add(bLeaseReqs, appendNum(append(s.buf, a.RequestID...), n), 8)
+			s.seal(bLeaseReqs, appendNum(append(s.buf, a.RequestID...), n), 8)
 		}
 	}
 	if t.State.Terminal() {
 		return
 	}
-	s.add(bLive, appendNum(s.buf, n), 0)
-	s.add(bQueued, appendNamedKey(s.buf, t.Queue, n), 0)
+	s.seal(bLive, appendNum(s.buf, n), 0)
+	s.seal(bQueued, appendNamedKey(s.buf, t.Queue, n), 0)
 	if t.State == state.Leased {
-		s.add(bHeld, appendNamedKey(s.buf, t.Lease.Worker, n), 0)
+		s.seal(bHeld, appendNamedKey(s.buf, t.Lease.Worker, n), 0)
 	}
 	for _, d := range t.Waits() {
-		s.add(bAfter, appendEdgeKey(s.buf, state.Number(d.ID), n), 0)
+		s.seal(bAfter, appendEdgeKey(s.buf, state.Number(d.ID), n), 0)
 	}
 	if !t.Pending() {
-		s.add(bOrder, appendOrderValue(appendOrderKey(s.buf, t.Queue, t.Priority, n), t.Order(n)), orderValueLen)
+		s.seal(bOrder, appendOrderValue(appendOrderKey(s.buf, t.Queue, t.Priority, n), t.Order(n)), orderValueLen)
 	}
 	if at := t.LapseAt(); at != 0 {
-		s.add(bLapse, appendTimeKey(s.buf, at, n), 0)
+		s.seal(bLapse, appendTimeKey(s.buf, at, n), 0)
 	}
 	if wake := t.WakeAt(); wake != 0 && wake > wakeAfter { // 0: none (a time before 1970 is negative)
-		s.add(bWake, appendTimeKey(s.buf, wake, n), 0)
+		s.seal(bWake, appendTimeKey(s.buf, wake, n), 0)
 	}
 }
 
