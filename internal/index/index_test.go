@@ -629,12 +629,13 @@ func TestAPartOfARecordKeepsTheIndexPartial(t *testing.T) {
 	}
 }
 
-// TestEveryReadFindsAFlippedEntry: an entry of a bucket with a byte of its key or of its value flipped where it lies in the file
-// (its leaf, a branch page that names it, a free page keeping an older
-// copy) is never an answer: every read of the index says it is damaged, or
-// answers as the good index does. bbolt keeps no checksum of its pages: a
-// value flipped is read as it reads, and a key flipped can send a seek
-// past the entries it seeks, or hide its entry from a walk.
+// TestEveryReadFindsAFlippedEntry: an entry of any bucket with a byte of
+// its key or of its value flipped where it lies in the file (its leaf, a
+// branch page that names it, a free page keeping an older copy) is never
+// an answer: each read of the index says it is damaged, or answers as the
+// good index does. bbolt keeps no checksum of its pages: a value flipped
+// is read as it reads, and a key flipped can send a seek past the entries
+// it seeks, or hide its entry from a walk.
 func TestEveryReadFindsAFlippedEntry(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.index")
