@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leasewal/leasewal/internal/histgen"
+	"github.com/leasewal/leasewal/internal/index"
 )
 
 // TestIndexCrashImages: the index beside a WAL as crashes and damage leave
@@ -194,6 +195,72 @@ func TestIndexCrashImages(t *testing.T) {
 			t.Fatalf("after the server's clean stop, a lease of what the end released: exit %d %s %s", code, out, errOut)
 		}
 		check(t, p, "an end through a server")
+	})
+
+	// An index synced before the machine restarted whose branch pages name
+	// themselves (a crash of the machine under bbolt has left such loops:
+	// etcd-io/bbolt#701): bbolt would follow them until the process ran
+	// out of memory. Each command under a cap of its address space (a
+	// regression ends there, not in the machine's memory) answers as a
+	// replay of the WAL alone, and a writer builds the index again.
+	t.Run("pages in a loop, synced before the machine restarted", func(t *testing.T) {
+		p := image(true)
+		db, err := index.Open(p+index.Suffix, true, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, head, err := db.Meta()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Boot, m.Synced = "an earlier boot", true
+		if err := db.Write(nil, head, m, true); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		b, err := os.ReadFile(p + index.Suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loops := 0
+		for page := 0; page+4096 <= len(b); page += 4096 {
+			if b[page+8] == 0x01 && b[page+9] == 0 { // a branch page (bbolt's flags, little-endian): its last entry names it
+				count := int(b[page+10]) | int(b[page+11])<<8
+				copy(b[page+16+16*(count-1)+8:], b[page:page+8])
+				loops++
+			}
+		}
+		if loops == 0 {
+			t.Fatal("the index has no branch page")
+		}
+		if err := os.WriteFile(p+index.Suffix, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		alone := filepath.Join(t.TempDir(), "alone.wal")
+		copyTo(t, p, alone)
+		capped := func(args ...string) (string, string) {
+			cmd := exec.Command("bash", append([]string{"-c", `ulimit -v 4000000; exec "$0" "$@"`, binary()}, args...)...)
+			cmd.Env = append(os.Environ(), "LEASEWAL_WAL="+p, "NO_COLOR=1")
+			var out, errOut bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+			}
+			return out.String(), errOut.String()
+		}
+		for i, args := range [][]string{{"inspect", "-o", "json", "--now", "+1s"}, {"stats", "-o", "json", "--now", "+1s", "--recent", "0"}, {"submit", "--payload", "after", "--request-id", "after", "-o", "json", "--now", "+1s"}, {"inspect", "-o", "json", "--now", "+2s"}} {
+			got, warned := capped(args...)
+			code, want, errOut := run(t, alone, nil, args...)
+			if code != 0 {
+				t.Fatalf("%v on the WAL alone: exit %d %s", args, code, errOut)
+			}
+			if got != want {
+				t.Fatalf("%v: answered differently from a replay of the WAL alone:\n%s\nwant\n%s", args, got, want)
+			}
+			if damaged := strings.Contains(warned, "is damaged"); damaged != (i == 0) { // the writer builds the index again
+				t.Fatalf("%v: said %q", args, warned)
+			}
+		}
 	})
 
 	t.Run("damaged copies", func(t *testing.T) {

@@ -144,6 +144,12 @@ func (h *Handle) openIndex(writing bool) (*openIndex, index.Meta, []byte, bool) 
 		err = fmt.Errorf("the index %s holds part of a write that did not end", h.indexPath())
 	case !meta.Synced && meta.Boot != bootID():
 		err = fmt.Errorf("the index %s was written without sync before the machine restarted, and may be half on disk", h.indexPath())
+	case meta.Boot != bootID():
+		// Synced before the machine restarted, and not written since: a
+		// crash of the machine (or of a hypervisor under it) can leave
+		// pages that name each other in a loop, which bbolt would follow
+		// for ever. The first writer of this boot says this boot's.
+		err = db.CheckPages()
 	}
 	if err == nil {
 		var r *index.Reader
