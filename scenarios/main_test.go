@@ -42,7 +42,13 @@ func binary() string { return filepath.Join(binDir, "leasewal") }
 // SIGKILLed), stdout and stderr.
 func run(t *testing.T, walPath string, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(binary(), args...)
+	return runProgram(t, binary(), walPath, env, args...)
+}
+
+// runProgram is run of another program (a shell that runs leasewal).
+func runProgram(t *testing.T, program, walPath string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(program, args...)
 	cmd.Env = append(os.Environ(), append([]string{"LEASEWAL_WAL=" + walPath, "LEASEWAL_ACTOR=crash", "NO_COLOR=1", "LEASEWAL_FAILPOINT="}, env...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
