@@ -338,20 +338,7 @@ func checkHolds(t *testing.T, seed uint64, r *Reader, full *state.State) {
 func TestAnIndexItCannotReadIsNone(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.index")
-	db, err := Open(good, true, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := state.New()
-	for _, r := range history(t, 1, 300) {
-		if err := st.Apply(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: 300, End: 9000}, Seq: st.LastSeq()}, true); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	st := writtenIndex(t, good, 1, 300)
 	if _, err := Open(filepath.Join(dir, "none.index"), false, 0); err != ErrNoIndex {
 		t.Fatalf("a missing index: %v", err)
 	}
@@ -387,6 +374,27 @@ func TestAnIndexItCannotReadIsNone(t *testing.T) {
 			t.Fatalf("%s: the index was read", name)
 		}
 	}
+}
+
+// writtenIndex writes at path the index of a random history of steps
+// records (history), in one write, and says the state it holds.
+func writtenIndex(t *testing.T, path string, seed uint64, steps int) *state.State {
+	t.Helper()
+	db, err := Open(path, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	st := state.New()
+	for _, r := range history(t, seed, steps) {
+		if err := st.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: steps, End: int64(steps) * 30}, Seq: st.LastSeq()}, true); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // readsWhole reports whether the index at path opens and reads as the
@@ -969,20 +977,7 @@ func difference(got, want answer) string {
 func TestALoopOfPagesIsDamage(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.index")
-	db, err := Open(good, true, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := state.New()
-	for _, r := range history(t, 9, 3000) {
-		if err := st.Apply(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := db.Write(st.Hot(), st.Head(), Meta{Position: wal.Position{Count: 3000}, Seq: st.LastSeq()}, true); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	writtenIndex(t, good, 9, 3000)
 	data, err := os.ReadFile(good)
 	if err != nil {
 		t.Fatal(err)
