@@ -1021,4 +1021,18 @@ func TestALoopOfPagesIsDamage(t *testing.T) {
 	if branches < 3 {
 		t.Fatalf("the index has %d branch pages: the history is too short to test them", branches)
 	}
+	// The tree of the buckets themselves, one leaf, taken for a branch
+	// page: its entries read as page numbers.
+	db, err := Open(good, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root uint64
+	_ = db.db.View(func(tx *bolt.Tx) error { root = uint64(tx.Cursor().Bucket().Root()); return nil })
+	db.Close()
+	b := bytes.Clone(data)
+	binary.LittleEndian.PutUint16(b[root*pageSize+8:], branchFlag)
+	if err := check(b); err == nil || !strings.Contains(err.Error(), "its buckets") {
+		t.Fatalf("the buckets' leaf (page %d) taken for a branch page: %v", root, err)
+	}
 }

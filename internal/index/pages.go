@@ -34,6 +34,11 @@ func (d *DB) CheckPages() error {
 			size := int64(d.db.Info().PageSize)
 			w := pageWalk{file: d.file, size: size, pages: uint64(tx.Size() / size)}
 			w.seen = make([]uint64, w.pages/64+1)
+			// The tree of the buckets themselves first: a lookup of a
+			// bucket walks it.
+			if err := w.tree(uint64(tx.Cursor().Bucket().Root())); err != nil {
+				return fmt.Errorf("the index is damaged: its buckets: %w", err)
+			}
 			for _, name := range buckets {
 				b := tx.Bucket(name)
 				if b == nil {
