@@ -138,45 +138,25 @@ func (r *Reader) LeaseRequested(req string) (int64, error) {
 func (r *Reader) Each(unfinished bool, fn func(*state.Task) bool) error {
 	return guard(func() error {
 		if !unfinished {
-			c := r.cursor(bTasks)
-			for k, v, err := c.seek(nil); k != nil || err != nil; k, v, err = c.next() {
-				if err != nil {
-					return err
-				}
+			return r.walk(bTasks, nil, nil, func(k, v []byte) (bool, error) {
 				if len(k) != 8 {
-					return errKey("tasks", k)
+					return false, errKey("tasks", k)
 				}
 				t, err := decodeTask(int64(binary.BigEndian.Uint64(k)), v)
-				if err != nil {
-					return err
-				}
-				if !fn(t) {
-					return nil
-				}
-			}
-			return nil
+				return err == nil && fn(t), err
+			})
 		}
-		c := r.cursor(bLive)
-		for k, _, err := c.seek(nil); k != nil || err != nil; k, _, err = c.next() {
-			if err != nil {
-				return err
-			}
+		return r.walk(bLive, nil, nil, func(k, _ []byte) (bool, error) {
 			if len(k) != 8 {
-				return errKey("live", k)
+				return false, errKey("live", k)
 			}
 			n := int64(binary.BigEndian.Uint64(k))
 			t, err := unseal(n, r.tasks.Get(k))
 			if err == nil && t.State.Terminal() {
 				err = &damageError{what: fmt.Sprintf("task %d is marked unfinished and is %s", n, t.State)}
 			}
-			if err != nil {
-				return err
-			}
-			if !fn(t) {
-				return nil
-			}
-		}
-		return nil
+			return err == nil && fn(t), err
+		})
 	})
 }
 
@@ -188,14 +168,9 @@ func (r *Reader) Unfinished(queues []string) (n int, err error) {
 			n = r.tx.Bucket(bLive).Stats().KeyN
 			return nil
 		}
-		c := r.cursor(bQueued)
 		for _, q := range queues {
 			prefix := append([]byte(q), 0)
-			k, _, err := c.seek(prefix)
-			for ; err == nil && k != nil && bytes.HasPrefix(k, prefix); k, _, err = c.next() {
-				n++
-			}
-			if err != nil {
+			if err := r.walk(bQueued, prefix, prefix, func([]byte, []byte) (bool, error) { n++; return true, nil }); err != nil {
 				return err
 			}
 		}
@@ -227,27 +202,21 @@ func (r *Reader) Queues() (queues []string, err error) {
 func (r *Reader) Queued(queue string, after state.OrderEntry, fn func(state.OrderEntry) bool) error {
 	return guard(func() error {
 		prefix := append([]byte(queue), 0)
-		c := r.cursor(bOrder)
 		from := prefix
 		if after.Num != 0 {
 			from = appendOrderKey(nil, queue, after.Priority, after.Num)
 		}
-		k, v, err := c.seek(from)
-		if err == nil && after.Num != 0 && bytes.Equal(k, from) {
-			k, v, err = c.next()
-		}
-		for ; err == nil && k != nil && bytes.HasPrefix(k, prefix); k, v, err = c.next() {
+		return r.walk(bOrder, from, prefix, func(k, v []byte) (bool, error) {
+			if after.Num != 0 && bytes.Equal(k, from) { // after itself
+				return true, nil
+			}
 			rest := k[len(prefix):]
 			if len(rest) != 10 || len(v) != orderValueLen {
-				return errKey("order", k)
+				return false, errKey("order", k)
 			}
-			e := state.OrderEntry{Num: int64(binary.BigEndian.Uint64(rest[2:])), Priority: state.MaxPriority - int(binary.BigEndian.Uint16(rest)),
-				From: int64(binary.BigEndian.Uint64(v)), To: int64(binary.BigEndian.Uint64(v[8:])), Leased: v[16] == 1}
-			if !fn(e) {
-				return nil
-			}
-		}
-		return err
+			return fn(state.OrderEntry{Num: int64(binary.BigEndian.Uint64(rest[2:])), Priority: state.MaxPriority - int(binary.BigEndian.Uint16(rest)),
+				From: int64(binary.BigEndian.Uint64(v)), To: int64(binary.BigEndian.Uint64(v[8:])), Leased: v[16] == 1}), nil
+		})
 	})
 }
 
@@ -260,12 +229,10 @@ func (r *Reader) Leased(worker string, fn func(int64) bool) error {
 		prefix = append([]byte(worker), 0)
 	}
 	return guard(func() error {
-		c := r.cursor(bHeld)
-		k, _, err := c.seek(prefix)
-		for ; err == nil && k != nil && bytes.HasPrefix(k, prefix); k, _, err = c.next() {
+		return r.walk(bHeld, prefix, prefix, func(k, _ []byte) (bool, error) {
 			i := bytes.IndexByte(k, 0)
 			if i < 0 || len(k) != i+9 {
-				return errKey("held", k)
+				return false, errKey("held", k)
 			}
 			n := int64(binary.BigEndian.Uint64(k[i+1:]))
 			// A task Task handed out before may have been changed since by
@@ -282,31 +249,20 @@ func (r *Reader) Leased(worker string, fn func(int64) bool) error {
 			if err == nil && (t.State != state.Leased || t.Lease.Worker != string(k[:i])) {
 				err = &damageError{what: fmt.Sprintf("held names task %d under worker %q, which does not hold it", n, k[:i])}
 			}
-			if err != nil {
-				return err
-			}
-			if !fn(n) {
-				return nil
-			}
-		}
-		return err
+			return err == nil && fn(n), err
+		})
 	})
 }
 
 // Lapsing hands fn, by time, the tasks whose lapse time is at or before until.
 func (r *Reader) Lapsing(until int64, fn func(int64) bool) error {
 	return guard(func() error {
-		c := r.cursor(bLapse)
-		k, _, err := c.seek(nil)
-		for ; err == nil && k != nil; k, _, err = c.next() {
+		return r.walk(bLapse, nil, nil, func(k, _ []byte) (bool, error) {
 			if len(k) != 16 {
-				return errKey("lapse", k)
+				return false, errKey("lapse", k)
 			}
-			if keyTime(k) > until || !fn(int64(binary.BigEndian.Uint64(k[8:]))) {
-				return nil
-			}
-		}
-		return err
+			return keyTime(k) <= until && fn(int64(binary.BigEndian.Uint64(k[8:]))), nil
+		})
 	})
 }
 
@@ -314,18 +270,12 @@ func (r *Reader) Lapsing(until int64, fn func(int64) bool) error {
 // task n.
 func (r *Reader) Dependents(n, after int64, fn func(int64) bool) error {
 	return guard(func() error {
-		c := r.cursor(bAfter)
-		prefix := num(n)
-		k, _, err := c.seek(appendEdgeKey(nil, n, after+1))
-		for ; err == nil && k != nil && bytes.HasPrefix(k, prefix); k, _, err = c.next() {
+		return r.walk(bAfter, appendEdgeKey(nil, n, after+1), num(n), func(k, _ []byte) (bool, error) {
 			if len(k) != 16 {
-				return errKey("after", k)
+				return false, errKey("after", k)
 			}
-			if !fn(int64(binary.BigEndian.Uint64(k[8:]))) {
-				return nil
-			}
-		}
-		return err
+			return fn(int64(binary.BigEndian.Uint64(k[8:]))), nil
+		})
 	})
 }
 
@@ -377,6 +327,20 @@ func (r *Reader) times(after int64, fn func(at, n int64) bool, buckets ...[]byte
 			}
 		}
 	})
+}
+
+// walk hands fn, in key order, each entry of bucket from the first key at
+// or after from (the first key, for nil) while its key begins with prefix,
+// read by a cursor, until fn says no more or fails.
+func (r *Reader) walk(bucket, from, prefix []byte, fn func(k, v []byte) (bool, error)) error {
+	c := r.cursor(bucket)
+	k, v, err := c.seek(from)
+	for ; err == nil && k != nil && bytes.HasPrefix(k, prefix); k, v, err = c.next() {
+		if more, err := fn(k, v); err != nil || !more {
+			return err
+		}
+	}
+	return err
 }
 
 // cursor reads a bucket of sealed entries (entrySum, or a task's) and checks, as it
